@@ -1,0 +1,45 @@
+# mailstep: the Makefile is the interface. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export TZ := UTC
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: setup test lint format synth demo dev bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+test: setup
+	$(PY) -m pytest -n 2 --dist loadfile
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+synth: setup
+	$(PY) app.py
+
+demo: setup
+	$(BIN)/mailstep demo
+
+dev: setup
+	$(BIN)/mailstep dev
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

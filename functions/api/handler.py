@@ -1,0 +1,44 @@
+"""HTTP API: POST /v1/events (DESIGN.md section 4). Thin: parse -> ingest -> answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shared.http import decode_json_body, register_error_handlers, require_bearer
+from shared.ingest import IngestContext, ingest, make_idempotency
+from shared.models import parse_event_body
+from shared.observability import logger, metrics
+from shared.secrets import get_secret
+from shared.settings import Settings
+from shared.store import SubscriberStore
+
+settings = Settings.from_env()
+idempotency, persistence = make_idempotency(settings.table_name, settings.idempotency_ttl_seconds)
+context = IngestContext(
+    store=SubscriberStore(settings.table_name, settings.events_table_name),
+    data_ttl_days=settings.data_ttl_days,
+    idempotency=idempotency,
+    persistence=persistence,
+)
+app = APIGatewayHttpResolver()
+register_error_handlers(app)
+
+
+@app.post("/v1/events")
+def post_events() -> dict[str, Any]:
+    require_bearer(app.current_event.headers.get("authorization"), get_secret(settings.api_key_secret))
+    batch = parse_event_body(decode_json_body(app.current_event.decoded_body, settings.max_body_bytes))
+    results = ingest(batch, context)
+    metrics.add_metric(name="EventsAccepted", unit="Count", value=len(results))
+    return {"results": results}
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@metrics.log_metrics
+def handler(event: dict[str, Any], lambda_context: LambdaContext) -> dict[str, Any]:
+    idempotency.register_lambda_context(lambda_context)
+    return app.resolve(event, lambda_context)

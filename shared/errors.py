@@ -1,0 +1,54 @@
+"""Domain errors. Adapters translate AWS errors into these; the HTTP mapping lives in
+``shared/http.py`` and nowhere else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class MailstepError(Exception):
+    """Base class of every error mailstep raises on purpose."""
+
+
+@dataclass
+class FieldProblem:
+    field: str
+    message: str
+
+
+class InvalidInput(MailstepError):
+    """A client (HTTP body, YAML file, CSV row, CLI argument) sent something invalid."""
+
+    def __init__(self, message: str, problems: list[FieldProblem] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.problems = problems or []
+
+
+class Unauthorized(MailstepError):
+    pass
+
+
+class PayloadTooLarge(MailstepError):
+    pass
+
+
+class Conflict(MailstepError):
+    pass
+
+
+class NotFound(MailstepError):
+    pass
+
+
+class SubscriberNotFound(NotFound):
+    pass
+
+
+class ExecutionAlreadyActive(Conflict):
+    pass
+
+
+class ConcurrentModification(MailstepError):
+    """Optimistic concurrency gave up after several retries (a server-side fault)."""
+

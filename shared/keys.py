@@ -1,0 +1,83 @@
+"""The one module that builds and parses DynamoDB keys (DESIGN.md section 3).
+
+Every key component that comes from the outside (emails, tags, sequence ids) is
+validated before it gets here; these builders re-check the separator so that no
+caller can forge another key by accident.
+"""
+
+from __future__ import annotations
+
+SEP = "#"
+
+SUB = "SUB"
+TAG = "TAG"
+EXEC = "EXEC"
+SENT = "SENT"
+STATS = "STATS"
+EVT = "EVT"
+PROFILE = "PROFILE"
+SUPPRESSION = "SUPPRESSION"
+COUNTERS = "COUNTERS"
+BROADCAST = "BROADCAST"
+IDEMPOTENCY_PK = "IDEMPOTENCY#events"
+
+
+class KeyError_(ValueError):  # noqa: N801 - avoid clashing with the builtin KeyError
+    """A key component contained the separator or was empty."""
+
+
+def _part(value: str, what: str) -> str:
+    if not value or SEP in value:
+        raise KeyError_(f"invalid {what} for a key: must be non-empty and contain no '#'")
+    return value
+
+
+def sub_pk(email: str) -> str:
+    # Emails may not contain '#' after normalisation (see models.normalise_email).
+    return f"{SUB}{SEP}{_part(email, 'email')}"
+
+
+def email_from_sub(key: str) -> str:
+    prefix = f"{SUB}{SEP}"
+    if not key.startswith(prefix):
+        raise KeyError_(f"not a subscriber key: {key[:20]}")
+    return key[len(prefix) :]
+
+
+def tag_pk(tag: str) -> str:
+    return f"{TAG}{SEP}{_part(tag, 'tag')}"
+
+
+def exec_sk(sequence_id: str) -> str:
+    return f"{EXEC}{SEP}{_part(sequence_id, 'sequence id')}"
+
+
+def exec_pk(sequence_id: str) -> str:
+    return exec_sk(sequence_id)
+
+
+def sequence_from_exec(key: str) -> str:
+    prefix = f"{EXEC}{SEP}"
+    if not key.startswith(prefix):
+        raise KeyError_("not an execution key")
+    return key[len(prefix) :]
+
+
+def sent_sk(iso_ts: str, source: str, send_id: str) -> str:
+    return f"{SENT}{SEP}{iso_ts}{SEP}{_part(source, 'source')}{SEP}{_part(send_id, 'send id')}"
+
+
+SENT_PREFIX = f"{SENT}{SEP}"
+EXEC_PREFIX = f"{EXEC}{SEP}"
+
+
+def stats_pk(source: str) -> str:
+    return f"{STATS}{SEP}{_part(source, 'source')}"
+
+
+def event_sk(iso_ts: str, event_type: str, suffix: str) -> str:
+    return f"{EVT}{SEP}{iso_ts}{SEP}{_part(event_type, 'event type')}{SEP}{_part(suffix, 'suffix')}"
+
+
+def broadcast_sk(iso_ts: str, broadcast_id: str) -> str:
+    return f"{iso_ts}{SEP}{_part(broadcast_id, 'broadcast id')}"

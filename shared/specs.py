@@ -1,0 +1,165 @@
+"""One description of mailstep's cloud resources, read by the CDK constructs (``stacks/``)
+and by the local runtime's bootstrapper (``cli/local``).
+
+Nothing here imports CDK or boto3: it is plain data. An infra test proves that the
+synthesized template and these specs agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+APP_NAME = "mailstep"
+STACK_NAME = "Mailstep"
+LAMBDA_RUNTIME = "python3.12"
+# What the Lambdas need at run time (mirrors [project].dependencies in pyproject.toml;
+# tests/unit/test_specs.py proves they agree).
+LAMBDA_REQUIREMENTS = (
+    "aws-lambda-powertools[parser]==3.37.0",
+    "pydantic==2.14.3",
+    "jinja2==3.1.6",
+    "pyyaml==6.0.3",
+    "markdown==3.11.3",
+    "css-inline==0.23.1",
+)
+# Source folders shipped in every Lambda's code asset.
+LAMBDA_SOURCE_DIRS = ("shared", "functions", "templates", "sequences")
+
+# Settings field -> environment variable. The only place these names are spelled.
+ENV: dict[str, str] = {
+    "table_name": "TABLE_NAME",
+    "events_table_name": "EVENTS_TABLE_NAME",
+    "api_key_secret": "API_KEY_SECRET",
+    "data_ttl_days": "DATA_TTL_DAYS",
+    "idempotency_ttl_seconds": "IDEMPOTENCY_TTL_SECONDS",
+    "max_body_bytes": "MAX_BODY_BYTES",
+}
+
+PK = "PK"
+SK = "SK"
+TTL_ATTRIBUTE = "ttl"
+
+
+@dataclass(frozen=True)
+class GsiSpec:
+    name: str
+    partition_key: str
+    sort_key: str
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    id: str  # construct id / logical name
+    local_name: str  # physical name in the local runtime
+    setting: str  # Settings field that receives the table name
+    gsis: tuple[GsiSpec, ...] = ()
+    partition_key: str = PK
+    sort_key: str = SK
+    ttl_attribute: str = TTL_ATTRIBUTE
+
+
+MAIN_TABLE = TableSpec(id="MainTable", local_name="mailstep-main", setting="table_name")
+EVENTS_TABLE = TableSpec(
+    id="EventsTable",
+    local_name="mailstep-events",
+    setting="events_table_name",
+    gsis=(
+        GsiSpec(name="TemplateIndex", partition_key="template", sort_key=SK),
+        GsiSpec(name="SequenceIndex", partition_key="source", sort_key=SK),
+    ),
+)
+TABLES = (MAIN_TABLE, EVENTS_TABLE)
+
+
+@dataclass(frozen=True)
+class SecretSpec:
+    id: str
+    local_name: str
+    setting: str
+    description: str
+
+
+API_KEY_SECRET = SecretSpec(
+    id="ApiKeySecret",
+    local_name="mailstep/api-key",
+    setting="api_key_secret",
+    description="Bearer key for POST /v1/events",
+)
+SECRETS = (API_KEY_SECRET,)
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """An SQS queue with its dead-letter queue (maxReceiveCount ``max_receives``)."""
+
+    id: str
+    local_name: str
+    setting: str  # Settings field that receives the queue URL
+    visibility_timeout_s: int = 180
+    max_receives: int = 5
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    id: str
+    local_name: str
+    setting: str  # Settings field that receives the topic ARN
+
+
+@dataclass(frozen=True)
+class SubscriptionSpec:
+    """SNS topic -> SQS queue subscription."""
+
+    topic: TopicSpec
+    queue: QueueSpec
+    raw_message_delivery: bool = False
+
+
+@dataclass(frozen=True)
+class EventSourceSpec:
+    """SQS queue -> Lambda event source mapping (partial batch responses on)."""
+
+    queue: QueueSpec
+    batch_size: int = 10
+    max_concurrency: int | None = None
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str  # API Gateway HTTP API syntax, e.g. /u/{token}
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    handler: str  # module.function, importable from the project root
+    description: str
+    memory_mb: int = 512
+    timeout_s: int = 29
+    read_write_tables: tuple[TableSpec, ...] = ()
+    read_secrets: tuple[SecretSpec, ...] = ()
+    routes: tuple[RouteSpec, ...] = ()
+    event_sources: tuple[EventSourceSpec, ...] = ()
+    send_queues: tuple[QueueSpec, ...] = ()  # queues the function may send to
+    publish_topics: tuple[TopicSpec, ...] = ()
+    reserved_concurrency: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+API_FUNCTION = FunctionSpec(
+    name="api",
+    handler="functions.api.handler.handler",
+    description="HTTP API: POST /v1/events",
+    read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
+    read_secrets=(API_KEY_SECRET,),
+    routes=(RouteSpec("POST", "/v1/events"),),
+)
+FUNCTIONS = (API_FUNCTION,)
+QUEUES: tuple[QueueSpec, ...] = ()
+TOPICS: tuple[TopicSpec, ...] = ()
+SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = ()
+
+
+def routes() -> list[tuple[RouteSpec, FunctionSpec]]:
+    return [(route, fn) for fn in FUNCTIONS for route in fn.routes]

@@ -1,0 +1,465 @@
+"""The subscriber store: the only code that writes profiles and their inverted items.
+
+Invariants (DESIGN.md section 3), kept by construction:
+- ``PROFILE.tags`` and the ``TAG#<tag>/SUB#<email>`` items change together in ONE
+  TransactWriteItems guarded by the profile's ``version`` (optimistic concurrency), so two
+  concurrent writers can never leave a tag without its partner or the reverse.
+- The ``SUB#/EXEC#<seq>`` and ``EXEC#<seq>/SUB#`` pair is written and deleted in one
+  transaction, conditioned on the execution ARN, and only while the profile exists.
+
+Merge rules of :meth:`SubscriberStore.upsert` (documented in docs/data-model.md):
+- tags in ``add`` are added, tags in ``remove`` are removed, others are kept;
+- attributes are merged key by key, a ``null`` value deletes the key;
+- ``first_name`` is replaced when given;
+- an upsert never clears ``unsubscribed`` or ``suppressed``: only :meth:`resubscribe`
+  (an explicit opt-in) and suppression removal do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from shared import keys
+from shared.aws import client as aws_client
+from shared.dynamo import (
+    TransactionConflict,
+    batch_delete,
+    deserialize,
+    from_dynamo,
+    key,
+    query_all,
+    serialize,
+    transact,
+    values,
+)
+from shared.errors import ConcurrentModification, ExecutionAlreadyActive, InvalidInput, SubscriberNotFound
+from shared.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
+
+MAX_ATTEMPTS = 8
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Profile:
+    email: str
+    status: str = SUBSCRIBED
+    first_name: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    tags: frozenset[str] = frozenset()
+    suppressed: bool = False
+    created_at: str = ""
+    updated_at: str = ""
+    version: int = 0
+
+    def to_item(self) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "PK": keys.sub_pk(self.email),
+            "SK": keys.PROFILE,
+            "email": self.email,
+            "status": self.status,
+            "attributes": self.attributes,
+            "suppressed": self.suppressed,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "version": self.version,
+        }
+        if self.first_name is not None:
+            item["first_name"] = self.first_name
+        if self.tags:  # DynamoDB string sets cannot be empty
+            item["tags"] = set(self.tags)
+        return item
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Profile:
+        return cls(
+            email=item["email"],
+            status=item.get("status", SUBSCRIBED),
+            first_name=item.get("first_name"),
+            attributes=from_dynamo(item.get("attributes", {})),
+            tags=frozenset(item.get("tags", set())),
+            suppressed=bool(item.get("suppressed", False)),
+            created_at=item.get("created_at", ""),
+            updated_at=item.get("updated_at", ""),
+            version=int(item.get("version", 0)),
+        )
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "email": self.email,
+            "status": self.status,
+            "first_name": self.first_name,
+            "attributes": self.attributes,
+            "tags": sorted(self.tags),
+            "suppressed": self.suppressed,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a profile write did."""
+
+    profile: Profile | None
+    created: bool = False
+    changed: bool = False
+    tags_added: tuple[str, ...] = ()
+    tags_removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Execution:
+    email: str
+    sequence_id: str
+    execution_arn: str
+    started_at: str
+    transactional: bool
+
+
+@dataclass(frozen=True)
+class EraseReport:
+    main_items: int
+    event_items: int
+
+
+Mutation = Callable[[Profile | None, str], Profile | None]
+
+
+class SubscriberStore:
+    def __init__(self, table_name: str, events_table_name: str, client: Any | None = None) -> None:
+        self.table = table_name
+        self.events_table = events_table_name
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        return self._client or aws_client("dynamodb")
+
+    # ----- reads -------------------------------------------------------------------
+    def get_profile(self, email: str, consistent: bool = True) -> Profile | None:
+        response = self.client.get_item(
+            TableName=self.table, Key=key(keys.sub_pk(email), keys.PROFILE), ConsistentRead=consistent
+        )
+        item = response.get("Item")
+        return Profile.from_item(deserialize(item)) if item else None
+
+    def require_profile(self, email: str) -> Profile:
+        profile = self.get_profile(email)
+        if profile is None:
+            raise SubscriberNotFound("no such subscriber")
+        return profile
+
+    def list_executions(self, email: str) -> list[Execution]:
+        items = query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            ExpressionAttributeValues=values(pk=keys.sub_pk(email), prefix=keys.EXEC_PREFIX),
+            ConsistentRead=True,
+        )
+        return [self._execution(deserialize(i)) for i in items]
+
+    def tag_members(self, tag: str) -> list[str]:
+        items = query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues=values(pk=keys.tag_pk(tag)),
+            ProjectionExpression="SK",
+        )
+        return [keys.email_from_sub(i["SK"]["S"]) for i in items]
+
+    def sequence_members(self, sequence_id: str) -> list[str]:
+        items = query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues=values(pk=keys.exec_pk(sequence_id)),
+            ProjectionExpression="SK",
+        )
+        return [keys.email_from_sub(i["SK"]["S"]) for i in items]
+
+    # ----- profile writes (profile + TAG# partners in one transaction) ---------------
+    def mutate(self, email: str, mutation: Mutation) -> Change:
+        """Apply ``mutation(current, now)`` with optimistic concurrency.
+
+        The mutation returns the new profile (tags included) or None for "no change".
+        The profile and every added/removed TAG# partner are written in one transaction
+        conditioned on the version that was read; a lost race re-reads and retries.
+        """
+        for _ in range(MAX_ATTEMPTS):
+            current = self.get_profile(email)
+            now = utc_now()
+            proposed = mutation(current, now)
+            if proposed is None or (current is not None and _same(current, proposed)):
+                return Change(profile=current)
+            if len(proposed.tags) > MAX_TAGS_PER_SUBSCRIBER:
+                raise InvalidInput(
+                    f"a subscriber holds at most {MAX_TAGS_PER_SUBSCRIBER} tags",
+                    [],
+                )
+            before = current.tags if current else frozenset()
+            added = tuple(sorted(proposed.tags - before))
+            removed = tuple(sorted(before - proposed.tags))
+            new = replace(
+                proposed,
+                email=email,
+                created_at=current.created_at if current else now,
+                updated_at=now,
+                version=(current.version if current else 0) + 1,
+            )
+            actions = [self._put_profile(new, current)]
+            actions += [self._put_tag(tag, email, now) for tag in added]
+            actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
+            try:
+                transact(self.client, actions)
+            except TransactionConflict:
+                time.sleep(0.005)
+                continue
+            return Change(profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed)
+        raise ConcurrentModification("profile kept changing under us")
+
+    def upsert(
+        self,
+        email: str,
+        *,
+        first_name: str | None = None,
+        attributes: dict[str, Any] | None = None,
+        add_tags: Iterable[str] = (),
+        remove_tags: Iterable[str] = (),
+        unsubscribe: bool = False,
+    ) -> Change:
+        """Create or merge a profile (rules in the module docstring) in one transaction.
+
+        ``unsubscribe=True`` also opts the subscriber out (a new profile is created
+        unsubscribed, so the opt-out is remembered).
+        """
+        add, remove = frozenset(add_tags), frozenset(remove_tags)
+
+        def apply(current: Profile | None, now: str) -> Profile:
+            base = current or Profile(email=email, status=UNSUBSCRIBED if unsubscribe else SUBSCRIBED)
+            attrs = dict(base.attributes)
+            for name, value in (attributes or {}).items():
+                if value is None:
+                    attrs.pop(name, None)
+                else:
+                    attrs[name] = value
+            return replace(
+                base,
+                status=UNSUBSCRIBED if unsubscribe else base.status,
+                first_name=first_name if first_name is not None else base.first_name,
+                attributes=attrs,
+                tags=(base.tags | add) - remove,
+            )
+
+        return self.mutate(email, apply)
+
+    def unsubscribe(self, email: str) -> Change:
+        """Mark the subscriber unsubscribed (creating a profile that remembers the opt-out)."""
+        return self.upsert(email, unsubscribe=True)
+
+    def resubscribe(self, email: str) -> Change:
+        """Explicit opt-in again. Does not lift a suppression (bounces and complaints)."""
+
+        def apply(current: Profile | None, now: str) -> Profile:
+            if current is None:
+                raise SubscriberNotFound("no such subscriber")
+            return replace(current, status=SUBSCRIBED)
+
+        return self.mutate(email, apply)
+
+    def set_suppressed(self, email: str, suppressed: bool) -> Change:
+        def apply(current: Profile | None, now: str) -> Profile:
+            base = current or Profile(email=email, status=SUBSCRIBED)
+            return replace(base, suppressed=suppressed)
+
+        return self.mutate(email, apply)
+
+    # ----- execution pairs -------------------------------------------------------------
+    def put_execution(
+        self, email: str, sequence_id: str, execution_arn: str, *, transactional: bool = False
+    ) -> Execution:
+        now = utc_now()
+        body = {"execution_arn": execution_arn, "started_at": now, "transactional": transactional}
+        forward = {"PK": keys.sub_pk(email), "SK": keys.exec_sk(sequence_id), "sequence_id": sequence_id, **body}
+        inverse = {"PK": keys.exec_pk(sequence_id), "SK": keys.sub_pk(email), "email": email, **body}
+        actions = [
+            {
+                "ConditionCheck": {
+                    "TableName": self.table,
+                    "Key": key(keys.sub_pk(email), keys.PROFILE),
+                    "ConditionExpression": "attribute_exists(PK)",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(forward),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(inverse),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+        ]
+        try:
+            transact(self.client, actions)
+        except TransactionConflict as exc:
+            if exc.reasons and exc.reasons[0] == "ConditionalCheckFailed":
+                raise SubscriberNotFound("no such subscriber") from None
+            raise ExecutionAlreadyActive(f"an execution of {sequence_id} is already active") from None
+        return Execution(email, sequence_id, execution_arn, now, transactional)
+
+    def delete_execution(self, email: str, sequence_id: str, execution_arn: str | None = None) -> bool:
+        """Remove the pair; with ``execution_arn`` only if it still belongs to that execution.
+
+        Returns False when there was nothing (or another execution's pair) to delete.
+        """
+        if execution_arn is None:
+            condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(PK)"}
+        else:
+            condition = {
+                "ConditionExpression": "execution_arn = :arn",
+                "ExpressionAttributeValues": values(arn=execution_arn),
+            }
+        actions = [
+            {"Delete": {"TableName": self.table, "Key": key(keys.sub_pk(email), keys.exec_sk(sequence_id)), **condition}},
+            {"Delete": {"TableName": self.table, "Key": key(keys.exec_pk(sequence_id), keys.sub_pk(email)), **condition}},
+        ]
+        try:
+            transact(self.client, actions)
+        except TransactionConflict:
+            return False
+        return True
+
+    # ----- erase (GDPR) -------------------------------------------------------------
+    def erase(self, email: str) -> EraseReport:
+        """Delete every item of a subscriber in both tables, partners included.
+
+        Order keeps the invariants at every step: the profile and its TAG# partners go in
+        one transaction first (after which no execution pair can be created, because
+        ``put_execution`` requires the profile); then each execution pair in its own
+        transaction; then the remaining items (send log, suppression) and the events.
+        """
+        main_items = 0
+        for _ in range(MAX_ATTEMPTS):
+            current = self.get_profile(email)
+            if current is None:
+                break
+            actions = [
+                {
+                    "Delete": {
+                        "TableName": self.table,
+                        "Key": key(keys.sub_pk(email), keys.PROFILE),
+                        "ConditionExpression": "version = :v",
+                        "ExpressionAttributeValues": values(v=current.version),
+                    }
+                }
+            ]
+            actions += [self._delete(keys.tag_pk(t), keys.sub_pk(email)) for t in sorted(current.tags)]
+            try:
+                transact(self.client, actions)
+            except TransactionConflict:
+                continue
+            main_items += len(actions)
+            break
+        else:
+            raise ConcurrentModification("profile kept changing during erase")
+
+        rest = list(
+            query_all(
+                self.client,
+                TableName=self.table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+                ConsistentRead=True,
+            )
+        )
+        plain = []
+        for raw in rest:
+            sk = raw["SK"]["S"]
+            if sk.startswith(keys.EXEC_PREFIX):
+                if self.delete_execution(email, keys.sequence_from_exec(sk)):
+                    main_items += 2
+            else:
+                plain.append({"PK": raw["PK"], "SK": raw["SK"]})
+        main_items += batch_delete(self.client, self.table, plain)
+
+        events = [
+            {"PK": raw["PK"], "SK": raw["SK"]}
+            for raw in query_all(
+                self.client,
+                TableName=self.events_table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+                ProjectionExpression="PK, SK",
+            )
+        ]
+        event_items = batch_delete(self.client, self.events_table, events)
+        return EraseReport(main_items=main_items, event_items=event_items)
+
+    # ----- events table -------------------------------------------------------------
+    def record_event(self, email: str, item: dict[str, Any]) -> None:
+        """Write one events-table item (its SK built by the caller with keys.event_sk)."""
+        self.client.put_item(
+            TableName=self.events_table,
+            Item=serialize({"PK": keys.sub_pk(email), **item}),
+            ReturnConsumedCapacity="TOTAL",
+        )
+
+    def list_events(self, email: str) -> list[dict[str, Any]]:
+        items = query_all(
+            self.client,
+            TableName=self.events_table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+        )
+        return [from_dynamo(deserialize(i)) for i in items]
+
+    # ----- helpers ------------------------------------------------------------------
+    def _put_profile(self, new: Profile, current: Profile | None) -> dict[str, Any]:
+        put: dict[str, Any] = {"TableName": self.table, "Item": serialize(new.to_item())}
+        if current is None:
+            put["ConditionExpression"] = "attribute_not_exists(PK)"
+        else:
+            put["ConditionExpression"] = "version = :v"
+            put["ExpressionAttributeValues"] = values(v=current.version)
+        return {"Put": put}
+
+    def _put_tag(self, tag: str, email: str, now: str) -> dict[str, Any]:
+        item = {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email, "created_at": now}
+        return {"Put": {"TableName": self.table, "Item": serialize(item)}}
+
+    def _delete(self, pk: str, sk: str) -> dict[str, Any]:
+        return {"Delete": {"TableName": self.table, "Key": key(pk, sk)}}
+
+    @staticmethod
+    def _execution(item: dict[str, Any]) -> Execution:
+        return Execution(
+            email=keys.email_from_sub(item["PK"]),
+            sequence_id=keys.sequence_from_exec(item["SK"]),
+            execution_arn=item["execution_arn"],
+            started_at=item.get("started_at", ""),
+            transactional=bool(item.get("transactional", False)),
+        )
+
+
+def _same(a: Profile, b: Profile) -> bool:
+    return (a.status, a.first_name, a.attributes, a.tags, a.suppressed) == (
+        b.status,
+        b.first_name,
+        b.attributes,
+        b.tags,
+        b.suppressed,
+    )
