@@ -1,0 +1,180 @@
+"""Deployment configuration: ``cdk.json`` context keys read into one validated model.
+
+Every key is documented in ``docs/configuration.md``. A bad value fails synthesis with a
+message naming the key. Override a key for one run with ``-c mailstep:dataTtlDays=90``
+(CLI context values arrive as strings; they are coerced like the JSON values in cdk.json).
+"""
+
+from __future__ import annotations
+
+import re
+from email.utils import parseaddr
+from typing import Any
+
+from aws_cdk import aws_logs as logs
+from constructs import Node
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PREFIX = "mailstep:"
+# A plausible address; SES verifies the real thing when it sends.
+EMAIL_RE = re.compile(r"^[^@\s<>()\[\],;:\"]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# CloudWatch Logs accepts only these retention periods (days).
+RETENTION_DAYS: dict[int, logs.RetentionDays] = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+    1096: logs.RetentionDays.THREE_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    2192: logs.RetentionDays.SIX_YEARS,
+    2557: logs.RetentionDays.SEVEN_YEARS,
+    2922: logs.RetentionDays.EIGHT_YEARS,
+    3288: logs.RetentionDays.NINE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+# Model field -> context key (without the prefix).
+KEYS: dict[str, str] = {
+    "data_ttl_days": "dataTtlDays",
+    "log_retention_days": "logRetentionDays",
+    "log_level": "logLevel",
+    "api_throttle_rate": "apiThrottleRate",
+    "api_throttle_burst": "apiThrottleBurst",
+    "from_address": "fromAddress",
+    "reply_to": "replyTo",
+    "postal_address": "postalAddress",
+    "ses_domain": "sesDomain",
+    "alarm_email": "alarmEmail",
+}
+
+
+class ConfigError(ValueError):
+    """A context value breaks its rule; the message names the key."""
+
+
+def _describe(err: dict[str, Any]) -> str:
+    if not err["loc"]:  # a rule across keys names its keys in the message
+        return str(err["msg"]).removeprefix("Value error, ")
+    field = str(err["loc"][0])
+    return f"context key {PREFIX}{KEYS.get(field, field)}: {err['msg']} (got {err.get('input')!r})"
+
+
+def _optional_email(value: str) -> str:
+    value = value.strip()
+    if value and not EMAIL_RE.match(value):
+        raise ValueError("must be an email address")
+    return value
+
+
+class MailstepConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_ttl_days: int = Field(default=180, ge=1, le=3650)
+    log_retention_days: int = 90
+    log_level: str = "INFO"
+    api_throttle_rate: float = Field(default=50.0, gt=0, le=10000)
+    api_throttle_burst: int = Field(default=100, ge=1, le=5000)
+    # Used by sending (sequences, broadcasts): the default sender and CAN-SPAM footer.
+    from_address: str = ""
+    reply_to: str = ""
+    postal_address: str = Field(default="", max_length=500)
+    # Used by sending: the SES identity (domain) mail is sent from.
+    ses_domain: str = ""
+    # Used by alarms: who is told about dead letters, bounces and errors.
+    alarm_email: str = ""
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in RETENTION_DAYS:
+            raise ValueError(f"must be one of {sorted(RETENTION_DAYS)} (CloudWatch Logs retention periods)")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value.upper()
+
+    @field_validator("from_address")
+    @classmethod
+    def _from(cls, value: str) -> str:
+        if not value:
+            return ""
+        name, address = parseaddr(value)
+        if not address or "\r" in value or "\n" in value:
+            raise ValueError("must be an address or 'Name <address>'")
+        _optional_email(address)
+        return value.strip()
+
+    @field_validator("reply_to", "alarm_email")
+    @classmethod
+    def _email(cls, value: str) -> str:
+        return _optional_email(value)
+
+    @field_validator("postal_address")
+    @classmethod
+    def _postal(cls, value: str) -> str:
+        if any(ord(c) < 32 and c != "\n" for c in value):
+            raise ValueError("must not contain control characters other than newlines")
+        return value.strip()
+
+    @field_validator("ses_domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        if not value:
+            return ""
+        domain = value.strip().lower()
+        if not DOMAIN_RE.match(domain):
+            raise ValueError("must be a domain name such as mail.example.com")
+        return domain
+
+    @model_validator(mode="after")
+    def _sender_on_domain(self) -> MailstepConfig:
+        if self.from_address and self.ses_domain:
+            domain = parseaddr(self.from_address)[1].rsplit("@", 1)[1].lower()
+            if domain != self.ses_domain and not domain.endswith("." + self.ses_domain):
+                raise ValueError(
+                    f"context key {PREFIX}fromAddress: {domain!r} is not on "
+                    f"{PREFIX}sesDomain {self.ses_domain!r}"
+                )
+        return self
+
+    @property
+    def log_retention(self) -> logs.RetentionDays:
+        return RETENTION_DAYS[self.log_retention_days]
+
+    def mail_settings(self) -> dict[str, str]:
+        """Settings fields (``shared.settings``) for functions that send mail; unset keys keep defaults."""
+        values = {
+            "default_from": self.from_address,
+            "default_reply_to": self.reply_to,
+            "postal_address": self.postal_address,
+        }
+        return {field: value for field, value in values.items() if value}
+
+    @classmethod
+    def from_context(cls, node: Node) -> MailstepConfig:
+        values = {f: node.try_get_context(PREFIX + key) for f, key in KEYS.items()}
+        return cls.parse({f: v for f, v in values.items() if v is not None})
+
+    @classmethod
+    def parse(cls, values: dict[str, Any]) -> MailstepConfig:
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(_describe(dict(err)) for err in exc.errors())
+            raise ConfigError(f"invalid mailstep configuration: {problems}") from None

@@ -1,0 +1,1 @@
+"""One construct per capability; ``stacks.mailstep_stack`` composes them."""

@@ -1,0 +1,39 @@
+"""The deployed resources each construct hands to the next, keyed by their spec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from aws_cdk import CfnResource
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_ses as ses
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from shared.specs import ConfigurationSetSpec, QueueSpec, SecretSpec, TableSpec, TopicSpec
+
+
+def pin_logical_id(resource: Construct, logical_id: str) -> None:
+    """Give a spec'd resource its spec id as CloudFormation logical id (stable, readable, greppable)."""
+    cast(CfnResource, resource.node.default_child).override_logical_id(logical_id)
+
+
+@dataclass(frozen=True)
+class Resources:
+    tables: dict[TableSpec, dynamodb.Table]
+    secrets: dict[SecretSpec, secretsmanager.Secret]
+    queues: dict[QueueSpec, sqs.Queue]
+    topics: dict[TopicSpec, sns.Topic]
+    configuration_sets: dict[ConfigurationSetSpec, ses.ConfigurationSet]
+
+    def settings(self) -> dict[str, str]:
+        """Settings field -> the value a Lambda receives for it (a CloudFormation token)."""
+        values = {spec.setting: table.table_name for spec, table in self.tables.items()}
+        values |= {spec.setting: secret.secret_arn for spec, secret in self.secrets.items()}
+        values |= {spec.setting: queue.queue_url for spec, queue in self.queues.items()}
+        values |= {spec.setting: topic.topic_arn for spec, topic in self.topics.items()}
+        values |= {spec.setting: c.configuration_set_name for spec, c in self.configuration_sets.items()}
+        return values

@@ -1,0 +1,76 @@
+"""The mailstep stack: one stack composed of one construct per capability, all driven by
+``shared.specs``; and ``build_app()``, which ``app.py`` and the infra tests share."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, CfnOutput, Stack, Tags, Validations
+from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
+
+from shared import specs
+from stacks.config import MailstepConfig
+from stacks.constructs.api import Api
+from stacks.constructs.functions import Functions
+from stacks.constructs.messaging import Messaging
+from stacks.constructs.resources import Resources
+from stacks.constructs.secrets import Secrets
+from stacks.constructs.sending import Sending
+from stacks.constructs.storage import Storage
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Context that synthesizes without bundling the Lambda code (no pip, no network): tests.
+SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+
+
+class MailstepStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: MailstepConfig, **kwargs: Any) -> None:
+        super().__init__(
+            scope, construct_id, description="mailstep: self-hosted email sequences and broadcasts", **kwargs
+        )
+        storage = Storage(self, "Storage")
+        secrets = Secrets(self, "Secrets")
+        messaging = Messaging(self, "Messaging")
+        sending = Sending(self, "Sending", topics=messaging.topics, config=config)
+        resources = Resources(
+            tables=storage.tables,
+            secrets=secrets.secrets,
+            queues=messaging.queues,
+            topics=messaging.topics,
+            configuration_sets=sending.configuration_sets,
+        )
+        api = Api(self, "Api", config=config)
+        settings = {**config.mail_settings(), "public_base_url": api.url, **resources.settings()}
+        functions = Functions(
+            self, "Functions", resources=resources, settings=settings, sending=sending, config=config
+        )
+        api.add_routes(functions.functions)
+
+        CfnOutput(self, specs.API_URL_OUTPUT, value=api.url, description="Base URL of the mailstep HTTP API")
+        for key, setting in specs.stack_outputs().items():
+            CfnOutput(self, key, value=settings[setting], description=f"settings field {setting}")
+
+
+def cdk_json_context(root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    """The context defaults in cdk.json (the CDK CLI passes them itself; ``python app.py`` does not)."""
+    return dict(json.loads((root / "cdk.json").read_text())["context"])
+
+
+def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> tuple[App, MailstepStack]:
+    """The app with its one stack and the cdk-nag AwsSolutions checks (findings fail synthesis).
+
+    Context precedence: ``context`` argument > CDK CLI (``-c``, cdk.json) > cdk.json defaults.
+    """
+    if outdir is None and "CDK_OUTDIR" not in os.environ:
+        outdir = str(PROJECT_ROOT / "cdk.out")
+    app = App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
+    for key, value in (context or {}).items():
+        app.node.set_context(key, value)
+    stack = MailstepStack(app, specs.STACK_NAME, config=MailstepConfig.from_context(app.node))
+    Tags.of(stack).add("app", specs.APP_NAME)
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stack
