@@ -2,11 +2,16 @@
 
 Clients are created lazily (so moto, started after import, still intercepts them) and
 honour ``AWS_ENDPOINT_URL`` (the local runtime points it at the embedded moto server).
+
+``register_hook`` attaches a botocore event handler (e.g. ``after-call``) to every client
+this factory has created or will create; the bench uses it to count requests.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import boto3
@@ -14,12 +19,40 @@ from botocore.config import Config
 
 _CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
+Hook = Callable[..., Any]
+_hooks: list[tuple[str, Hook]] = []
+_created: list[Any] = []
+_lock = threading.Lock()
 
-@lru_cache(maxsize=None)
+
+@cache
 def client(service: str, region: str | None = None) -> Any:
-    return boto3.session.Session().client(service, region_name=region, config=_CONFIG)
+    created = boto3.session.Session().client(service, region_name=region, config=_CONFIG)
+    with _lock:
+        for event_name, handler in _hooks:
+            created.meta.events.register(event_name, handler)
+        _created.append(created)
+    return created
+
+
+def register_hook(event_name: str, handler: Hook) -> None:
+    """Attach ``handler`` to ``event_name`` (botocore event, e.g. ``after-call``) on every client."""
+    with _lock:
+        _hooks.append((event_name, handler))
+        for existing in _created:
+            existing.meta.events.register(event_name, handler)
+
+
+def unregister_hook(event_name: str, handler: Hook) -> None:
+    with _lock:
+        if (event_name, handler) in _hooks:
+            _hooks.remove((event_name, handler))
+        for existing in _created:
+            existing.meta.events.unregister(event_name, handler)
 
 
 def reset_clients() -> None:
     """Forget cached clients (tests and the local runtime call this after changing endpoints)."""
+    with _lock:
+        _created.clear()
     client.cache_clear()

@@ -21,6 +21,7 @@ class Settings(BaseModel):
     data_ttl_days: int = Field(default=180, ge=1, le=3650)
     idempotency_ttl_seconds: int = Field(default=86400, ge=60)
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    configuration_set: str = ""  # SES configuration set every send names (event publishing)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -33,6 +33,7 @@ ENV: dict[str, str] = {
     "data_ttl_days": "DATA_TTL_DAYS",
     "idempotency_ttl_seconds": "IDEMPOTENCY_TTL_SECONDS",
     "max_body_bytes": "MAX_BODY_BYTES",
+    "configuration_set": "SES_CONFIGURATION_SET",
 }
 
 PK = "PK"
@@ -157,8 +158,42 @@ API_FUNCTION = FunctionSpec(
 )
 FUNCTIONS = (API_FUNCTION,)
 QUEUES: tuple[QueueSpec, ...] = ()
-TOPICS: tuple[TopicSpec, ...] = ()
+TOPICS: tuple[TopicSpec, ...] = ()  # SES event topics are named by CONFIGURATION_SETS
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfigurationSetSpec:
+    """An SES configuration set whose sending events are published to ``event_topic``."""
+
+    id: str
+    local_name: str
+    setting: str  # Settings field that receives the configuration set name
+    event_topic: TopicSpec
+    # SES v2 EventType values published to the topic.
+    event_types: tuple[str, ...] = (
+        "SEND",
+        "REJECT",
+        "BOUNCE",
+        "COMPLAINT",
+        "DELIVERY",
+        "OPEN",
+        "CLICK",
+        "RENDERING_FAILURE",
+        "DELIVERY_DELAY",
+    )
+
+
+SES_EVENTS_TOPIC = TopicSpec(
+    id="SesEventsTopic", local_name="mailstep-ses-events", setting="ses_events_topic_arn"
+)
+CONFIGURATION_SET = ConfigurationSetSpec(
+    id="ConfigurationSet",
+    local_name="mailstep",
+    setting="configuration_set",
+    event_topic=SES_EVENTS_TOPIC,
+)
+CONFIGURATION_SETS = (CONFIGURATION_SET,)
 
 
 def routes() -> list[tuple[RouteSpec, FunctionSpec]]:

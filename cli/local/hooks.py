@@ -1,0 +1,237 @@
+"""Every patch of moto's private internals, in one place (moto is pinned exactly).
+
+- ``LambdaFunction._invoke_lambda`` -> the real handler, in-process (``cli.local.lambdas``);
+- ``WaitFunction._wait_interval`` and the ``time`` of the Step Functions retrier -> the
+  virtual clock (``cli.local.clock``);
+- SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
+  event destinations) -> the local SES (``cli.local.ses``);
+- SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does.
+
+:func:`self_check` fails loudly when one of these hooks moved (a moto upgrade): the
+runtime calls it before patching, and a test calls it too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+import time as _time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from moto.awslambda.models import LambdaBackend, LambdaFunction
+from moto.core.exceptions import JsonRESTError
+from moto.sesv2 import urls as sesv2_urls
+from moto.sesv2.responses import SESV2Response
+from moto.sqs.models import Queue
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+from cli.local.clock import VirtualClock
+from cli.local.lambdas import invoke_in_process
+from cli.local.ses import LocalSes, SesError
+
+MOTO_VERSION = "5.2.5"
+
+
+class HookDrift(RuntimeError):
+    """moto's private hooks are not where the local runtime expects them."""
+
+
+SqsMappingHandler = Callable[[Any, Any], None]  # (event source mapping, moto queue)
+
+
+@dataclass
+class _Active:
+    clock: VirtualClock | None = None
+    ses: LocalSes | None = None
+    on_sqs_mapping: SqsMappingHandler | None = None
+
+
+ACTIVE = _Active()
+_installed = False
+_install_lock = threading.Lock()
+
+
+def self_check() -> None:
+    import moto
+
+    problems = []
+    if moto.__version__ != MOTO_VERSION:
+        problems.append(f"moto {moto.__version__} installed, the local runtime is built for {MOTO_VERSION}")
+    expected = {
+        (LambdaFunction, "_invoke_lambda"): ["self", "event"],
+        (LambdaFunction, "invoke"): ["self", "body", "request_headers", "response_headers"],
+        (WaitFunction, "_wait_interval"): ["self", "env", "wait_seconds"],
+        (SESV2Response, "send_email"): ["self"],
+        (SESV2Response, "dispatch"): None,
+        (LambdaBackend, "create_event_source_mapping"): ["self", "spec"],
+    }
+    for (owner, name), params in expected.items():
+        member = getattr(owner, name, None)
+        if member is None:
+            problems.append(f"{owner.__module__}.{owner.__name__}.{name} is missing")
+            continue
+        if params is not None and list(inspect.signature(member).parameters) != params:
+            problems.append(f"{owner.__name__}.{name} signature changed: {inspect.signature(member)}")
+    if not hasattr(retrier_decl, "time") or "time.sleep(" not in inspect.getsource(retrier_decl):
+        problems.append("the Step Functions retrier no longer sleeps through retrier_decl.time")
+    if not isinstance(getattr(sesv2_urls, "url_paths", None), dict):
+        problems.append("moto.sesv2.urls.url_paths is no longer a dict")
+    if "lambda_event_source_mappings" not in inspect.getsource(Queue.add_message):
+        problems.append("SQS Queue.add_message no longer triggers event source mappings")
+    if problems:
+        raise HookDrift("local runtime hooks drifted from moto: " + "; ".join(problems))
+
+
+class _RetryTime(types.SimpleNamespace):
+    """Stands in for the ``time`` module inside the retrier: sleeps on the virtual clock."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        clock = ACTIVE.clock
+        if clock is None:
+            _time.sleep(seconds)
+        else:
+            clock.sleep(seconds)
+
+
+def _wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
+    clock = ACTIVE.clock
+    if clock is None:
+        env.program_state_event.wait(wait_seconds)
+        return
+    clock.wait(wait_seconds, env.program_state_event)
+
+
+def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
+    return invoke_in_process(self, event)
+
+
+def _ses_error(exc: SesError) -> JsonRESTError:
+    error = JsonRESTError(exc.error_type, exc.message)
+    error.code = exc.status
+    return error
+
+
+def _require_ses() -> LocalSes:
+    if ACTIVE.ses is None:
+        raise JsonRESTError("ServiceUnavailable", "the local SES is not running")
+    return ACTIVE.ses
+
+
+def _send_email(self: Any) -> str:
+    ses = _require_ses()
+    backend = self.sesv2_backend
+
+    def exists(name: str) -> bool:
+        try:
+            backend.get_configuration_set(configuration_set_name=name)
+        except Exception:
+            return False
+        return True
+
+    try:
+        sent = ses.send(json.loads(self.body or "{}"), exists)
+    except SesError as exc:
+        raise _ses_error(exc) from None
+    return json.dumps({"MessageId": sent.message_id})
+
+
+def _get_account(self: Any) -> str:
+    return json.dumps(_require_ses().account())
+
+
+def _create_event_destination(self: Any) -> str:
+    ses = _require_ses()
+    name = self._get_param("ConfigurationSetName")
+    try:
+        self.sesv2_backend.get_configuration_set(configuration_set_name=name)
+    except Exception:
+        raise _ses_error(
+            SesError("NotFoundException", f"Configuration set <{name}> does not exist.", 404)
+        ) from None
+    ses.put_destination(
+        name, self._get_param("EventDestinationName"), self._get_param("EventDestination") or {}
+    )
+    return json.dumps({})
+
+
+def _update_event_destination(self: Any) -> str:
+    return _create_event_destination(self)
+
+
+def _get_event_destinations(self: Any) -> str:
+    ses = _require_ses()
+    return json.dumps({"EventDestinations": ses.list_destinations(self._get_param("ConfigurationSetName"))})
+
+
+def _delete_event_destination(self: Any) -> str:
+    ses = _require_ses()
+    try:
+        ses.delete_destination(
+            self._get_param("ConfigurationSetName"), self._get_param("EventDestinationName")
+        )
+    except SesError as exc:
+        raise _ses_error(exc) from None
+    return json.dumps({})
+
+
+_original_create_mapping = LambdaBackend.create_event_source_mapping
+
+
+def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
+    """Create the mapping as moto does, then hand SQS mappings to the runtime's pollers."""
+    from moto.sqs.models import sqs_backends
+
+    esm = _original_create_mapping(self, spec)
+    for queue in sqs_backends[self.account_id][self.region_name].queues.values():
+        if queue.queue_arn == esm.event_source_arn and ACTIVE.on_sqs_mapping is not None:
+            detach_inline_event_sources(queue)
+            ACTIVE.on_sqs_mapping(esm, queue)
+    return esm
+
+
+# Routes moto's server lacks for the SES v2 operations added here.
+_DESTINATIONS = "{0}/v2/email/configuration-sets/(?P<ConfigurationSetName>[^/]+)/event-destinations"
+_SESV2_EXTRA_PATHS = {
+    "{0}/v2/email/account$": SESV2Response.dispatch,
+    _DESTINATIONS + "$": SESV2Response.dispatch,
+    _DESTINATIONS + "/(?P<EventDestinationName>[^/]+)$": SESV2Response.dispatch,
+}
+
+
+def install() -> None:
+    """Apply every patch (idempotent). Which clock and SES they use is set in ``ACTIVE``."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        self_check()
+        LambdaFunction._invoke_lambda = _invoke_lambda  # type: ignore[method-assign]
+        WaitFunction._wait_interval = _wait_interval  # type: ignore[method-assign]
+        retrier_decl.time = _RetryTime()  # type: ignore[attr-defined]
+        LambdaBackend.create_event_source_mapping = _create_event_source_mapping  # type: ignore[method-assign]
+        sesv2_urls.url_paths.update(_SESV2_EXTRA_PATHS)
+        SESV2Response.send_email = _send_email  # type: ignore[method-assign]
+        SESV2Response.get_account = _get_account  # type: ignore[attr-defined]
+        SESV2Response.create_configuration_set_event_destination = _create_event_destination  # type: ignore
+
+        SESV2Response.update_configuration_set_event_destination = _update_event_destination  # type: ignore[attr-defined]
+        SESV2Response.get_configuration_set_event_destinations = _get_event_destinations  # type: ignore[attr-defined]
+        SESV2Response.delete_configuration_set_event_destination = _delete_event_destination  # type: ignore[attr-defined]
+        _installed = True
+
+
+def detach_inline_event_sources(queue: Any) -> dict[str, Any]:
+    """Take the event source mappings off a moto queue (moto would invoke them inline on
+    every SendMessage, one message at a time); returns them for the pollers."""
+    mappings = dict(queue.lambda_event_source_mappings)
+    queue.lambda_event_source_mappings.clear()
+    return mappings

@@ -1,0 +1,232 @@
+"""Lambda functions run in-process: the real handler, the function's environment, a context.
+
+moto registers the functions (from the specs) and decides when to invoke them (API
+``Invoke``, Step Functions tasks); :func:`invoke_in_process` replaces moto's Docker path
+(see ``cli.local.hooks``). SQS event sources are polled here by :class:`SqsPoller`, which
+behaves like the Lambda service: batches, ``ReportBatchItemFailures``, failed messages
+left for the visibility timeout (and then the queue's redrive policy).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.observability import logger
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of the AWS Lambda context object that handlers use."""
+
+    function_name: str
+    function_version: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_s: int
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = ""
+    _deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_s
+        self.log_group_name = self.log_group_name or f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = self.log_stream_name or f"local/[{self.function_version}]{self.aws_request_id}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+@dataclass
+class InvocationStats:
+    invocations: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    gb_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, function: str, errored: bool, seconds: float, memory_mb: int) -> None:
+        with self._lock:
+            self.invocations[function] += 1
+            if errored:
+                self.errors[function] += 1
+            self.gb_seconds += seconds * memory_mb / 1024
+
+    def reset(self) -> None:
+        with self._lock:
+            self.invocations.clear()
+            self.errors.clear()
+            self.gb_seconds = 0.0
+
+
+STATS = InvocationStats()
+_import_lock = threading.Lock()
+
+
+def _resolve(handler_path: str, env: dict[str, str]) -> Any:
+    """Import ``module.fn``; the first import runs with the function's environment applied."""
+    module_name, _, attribute = handler_path.rpartition(".")
+    with _import_lock:
+        os.environ.update(env)
+        module = importlib.import_module(module_name)
+    return getattr(module, attribute)
+
+
+def invoke_in_process(function: Any, event: Any) -> tuple[str, bool, str]:
+    """Run ``function`` (a moto ``LambdaFunction``) in-process: ``(json_result, errored, logs)``.
+
+    An exception maps like AWS: the payload is ``{errorMessage, errorType, stackTrace}`` and
+    the invocation is marked errored (``X-Amz-Function-Error``), so Retry/Catch work.
+    """
+    if isinstance(event, str | bytes):
+        event = json.loads(event or "{}")
+    name = function.function_name
+    context = LambdaContext(
+        function_name=name,
+        function_version=str(function.version),
+        invoked_function_arn=function.function_arn,
+        memory_limit_in_mb=int(function.memory_size),
+        timeout_s=int(function.timeout),
+    )
+    started = time.perf_counter()
+    errored = False
+    try:
+        handler = _resolve(function.handler, dict(function.environment_vars or {}))
+        result = handler(event, context)
+        payload = json.dumps(result, default=str)
+    except Exception as exc:  # mapped to a function error, like the Lambda service does
+        errored = True
+        payload = json.dumps(
+            {
+                "errorMessage": str(exc),
+                "errorType": type(exc).__name__,
+                "stackTrace": traceback.format_tb(exc.__traceback__),
+            }
+        )
+        logger.warning("local lambda failed", function=name, error_type=type(exc).__name__)
+    elapsed = time.perf_counter() - started
+    STATS.add(name, errored, elapsed, int(function.memory_size))
+    logs = (
+        f"START RequestId: {context.aws_request_id}\n"
+        f"END RequestId: {context.aws_request_id}\n"
+        f"REPORT RequestId: {context.aws_request_id} Duration: {elapsed * 1000:.2f} ms "
+        f"Memory Size: {function.memory_size} MB"
+    )
+    return payload, errored, logs
+
+
+def invoke(function: Any, event: dict[str, Any]) -> tuple[Any, bool]:
+    """Invoke through moto's ``LambdaFunction.invoke`` (the same path as the Invoke API)."""
+    response_headers: dict[str, str] = {}
+    raw = function.invoke(json.dumps(event), {}, response_headers)
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    try:
+        payload = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        payload = text
+    return payload, "x-amz-function-error" in response_headers
+
+
+@dataclass
+class PollerCounts:
+    receives: int = 0
+    deletes: int = 0
+
+
+class SqsPoller:
+    """Polls one SQS queue for one function, like a Lambda SQS event source mapping."""
+
+    def __init__(
+        self,
+        *,
+        sqs_backend: Any,
+        queue_name: str,
+        queue_arn: str,
+        region: str,
+        function: Any,
+        batch_size: int,
+        counts: PollerCounts,
+    ) -> None:
+        self.sqs = sqs_backend
+        self.queue_name = queue_name
+        self.queue_arn = queue_arn
+        self.region = region
+        self.function = function
+        self.batch_size = batch_size
+        self.counts = counts
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"esm-{queue_name}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                messages = self.sqs.receive_message(self.queue_name, self.batch_size, 1, None)
+            except Exception:  # the queue went away (runtime stopping)
+                logger.exception("event source poll failed", queue=self.queue_name)
+                self.stop_event.wait(1)
+                continue
+            if messages:
+                self.counts.receives += 1
+                self._deliver(messages)
+
+    def _record(self, message: Any) -> dict[str, Any]:
+        attributes = {
+            "ApproximateReceiveCount": str(message.approximate_receive_count),
+            "SentTimestamp": str(message.sent_timestamp),
+            "SenderId": str(message.sender_id),
+            "ApproximateFirstReceiveTimestamp": str(message.approximate_first_receive_timestamp),
+        }
+        if message.group_id:
+            attributes["MessageGroupId"] = message.group_id
+        if message.deduplication_id:
+            attributes["MessageDeduplicationId"] = message.deduplication_id
+        return {
+            "messageId": message.id,
+            "receiptHandle": message.receipt_handle,
+            "body": message.body,
+            "attributes": attributes,
+            "messageAttributes": {
+                name: {
+                    "stringValue": value.get("StringValue"),
+                    "binaryValue": value.get("BinaryValue"),
+                    "dataType": value.get("DataType"),
+                    "stringListValues": [],
+                    "binaryListValues": [],
+                }
+                for name, value in (message.message_attributes or {}).items()
+            },
+            "md5OfBody": message.body_md5,
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.queue_arn,
+            "awsRegion": self.region,
+        }
+
+    def _deliver(self, messages: list[Any]) -> None:
+        payload, errored = invoke(self.function, {"Records": [self._record(m) for m in messages]})
+        if errored:
+            return  # every message returns after its visibility timeout
+        failed: set[str] = set()
+        if isinstance(payload, dict) and isinstance(payload.get("batchItemFailures"), list):
+            failed = {
+                str(f.get("itemIdentifier")) for f in payload["batchItemFailures"] if isinstance(f, dict)
+            }
+        done = [m for m in messages if m.id not in failed]
+        for message in done:
+            self.sqs.delete_message(self.queue_name, message.receipt_handle)
+        if done:
+            self.counts.deletes += 1

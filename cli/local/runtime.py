@@ -1,0 +1,286 @@
+"""The local runtime: the whole stack on an embedded emulated AWS, as a context manager.
+
+    with LocalRuntime(RuntimeConfig()) as rt:
+        rt.endpoint, rt.api_url, rt.api_key, rt.outbox
+
+Starts moto's server in this process, points this process at it (``AWS_ENDPOINT_URL``
+and friends), provisions everything in ``shared.specs`` through ``shared.provision``,
+runs Lambdas in-process, Step Functions on a virtual clock, a faithful SES, and an HTTP
+front for the API routes. One runtime per process (moto's Step Functions engine calls
+Lambda back on ``MOTO_PORT``, a process-wide setting).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from cli.local import hooks
+from cli.local.clock import VirtualClock
+from cli.local.http_front import HttpFront
+from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
+from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
+from shared import specs
+from shared.aws import reset_clients
+from shared.provision import LocalResources, local_function_name, provision
+from shared.secrets import reset_cache
+
+ACCOUNT_ID = "123456789012"
+STATE_FILE = "runtime.json"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RuntimeConfig:
+    port: int = 0  # AWS endpoint; 0 = a free port
+    api_port: int = 0  # HTTP API; 0 = a free port
+    speed: float | None = None  # None: waits are instant; N: N times faster than real time
+    max_send_rate: float = DEFAULT_MAX_SEND_RATE
+    max_24_hour_send: int = DEFAULT_MAX_24_HOUR_SEND
+    state_dir: Path | None = None  # runtime.json + outbox/; None = a temporary folder
+    api_key: str | None = None
+    region: str = "us-east-1"
+
+
+@dataclass
+class LocalRuntime:
+    config: RuntimeConfig = field(default_factory=RuntimeConfig)
+    clock: VirtualClock = field(init=False)
+    ses: LocalSes = field(init=False)
+    resources: LocalResources = field(init=False)
+    front: HttpFront = field(init=False)
+    pollers: list[SqsPoller] = field(default_factory=list, init=False)
+    poller_counts: PollerCounts = field(default_factory=PollerCounts, init=False)
+    started_in_s: float = field(default=0.0, init=False)
+    _server: Any = field(default=None, init=False)
+    _tmp: Any = field(default=None, init=False)
+    _saved_env: dict[str, str | None] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    # ----- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> LocalRuntime:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        return self.config.port
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.config.port}"
+
+    @property
+    def api_url(self) -> str:
+        return self.front.url
+
+    @property
+    def api_key(self) -> str:
+        return self.resources.api_key
+
+    @property
+    def state_dir(self) -> Path:
+        assert self.config.state_dir is not None
+        return self.config.state_dir
+
+    @property
+    def outbox(self) -> Path:
+        return self.state_dir / "outbox"
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            self._saved_env.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    def start(self) -> None:
+        from moto.core.config import default_user_config
+        from moto.server import ThreadedMotoServer
+
+        started = time.perf_counter()
+        config = self.config
+        config.port = config.port or free_port()
+        if config.state_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="mailstep-local-")
+            config.state_dir = Path(self._tmp.name)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self._set_env(
+            {
+                "AWS_ENDPOINT_URL": self.endpoint,
+                "MOTO_PORT": str(config.port),
+                "AWS_DEFAULT_REGION": config.region,
+                "AWS_REGION": config.region,
+                "AWS_ACCESS_KEY_ID": "mailstep-local",
+                "AWS_SECRET_ACCESS_KEY": "mailstep-local",
+                "TZ": "UTC",
+                "POWERTOOLS_METRICS_NAMESPACE": "Mailstep",
+            }
+        )
+        os.environ.pop("AWS_SESSION_TOKEN", None)
+        os.environ.pop("AWS_PROFILE", None)
+        time.tzset()
+        default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        hooks.install()
+        self.clock = VirtualClock(speed=config.speed)
+        self.ses = LocalSes(
+            self.outbox,
+            account_id=ACCOUNT_ID,
+            region=config.region,
+            publish=self._publish_sns,
+            max_send_rate=config.max_send_rate,
+            max_24_hour_send=config.max_24_hour_send,
+        )
+        hooks.ACTIVE.clock = self.clock
+        hooks.ACTIVE.ses = self.ses
+        hooks.ACTIVE.on_sqs_mapping = self._start_poller
+        STATS.reset()
+
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=config.port, verbose=False)
+        self._server.start()
+        reset = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")  # noqa: S310
+        urllib.request.urlopen(reset, timeout=10)  # noqa: S310 - local URL: start from an empty account
+        reset_clients()
+        reset_cache()
+        config.api_port = config.api_port or free_port()
+        public = {"public_base_url": f"http://127.0.0.1:{config.api_port}"}
+        self.resources = provision(config.api_key, functions=True, settings=public)
+        self._set_env(self.resources.env())
+
+        self.front = HttpFront(specs.routes(), self.invoke_spec, port=config.api_port, control=self._control)
+        config.api_port = self.front.port
+        self.front.start()
+        self.started_in_s = time.perf_counter() - started
+        self._write_state()
+
+    def stop(self) -> None:
+        for poller in self.pollers:
+            poller.stop_event.set()
+        for poller in self.pollers:
+            poller.stop()
+        self.pollers.clear()
+        front = getattr(self, "front", None)
+        if front is not None:
+            front.stop()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = None
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+        reset_clients()
+        reset_cache()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _write_state(self) -> None:
+        (self.state_dir / STATE_FILE).write_text(json.dumps(self.describe(), indent=2))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "api_url": self.api_url,
+            "api_key": self.api_key,
+            "region": self.config.region,
+            "outbox": str(self.outbox),
+            "pid": os.getpid(),
+            "tables": self.resources.tables,
+            "functions": {n: f.name for n, f in self.resources.functions.items()},
+        }
+
+    # ----- moto internals the runtime drives ---------------------------------------------
+    def _backend(self, service: str) -> Any:
+        from moto.backends import get_backend
+
+        return get_backend(service)[ACCOUNT_ID][self.config.region]  # type: ignore[call-overload]
+
+    def _publish_sns(self, topic_arn: str, message: str) -> None:
+        self._backend("sns").topics[topic_arn].publish(message)
+
+    def _start_poller(self, esm: Any, queue: Any) -> None:
+        function = self._backend("lambda").get_function(esm.function_arn)
+        poller = SqsPoller(
+            sqs_backend=self._backend("sqs"),
+            queue_name=queue.name,
+            queue_arn=queue.queue_arn,
+            region=self.config.region,
+            function=function,
+            batch_size=int(esm.batch_size or 10),
+            counts=self.poller_counts,
+        )
+        with self._lock:
+            self.pollers.append(poller)
+        poller.start()
+
+    def function(self, name: str) -> Any:
+        """The moto ``LambdaFunction`` of a spec'd function (by spec name) or a physical name."""
+        spec = next((f for f in specs.FUNCTIONS if f.name == name), None)
+        return self._backend("lambda").get_function(local_function_name(spec) if spec else name)
+
+    def invoke_spec(self, spec: specs.FunctionSpec, event: dict[str, Any]) -> tuple[Any, bool]:
+        return invoke(self.function(spec.name), event)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "clock": {
+                "advanced_s": self.clock.advanced_s,
+                "waits": len(self.clock.waits),
+                "speed": self.clock.speed,
+            },
+            "lambda": {"invocations": dict(STATS.invocations), "errors": dict(STATS.errors)},
+            "ses": {
+                "sends": self.ses.sends,
+                "events": len(self.ses.events),
+                **self.ses.account()["SendQuota"],
+            },
+            "http": {"requests": self.front.stats.requests},
+        }
+
+    def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send}."""
+        if method == "GET" and path == "/_local/status":
+            return 200, self.status()
+        if method == "POST" and path == "/_local/ses":
+            try:
+                values = json.loads(body or b"{}")
+                self.ses.configure(
+                    max_send_rate=values.get("max_send_rate"), max_24_hour_send=values.get("max_24_hour_send")
+                )
+            except (ValueError, TypeError, AttributeError) as exc:
+                return 400, {"error": {"code": "invalid_request", "message": str(exc)}}
+            return 200, self.ses.account()["SendQuota"]
+        return 404, {"message": "Not Found"}
+
+
+def read_state(state_dir: Path) -> dict[str, Any]:
+    path = state_dir / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no running local runtime found ({path} is missing): start `mailstep dev` first"
+        )
+    return dict(json.loads(path.read_text()))

@@ -1,0 +1,321 @@
+"""A faithful local SES v2, running inside the emulated endpoint.
+
+moto's own ``send_email`` drops configuration sets, EmailTags, headers and text parts and
+never publishes events. :class:`LocalSes` takes over ``SendEmail`` (see
+``cli.local.hooks``), so product code keeps talking plain boto3 to the endpoint:
+
+- every accepted message lands in ``<outbox>/<message-id>.eml`` (the MIME as sent; Simple
+  content becomes equivalent MIME) plus ``<message-id>.json`` (configuration set,
+  EmailTags, from, destination, timestamp and the SES ``mail`` object);
+- events are published in the SES event-publishing format to the SNS topics of the
+  configuration set's event destinations: Send, then Delivery/Bounce/Complaint as the
+  mailbox simulator says;
+- MaxSendRate (a token bucket shared by every thread) and Max24HourSend throttle like SES
+  and ``GetAccount`` reports them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from email import message_from_bytes, policy
+from email.message import EmailMessage, Message
+from email.utils import formatdate, getaddresses
+from pathlib import Path
+from typing import Any
+
+from cli.local import ses_events as ev
+
+DEFAULT_MAX_SEND_RATE = 14.0
+DEFAULT_MAX_24_HOUR_SEND = 50_000
+MAX_RECIPIENTS = 50
+_TAG_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class SesError(Exception):
+    """An SES v2 API error: ``error_type`` and HTTP ``status`` as the real service answers."""
+
+    def __init__(self, error_type: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    message_id: str
+    eml: Path
+    meta: Path
+
+
+Publisher = Callable[[str, str], None]  # (topic ARN, message) -> None
+
+
+class LocalSes:
+    def __init__(
+        self,
+        outbox: Path,
+        *,
+        account_id: str,
+        region: str,
+        publish: Publisher,
+        max_send_rate: float = DEFAULT_MAX_SEND_RATE,
+        max_24_hour_send: int = DEFAULT_MAX_24_HOUR_SEND,
+    ) -> None:
+        self.outbox = outbox
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        self.account_id = account_id
+        self.region = region
+        self.publish = publish
+        self.max_send_rate = float(max_send_rate)
+        self.max_24_hour_send = int(max_24_hour_send)
+        self._tokens = self.max_send_rate
+        self._refilled = time.monotonic()
+        self._sent: deque[tuple[float, int]] = deque()  # (wall time, recipients) for 24 h
+        self._lock = threading.Lock()
+        # configuration set -> destination name -> EventDestination (SES v2 shape)
+        self.destinations: dict[str, dict[str, dict[str, Any]]] = {}
+        self.sends = 0
+        self.events: list[dict[str, Any]] = []  # every record published (tests, bench)
+
+    # ----- quota -------------------------------------------------------------------------
+    def configure(self, *, max_send_rate: float | None = None, max_24_hour_send: int | None = None) -> None:
+        with self._lock:
+            if max_send_rate is not None:
+                self.max_send_rate = float(max_send_rate)
+                self._tokens = min(self._tokens, self.max_send_rate)
+            if max_24_hour_send is not None:
+                self.max_24_hour_send = int(max_24_hour_send)
+
+    def _sent_last_24h(self, now: float) -> int:
+        while self._sent and self._sent[0][0] < now - 86400:
+            self._sent.popleft()
+        return sum(n for _, n in self._sent)
+
+    def _take(self, recipients: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.max_send_rate, self._tokens + (now - self._refilled) * self.max_send_rate)
+            self._refilled = now
+            wall = time.time()
+            if self._sent_last_24h(wall) + recipients > self.max_24_hour_send:
+                raise SesError("LimitExceededException", "Daily message quota exceeded.")
+            if self._tokens < recipients:
+                raise SesError("TooManyRequestsException", "Maximum sending rate exceeded.", 429)
+            self._tokens -= recipients
+            self._sent.append((wall, recipients))
+
+    def account(self) -> dict[str, Any]:
+        with self._lock:
+            sent = self._sent_last_24h(time.time())
+        return {
+            "DedicatedIpAutoWarmupEnabled": False,
+            "EnforcementStatus": "HEALTHY",
+            "ProductionAccessEnabled": True,
+            "SendQuota": {
+                "Max24HourSend": float(self.max_24_hour_send),
+                "MaxSendRate": float(self.max_send_rate),
+                "SentLast24Hours": float(sent),
+            },
+            "SendingEnabled": True,
+        }
+
+    # ----- event destinations ------------------------------------------------------------
+    def put_destination(self, configuration_set: str, name: str, destination: dict[str, Any]) -> None:
+        with self._lock:
+            self.destinations.setdefault(configuration_set, {})[name] = {"Name": name, **destination}
+
+    def delete_destination(self, configuration_set: str, name: str) -> None:
+        with self._lock:
+            if name not in self.destinations.get(configuration_set, {}):
+                raise SesError("NotFoundException", f"Event destination {name} does not exist.", 404)
+            del self.destinations[configuration_set][name]
+
+    def list_destinations(self, configuration_set: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(d) for d in self.destinations.get(configuration_set, {}).values()]
+
+    def emit(self, record: dict[str, Any]) -> int:
+        """Publish ``record`` to every enabled destination of its configuration set that
+        matches its type; returns how many topics received it."""
+        configuration_set = (record["mail"]["tags"].get("ses:configuration-set") or [None])[0]
+        if not configuration_set:
+            return 0
+        kind = ev.destination_event_type(record)
+        published = 0
+        for destination in self.list_destinations(configuration_set):
+            topic = (destination.get("SnsDestination") or {}).get("TopicArn")
+            if (
+                destination.get("Enabled", False)
+                and topic
+                and kind in destination.get("MatchingEventTypes", [])
+            ):
+                self.publish(topic, json.dumps(record))
+                published += 1
+        with self._lock:
+            self.events.append(record)
+        return published
+
+    # ----- sending -----------------------------------------------------------------------
+    def send(self, params: dict[str, Any], configuration_set_exists: Callable[[str], bool]) -> SentMessage:
+        """Accept one SES v2 ``SendEmail`` request (already JSON-decoded)."""
+        source = params.get("FromEmailAddress")
+        content = params.get("Content") or {}
+        destination = params.get("Destination") or {}
+        configuration_set = params.get("ConfigurationSetName")
+        tags = params.get("EmailTags") or []
+        for tag in tags:
+            if not _TAG_CHARS.match(str(tag.get("Name", ""))) or not _TAG_CHARS.match(
+                str(tag.get("Value", ""))
+            ):
+                raise SesError(
+                    "BadRequestException",
+                    "Tag name and value may contain only ASCII letters, numbers, underscores and dashes "
+                    f"(got {tag.get('Name')!r}={tag.get('Value')!r}).",
+                )
+        if configuration_set and not configuration_set_exists(configuration_set):
+            raise SesError(
+                "NotFoundException", f"Configuration set <{configuration_set}> does not exist.", 404
+            )
+
+        raw: bytes | None = None
+        if "Raw" in content:
+            raw = base64.b64decode(content["Raw"]["Data"])
+            message = message_from_bytes(raw, policy=policy.compat32)
+        elif "Simple" in content:
+            message = _simple_to_mime(
+                source, destination, content["Simple"], params.get("ReplyToAddresses") or []
+            )
+        else:
+            raise SesError(
+                "BadRequestException", "Content must contain Raw or Simple (templates are not emulated)."
+            )
+
+        recipients = _recipients(destination, message)
+        if not source:
+            source = message.get("From")
+        if not source:
+            raise SesError("BadRequestException", "Missing FromEmailAddress.")
+        if not recipients:
+            raise SesError("BadRequestException", "Missing final recipients.")
+        if len(recipients) > MAX_RECIPIENTS:
+            raise SesError("BadRequestException", f"Recipient count exceeds {MAX_RECIPIENTS}.")
+
+        self._take(len(recipients))
+        message_id = ev.feedback_id()
+        added: list[tuple[str, str]] = []  # SES adds these when the message lacks them
+        if message.get("Message-ID") is None:
+            added.append(("Message-ID", f"<{message_id}@email.amazonses.com>"))
+        if message.get("Date") is None:
+            added.append(("Date", formatdate(usegmt=True)))
+        for name, value in added:
+            message[name] = value
+        if raw is None:
+            mime = message.as_bytes()
+        else:  # byte-exact: the message as sent, with SES's added headers in front
+            mime = b"".join(f"{n}: {v}\r\n".encode() for n, v in added) + raw
+        timestamp = ev.iso()
+        mail = ev.mail_object(
+            message_id=message_id,
+            timestamp=timestamp,
+            source=source,
+            destination=recipients,
+            message=message,
+            configuration_set=configuration_set,
+            email_tags={t["Name"]: t["Value"] for t in tags},
+            account_id=self.account_id,
+            region=self.region,
+        )
+        eml = self.outbox / f"{message_id}.eml"
+        meta = self.outbox / f"{message_id}.json"
+        eml.write_bytes(mime)
+        meta.write_text(
+            json.dumps(
+                {
+                    "message_id": message_id,
+                    "timestamp": timestamp,
+                    "configuration_set": configuration_set,
+                    "email_tags": {t["Name"]: t["Value"] for t in tags},
+                    "from": source,
+                    "destination": recipients,
+                    "subject": message.get("Subject", ""),
+                    "outcomes": {r: ev.simulated_outcome(r) for r in recipients},
+                    "mail": mail,
+                },
+                indent=2,
+            )
+        )
+        with self._lock:
+            self.sends += 1
+        self._publish_outcomes(mail, recipients)
+        return SentMessage(message_id=message_id, eml=eml, meta=meta)
+
+    def _publish_outcomes(self, mail: dict[str, Any], recipients: list[str]) -> None:
+        outcomes = {r: ev.simulated_outcome(r) for r in recipients}
+        self.emit(ev.send_event(mail))
+        delivered = [r for r, o in outcomes.items() if o in (ev.DELIVERED, ev.COMPLAINED)]
+        bounced = [r for r, o in outcomes.items() if o == ev.BOUNCED]
+        suppressed = [r for r, o in outcomes.items() if o == ev.SUPPRESSED]
+        complained = [r for r, o in outcomes.items() if o == ev.COMPLAINED]
+        if delivered:
+            self.emit(ev.delivery_event(mail, delivered))
+        if bounced:
+            self.emit(ev.bounce_event(mail, bounced))
+        if suppressed:
+            self.emit(ev.bounce_event(mail, suppressed, sub_type="OnAccountSuppressionList"))
+        if complained:
+            self.emit(ev.complaint_event(mail, complained))
+
+
+def _recipients(destination: dict[str, Any], message: Message) -> list[str]:
+    listed = [
+        *destination.get("ToAddresses", []),
+        *destination.get("CcAddresses", []),
+        *destination.get("BccAddresses", []),
+    ]
+    if listed:
+        return [str(a) for a in listed]
+    headers = [str(v) for h in ("To", "Cc", "Bcc") for v in (message.get_all(h) or [])]
+    return [addr for _, addr in getaddresses(headers) if addr]
+
+
+def _simple_to_mime(
+    source: str | None, destination: dict[str, Any], simple: dict[str, Any], reply_to: list[str]
+) -> EmailMessage:
+    message = EmailMessage()
+    message["From"] = source or ""
+    if destination.get("ToAddresses"):
+        message["To"] = ", ".join(destination["ToAddresses"])
+    if destination.get("CcAddresses"):
+        message["Cc"] = ", ".join(destination["CcAddresses"])
+    if reply_to:
+        message["Reply-To"] = ", ".join(reply_to)
+    message["Subject"] = simple.get("Subject", {}).get("Data", "")
+    message["Date"] = formatdate(usegmt=True)
+    for header in simple.get("Headers", []) or []:
+        message[header["Name"]] = header["Value"]
+    body = simple.get("Body", {})
+    text = body.get("Text", {}).get("Data")
+    html = body.get("Html", {}).get("Data")
+    if text is not None:
+        message.set_content(text)
+        if html is not None:
+            message.add_alternative(html, subtype="html")
+    elif html is not None:
+        message.set_content(html, subtype="html")
+    else:
+        message.set_content("")
+    return message
+
+
+def read_outbox(outbox: Path) -> list[dict[str, Any]]:
+    """Metadata of every message in the outbox, oldest first."""
+    items = [json.loads(p.read_text()) for p in outbox.glob("*.json")]
+    return sorted(items, key=lambda m: m["timestamp"])
