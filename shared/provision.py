@@ -200,7 +200,9 @@ def provision(
     key = api_key or _secrets.token_urlsafe(32)
     secret_names = {}
     for secret in specs.SECRETS:
-        sm.create_secret(Name=secret.local_name, SecretString=key, Description=secret.description)
+        # The API key is the one the caller knows; every other secret gets its own random value.
+        value = key if secret is specs.API_KEY_SECRET else _secrets.token_urlsafe(32)
+        sm.create_secret(Name=secret.local_name, SecretString=value, Description=secret.description)
         secret_names[secret.setting] = secret.local_name
     if not functions:
         return LocalResources(tables=tables, secrets=secret_names, api_key=key)

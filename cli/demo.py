@@ -1,0 +1,183 @@
+"""``mailstep demo``: a short story told through the HTTP API of a local runtime.
+
+The story is an ordered list of chapters (``CHAPTERS``); each capability appends its own
+chapter function taking a :class:`Demo`. The last chapter prints what the story left
+in the tables and the outbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass
+class Demo:
+    runtime: Any  # cli.local.LocalRuntime
+    console: Console
+    failures: list[str] = field(default_factory=list)
+
+    def post(self, path: str, body: Any, *, key: str | None = None) -> tuple[int, Any]:
+        """POST JSON to the local HTTP API with the runtime's key (or ``key``)."""
+        request = urllib.request.Request(  # noqa: S310 - the local API
+            self.runtime.api_url + path,
+            data=json.dumps(body).encode(),
+            headers={
+                "content-type": "application/json",
+                "authorization": f"Bearer {key if key is not None else self.runtime.api_key}",
+            },
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def events(self, *events: dict[str, Any]) -> list[dict[str, Any]]:
+        status, answer = self.post("/v1/events", {"events": list(events)})
+        self.expect(status == 200, f"POST /v1/events answered {status}: {answer}")
+        results = list(answer["results"])
+        for result in results:
+            self.console.print(
+                f"  [green]{status}[/green] {result['type']:<26} {result['subscriber']:<9} "
+                f"tags +{result['tags_added']} -{result['tags_removed']}"
+            )
+        return results
+
+    def expect(self, ok: bool, message: str) -> None:
+        if not ok:
+            self.failures.append(message)
+            self.console.print(f"  [red]unexpected:[/red] {message}")
+
+    def chapter(self, title: str) -> None:
+        self.console.rule(f"[bold]{title}")
+
+
+def chapter_subscribers(demo: Demo) -> None:
+    demo.chapter("1. Subscribers arrive through POST /v1/events")
+    demo.events(
+        {
+            "type": "subscriber.subscribed",
+            "email": "ada@example.com",
+            "first_name": "Ada",
+            "tags": {"add": ["trial", "newsletter"]},
+            "attributes": {"plan": "trial", "company": "Analytical Engines"},
+        },
+        {
+            "type": "subscriber.subscribed",
+            "email": "grace@example.com",
+            "first_name": "Grace",
+            "tags": {"add": ["pro", "newsletter"]},
+            "attributes": {"plan": "pro"},
+        },
+        {"type": "subscriber.subscribed", "email": "linus@Example.COM", "tags": {"add": ["newsletter"]}},
+    )
+
+
+def chapter_tag_change(demo: Demo) -> None:
+    demo.chapter("2. Ada upgrades: a tag change (profile and TAG# index change in one transaction)")
+    results = demo.events(
+        {
+            "type": "purchase.completed",
+            "email": "ada@example.com",
+            "tags": {"add": ["pro"], "remove": ["trial"]},
+            "attributes": {"plan": "pro"},
+            "id": "order-1001",
+        }
+    )
+    demo.expect(results[0]["tags_added"] == ["pro"], "the pro tag was not added")
+
+
+def chapter_unsubscribe(demo: Demo) -> None:
+    demo.chapter("3. Linus unsubscribes")
+    results = demo.events({"type": "subscriber.unsubscribed", "email": "linus@example.com"})
+    demo.expect(results[0]["status"] == "unsubscribed", "the subscriber is not unsubscribed")
+
+
+def chapter_bad_requests(demo: Demo) -> None:
+    demo.chapter("4. Bad requests are refused, and nothing is written")
+    status, answer = demo.post("/v1/events", {"type": "subscriber.subscribed", "email": "not-an-email"})
+    demo.console.print(f"  [yellow]{status}[/yellow] {json.dumps(answer.get('error', answer))}")
+    demo.expect(status == 400, f"a bad email got {status}, not 400")
+    status, answer = demo.post(
+        "/v1/events", {"type": "subscriber.subscribed", "email": "x@example.com"}, key="nope"
+    )
+    demo.console.print(f"  [yellow]{status}[/yellow] {json.dumps(answer.get('error', answer))}")
+    demo.expect(status == 401, f"a wrong key got {status}, not 401")
+
+
+def chapter_state(demo: Demo) -> None:
+    demo.chapter("What is in DynamoDB and the outbox now")
+    from cli.local_cmd import outbox_table
+    from cli.local.ses import read_outbox
+    from shared.aws import client
+    from shared.dynamo import deserialize
+
+    table_name = demo.runtime.resources.tables["table_name"]
+    items = [deserialize(i) for i in client("dynamodb").scan(TableName=table_name)["Items"]]
+    profiles = sorted((i for i in items if i["SK"] == "PROFILE"), key=lambda i: i["email"])
+    subscribers = Table(title=f"Subscribers ({table_name}, SK = PROFILE)")
+    for column in ("email", "first name", "status", "tags", "attributes"):
+        subscribers.add_column(column)
+    for item in profiles:
+        subscribers.add_row(
+            item["email"],
+            item.get("first_name") or "",
+            item["status"],
+            ", ".join(sorted(item.get("tags", set()))),
+            json.dumps({k: str(v) for k, v in item.get("attributes", {}).items()}),
+        )
+    demo.console.print(subscribers)
+    tags = sorted((i["PK"], i["SK"]) for i in items if i["PK"].startswith("TAG#"))
+    index = Table(title="TAG# index (inverted partners of the profile tags)")
+    index.add_column("PK")
+    index.add_column("SK")
+    for pk, sk in tags:
+        index.add_row(pk, sk)
+    demo.console.print(index)
+    demo.expect(len(profiles) == 3, f"expected 3 subscribers, found {len(profiles)}")
+    expected_pairs = {(f"TAG#{t}", f"SUB#{p['email']}") for p in profiles for t in p.get("tags", set())}
+    demo.expect(set(tags) == expected_pairs, "the TAG# index and the profile tags disagree")
+    messages = read_outbox(demo.runtime.outbox)
+    if messages:
+        demo.console.print(outbox_table(messages))
+    else:
+        demo.console.print(
+            f"Outbox {demo.runtime.outbox}: empty (no capability has sent mail in this story yet)"
+        )
+
+
+Chapter = Callable[[Demo], None]
+CHAPTERS: list[Chapter] = [chapter_subscribers, chapter_tag_change, chapter_unsubscribe, chapter_bad_requests]
+FINALE: Chapter = chapter_state
+
+
+def demo() -> None:
+    """Start mailstep locally, tell a short story through its HTTP API, show the result."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    from cli.local import LocalRuntime, RuntimeConfig
+
+    console = Console()
+    with LocalRuntime(RuntimeConfig()) as runtime:
+        console.print(
+            f"[bold]mailstep demo[/bold]: emulated AWS at {runtime.endpoint}, HTTP API at {runtime.api_url} "
+            f"(started in {runtime.started_in_s:.1f} s)"
+        )
+        story = Demo(runtime=runtime, console=console)
+        for chapter in [*CHAPTERS, FINALE]:
+            chapter(story)
+    if story.failures:
+        console.print(f"[red]{len(story.failures)} unexpected outcome(s)[/red]")
+        raise typer.Exit(1)
+    console.print("[green]demo finished[/green]")

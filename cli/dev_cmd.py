@@ -1,0 +1,81 @@
+"""``mailstep dev``: the whole stack on an embedded emulated AWS, until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+DEFAULT_STATE_DIR = Path(".mailstep")
+
+
+def dev(
+    port: int = typer.Option(4566, help="Port of the emulated AWS endpoint (0: a free port)."),
+    api_port: int = typer.Option(8787, help="Port of the local HTTP API (0: a free port)."),
+    speed: float = typer.Option(
+        3600.0, help="Step Functions Wait/Retry speed-up (3600: an hour per second; 0: instant)."
+    ),
+    max_send_rate: float = typer.Option(14.0, help="SES MaxSendRate (messages per second)."),
+    max_24_hour_send: int = typer.Option(50_000, help="SES Max24HourSend quota."),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where runtime.json and the outbox/ live."),
+) -> None:
+    """Run mailstep locally: emulated AWS, in-process Lambdas, local SES and the HTTP API."""
+    from cli.local import LocalRuntime, RuntimeConfig
+
+    console = Console()
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    config = RuntimeConfig(
+        port=port,
+        api_port=api_port,
+        speed=None if speed <= 0 else speed,
+        max_send_rate=max_send_rate,
+        max_24_hour_send=max_24_hour_send,
+        state_dir=state_dir.resolve(),
+    )
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with LocalRuntime(config) as runtime:
+            console.print(_banner(runtime), soft_wrap=True)
+            while not stop.wait(0.5):
+                pass
+            console.print("[bold]stopping[/bold] ...")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.print("stopped.")
+
+
+def _banner(runtime: Any) -> Panel:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("AWS endpoint", runtime.endpoint)
+    table.add_row("HTTP API", f"{runtime.api_url}  (routes: POST /v1/events ...)")
+    table.add_row("API key", runtime.api_key)
+    table.add_row("Outbox", str(runtime.outbox))
+    table.add_row("Region", runtime.config.region)
+    speed = runtime.clock.speed
+    table.add_row("Wait states", "instant" if speed is None else f"{speed:g}x real time")
+    table.add_row("Started in", f"{runtime.started_in_s:.2f} s")
+    table.add_row(
+        "Try",
+        f"curl -X POST {runtime.api_url}/v1/events -H 'Authorization: Bearer {runtime.api_key}' "
+        '-d \'{"type":"subscriber.subscribed","email":"ada@example.com"}\'',
+    )
+    table.add_row(
+        "",
+        f"AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x aws --region {runtime.config.region} "
+        f"--endpoint-url {runtime.endpoint} dynamodb scan --table-name {runtime.resources.tables['table_name']}",
+    )
+    table.add_row("", "mailstep local open|click|bounce|complain <message-id or email>")
+    return Panel(table, title="mailstep dev: serving (Ctrl-C stops)", expand=False)

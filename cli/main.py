@@ -1,0 +1,21 @@
+"""The ``mailstep`` command. Each capability registers its commands here with one line."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import demo, dev_cmd, local_cmd
+
+app = typer.Typer(
+    name="mailstep",
+    help="Self-hosted serverless email: sequences, broadcasts, SES. Runs locally with no AWS account.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+app.command("dev", help=dev_cmd.dev.__doc__)(dev_cmd.dev)
+app.command("demo", help=demo.demo.__doc__)(demo.demo)
+app.add_typer(local_cmd.app, name="local")
+
+if __name__ == "__main__":
+    app()
