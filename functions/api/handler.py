@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -29,12 +30,14 @@ register_error_handlers(app)
 
 
 @app.post("/v1/events")
-def post_events() -> dict[str, Any]:
+def post_events() -> Response:
     require_bearer(app.current_event.headers.get("authorization"), get_secret(settings.api_key_secret))
     batch = parse_event_body(decode_json_body(app.current_event.decoded_body, settings.max_body_bytes))
     results = ingest(batch, context)
     metrics.add_metric(name="EventsAccepted", unit="Count", value=len(results))
-    return {"results": results}
+    # 409 when every event was refused (an id reused for a different event); else 200.
+    status = 409 if all("error" in r for r in results) else 200
+    return Response(status, content_types.APPLICATION_JSON, json.dumps({"results": results}))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

@@ -12,6 +12,8 @@ from shared.secrets import reset_cache
 from shared.specs import TABLES
 from shared.store import SubscriberStore
 
+API_KEY = "test-api-key-0123456789"
+
 
 @pytest.fixture(scope="session")
 def aws() -> Iterator[None]:
@@ -24,7 +26,7 @@ def aws() -> Iterator[None]:
 
 @pytest.fixture
 def resources(aws: None) -> Iterator[LocalResources]:
-    res = provision(api_key="test-api-key-0123456789")
+    res = provision(api_key=API_KEY)
     yield res
     ddb = client("dynamodb")
     for spec in TABLES:
@@ -52,3 +54,39 @@ def scan_all(table: str) -> list[dict[str, Any]]:
         start = page.get("LastEvaluatedKey")
         if not start:
             return items
+
+
+
+class ApiClient:
+    """Calls the real API handler with API Gateway v2 events."""
+
+    def __init__(self, handler_module: Any) -> None:
+        self.module = handler_module
+
+    def post(self, path: str, body: Any, key: str | None = API_KEY, raw: bool = False,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        import json
+
+        from shared.apigw import LambdaContext, http_api_event
+
+        hdrs = {"content-type": "application/json", **(headers or {})}
+        if key is not None:
+            hdrs["authorization"] = f"Bearer {key}"
+        payload = body if raw else json.dumps(body)
+        event = http_api_event("POST", path, body=payload, headers=hdrs)
+        response = self.module.handler(event, LambdaContext("api"))
+        text = response.get("body") or ""
+        try:
+            return response["statusCode"], json.loads(text)
+        except ValueError:
+            return response["statusCode"], text
+
+
+@pytest.fixture
+def api(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> ApiClient:
+    import importlib
+
+    for name, value in resources.env().items():
+        monkeypatch.setenv(name, value)
+    module = importlib.import_module("functions.api.handler")
+    return ApiClient(module)

@@ -1,0 +1,169 @@
+"""POST /v1/events through the real handler on moto: outcomes, idempotency, hostile input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.conftest import ApiClient, scan_all
+
+MAIN, EVENTS = "mailstep-main", "mailstep-events"
+
+
+def ok(email: str = "ann@example.com", **extra: object) -> dict:
+    return {"type": "subscriber.subscribed", "email": email, **extra}
+
+
+def test_subscribe_creates_profile_tags_and_event(api: ApiClient, store) -> None:
+    status, body = api.post("/v1/events", ok("  Ann@Example.COM ", first_name="Ann", tags=["pro", "beta"],
+                                             attributes={"plan": "pro", "seats": 3}))
+    assert status == 200
+    result = body["results"][0]
+    assert result["subscriber"] == "created" and result["status"] == "subscribed"
+    assert result["tags_added"] == ["beta", "pro"]
+    profile = store.get_profile("Ann@example.com")
+    assert profile is not None and profile.tags == {"pro", "beta"} and profile.attributes == {"plan": "pro", "seats": 3}
+    assert sorted(store.tag_members("pro")) == ["Ann@example.com"]
+    events = store.list_events("Ann@example.com")
+    assert [e["type"] for e in events] == ["subscriber.subscribed"]
+
+
+def test_batch_outcomes_in_order_and_unsubscribe_is_sticky(api: ApiClient, store) -> None:
+    status, body = api.post("/v1/events", {"events": [
+        ok("a@example.com", tags=["x"]),
+        {"type": "subscriber.unsubscribed", "email": "a@example.com"},
+        ok("a@example.com", tags={"add": ["y"], "remove": ["x"]}),
+        {"type": "trial.started", "email": "b@example.com", "data": {"plan": "pro"}},
+    ]})
+    assert status == 200
+    results = body["results"]
+    assert [r["index"] for r in results] == [0, 1, 2, 3]
+    assert results[1]["status"] == "unsubscribed"
+    # An upsert never clears "unsubscribed".
+    assert results[2]["status"] == "unsubscribed" and results[2]["tags_removed"] == ["x"]
+    assert store.get_profile("a@example.com").tags == {"y"}
+    assert store.tag_members("x") == []
+    assert results[3]["subscriber"] == "created"
+
+
+def test_unsubscribe_of_unknown_address_remembers_the_opt_out(api: ApiClient, store) -> None:
+    api.post("/v1/events", {"type": "subscriber.unsubscribed", "email": "new@example.com"})
+    api.post("/v1/events", ok("new@example.com"))
+    assert store.get_profile("new@example.com").status == "unsubscribed"
+
+
+def test_retried_event_with_id_is_harmless(api: ApiClient, store) -> None:
+    event = ok("c@example.com", tags=["t1"], id="evt-123")
+    first = api.post("/v1/events", event)
+    items_after_first = scan_all(MAIN) + scan_all(EVENTS)
+    second = api.post("/v1/events", event)
+    assert first[0] == second[0] == 200
+    assert first[1]["results"][0]["replayed"] is False
+    assert second[1]["results"][0]["replayed"] is True
+    assert second[1]["results"][0]["subscriber"] == "created"
+    assert scan_all(MAIN) + scan_all(EVENTS) == items_after_first
+    assert len(store.list_events("c@example.com")) == 1
+
+
+def test_reused_id_with_different_payload_is_a_conflict_and_changes_nothing(api: ApiClient, store) -> None:
+    api.post("/v1/events", ok("d@example.com", tags=["a"], id="evt-9"))
+    before = scan_all(MAIN) + scan_all(EVENTS)
+    status, body = api.post("/v1/events", ok("d@example.com", tags=["b"], id="evt-9"))
+    assert status == 409
+    assert body["results"][0]["error"]["code"] == "conflict"
+    assert scan_all(MAIN) + scan_all(EVENTS) == before
+
+
+def test_unchanged_upsert_writes_nothing_but_the_event(api: ApiClient, store) -> None:
+    api.post("/v1/events", ok("e@example.com", tags=["a"]))
+    version = store.get_profile("e@example.com").version
+    status, body = api.post("/v1/events", ok("e@example.com", tags=["a"]))
+    assert body["results"][0]["subscriber"] == "unchanged"
+    assert store.get_profile("e@example.com").version == version
+
+
+LONG = "x" * 10_000
+HOSTILE: list[tuple[str, object, bool, str]] = [
+    # (case id, body, send raw text?, expected field or message fragment)
+    ("malformed-json", '{"type": "x", "email": ', True, "body"),
+    ("not-json-at-all", "hello", True, "body"),
+    ("nan", '{"type":"x","email":"a@b.co","data":{"n":NaN}}', True, "body"),
+    ("non-object-list", [1, 2], False, "body"),
+    ("non-object-string", "just a string", False, "body"),
+    ("non-object-null", None, False, "body"),
+    ("empty-object", {}, False, "type"),
+    ("missing-email", {"type": "subscriber.subscribed"}, False, "email"),
+    ("missing-type", {"email": "a@example.com"}, False, "type"),
+    ("invalid-email-no-at", ok("not-an-email"), False, "email"),
+    ("invalid-email-two-at", ok("a@b@example.com"), False, "email"),
+    ("invalid-email-space", ok("a b@example.com"), False, "email"),
+    ("invalid-email-hash", ok("a#b@example.com"), False, "email"),
+    ("invalid-email-no-domain-dot", ok("a@localhost"), False, "email"),
+    ("email-wrong-type", ok(12345), False, "email"),
+    ("type-wrong-type", {"type": 7, "email": "a@example.com"}, False, "type"),
+    ("type-with-hash", {"type": "x#y", "email": "a@example.com"}, False, "type"),
+    ("tag-with-hash", ok(tags=["a#b"]), False, "tags"),
+    ("tag-with-space", ok(tags=["a b"]), False, "tags"),
+    ("tag-uppercase", ok(tags=["Pro"]), False, "tags"),
+    ("tags-wrong-type", ok(tags="pro"), False, "tags"),
+    ("tags-add-and-remove", ok(tags={"add": ["a"], "remove": ["a"]}), False, "tags"),
+    ("tags-unknown-op", ok(tags={"replace": ["a"]}), False, "tags"),
+    ("first-name-crlf", ok(first_name="Ann\r\nBcc: evil@example.com"), False, "first_name"),
+    ("first-name-wrong-type", ok(first_name=["Ann"]), False, "first_name"),
+    ("first-name-too-long", ok(first_name="A" * 101), False, "first_name"),
+    ("attribute-10k", ok(attributes={"bio": LONG}), False, "attributes"),
+    ("attributes-200", ok(attributes={f"k{i}": i for i in range(200)}), False, "attributes"),
+    ("attributes-depth-10", ok(attributes={"a": json.loads('{"b":' * 9 + "1" + "}" * 9)}), False, "attributes"),
+    ("attribute-reserved", ok(attributes={"email": "x@example.com"}), False, "attributes"),
+    ("attribute-bad-name", ok(attributes={"bad-name": 1}), False, "attributes"),
+    ("attributes-wrong-type", ok(attributes=["a"]), False, "attributes"),
+    ("data-depth", ok(data=json.loads('{"a":' * 8 + "1" + "}" * 8)), False, "data"),
+    ("unknown-top-level-key", ok(extra=1), False, "extra"),
+    ("id-wrong-type", ok(id=123), False, "id"),
+    ("id-too-long", ok(id="x" * 129), False, "id"),
+    ("empty-batch", {"events": []}, False, "events"),
+    ("batch-101", {"events": [ok(f"u{i}@example.com") for i in range(101)]}, False, "events"),
+    ("batch-not-list", {"events": {"a": 1}}, False, "events"),
+    ("batch-duplicate-ids", {"events": [ok(id="same"), ok("b@example.com", id="same")]}, False, "events"),
+    ("batch-unknown-key", {"events": [ok()], "dry_run": True}, False, "dry_run"),
+    ("batch-one-bad-among-good", {"events": [ok("a@example.com"), ok("bad"), ok("c@example.com")]}, False,
+     "events[1].email"),
+]
+
+
+@pytest.mark.parametrize(("body", "raw", "field"), [(b, r, f) for _, b, r, f in HOSTILE],
+                         ids=[case for case, *_ in HOSTILE])
+def test_hostile_body_gets_400_naming_the_problem_and_writes_nothing(api: ApiClient, body, raw, field) -> None:
+    status, response = api.post("/v1/events", body, raw=raw)
+    assert status == 400, response
+    error = response["error"]
+    assert error["code"] == "invalid_request"
+    assert field in error.get("field", "") or field in error["message"], error
+    assert scan_all(MAIN) == [] and scan_all(EVENTS) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "headers"),
+    [(None, None), ("wrong-key", None), ("", None), (None, {"authorization": "Basic dXNlcjpwYXNz"}),
+     (None, {"authorization": "Bearer"}), ("test-api-key-0123456789x", None)],
+    ids=["missing", "wrong", "empty", "basic-scheme", "bearer-without-key", "longer-key"],
+)
+def test_missing_or_wrong_key_gets_401_and_writes_nothing(api: ApiClient, key, headers) -> None:
+    status, response = api.post("/v1/events", ok(), key=key, headers=headers)
+    assert status == 401
+    assert response["error"]["code"] == "unauthorized"
+    assert scan_all(MAIN) == [] and scan_all(EVENTS) == []
+
+
+def test_oversize_body_gets_413_and_writes_nothing(api: ApiClient) -> None:
+    body = {"events": [ok(f"u{i}@example.com", data={"blob": "y" * 4000}) for i in range(90)]}
+    status, response = api.post("/v1/events", body)
+    assert status == 413
+    assert response["error"]["code"] == "payload_too_large"
+    assert scan_all(MAIN) == [] and scan_all(EVENTS) == []
+
+
+def test_unknown_route_is_404(api: ApiClient) -> None:
+    status, response = api.post("/v1/nope", ok())
+    assert status == 404

@@ -1,0 +1,192 @@
+"""Property test: no sequence of store operations can make inverted items drift.
+
+Hypothesis drives random operation sequences (subscribe with tags, tag, untag,
+unsubscribe, resubscribe, erase, put/delete execution) against moto and, after EACH
+step, scans both tables and checks every pair, plus a model of what each profile
+should hold.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from shared import keys
+from shared.aws import client
+from shared.errors import ExecutionAlreadyActive, SubscriberNotFound
+from shared.specs import EVENTS_TABLE, MAIN_TABLE
+from shared.store import SubscriberStore
+from tests.integration.conftest import scan_all
+
+EMAILS = st.sampled_from(["ann@example.com", "Bob@example.com", "cy@example.org"])
+TAGS = st.sets(st.sampled_from(["pro", "beta", "trial", "vip.1", "a-b"]), max_size=3)
+SEQUENCES = st.sampled_from(["onboarding", "trial-expiring"])
+
+
+def _clear() -> None:
+    ddb = client("dynamodb")
+    for table in (MAIN_TABLE.local_name, EVENTS_TABLE.local_name):
+        for item in scan_all(table):
+            ddb.delete_item(TableName=table, Key={"PK": {"S": item["PK"]}, "SK": {"S": item["SK"]}})
+
+
+def check_pairs(erased: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    main = scan_all(MAIN_TABLE.local_name)
+    events = scan_all(EVENTS_TABLE.local_name)
+    by_key = {(i["PK"], i["SK"]): i for i in main}
+    profiles = {i["PK"]: i for i in main if i["SK"] == keys.PROFILE}
+    for pk, profile in profiles.items():
+        for tag in profile.get("tags", set()):
+            assert (keys.tag_pk(tag), pk) in by_key, f"profile tag {tag} has no TAG# partner"
+    for (pk, sk), item in by_key.items():
+        if pk.startswith("TAG#"):
+            tag = pk[len("TAG#"):]
+            assert sk in profiles and tag in profiles[sk].get("tags", set()), f"orphan TAG# item {pk}/{sk}"
+        if sk.startswith(keys.EXEC_PREFIX) and pk.startswith("SUB#"):
+            partner = by_key.get((sk, pk))
+            assert partner is not None, f"EXEC item {pk}/{sk} has no partner"
+            assert partner["execution_arn"] == item["execution_arn"]
+        if pk.startswith(keys.EXEC_PREFIX):
+            partner = by_key.get((sk, pk))
+            assert partner is not None, f"inverted EXEC item {pk}/{sk} has no partner"
+            assert sk in profiles, "execution pair without a profile"
+    for email in erased:
+        sub = keys.sub_pk(email)
+        assert not [k for k in by_key if sub in k], f"erased subscriber left items: {email}"
+        assert not [e for e in events if e["PK"] == sub]
+
+
+class StoreMachine(RuleBasedStateMachine):
+    store: SubscriberStore
+
+    @initialize()
+    def setup(self) -> None:
+        _clear()
+        self.store = SubscriberStore(MAIN_TABLE.local_name, EVENTS_TABLE.local_name)
+        self.tags: dict[str, set[str]] = {}
+        self.status: dict[str, str] = {}
+        self.execs: dict[tuple[str, str], str] = {}
+        self.erased: set[str] = set()
+        self.counter = 0
+
+    @rule(email=EMAILS, tags=TAGS)
+    def subscribe(self, email: str, tags: set[str]) -> None:
+        change = self.store.upsert(email, add_tags=tags, first_name="X")
+        self.tags[email] = self.tags.get(email, set()) | tags
+        self.status.setdefault(email, "subscribed")
+        self.erased.discard(email)
+        assert change.profile is not None and change.profile.tags == self.tags[email]
+
+    @rule(email=EMAILS, add=TAGS, remove=TAGS)
+    def retag(self, email: str, add: set[str], remove: set[str]) -> None:
+        remove = remove - add
+        self.store.upsert(email, add_tags=add, remove_tags=remove)
+        self.tags[email] = (self.tags.get(email, set()) | add) - remove
+        self.status.setdefault(email, "subscribed")
+        self.erased.discard(email)
+
+    @rule(email=EMAILS)
+    def unsubscribe(self, email: str) -> None:
+        self.store.unsubscribe(email)
+        self.tags.setdefault(email, set())
+        self.status[email] = "unsubscribed"
+        self.erased.discard(email)
+
+    @rule(email=EMAILS)
+    def resubscribe(self, email: str) -> None:
+        try:
+            self.store.resubscribe(email)
+        except SubscriberNotFound:
+            assert email not in self.status
+            return
+        self.status[email] = "subscribed"
+
+    @rule(email=EMAILS)
+    def erase(self, email: str) -> None:
+        self.store.record_event(email, {"SK": keys.event_sk("2026-01-01T00:00:00Z", "x", "s1"), "type": "x"})
+        self.store.erase(email)
+        self.tags.pop(email, None)
+        self.status.pop(email, None)
+        for k in [k for k in self.execs if k[0] == email]:
+            del self.execs[k]
+        self.erased.add(email)
+
+    @rule(email=EMAILS, sequence=SEQUENCES)
+    def start(self, email: str, sequence: str) -> None:
+        self.counter += 1
+        arn = f"arn:aws:states:us-east-1:123456789012:execution:{sequence}:x{self.counter}"
+        try:
+            self.store.put_execution(email, sequence, arn)
+        except SubscriberNotFound:
+            assert email not in self.status
+            return
+        except ExecutionAlreadyActive:
+            assert (email, sequence) in self.execs
+            return
+        assert (email, sequence) not in self.execs
+        self.execs[(email, sequence)] = arn
+
+    @rule(email=EMAILS, sequence=SEQUENCES, stale=st.booleans())
+    def finish(self, email: str, sequence: str, stale: bool) -> None:
+        arn = "arn:stale" if stale else self.execs.get((email, sequence), "arn:none")
+        deleted = self.store.delete_execution(email, sequence, arn)
+        assert deleted == (not stale and (email, sequence) in self.execs)
+        if deleted:
+            del self.execs[(email, sequence)]
+
+    @invariant()
+    def pairs_never_drift(self) -> None:
+        if not hasattr(self, "store"):
+            return
+        check_pairs(self.erased)
+        for email, tags in self.tags.items():
+            profile = self.store.get_profile(email)
+            assert profile is not None and profile.tags == tags and profile.status == self.status[email]
+        assert {(e.email, e.sequence_id) for em in self.status for e in self.store.list_executions(em)} == set(
+            self.execs
+        )
+
+
+def test_store_pairs_never_drift(resources) -> None:
+    run = settings(max_examples=200, stateful_step_count=12, deadline=None,
+                   suppress_health_check=list(HealthCheck))(StoreMachine)
+    run.TestCase().runTest()
+
+
+def test_concurrent_taggers_keep_pairs(resources, store: SubscriberStore) -> None:
+    store.upsert("race@example.com")
+    errors: list[BaseException] = []
+
+    def tagger(i: int) -> None:
+        try:
+            store.upsert("race@example.com", add_tags=[f"t{i}"])
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=tagger, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert store.get_profile("race@example.com").tags == {f"t{i}" for i in range(8)}
+    check_pairs()
+
+
+def test_erase_removes_every_item_and_partner(resources, store: SubscriberStore) -> None:
+    store.upsert("gone@example.com", add_tags=["a", "b"])
+    store.upsert("stay@example.com", add_tags=["a"])
+    store.put_execution("gone@example.com", "onboarding", "arn:1")
+    store.record_event("gone@example.com", {"SK": keys.event_sk("2026-01-01T00:00:00Z", "open", "1"), "type": "open"})
+    report = store.erase("gone@example.com")
+    assert report.event_items == 1 and report.main_items == 5
+    check_pairs({"gone@example.com"})
+    assert store.tag_members("a") == ["stay@example.com"]
+    counts: dict[str, int] = defaultdict(int)
+    for item in scan_all(MAIN_TABLE.local_name):
+        counts[item["PK"].split("#")[0]] += 1
+    assert counts == {"SUB": 1, "TAG": 1}
