@@ -13,6 +13,7 @@ SUB = "SUB"
 TAG = "TAG"
 EXEC = "EXEC"
 SENT = "SENT"
+SEND = "SEND"
 STATS = "STATS"
 EVT = "EVT"
 PROFILE = "PROFILE"
@@ -81,3 +82,11 @@ def event_sk(iso_ts: str, event_type: str, suffix: str) -> str:
 
 def broadcast_sk(iso_ts: str, broadcast_id: str) -> str:
     return f"{iso_ts}{SEP}{_part(broadcast_id, 'broadcast id')}"
+
+
+def send_claim_sk(source: str, step: str) -> str:
+    """The send-once claim of one (subscriber, source, step), under the subscriber's PK."""
+    return f"{SEND}{SEP}{_part(source, 'source')}{SEP}{_part(step, 'step')}"
+
+
+SEND_CLAIM_PREFIX = f"{SEND}{SEP}"

@@ -1,0 +1,336 @@
+"""The one send pipeline: every mail mailstep sends goes through :func:`send`.
+
+    profile -> eligibility -> claim (send-once) -> render -> MIME -> SES -> SENT# -> outcome
+
+Callers: the sender Lambda (send queue), sequences' step Lambda, broadcast workers,
+transactional mails and ``mailstep send-test``. Expected outcomes are returned, never
+raised (:class:`SendOutcome`):
+
+- ``sent``: SES accepted it; ``message_id`` is SES's id.
+- ``skipped``: ``no_profile`` | ``suppressed`` | ``unsubscribed`` (marketing only) |
+  ``already_sent`` (the send-once key was used before).
+- ``retryable``: ``in_flight`` (another worker holds the claim) | ``throttled`` (SES
+  throttling, 5xx, timeouts) | ``account`` (sending paused, quota...). Nothing was sent;
+  the caller retries later (the sender Lambda fails the SQS record).
+- ``failed``: ``rejected`` (SES refused this message) | ``render_error`` |
+  ``invalid_message``. Permanent; recorded as a ``send_failed`` event.
+
+Crash window: the claim is held under a lease (``send_claim_lease_seconds``). If a worker
+dies after SES accepted the message but before the claim became ``sent``, the retry finds
+the claim ``sending`` until the lease expires and then sends again: at most one duplicate,
+never a loss. A ``sent`` claim never expires.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from shared import keys
+from shared.errors import InvalidInput
+from shared.mime import Envelope, build_message, parse_mailbox, to_bytes
+from shared.models import UNSUBSCRIBED
+from shared.observability import logger, redact_email
+from shared.rendering import (
+    Renderer,
+    RenderError,
+    SenderView,
+    SubscriberView,
+    TemplateNotFound,
+    build_context,
+    renderer,
+)
+from shared.send_jobs import SendJob
+from shared.send_log import SendLog, SentRecord
+from shared.sender import SesSender
+from shared.settings import Settings
+from shared.store import Profile, SubscriberStore
+from shared.tokens import TokenClaims, issue
+
+TEST_SOURCE = "test"
+OutcomeStatus = Literal["sent", "skipped", "retryable", "failed"]
+
+
+class SendOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    status: OutcomeStatus
+    send_id: str
+    reason: str | None = None
+    message_id: str | None = None
+    error_code: str | None = None
+    detail: str | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == "retryable"
+
+
+@dataclass(frozen=True)
+class MailIdentity:
+    """Defaults of every mail (Settings); a job's ``sender`` overrides from/reply-to."""
+
+    from_: str = "Mailstep <hello@example.com>"
+    reply_to: str = ""
+    postal_address: str = "Mailstep, 1 Example Street, 12345 Example City"
+    footer_reason: str = "You receive this email because you signed up for it."
+    public_base_url: str = "https://mailstep.localhost"
+    list_id_domain: str = ""
+    unsubscribe_mailto: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MailIdentity:
+        return cls(
+            from_=settings.default_from,
+            reply_to=settings.default_reply_to,
+            postal_address=settings.postal_address,
+            footer_reason=settings.mail_footer_reason,
+            public_base_url=settings.public_base_url,
+            list_id_domain=settings.list_id_domain,
+            unsubscribe_mailto=settings.unsubscribe_mailto,
+        )
+
+    def unsubscribe_url(self, token: str) -> str:
+        return f"{self.public_base_url.rstrip('/')}/u/{token}"
+
+
+@dataclass(frozen=True)
+class SendContext:
+    store: SubscriberStore
+    log: SendLog
+    ses: SesSender
+    identity: MailIdentity
+    token_secret: Callable[[], str]  # fetched only for mail that carries an unsubscribe link
+    data_ttl_days: int = 180
+    token_ttl_days: int = 365
+    lease_seconds: int = 300
+    renderer: Renderer = field(default_factory=renderer)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, store: SubscriberStore | None = None) -> SendContext:
+        from shared.secrets import get_secret
+
+        return cls(
+            store=store or SubscriberStore(settings.table_name, settings.events_table_name),
+            log=SendLog(settings.table_name),
+            ses=SesSender(settings.configuration_set),
+            identity=MailIdentity.from_settings(settings),
+            token_secret=lambda: get_secret(settings.unsubscribe_secret),
+            data_ttl_days=settings.data_ttl_days,
+            token_ttl_days=settings.unsubscribe_token_ttl_days,
+            lease_seconds=settings.send_claim_lease_seconds,
+        )
+
+
+def send_id_for(job: SendJob) -> str:
+    """Stable per send-once key, so a rare duplicate carries the same correlation id."""
+    digest = hashlib.sha256(f"{job.email}\n{job.source}\n{job.step}".encode()).hexdigest()
+    return digest[:24]
+
+
+def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> SendOutcome:
+    """Send ``job`` at most once. Never raises for an expected outcome (see module doc)."""
+    moment = now or datetime.now(UTC)
+    send_id = send_id_for(job)
+    log = {
+        "template": job.template,
+        "source": job.source,
+        "step": job.step,
+        "send_id": send_id,
+        "subscriber": redact_email(job.email),
+    }
+
+    profile = ctx.store.get_profile(job.email)
+    if profile is None and job.source == TEST_SOURCE:
+        profile = Profile(email=job.email)
+    skip = _ineligible(profile, job)
+    if skip is not None:
+        logger.info("send skipped", reason=skip, **log)
+        if profile is not None:
+            _record_event(ctx, job, send_id, "send_skipped", skip, moment)
+        return SendOutcome(status="skipped", send_id=send_id, reason=skip)
+    assert profile is not None
+
+    claim = ctx.log.claim(
+        job.email,
+        job.source,
+        job.step,
+        send_id=send_id,
+        template=job.template,
+        now=int(moment.timestamp()),
+        lease_seconds=ctx.lease_seconds,
+    )
+    if claim.status == "already_sent":
+        logger.info("send skipped", reason="already_sent", **log)
+        return SendOutcome(
+            status="skipped", send_id=send_id, reason="already_sent", message_id=claim.message_id
+        )
+    if claim.status == "in_flight":
+        logger.info("send in flight elsewhere", lease_until=claim.lease_until, **log)
+        return SendOutcome(status="retryable", send_id=send_id, reason="in_flight")
+
+    try:
+        raw, envelope, subject = _compose(job, profile, send_id, ctx, moment)
+    except (RenderError, TemplateNotFound, InvalidInput) as exc:
+        ctx.log.release(job.email, job.source, job.step, claim.claim_id)
+        reason = "invalid_message" if type(exc) is InvalidInput else "render_error"
+        logger.warning("send failed", reason=reason, error=str(exc)[:300], **log)
+        _record_event(ctx, job, send_id, "send_failed", reason, moment)
+        return SendOutcome(status="failed", send_id=send_id, reason=reason, detail=str(exc)[:300])
+
+    result = ctx.ses.send_raw(
+        raw,
+        from_email=envelope.from_email,
+        to_email=job.email,
+        tags={
+            "template": job.template,
+            "source": job.source,
+            "step": job.step,
+            "send_id": send_id,
+            "kind": "transactional" if job.transactional else "marketing",
+        },
+    )
+    if result.status != "sent" or not result.message_id:
+        ctx.log.release(job.email, job.source, job.step, claim.claim_id)
+        if result.status == "rejected":
+            logger.warning("send rejected", error_code=result.error_code, **log)
+            _record_event(ctx, job, send_id, "send_failed", "rejected", moment)
+            return SendOutcome(
+                status="failed",
+                send_id=send_id,
+                reason="rejected",
+                error_code=result.error_code,
+                detail=result.detail,
+            )
+        reason = "account" if result.status == "account" else "throttled"
+        logger.warning("send deferred", reason=reason, error_code=result.error_code, **log)
+        return SendOutcome(
+            status="retryable",
+            send_id=send_id,
+            reason=reason,
+            error_code=result.error_code,
+            detail=result.detail,
+        )
+
+    record = SentRecord(
+        email=job.email,
+        source=job.source,
+        step=job.step,
+        send_id=send_id,
+        template=job.template,
+        subject=subject,
+        ses_message_id=result.message_id,
+        transactional=job.transactional,
+        sent_at=_iso(moment),
+        ttl=int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
+    )
+    if not ctx.log.complete(claim.claim_id, record):
+        logger.warning("send claim lease lost before completion: a duplicate may have been sent", **log)
+    logger.info("sent", message_id=result.message_id, **log)
+    return SendOutcome(status="sent", send_id=send_id, message_id=result.message_id)
+
+
+def _ineligible(profile: Profile | None, job: SendJob) -> str | None:
+    if profile is None:
+        return "no_profile"
+    if profile.suppressed:
+        return "suppressed"
+    if profile.status == UNSUBSCRIBED and not job.transactional:
+        return "unsubscribed"
+    return None
+
+
+def _compose(
+    job: SendJob, profile: Profile, send_id: str, ctx: SendContext, moment: datetime
+) -> tuple[bytes, Envelope, str]:
+    identity = ctx.identity
+    from_value = job.sender.from_ if job.sender else identity.from_
+    reply_to = (job.sender.reply_to if job.sender else "") or identity.reply_to
+    from_name, from_email = parse_mailbox(from_value, "sender.from")
+    unsubscribe_url = None
+    if not job.transactional:
+        token = issue(
+            TokenClaims(email=job.email, source=job.source, template=job.template, send_id=send_id),
+            ctx.token_secret(),
+            ttl_seconds=ctx.token_ttl_days * 86400,
+            now=moment.timestamp(),
+        )
+        unsubscribe_url = identity.unsubscribe_url(token)
+    context = build_context(
+        SubscriberView(
+            email=profile.email,
+            first_name=profile.first_name or "",
+            attributes=profile.attributes,
+            tags=tuple(sorted(profile.tags)),
+        ),
+        SenderView(
+            name=from_name or from_email,
+            email=from_email,
+            postal_address=identity.postal_address,
+            reason=identity.footer_reason,
+        ),
+        unsubscribe_url=unsubscribe_url,
+        data=job.data,
+        now=moment,
+    )
+    rendered = ctx.renderer.render(job.template, context, subject=job.subject)
+    list_domain = identity.list_id_domain or from_email.rsplit("@", 1)[1]
+    envelope = Envelope(
+        from_email=from_email,
+        from_name=from_name,
+        to_email=job.email,
+        to_name=profile.first_name or "",
+        reply_to=reply_to,
+        subject=rendered.subject,
+        send_id=send_id,
+        unsubscribe_url=unsubscribe_url,
+        unsubscribe_mailto=_mailto(identity.unsubscribe_mailto) if unsubscribe_url else None,
+        list_id=None if job.transactional else f"{job.source}.{list_domain}",
+        list_name=job.source,
+        date=moment,
+    )
+    return (
+        to_bytes(build_message(envelope, text=rendered.text, html=rendered.html)),
+        envelope,
+        rendered.subject,
+    )
+
+
+def _mailto(address: str) -> str | None:
+    if not address:
+        return None
+    return address if address.startswith("mailto:") else f"mailto:{address}?subject=unsubscribe"
+
+
+def _record_event(
+    ctx: SendContext, job: SendJob, send_id: str, kind: str, reason: str, moment: datetime
+) -> None:
+    ts = _iso(moment)
+    ctx.store.record_event(
+        job.email,
+        {
+            "SK": keys.event_sk(ts, kind, uuid.uuid4().hex[:16]),
+            "type": kind,
+            "reason": reason,
+            "template": job.template,
+            "source": job.source,
+            "step": job.step,
+            "send_id": send_id,
+            "at": ts,
+            "ttl": int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
+        },
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def outcome_dict(outcome: SendOutcome) -> dict[str, Any]:
+    return outcome.model_dump(exclude_none=True)
