@@ -1,0 +1,1 @@
+"""Request-counting benchmarks on the local runtime (``python -m bench``)."""

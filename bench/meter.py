@@ -1,0 +1,191 @@
+"""Counts what a scenario costs: AWS requests per service/operation, DynamoDB capacity,
+Lambda invocations and GB-seconds, Step Functions state transitions, SES sends, HTTP
+API requests, with DESIGN.md section 9 prices.
+
+Requests are counted with botocore event hooks on every client of ``shared.aws`` (the
+product's only client factory); requests the platform makes on its own are counted by
+the runtime (SQS event source polls, SES sends, HTTP API requests, Lambda invocations).
+
+DynamoDB capacity is computed from each request's items with DynamoDB's rules (writes:
+1 WRU per started KB, x2 in transactions, ConditionCheck included, +1 write per GSI the
+item is projected into; reads: 1 RRU per started 4 KB strongly consistent, half
+eventually consistent): moto's ``ConsumedCapacity`` answers are constants.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import specs
+from shared.aws import register_hook, unregister_hook
+
+# DESIGN.md section 9, USD per unit.
+PRICES = {
+    "ses_email": 0.10 / 1000,
+    "sfn_transition": 0.025 / 1000,
+    "lambda_request": 0.20 / 1_000_000,
+    "lambda_gb_s": 0.0000166667,
+    "ddb_wru": 0.625 / 1_000_000,
+    "ddb_rru": 0.125 / 1_000_000,
+    "sqs_request": 0.40 / 1_000_000,
+    "http_request": 1.00 / 1_000_000,
+}
+_GSI_KEYS = {t.local_name: [(g.partition_key, g.sort_key) for g in t.gsis] for t in specs.TABLES}
+
+
+def attribute_size(value: dict[str, Any]) -> int:
+    """Approximate DynamoDB size of one AttributeValue (bytes)."""
+    ((kind, inner),) = value.items()
+    if kind == "S":
+        return len(str(inner).encode())
+    if kind == "N":
+        return math.ceil(len(str(inner).lstrip("-").replace(".", "")) / 2) + 1
+    if kind == "B":
+        return len(inner) if isinstance(inner, bytes) else len(str(inner)) * 3 // 4
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind in ("SS", "NS", "BS"):
+        return sum(attribute_size({kind[0]: v}) for v in inner)
+    if kind == "L":
+        return 3 + sum(attribute_size(v) + 1 for v in inner)
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + attribute_size(v) + 1 for k, v in inner.items())
+    return 1
+
+
+def item_size(item: dict[str, Any]) -> int:
+    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
+
+
+def _write_units(size: int) -> int:
+    return max(1, math.ceil(size / 1024))
+
+
+def _gsi_writes(table: str, item: dict[str, Any]) -> int:
+    return sum(1 for pk, sk in _GSI_KEYS.get(table, []) if pk in item and sk in item)
+
+
+@dataclass
+class Usage:
+    requests: Counter[tuple[str, str]] = field(default_factory=Counter)
+    wru: float = 0.0
+    rru: float = 0.0
+
+    def copy(self) -> Usage:
+        return Usage(Counter(self.requests), self.wru, self.rru)
+
+
+class Meter:
+    """Install once; take :meth:`snapshot` before and after a scenario step."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        register_hook("before-parameter-build", self._remember_params)
+        register_hook("after-call", self._after_call)
+
+    def uninstall(self) -> None:
+        unregister_hook("before-parameter-build", self._remember_params)
+        unregister_hook("after-call", self._after_call)
+
+    @staticmethod
+    def _remember_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["bench_params"] = dict(params)
+
+    def _after_call(self, model: Any, context: dict[str, Any], parsed: dict[str, Any], **_: Any) -> None:
+        service = model.service_model.service_name
+        wru = rru = 0.0
+        if service == "dynamodb":
+            wru, rru = dynamodb_capacity(model.name, context.get("bench_params", {}), parsed)
+        with self._lock:
+            self.usage.requests[(service, model.name)] += 1
+            self.usage.wru += wru
+            self.usage.rru += rru
+
+    def snapshot(self) -> Usage:
+        with self._lock:
+            return self.usage.copy()
+
+
+def dynamodb_capacity(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> tuple[float, float]:
+    """(WRU, RRU) of one DynamoDB request."""
+    table = params.get("TableName", "")
+    if operation == "PutItem":
+        item = params.get("Item", {})
+        return _write_units(item_size(item)) * (1 + _gsi_writes(table, item)), 0.0
+    if operation in ("UpdateItem", "DeleteItem"):
+        return 1.0, 0.0
+    if operation == "TransactWriteItems":
+        wru = 0.0
+        for action in params.get("TransactItems", []):
+            ((kind, body),) = action.items()
+            item = body.get("Item") or body.get("Key", {})
+            units = 2 * _write_units(item_size(item))
+            if kind == "Put":
+                units *= 1 + _gsi_writes(body.get("TableName", ""), item)
+            wru += units
+        return wru, 0.0
+    if operation == "BatchWriteItem":
+        wru = 0.0
+        for table_name, requests in params.get("RequestItems", {}).items():
+            for request in requests:
+                if "PutRequest" in request:
+                    item = request["PutRequest"]["Item"]
+                    wru += _write_units(item_size(item)) * (1 + _gsi_writes(table_name, item))
+                else:
+                    wru += 1
+        return wru, 0.0
+    factor = 1.0 if params.get("ConsistentRead") else 0.5
+    if operation == "GetItem":
+        size = item_size(parsed.get("Item", {}))
+        return 0.0, factor * max(1, math.ceil(size / 4096))
+    if operation in ("Query", "Scan"):
+        size = sum(item_size(i) for i in parsed.get("Items", []))
+        return 0.0, factor * max(1, math.ceil(size / 4096))
+    if operation == "TransactGetItems":
+        return 0.0, 2.0 * len(params.get("TransactItems", []))
+    return 0.0, 0.0
+
+
+@dataclass
+class Measurement:
+    """Everything one scenario step consumed, and what it would cost on AWS."""
+
+    label: str
+    units: int  # events or emails the step handled
+    unit_name: str
+    requests: Counter[tuple[str, str]]
+    wru: float
+    rru: float
+    lambda_invocations: int
+    lambda_gb_s: float
+    sfn_transitions: int
+    ses_sends: int
+    http_requests: int
+    sqs_platform_requests: int  # event source polls and deletes made by the Lambda service
+
+    def sqs_requests(self) -> int:
+        return (
+            sum(n for (service, _), n in self.requests.items() if service == "sqs")
+            + self.sqs_platform_requests
+        )
+
+    def costs(self) -> dict[str, float]:
+        return {
+            "SES": self.ses_sends * PRICES["ses_email"],
+            "Step Functions": self.sfn_transitions * PRICES["sfn_transition"],
+            "Lambda": self.lambda_invocations * PRICES["lambda_request"]
+            + self.lambda_gb_s * PRICES["lambda_gb_s"],
+            "DynamoDB": self.wru * PRICES["ddb_wru"] + self.rru * PRICES["ddb_rru"],
+            "SQS": self.sqs_requests() * PRICES["sqs_request"],
+            "HTTP API": self.http_requests * PRICES["http_request"],
+        }
+
+    def cost_per_1000(self) -> float:
+        return sum(self.costs().values()) / self.units * 1000

@@ -1,0 +1,14 @@
+"""Bench scenarios: one module each, registered here with one line.
+
+A scenario module has ``NAME``, ``DESCRIPTION`` and ``run(bench) -> list[Measurement]``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from bench.scenarios import subscribe
+
+SCENARIOS: dict[str, ModuleType] = {
+    subscribe.NAME: subscribe,
+}
