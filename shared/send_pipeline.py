@@ -334,3 +334,11 @@ def _iso(moment: datetime) -> str:
 
 def outcome_dict(outcome: SendOutcome) -> dict[str, Any]:
     return outcome.model_dump(exclude_none=True)
+
+
+class RetryableSend(Exception):
+    """Raised by queue consumers to fail a record whose outcome is retryable."""
+
+    def __init__(self, outcome: SendOutcome) -> None:
+        super().__init__(f"send deferred: {outcome.reason} ({outcome.error_code or '-'})")
+        self.outcome = outcome

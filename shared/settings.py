@@ -22,6 +22,20 @@ class Settings(BaseModel):
     idempotency_ttl_seconds: int = Field(default=86400, ge=60)
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     configuration_set: str = ""  # SES configuration set every send names (event publishing)
+    # Sending (DESIGN.md section 6): identity, footer, unsubscribe links and the send queue.
+    public_base_url: str = Field(default="https://mailstep.localhost", pattern=r"^https?://[^\s/]+(/\S*)?$")
+    default_from: str = "Mailstep <hello@example.com>"
+    default_reply_to: str = ""
+    postal_address: str = "Mailstep, 1 Example Street, 12345 Example City"
+    mail_footer_reason: str = "You receive this email because you signed up for it."
+    list_id_domain: str = ""  # empty: the sender's domain
+    unsubscribe_mailto: str = ""  # optional mailto: target in List-Unsubscribe
+    unsubscribe_secret: str = ""  # Secrets Manager name of the token signing key
+    unsubscribe_token_ttl_days: int = Field(default=365, ge=1, le=3650)
+    send_queue_url: str = ""
+    send_claim_lease_seconds: int = Field(default=300, ge=30, le=3600)
+    # Sequences: ARN of the state machines without the sequence id (shared.sequences.engine).
+    state_machine_arn_prefix: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -34,6 +34,18 @@ ENV: dict[str, str] = {
     "idempotency_ttl_seconds": "IDEMPOTENCY_TTL_SECONDS",
     "max_body_bytes": "MAX_BODY_BYTES",
     "configuration_set": "SES_CONFIGURATION_SET",
+    "public_base_url": "PUBLIC_BASE_URL",
+    "default_from": "DEFAULT_FROM",
+    "default_reply_to": "DEFAULT_REPLY_TO",
+    "postal_address": "POSTAL_ADDRESS",
+    "mail_footer_reason": "MAIL_FOOTER_REASON",
+    "list_id_domain": "LIST_ID_DOMAIN",
+    "unsubscribe_mailto": "UNSUBSCRIBE_MAILTO",
+    "unsubscribe_secret": "UNSUBSCRIBE_SECRET",
+    "unsubscribe_token_ttl_days": "UNSUBSCRIBE_TOKEN_TTL_DAYS",
+    "send_queue_url": "SEND_QUEUE_URL",
+    "send_claim_lease_seconds": "SEND_CLAIM_LEASE_SECONDS",
+    "state_machine_arn_prefix": "STATE_MACHINE_ARN_PREFIX",
 }
 
 PK = "PK"
@@ -86,7 +98,13 @@ API_KEY_SECRET = SecretSpec(
     setting="api_key_secret",
     description="Bearer key for POST /v1/events",
 )
-SECRETS = (API_KEY_SECRET,)
+UNSUBSCRIBE_SECRET = SecretSpec(
+    id="UnsubscribeSecret",
+    local_name="mailstep/unsubscribe-key",
+    setting="unsubscribe_secret",
+    description="HMAC key of the unsubscribe tokens in List-Unsubscribe and footer links",
+)
+SECRETS = (API_KEY_SECRET, UNSUBSCRIBE_SECRET)
 
 
 @dataclass(frozen=True)
@@ -146,6 +164,8 @@ class FunctionSpec:
     publish_topics: tuple[TopicSpec, ...] = ()
     reserved_concurrency: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    sends_email: bool = False  # may call SES SendEmail (ses:SendEmail, ses:SendRawEmail)
+    mail_settings: bool = False  # receives the MAIL_SETTINGS environment
 
 
 API_FUNCTION = FunctionSpec(
@@ -156,8 +176,68 @@ API_FUNCTION = FunctionSpec(
     read_secrets=(API_KEY_SECRET,),
     routes=(RouteSpec("POST", "/v1/events"),),
 )
-FUNCTIONS = (API_FUNCTION,)
-QUEUES: tuple[QueueSpec, ...] = ()
+# Send jobs (contract ``send.job``, DESIGN.md section 6b) consumed by the sender function.
+SEND_QUEUE = QueueSpec(id="SendQueue", local_name="mailstep-send", setting="send_queue_url",
+                       visibility_timeout_s=180, max_receives=5)
+# Settings a function with ``mail_settings`` receives besides its tables and secrets.
+MAIL_SETTINGS = (
+    "configuration_set",
+    "public_base_url",
+    "default_from",
+    "default_reply_to",
+    "postal_address",
+    "mail_footer_reason",
+    "list_id_domain",
+    "unsubscribe_mailto",
+    "unsubscribe_token_ttl_days",
+    "send_claim_lease_seconds",
+)
+SENDER_FUNCTION = FunctionSpec(
+    name="sender",
+    handler="functions.sender.handler.handler",
+    description="Send queue consumer: renders and sends one mail per send job, at most once",
+    timeout_s=60,
+    read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
+    read_secrets=(UNSUBSCRIBE_SECRET,),
+    event_sources=(EventSourceSpec(queue=SEND_QUEUE, batch_size=10, max_concurrency=2),),
+    sends_email=True,
+    mail_settings=True,
+)
+UNSUBSCRIBE_FUNCTION = FunctionSpec(
+    name="unsubscribe",
+    handler="functions.unsubscribe.handler.handler",
+    description="Unsubscribe pages: GET /u/{token} (confirm), POST /u/{token} (one-click), resubscribe",
+    read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
+    read_secrets=(UNSUBSCRIBE_SECRET,),
+    routes=(
+        RouteSpec("GET", "/u/{token}"),
+        RouteSpec("POST", "/u/{token}"),
+        RouteSpec("POST", "/u/{token}/resubscribe"),
+    ),
+    mail_settings=True,
+)
+# Sequences (DESIGN.md section 5): the Lambda every generated state machine calls, and the
+# cleanup of executions that ended without their last Task (timeout, abort, failure).
+# State machines are named STATE_MACHINE_PREFIX + sequence id.
+STATE_MACHINE_PREFIX = f"{APP_NAME}-seq-"
+SEQUENCE_STEP_FUNCTION = FunctionSpec(
+    name="sequence-step",
+    handler="functions.sequence_step.handler.handler",
+    description="Sequence steps: send, check, tag, schedule, finish, fail (called by the state machines)",
+    timeout_s=60,
+    read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
+    read_secrets=(UNSUBSCRIBE_SECRET,),
+    sends_email=True,
+    mail_settings=True,
+)
+SEQUENCE_CLEANUP_FUNCTION = FunctionSpec(
+    name="sequence-cleanup",
+    handler="functions.sequence_cleanup.handler.handler",
+    description="Removes the EXEC pair of a sequence execution that failed, timed out or was aborted",
+    read_write_tables=(MAIN_TABLE,),
+)
+FUNCTIONS = (API_FUNCTION, SENDER_FUNCTION, UNSUBSCRIBE_FUNCTION, SEQUENCE_STEP_FUNCTION, SEQUENCE_CLEANUP_FUNCTION)
+QUEUES: tuple[QueueSpec, ...] = (SEND_QUEUE,)
 TOPICS: tuple[TopicSpec, ...] = ()  # SES event topics are named by CONFIGURATION_SETS
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = ()
 

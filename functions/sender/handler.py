@@ -1,0 +1,40 @@
+"""Send queue consumer: one ``send.job`` envelope per record -> the send pipeline.
+
+Partial batch responses: a malformed record, an unknown contract/version or a retryable
+outcome (throttled, in flight elsewhere, account paused) fails only that record, which
+SQS redelivers after the visibility timeout (then the dead-letter queue). Sent, skipped
+and permanently failed jobs are acknowledged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shared.observability import logger, metrics
+from shared.send_jobs import from_message
+from shared.send_pipeline import RetryableSend, SendContext, outcome_dict, send
+from shared.settings import Settings
+
+settings = Settings.from_env()
+context = SendContext.from_settings(settings)
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    outcome = send(from_message(record.body), context)
+    metrics.add_metric(name=f"Send{outcome.status.capitalize()}", unit="Count", value=1)
+    if outcome.retryable:
+        raise RetryableSend(outcome)
+    return outcome_dict(outcome)
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def handler(event: dict[str, Any], lambda_context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=lambda_context
+    )

@@ -1,0 +1,58 @@
+"""Unsubscribe pages: GET /u/{token} asks, POST /u/{token} unsubscribes (form and RFC 8058
+one-click), POST /u/{token}/resubscribe opts back in. Thin: route -> shared logic -> page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shared.observability import logger, metrics
+from shared.secrets import get_secret
+from shared.settings import Settings
+from shared.store import SubscriberStore
+from shared.unsubscribe_web import UnsubscribePages
+
+settings = Settings.from_env()
+pages = UnsubscribePages.create(
+    store=SubscriberStore(settings.table_name, settings.events_table_name),
+    secret=lambda: get_secret(settings.unsubscribe_secret),
+    default_from=settings.default_from,
+    data_ttl_days=settings.data_ttl_days,
+)
+app = APIGatewayHttpResolver()
+
+
+@app.get("/u/<token>")
+def confirm(token: str) -> Response:
+    return pages.confirm(token)
+
+
+@app.post("/u/<token>")
+def unsubscribe(token: str) -> Response:
+    response = pages.unsubscribe(token, app.current_event.decoded_body)
+    metrics.add_metric(name="Unsubscribes", unit="Count", value=1)
+    return response
+
+
+@app.post("/u/<token>/resubscribe")
+def resubscribe(token: str) -> Response:
+    return pages.resubscribe(token)
+
+
+@app.exception_handler(Exception)
+def error(exc: Exception) -> Response:
+    return pages.error(exc)
+
+
+@app.not_found
+def not_found(exc: Exception) -> Response:
+    return pages.not_found()
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@metrics.log_metrics
+def handler(event: dict[str, Any], lambda_context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, lambda_context)

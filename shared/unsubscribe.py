@@ -1,0 +1,149 @@
+"""Unsubscribe and resubscribe through signed links (DESIGN.md section 4).
+
+- ``GET /u/<token>``: :func:`inspect` only verifies the token; the page asks to confirm.
+  Nothing changes on GET, so link scanners cannot unsubscribe anyone.
+- ``POST /u/<token>`` (the page's form, or RFC 8058 one-click with the body
+  ``List-Unsubscribe=One-Click``): :func:`unsubscribe` opts the subscriber out through the
+  store (idempotent), and only when that changed something records an ``unsubscribe``
+  event and adds 1 to the source's ``unsubscribe`` counter. Repeated POSTs are harmless.
+- ``POST /u/<token>/resubscribe`` with the resubscribe token the confirmation page
+  carries: :func:`resubscribe` opts back in (suppressions stay).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from shared import keys
+from shared.dynamo import key, values
+from shared.observability import logger, redact_email
+from shared.store import Execution, SubscriberStore
+from shared.tokens import TokenClaims, issue, verify
+
+RESUBSCRIBE_TTL_SECONDS = 30 * 86400
+UNSUBSCRIBE_EVENT = "unsubscribe"
+RESUBSCRIBE_EVENT = "resubscribe"
+COUNTER = "unsubscribe"
+Origin = Literal["one_click", "form"]
+
+
+@dataclass(frozen=True)
+class UnsubscribeContext:
+    store: SubscriberStore
+    secret: str
+    data_ttl_days: int = 180
+
+
+@dataclass(frozen=True)
+class UnsubscribeResult:
+    claims: TokenClaims
+    changed: bool  # False: was already unsubscribed
+    resubscribe_token: str
+    # Active non-transactional executions the caller must stop (see executions_to_stop).
+    executions_to_stop: list[Execution] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResubscribeResult:
+    claims: TokenClaims
+    changed: bool
+    suppressed: bool  # a bounce/complaint suppression still blocks sending
+
+
+def inspect(token: str, secret: str, *, now: float | None = None) -> TokenClaims:
+    """Verify an unsubscribe token without changing anything (GET)."""
+    return verify(token, secret, purpose="unsubscribe", now=now)
+
+
+def executions_to_stop(store: SubscriberStore, email: str) -> list[Execution]:
+    """THE call point for stopping sequences on unsubscribe: the active executions an
+    unsubscribe must stop (non-transactional ones; transactional sequences ignore it).
+    Stopping them is the sequences capability's job; this returns them for the caller."""
+    return [execution for execution in store.list_executions(email) if not execution.transactional]
+
+
+def unsubscribe(
+    token: str, ctx: UnsubscribeContext, *, origin: Origin, now: datetime | None = None
+) -> UnsubscribeResult:
+    moment = now or datetime.now(UTC)
+    claims = verify(token, ctx.secret, purpose="unsubscribe", now=moment.timestamp())
+    change = ctx.store.unsubscribe(claims.email)
+    if change.changed:
+        _record(ctx, claims, UNSUBSCRIBE_EVENT, origin, moment)
+        _count(ctx, claims.source)
+    stop = executions_to_stop(ctx.store, claims.email)
+    logger.info(
+        "unsubscribe",
+        subscriber=redact_email(claims.email),
+        source=claims.source,
+        template=claims.template,
+        origin=origin,
+        changed=change.changed,
+        executions_to_stop=len(stop),
+    )
+    again = issue(
+        TokenClaims(
+            email=claims.email,
+            source=claims.source,
+            template=claims.template,
+            send_id=claims.send_id,
+            purpose="resubscribe",
+        ),
+        ctx.secret,
+        ttl_seconds=RESUBSCRIBE_TTL_SECONDS,
+        now=moment.timestamp(),
+    )
+    return UnsubscribeResult(
+        claims=claims, changed=change.changed, resubscribe_token=again, executions_to_stop=stop
+    )
+
+
+def resubscribe(token: str, ctx: UnsubscribeContext, *, now: datetime | None = None) -> ResubscribeResult:
+    moment = now or datetime.now(UTC)
+    claims = verify(token, ctx.secret, purpose="resubscribe", now=moment.timestamp())
+    change = ctx.store.resubscribe(claims.email)
+    if change.changed:
+        _record(ctx, claims, RESUBSCRIBE_EVENT, "form", moment)
+    logger.info(
+        "resubscribe", subscriber=redact_email(claims.email), source=claims.source, changed=change.changed
+    )
+    suppressed = bool(change.profile and change.profile.suppressed)
+    return ResubscribeResult(claims=claims, changed=change.changed, suppressed=suppressed)
+
+
+def mask_email(email: str) -> str:
+    """``jane@example.com`` -> ``j***@example.com`` (what the pages show)."""
+    local, _, domain = email.partition("@")
+    return f"{local[:1]}***@{domain}"
+
+
+def _record(ctx: UnsubscribeContext, claims: TokenClaims, kind: str, origin: str, moment: datetime) -> None:
+    ts = moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    item = {
+        "SK": keys.event_sk(ts, kind, uuid.uuid4().hex[:16]),
+        "type": kind,
+        "origin": origin,
+        "source": claims.source,
+        "at": ts,
+        "ttl": int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
+    }
+    if claims.template:
+        item["template"] = claims.template
+    if claims.send_id:
+        item["send_id"] = claims.send_id
+    ctx.store.record_event(claims.email, item)
+
+
+def _count(ctx: UnsubscribeContext, source: str) -> None:
+    """Atomic ADD on ``STATS#<source>`` / ``COUNTERS`` (counted once per real change, so
+    the total is also the unique count)."""
+    ctx.store.client.update_item(
+        TableName=ctx.store.table,
+        Key=key(keys.stats_pk(source), keys.COUNTERS),
+        UpdateExpression="ADD #counter :one",
+        ExpressionAttributeNames={"#counter": COUNTER},
+        ExpressionAttributeValues=values(one=1),
+    )

@@ -1,0 +1,119 @@
+"""The sender Lambda: SQS batches of send.job envelopes with partial batch responses."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ses.models import ses_backends
+
+from shared import keys
+from shared.apigw import LambdaContext
+from shared.aws import client
+from shared.errors import InvalidInput
+from shared.provision import LocalResources
+from shared.send_jobs import SendJob, from_message, to_message
+from tests.integration.conftest import scan_all
+
+
+@pytest.fixture
+def outbox(aws: None) -> Any:
+    with contextlib.suppress(ClientError):
+        client("sesv2").create_email_identity(EmailIdentity="acme.test")
+    messages = ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages
+    messages.clear()
+    yield messages
+    messages.clear()
+
+
+@pytest.fixture
+def module(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
+    for name, value in resources.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DEFAULT_FROM", "Acme <hello@acme.test>")
+    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
+    return importlib.reload(importlib.import_module("functions.sender.handler"))
+
+
+def _record(body: str) -> dict[str, Any]:
+    return {
+        "messageId": str(uuid.uuid4()),
+        "receiptHandle": "rh",
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:mailstep-send",
+        "awsRegion": "us-east-1",
+    }
+
+
+def _run(module: Any, bodies: list[str]) -> tuple[list[str], list[str]]:
+    records = [_record(b) for b in bodies]
+    result = module.handler({"Records": records}, LambdaContext("sender", timeout_s=60))
+    failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
+    ids = [r["messageId"] for r in records]
+    return ids, [i for i in ids if i in failed]
+
+
+def _job(**overrides: Any) -> SendJob:
+    fields = {
+        "email": "jane@example.com",
+        "template": "onboarding/welcome",
+        "source": "onboarding",
+        "step": "welcome",
+        **overrides,
+    }
+    return SendJob(**fields)
+
+
+def test_bad_records_fail_alone_and_the_valid_one_is_sent(module, store, outbox):
+    store.upsert("jane@example.com", first_name="Jane")
+    good = to_message(_job())
+    envelope = json.loads(good)
+    wrong_version = json.dumps({**envelope, "version": 2})
+    wrong_contract = json.dumps({**envelope, "contract": "broadcast.batch"})
+    missing = json.dumps({k: v for k, v in envelope.items() if k != "template"})
+    ids, failed = _run(module, [good, "{not json", wrong_version, wrong_contract, missing])
+    assert failed == ids[1:]
+    assert len(outbox) == 1
+
+
+def test_the_same_job_delivered_three_times_sends_once(module, store, resources, outbox):
+    store.upsert("jane@example.com")
+    body = to_message(_job())
+    for _ in range(3):
+        assert _run(module, [body])[1] == []
+    assert len(outbox) == 1
+    sent = [i for i in scan_all(resources.tables["table_name"]) if i["SK"].startswith(keys.SENT_PREFIX)]
+    assert len(sent) == 1
+
+
+def test_retryable_outcomes_fail_the_record_and_skips_are_acknowledged(module, store, outbox):
+    store.upsert("jane@example.com")
+    store.upsert("gone@example.com", unsubscribe=True)
+    job = _job()
+    now = int(time.time())
+    module.context.log.claim(
+        job.email, job.source, job.step, send_id="x", template=job.template, now=now, lease_seconds=300
+    )  # another worker holds the claim
+    ids, failed = _run(module, [to_message(job), to_message(_job(email="gone@example.com"))])
+    assert failed == [ids[0]]
+    assert outbox == []
+
+
+def test_envelopes_round_trip_with_the_sender_alias():
+    job = _job(sender={"from": "Sales <sales@acme.test>", "reply_to": "desk@acme.test"}, data={"n": 1})
+    body = json.loads(to_message(job))
+    assert body["contract"] == "send.job" and body["version"] == 1 and body["sender"]["from"]
+    assert from_message(to_message(job)) == job
+    with pytest.raises(InvalidInput, match="source"):
+        from_message(json.dumps({**body, "source": "BAD#KEY"}))
