@@ -1,0 +1,250 @@
+"""What the sequence step function does for one Task of a generated state machine.
+
+Payload: the versioned envelope the compiler writes (``contract: sequence.step``,
+``version: 1``) with ids and the step's static configuration; all subscriber state is
+loaded here. Actions:
+
+- ``send``: send through the one send pipeline with the send-once key
+  (subscriber, sequence, step code + execution), then apply a riding ``tag`` change;
+- ``check``: evaluate a condition on live data -> ``{"ok": bool}``;
+- ``tag``: add/remove tags through the store (TAG# partners stay in sync);
+- ``schedule``: only compute the wake-up time of the next Wait;
+- ``finish``: remove the EXEC pair (also ``"finish": true`` on the last Task of a path);
+- ``fail``: record the failure (a ``sequence_failed`` event) and remove the pair.
+
+Every action but ``fail`` first checks that the EXEC pair still names this execution;
+when it does not (an exit event, unsubscribe, suppression or erase removed it) it raises
+:class:`SequenceHalted` and the machine ends quietly without sending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared import keys
+from shared.dynamo import query_all, values
+from shared.models import validate_name
+from shared.observability import logger, redact_email
+from shared.send_jobs import SenderOverride, SendJob
+from shared.send_pipeline import SendOutcome
+from shared.sequences.compiler import CONTRACT, VERSION
+from shared.sequences.evaluate import evaluate, wake_at
+from shared.sequences.model import SendWindow, Variant, parse_condition
+from shared.store import SubscriberStore
+
+OPEN_EVENT = "open"
+CLICK_EVENT = "click"
+FAILED_EVENT = "sequence_failed"
+
+
+class SendRetryable(Exception):  # noqa: N818 - the name is the ASL error name the Retry matches
+    """Nothing was sent and a later attempt may succeed (throttling, claim in flight)."""
+
+
+class SequenceHalted(Exception):  # noqa: N818 - the name is the ASL error name the Catch matches
+    """The EXEC pair no longer names this execution: stop without sending."""
+
+
+class SendFailed(Exception):
+    """The send pipeline reported a permanent failure (render error, SES rejected)."""
+
+
+class StepRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    contract: Literal["sequence.step"]
+    version: Literal[1]
+    action: Literal["send", "check", "tag", "schedule", "finish", "fail"]
+    sequence: str
+    step: str = Field(pattern=r"^[A-Z0-9]{1,40}$")
+    email: str
+    execution: str = Field(min_length=1, max_length=2048)
+    one_off: bool = False
+    template: str | None = None
+    subject: str | None = None
+    variants: list[Variant] = Field(default_factory=list)
+    weight: int = 1
+    transactional: bool = False
+    sender: SenderOverride | None = None
+    add: list[str] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+    wait: int | None = Field(default=None, ge=0)
+    window: SendWindow | None = None
+    finish: bool = False
+    condition: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+    def model_post_init(self, context: Any) -> None:
+        validate_name(self.sequence, "sequence")
+        for tag in (*self.add, *self.remove):
+            validate_name(tag, "tag")
+        if self.contract != CONTRACT or self.version != VERSION:
+            raise ValueError("unsupported contract")
+
+
+@dataclass
+class StepDeps:
+    store: SubscriberStore
+    send: Callable[[SendJob], SendOutcome]
+    data_ttl_days: int = 180
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+def _name_of(execution_arn: str) -> str:
+    return execution_arn.rsplit(":", 1)[-1]
+
+
+def pick_variant(request: StepRequest) -> tuple[str, str | None, str]:
+    """Sticky A/B choice: a hash of (subscriber, sequence, step) picks by weight."""
+    assert request.template is not None
+    options: list[tuple[str, str | None, int]] = [(request.template, request.subject, request.weight)]
+    options += [
+        (v.send or request.template, v.subject or request.subject, v.weight) for v in request.variants
+    ]
+    if len(options) == 1:
+        return request.template, request.subject, "a"
+    digest = hashlib.sha256(f"{request.email}\n{request.sequence}\n{request.step}".encode()).digest()
+    point = int.from_bytes(digest[:8], "big") % sum(w for _, _, w in options)
+    for index, (template, subject, weight) in enumerate(options):
+        if point < weight:
+            return template, subject, "abcdefghij"[index]
+        point -= weight
+    raise AssertionError("weights cover the range")
+
+
+def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
+    log = {
+        "sequence": request.sequence,
+        "step": request.step,
+        "action": request.action,
+        "subscriber": redact_email(request.email),
+    }
+    if request.action == "fail":
+        _record_failure(request, deps)
+        _remove_pair(request, deps)
+        logger.warning("sequence step failed", error=(request.error or {}).get("Error"), **log)
+        return {"ok": False}
+    if not request.one_off:
+        _require_pair(request, deps)
+    result: dict[str, Any] = {}
+    attributes: dict[str, Any] | None = None
+    if request.action == "send":
+        result["outcome"] = _send(request, deps)
+    elif request.action == "check":
+        assert request.condition is not None
+        profile = deps.store.get_profile(request.email)
+        tags, attributes = (profile.tags, profile.attributes) if profile else (frozenset(), {})
+        result["ok"] = evaluate(
+            parse_condition(request.condition),
+            tags,
+            attributes,
+            lambda kind, key: _engaged(request, deps, kind, key),
+        )
+    if request.add or request.remove:
+        deps.store.upsert(request.email, add_tags=request.add, remove_tags=request.remove)
+    if request.wait is not None:
+        if attributes is None and request.window is not None:
+            profile = deps.store.get_profile(request.email)
+            attributes = profile.attributes if profile else {}
+        result["wake"] = wake_at(deps.now(), request.wait, request.window, attributes or {})
+    if request.finish and not request.one_off:
+        _remove_pair(request, deps)
+    logger.info("sequence step", **log, **{k: v for k, v in result.items() if k != "wake"})
+    return result
+
+
+def _send(request: StepRequest, deps: StepDeps) -> str:
+    template, subject, variant = pick_variant(request)
+    job = SendJob(
+        email=request.email,
+        template=template,
+        source=request.sequence,
+        # the send-once key: one mail per step per execution (a re-entry sends again)
+        step=f"{request.step}:{_name_of(request.execution)[-40:]}",
+        subject=subject,
+        transactional=request.transactional,
+        sender=request.sender,
+        data={"variant": variant} if request.variants else {},
+    )
+    outcome = deps.send(job)
+    if outcome.status == "retryable":
+        raise SendRetryable(outcome.reason or "retryable")
+    if outcome.status == "failed":
+        raise SendFailed(f"{outcome.reason}: {outcome.detail or ''}"[:300])
+    return outcome.status if outcome.status == "sent" else f"skipped:{outcome.reason}"
+
+
+def _require_pair(request: StepRequest, deps: StepDeps) -> None:
+    for execution in deps.store.list_executions(request.email):
+        if execution.sequence_id == request.sequence:
+            if execution.execution_arn == request.execution:
+                return
+            break
+    raise SequenceHalted("the EXEC pair is gone or names another execution")
+
+
+def _remove_pair(request: StepRequest, deps: StepDeps) -> None:
+    if not request.one_off:
+        deps.store.delete_execution(request.email, request.sequence, request.execution)
+
+
+def _record_failure(request: StepRequest, deps: StepDeps) -> None:
+    now = deps.now()
+    ts = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    error = request.error or {}
+    deps.store.record_event(
+        request.email,
+        {
+            "SK": keys.event_sk(ts, FAILED_EVENT, uuid.uuid4().hex[:16]),
+            "type": FAILED_EVENT,
+            "origin": "sequence",
+            "source": request.sequence,
+            "execution": _name_of(request.execution),
+            "error": str(error.get("Error", ""))[:200],
+            "cause": str(error.get("Cause", ""))[:1000],
+            "at": ts,
+            "ttl": int((now + timedelta(days=deps.data_ttl_days)).timestamp()),
+        },
+    )
+
+
+def _engaged(request: StepRequest, deps: StepDeps, kind: str, template: str) -> bool:
+    """opened / clicked: an engagement event for the template; sent: a send log entry."""
+    store = deps.store
+    if kind == "sent":
+        table, prefix, filter_ = store.table, keys.SENT_PREFIX, "template = :tpl"
+        params = values(pk=keys.sub_pk(request.email), prefix=prefix, tpl=template)
+    else:
+        table, prefix, filter_ = (
+            store.events_table,
+            f"{keys.EVT}{keys.SEP}",
+            "#type = :kind AND template = :tpl",
+        )
+        params = values(
+            pk=keys.sub_pk(request.email),
+            prefix=prefix,
+            tpl=template,
+            kind=OPEN_EVENT if kind == "opened" else CLICK_EVENT,
+        )
+    names = {"#type": "type"} if "#type" in filter_ else {}
+    items = query_all(
+        store.client,
+        TableName=table,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+        FilterExpression=filter_,
+        ExpressionAttributeValues=params,
+        **({"ExpressionAttributeNames": names} if names else {}),
+        ProjectionExpression="SK",
+    )
+    return any(True for _ in items)
+
+
+def parse_request(payload: dict[str, Any]) -> StepRequest:
+    return StepRequest.model_validate(payload)

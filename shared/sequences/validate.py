@@ -1,0 +1,181 @@
+"""The one sequence validator: ``mailstep sequences validate``, the CDK synth, the step
+function and the events dispatch all load sequences through :func:`load_catalog`.
+
+Checks beyond the per-file parse (loader.py): templates exist (``templates/<key>.md`` or
+``.html``) and, through the renderer's own check, use no undefined variable; steps after an
+``exit`` are unreachable; sequence ids are unique; a sequence does not exit on its own
+trigger. Every problem names file, line and step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.sequences.loader import (
+    Path_,
+    Problem,
+    SequenceInvalid,
+    Source,
+    load_file,
+    sequence_id_of,
+    step_label,
+)
+from shared.sequences.model import ExitStep, IfStep, SendStep, Sequence, Step
+
+SEQUENCE_SUFFIXES = (".yaml", ".yml")
+
+# (template key, subject or None) -> problems (empty when fine).
+TemplateCheck = Callable[[str, str | None], list[str]]
+
+
+def renderer_template_check(templates_dir: Path) -> TemplateCheck:
+    """The renderer's own checks: the template exists, its body, layout and front matter use
+    only known variables, and the subject (given or from front matter) is valid."""
+    from shared.rendering import Renderer, RenderError
+
+    renderer = Renderer(templates_dir)
+
+    def check(key: str, subject: str | None) -> list[str]:
+        if not renderer.exists(key):
+            return [f"template {key!r} not found (expected {templates_dir.name}/{key}.md or .html)"]
+        problems = [f"template {key!r}: {templates_dir.name}/{p}" for p in renderer.validate_key(key)]
+        if subject is not None:
+            problems += [f"subject: {message}" for message in renderer.check_string(subject)]
+        else:
+            try:
+                has_subject = bool(renderer.source(key).front_matter.get("subject"))
+            except RenderError:
+                has_subject = True  # the front matter problem is reported above
+            if not has_subject:
+                problems.append(f"no subject: give 'subject' or put one in the front matter of {key!r}")
+        return problems
+
+    return check
+
+
+@dataclass
+class Catalog:
+    """Every valid sequence of a folder, by id, with the files they came from."""
+
+    sequences: dict[str, Sequence] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def by_trigger(self, event_type: str) -> list[Sequence]:
+        return [s for _, s in sorted(self.sequences.items()) if s.trigger_event == event_type]
+
+    def exiting_on(self, event_type: str) -> list[Sequence]:
+        return [s for _, s in sorted(self.sequences.items()) if event_type in s.exit_on]
+
+    def get(self, sequence_id: str) -> Sequence | None:
+        return self.sequences.get(sequence_id)
+
+    def __iter__(self) -> Iterator[Sequence]:
+        return iter(s for _, s in sorted(self.sequences.items()))
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+
+def walk(steps: list[Step], path: Path_ = ("steps",)) -> Iterator[tuple[Path_, Step]]:
+    """Every step with its path, depth first, in file order."""
+    for index, step in enumerate(steps):
+        here = (*path, index)
+        yield here, step
+        if isinstance(step, IfStep):
+            yield from walk(step.then, (*here, "then"))
+            yield from walk(step.else_, (*here, "else"))
+
+
+def check_sequence(sequence: Sequence, source: Source, templates: TemplateCheck) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: Path_, message: str) -> None:
+        problems.append(Problem(source.file, source.line(path), step_label(path), message))
+
+    if sequence.on is not None:
+        for message in templates(sequence.on.send, sequence.on.subject):
+            add(("on", "send"), message)
+        return problems
+    if sequence.trigger_event in sequence.exit_on:
+        add(("exit_on",), f"exit_on names the trigger event {sequence.trigger_event!r}")
+    _unreachable(sequence.steps, ("steps",), add)
+    for path, step in walk(sequence.steps):
+        if isinstance(step, SendStep):
+            found = templates(step.send, step.subject)
+            for message in found:
+                add((*path, "send"), message)
+            if found:
+                continue
+            for index, variant in enumerate(step.variants):
+                where = (*path, "variants", index, "send" if variant.send else "subject")
+                for message in templates(variant.send or step.send, variant.subject or step.subject):
+                    add(where, message)
+    return problems
+
+
+def _unreachable(steps: list[Step], path: Path_, add: Callable[[Path_, str], None]) -> None:
+    for index, step in enumerate(steps):
+        if isinstance(step, ExitStep) and index + 1 < len(steps):
+            add((*path, index + 1), "unreachable step: it follows an exit")
+            return
+        if isinstance(step, IfStep):
+            _unreachable(step.then, (*path, index, "then"), add)
+            _unreachable(step.else_, (*path, index, "else"), add)
+
+
+def sequence_files(sequences_dir: Path) -> list[Path]:
+    if not sequences_dir.is_dir():
+        return []
+    return sorted(p for p in sequences_dir.iterdir() if p.is_file() and p.suffix in SEQUENCE_SUFFIXES)
+
+
+def load_catalog(
+    sequences_dir: Path | str,
+    templates_dir: Path | str | None = None,
+    *,
+    templates: TemplateCheck | None = None,
+    display_root: Path | None = None,
+) -> tuple[Catalog, list[Problem]]:
+    """Load and validate every file of ``sequences_dir``; returns the valid ones and all problems."""
+    sequences_dir = Path(sequences_dir)
+    check = templates or renderer_template_check(
+        Path(templates_dir) if templates_dir else sequences_dir.parent / "templates"
+    )
+    catalog = Catalog()
+    problems: list[Problem] = []
+    for path in sequence_files(sequences_dir):
+        display = str(path.relative_to(display_root)) if display_root else f"{sequences_dir.name}/{path.name}"
+        sequence, source, found = load_file(path, display)
+        sequence_id = sequence_id_of(path)
+        if sequence_id in catalog.files:
+            problems.append(
+                Problem(
+                    display,
+                    1,
+                    None,
+                    f"duplicate sequence id {sequence_id!r} (also {catalog.files[sequence_id]})",
+                )
+            )
+            continue
+        catalog.files[sequence_id] = display
+        if sequence is None or source is None:
+            problems += found
+            continue
+        extra = check_sequence(sequence, source, check)
+        if extra:
+            problems += extra
+            continue
+        catalog.sequences[sequence_id] = sequence
+    return catalog, problems
+
+
+def require_catalog(
+    sequences_dir: Path | str, templates_dir: Path | str | None = None, **kwargs: object
+) -> Catalog:
+    """Like :func:`load_catalog` but raises :class:`SequenceInvalid` on any problem (synth, Lambdas)."""
+    catalog, problems = load_catalog(sequences_dir, templates_dir, **kwargs)  # type: ignore[arg-type]
+    if problems:
+        raise SequenceInvalid(problems)
+    return catalog
