@@ -168,6 +168,15 @@ class MailstepConfig(BaseModel):
 
     @classmethod
     def from_context(cls, node: Node) -> MailstepConfig:
+        unknown = sorted(
+            k
+            for k in node.get_all_context()
+            if k.startswith(PREFIX) and k.removeprefix(PREFIX) not in KEYS.values()
+        )
+        if unknown:
+            raise ConfigError(
+                f"unknown context keys {unknown}; known: {sorted(PREFIX + k for k in KEYS.values())}"
+            )
         values = {f: node.try_get_context(PREFIX + key) for f, key in KEYS.items()}
         return cls.parse({f: v for f, v in values.items() if v is not None})
 

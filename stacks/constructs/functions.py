@@ -70,7 +70,7 @@ class PipBundling:
     def __init__(self, root: Path = PROJECT_ROOT) -> None:
         self.root = root
 
-    def try_bundle(self, output_dir: str, **_options: Any) -> bool:
+    def try_bundle(self, output_dir: str, _options: Any = None) -> bool:
         out = Path(output_dir)
         command = [
             sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",

@@ -30,9 +30,9 @@ class Secrets(Construct):
         Validations.of(secret).acknowledge(
             Acknowledgment(
                 id="AwsSolutions-SMG4",
-                reason="A mailstep secret is a key shared with the operator's own systems (their app holds "
-                "the API key); rotating it needs a coordinated change on their side, which `mailstep` "
-                "documents as a manual step (docs/deploy.md), not a rotation Lambda.",
+                reason="Rotating a mailstep secret invalidates what was issued with it: the API key held "
+                "by the operator's app, or unsubscribe links already in recipients' inboxes. Rotation is a "
+                "deliberate manual step (docs/deploy.md), not a scheduled rotation Lambda.",
             )
         )
         return secret
