@@ -26,6 +26,7 @@ from shared import keys
 from shared.aws import client as aws_client
 from shared.models import UNSUBSCRIBE_EVENT, EventBatch, InboundEvent
 from shared.observability import logger, redact_email
+from shared.sequences.engine import SequenceEngine
 from shared.store import SubscriberStore
 
 # Everything of an event except its id: a reused id with a different payload is a conflict.
@@ -52,6 +53,7 @@ class IngestContext:
     data_ttl_days: int
     idempotency: IdempotencyConfig | None = None
     persistence: DynamoDBPersistenceLayer | None = None
+    sequences: SequenceEngine | None = None  # None: events start and stop no sequences
 
 
 def make_idempotency(table_name: str, ttl_seconds: int) -> tuple[IdempotencyConfig, DynamoDBPersistenceLayer]:
@@ -80,7 +82,11 @@ def _mark_replayed(response: Any, record: DataRecord) -> Any:
 
 
 def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
-    """Apply one event. Returns the outcome as a plain dict (stored by idempotency)."""
+    """Apply one event. Returns the outcome as a plain dict (stored by idempotency).
+
+    Order: profile upsert (an unsubscribe is recorded first), the event item, then the
+    sequences: executions the event ends are stopped, then the ones it triggers start
+    (``shared.sequences.engine``; the outcome lists both)."""
     store = ctx.store
     tags = event.tags
     add = tags.add if tags else ()
@@ -94,6 +100,7 @@ def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
         unsubscribe=event.type == UNSUBSCRIBE_EVENT,
     )
     _record(event, ctx)
+    started, stopped = ctx.sequences.on_event(event, change.profile) if ctx.sequences else ([], [])
     outcome = EventOutcome(
         index=0,
         type=event.type,
@@ -102,6 +109,8 @@ def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
         status=change.profile.status if change.profile else None,
         tags_added=list(change.tags_added),
         tags_removed=list(change.tags_removed),
+        sequences_started=started,
+        sequences_stopped=stopped,
     )
     logger.info("event processed", event_type=event.type, subscriber=redact_email(event.email),
                 outcome=outcome.subscriber)
