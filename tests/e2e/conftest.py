@@ -1,0 +1,158 @@
+"""One local runtime (``mailstep dev``, instant virtual clock) for the whole e2e session.
+
+It runs in a subprocess: its emulated account and environment never mix with the
+in-process moto of the integration tests. Tests talk to it like a user does: HTTP,
+boto3 against the endpoint, and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 30
+
+
+def subprocess_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
+    env.update({"PYTHONPATH": str(ROOT), "TZ": "UTC", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def start_dev(state_dir: Path, *extra: str) -> subprocess.Popen[str]:
+    """``mailstep dev`` on free ports; its output goes to ``<state_dir>/dev.log``."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log = (state_dir / "dev.log").open("w")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "dev",
+            "--port",
+            "0",
+            "--api-port",
+            "0",
+            "--speed",
+            "0",
+            "--state-dir",
+            str(state_dir),
+            *extra,
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_state(state_dir: Path, process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    path = state_dir / "runtime.json"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log = (state_dir / "dev.log").read_text()
+            raise RuntimeError(f"mailstep dev exited with {process.returncode}: {log[-3000:]}")
+        if path.exists():
+            return dict(json.loads(path.read_text()))
+        time.sleep(0.05)
+    raise TimeoutError(f"mailstep dev did not start within {timeout_s} s")
+
+
+@dataclass
+class Local:
+    state: dict[str, Any]
+    state_dir: Path
+
+    @property
+    def api_url(self) -> str:
+        return str(self.state["api_url"])
+
+    @property
+    def api_key(self) -> str:
+        return str(self.state["api_key"])
+
+    @property
+    def outbox(self) -> Path:
+        return Path(self.state["outbox"])
+
+    def client(self, service: str, retries: int = 3) -> Any:
+        return boto3.client(
+            service,
+            endpoint_url=self.state["endpoint"],
+            region_name=self.state["region"],
+            aws_access_key_id="e2e",
+            aws_secret_access_key="e2e",
+            config=Config(retries={"mode": "standard", "total_max_attempts": retries}),
+        )
+
+    def http(self, method: str, path: str, body: Any = None, key: str | None = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"content-type": "application/json"}
+        if key is not None:
+            headers["authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(self.api_url + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def status(self) -> dict[str, Any]:
+        code, answer = self.http("GET", "/_local/status")
+        assert code == 200
+        return dict(answer)
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=ROOT,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+@pytest.fixture(scope="session")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+    state_dir = tmp_path_factory.mktemp("mailstep-dev")
+    process = start_dev(state_dir, "--max-send-rate", "1000")
+    try:
+        state = wait_for_state(state_dir, process, START_TIMEOUT_S)
+        yield Local(state=state, state_dir=state_dir)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def receive_all(sqs: Any, queue_url: str, want: int, timeout_s: float = 10) -> list[dict[str, Any]]:
+    """Read SNS-enveloped SES records from a test queue until ``want`` arrived."""
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(records) < want and time.monotonic() < deadline:
+        answer = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        for message in answer.get("Messages", []):
+            records.append(json.loads(json.loads(message["Body"])["Message"]))
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    return records

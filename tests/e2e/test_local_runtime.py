@@ -1,0 +1,440 @@
+"""End-to-end: the local runtime through its HTTP API, its AWS endpoint and the CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+import uuid
+from email import message_from_bytes, policy
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.e2e.conftest import Local, receive_all, start_dev, wait_for_state
+
+THIRTY_DAYS_S = 30 * 86400
+ROLE = "arn:aws:iam::123456789012:role/mailstep-local-lambda"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_function(local: Local, handler: str, env: dict[str, str] | None = None) -> str:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("README.txt", "runs in-process")
+    return str(
+        local.client("lambda").create_function(
+            FunctionName=unique("e2e"),
+            Runtime="python3.12",
+            Role=ROLE,
+            Handler=handler,
+            Code={"ZipFile": buffer.getvalue()},
+            Environment={"Variables": env or {}},
+        )["FunctionArn"]
+    )
+
+
+def run_state_machine(
+    local: Local, definition: dict[str, Any], payload: Any = None
+) -> tuple[dict[str, Any], float]:
+    """Create and run a state machine; returns the execution and the wall time of the run."""
+    sfn = local.client("stepfunctions")
+    machine = sfn.create_state_machine(name=unique("e2e"), definition=json.dumps(definition), roleArn=ROLE)
+    started = time.perf_counter()
+    execution = sfn.start_execution(
+        stateMachineArn=machine["stateMachineArn"], name=unique("run"), input=json.dumps(payload or {})
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        described = sfn.describe_execution(executionArn=execution["executionArn"])
+        if described["status"] != "RUNNING":
+            return dict(described), time.perf_counter() - started
+        time.sleep(0.01)
+    raise AssertionError("execution still running after 20 s")
+
+
+def events_queue(local: Local) -> str:
+    """A fresh SQS queue subscribed to the SES events topic of the spec'd configuration set."""
+    sqs, sns = local.client("sqs"), local.client("sns")
+    url = sqs.create_queue(QueueName=unique("ses-events"))["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    destinations = local.client("sesv2").get_configuration_set_event_destinations(
+        ConfigurationSetName="mailstep"
+    )
+    topic = destinations["EventDestinations"][0]["SnsDestination"]["TopicArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
+    return str(url)
+
+
+def send(local: Local, to: str, **extra: Any) -> str:
+    return str(
+        local.client("sesv2", retries=1).send_email(
+            FromEmailAddress="Acme <hello@acme.test>",
+            Destination={"ToAddresses": [to]},
+            Content={"Simple": {"Subject": {"Data": "Hello"}, "Body": {"Text": {"Data": "Hi there"}}}},
+            ConfigurationSetName="mailstep",
+            EmailTags=[
+                {"Name": "template", "Value": "onboarding_welcome"},
+                {"Name": "source", "Value": "e2e"},
+            ],
+            **extra,
+        )["MessageId"]
+    )
+
+
+def records_for(records: list[dict[str, Any]], message_id: str) -> list[dict[str, Any]]:
+    return [r for r in records if r["mail"]["messageId"] == message_id]
+
+
+# ----- HTTP API ---------------------------------------------------------------------------
+def test_post_events_creates_a_subscriber_visible_through_the_endpoint(local: Local) -> None:
+    email = f"{unique('ada')}@example.com"
+    status, answer = local.http(
+        "POST",
+        "/v1/events",
+        {"type": "subscriber.subscribed", "email": email, "tags": {"add": ["pro"]}},
+        local.api_key,
+    )
+    assert status == 200, answer
+    assert answer["results"][0]["subscriber"] == "created"
+    items = local.client("dynamodb").scan(TableName=local.state["tables"]["table_name"])["Items"]
+    keys = {(i["PK"]["S"], i["SK"]["S"]) for i in items}
+    assert (f"SUB#{email}", "PROFILE") in keys
+    assert ("TAG#pro", f"SUB#{email}") in keys
+
+
+def test_a_wrong_key_gets_401_and_writes_nothing(local: Local) -> None:
+    email = f"{unique('eve')}@example.com"
+    status, answer = local.http(
+        "POST", "/v1/events", {"type": "subscriber.subscribed", "email": email}, "wrong"
+    )
+    assert status == 401
+    assert answer["error"]["code"] == "unauthorized"
+    items = local.client("dynamodb").scan(TableName=local.state["tables"]["table_name"])["Items"]
+    assert all(i["PK"]["S"] != f"SUB#{email}" for i in items)
+
+
+def test_a_bad_request_gets_400_naming_the_field(local: Local) -> None:
+    status, answer = local.http(
+        "POST", "/v1/events", {"type": "subscriber.subscribed", "email": "nope"}, local.api_key
+    )
+    assert status == 400
+    assert answer["error"]["field"] == "email"
+
+
+def test_unknown_routes_get_404(local: Local) -> None:
+    status, _ = local.http("GET", "/v1/nothing-here")
+    assert status == 404
+    status, _ = local.http("GET", "/v1/events")  # known path, wrong method
+    assert status == 404
+
+
+# ----- Step Functions on the virtual clock -------------------------------------------------
+def test_a_30_day_wait_completes_in_well_under_a_second(local: Local) -> None:
+    before = local.status()["clock"]["advanced_s"]
+    definition = {
+        "StartAt": "Wait30Days",
+        "States": {
+            "Wait30Days": {"Type": "Wait", "Seconds": THIRTY_DAYS_S, "Next": "Done"},
+            "Done": {"Type": "Pass", "Result": {"done": "waited"}, "End": True},
+        },
+    }
+    described, wall = run_state_machine(local, definition)
+    assert described["status"] == "SUCCEEDED"
+    assert json.loads(described["output"]) == {"done": "waited"}
+    assert wall < 1.0, f"a 30-day wait took {wall:.2f} s of wall time"
+    assert local.status()["clock"]["advanced_s"] - before >= THIRTY_DAYS_S
+
+
+def test_a_task_gets_the_lambda_result_and_retry_catch_work(local: Local) -> None:
+    echo = create_function(local, "tests.e2e.handlers.echo")
+    fail = create_function(local, "tests.e2e.handlers.fail")
+    definition = {
+        "StartAt": "Echo",
+        "States": {
+            "Echo": {"Type": "Task", "Resource": echo, "ResultPath": "$.echoed", "Next": "Fail"},
+            "Fail": {
+                "Type": "Task",
+                "Resource": fail,
+                "Retry": [{"ErrorEquals": ["PaymentDeclined"], "IntervalSeconds": 3600, "MaxAttempts": 2}],
+                "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "End": True},
+        },
+    }
+    before = local.status()
+    described, wall = run_state_machine(local, definition, {"hello": "world"})
+    assert described["status"] == "SUCCEEDED", described
+    output = json.loads(described["output"])
+    assert output["echoed"]["echo"] == {"hello": "world"}
+    assert output["echoed"]["has_time_left"] is True
+    assert output["echoed"]["function"] == echo.rsplit(":", 1)[-1]
+    assert output["error"]["Error"] == "PaymentDeclined"
+    assert "card declined" in output["error"]["Cause"]
+    after = local.status()
+    fail_name = fail.rsplit(":", 1)[-1]
+    assert after["lambda"]["invocations"][fail_name] == 3  # first attempt + 2 retries
+    assert after["clock"]["advanced_s"] - before["clock"]["advanced_s"] >= 3600 + 7200  # backoff 2.0
+    assert wall < 5, f"3 hours of retry backoff took {wall:.2f} s"
+
+
+# ----- SQS -> Lambda -----------------------------------------------------------------------
+def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(local: Local) -> None:
+    sqs, lam = local.client("sqs"), local.client("lambda")
+    dlq = sqs.create_queue(QueueName=unique("dlq"))["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=unique("jobs"),
+        Attributes={
+            "VisibilityTimeout": "1",
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
+        },
+    )["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    function = create_function(local, "tests.e2e.handlers.record")
+    lam.create_event_source_mapping(
+        FunctionName=function,
+        EventSourceArn=arn,
+        BatchSize=10,
+        FunctionResponseTypes=["ReportBatchItemFailures"],
+    )
+    body = unique("job")
+    sqs.send_message(QueueUrl=url, MessageBody=body)
+    sqs.send_message(QueueUrl=url, MessageBody="fail")
+    ddb = local.client("dynamodb")
+    deadline = time.monotonic() + 10
+    item = None
+    while item is None and time.monotonic() < deadline:
+        item = ddb.get_item(
+            TableName="mailstep-main", Key={"PK": {"S": f"E2E#{body}"}, "SK": {"S": "SQS"}}
+        ).get("Item")
+        time.sleep(0.05)
+    assert item is not None, "the mapped handler never ran"
+    assert item["function"]["S"] == function.rsplit(":", 1)[-1]
+    assert item["source"]["S"] == arn
+    # the failed record is retried after its visibility timeout, then lands in the DLQ
+    moved: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    while not moved and time.monotonic() < deadline:
+        moved = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1).get("Messages", [])
+    assert [m["Body"] for m in moved] == ["fail"]
+
+
+# ----- SES -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("recipient", "expected"),
+    [
+        ("bounce@simulator.amazonses.com", ["Send", "Bounce"]),
+        ("complaint@simulator.amazonses.com", ["Send", "Delivery", "Complaint"]),
+        ("success@simulator.amazonses.com", ["Send", "Delivery"]),
+        ("ooto@simulator.amazonses.com", ["Send", "Delivery"]),
+        ("suppressionlist@simulator.amazonses.com", ["Send", "Bounce"]),
+    ],
+)
+def test_mailbox_simulator_events_arrive_through_sns(
+    local: Local, recipient: str, expected: list[str]
+) -> None:
+    queue = events_queue(local)
+    message_id = send(local, recipient)
+    records = records_for(receive_all(local.client("sqs"), queue, len(expected)), message_id)
+    assert sorted(r["eventType"] for r in records) == sorted(expected)
+    if recipient.startswith("suppressionlist"):
+        bounce = next(r for r in records if r["eventType"] == "Bounce")["bounce"]
+        assert (bounce["bounceType"], bounce["bounceSubType"]) == ("Permanent", "OnAccountSuppressionList")
+
+
+def test_a_bounce_event_has_the_documented_ses_format(local: Local) -> None:
+    queue = events_queue(local)
+    message_id = send(local, "bounce@simulator.amazonses.com")
+    records = records_for(receive_all(local.client("sqs"), queue, 2), message_id)
+    record = next(r for r in records if r["eventType"] == "Bounce")
+    assert set(record) == {"eventType", "mail", "bounce"}
+    bounce = record["bounce"]
+    assert bounce["bounceType"] == "Permanent"
+    assert bounce["bounceSubType"] == "General"
+    assert bounce["bouncedRecipients"][0]["emailAddress"] == "bounce@simulator.amazonses.com"
+    assert bounce["bouncedRecipients"][0]["action"] == "failed"
+    assert {"timestamp", "feedbackId", "reportingMTA"} <= set(bounce)
+    mail = record["mail"]
+    assert mail["messageId"] == message_id
+    assert mail["source"] == "Acme <hello@acme.test>"
+    assert mail["destination"] == ["bounce@simulator.amazonses.com"]
+    assert mail["headersTruncated"] is False
+    assert {"name": "Subject", "value": "Hello"} in mail["headers"]
+    assert mail["commonHeaders"]["subject"] == "Hello"
+    assert mail["commonHeaders"]["to"] == ["bounce@simulator.amazonses.com"]
+    assert mail["tags"]["ses:configuration-set"] == ["mailstep"]
+    assert mail["tags"]["template"] == ["onboarding_welcome"]
+    assert mail["tags"]["source"] == ["e2e"]
+    assert mail["timestamp"].endswith("Z") and mail["sendingAccountId"] == "123456789012"
+
+
+def test_sending_faster_than_max_send_rate_is_throttled_and_get_account_reports_it(local: Local) -> None:
+    code, _ = local.http("POST", "/_local/ses", {"max_send_rate": 2})
+    assert code == 200
+    try:
+        quota = local.client("sesv2").get_account()["SendQuota"]
+        assert quota["MaxSendRate"] == 2.0
+        assert quota["Max24HourSend"] >= 1
+        errors = []
+        for _ in range(6):
+            try:
+                send(local, "success@simulator.amazonses.com")
+            except ClientError as exc:
+                errors.append(exc.response["Error"])
+        assert errors, "six immediate sends at MaxSendRate 2 were never throttled"
+        assert {e["Code"] for e in errors} == {"TooManyRequestsException"}
+        assert errors[0]["Message"] == "Maximum sending rate exceeded."
+    finally:
+        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
+
+
+def test_the_daily_quota_is_enforced(local: Local) -> None:
+    sent = int(local.client("sesv2").get_account()["SendQuota"]["SentLast24Hours"])
+    local.http("POST", "/_local/ses", {"max_24_hour_send": sent + 1})
+    try:
+        send(local, "success@simulator.amazonses.com")
+        with pytest.raises(ClientError) as caught:
+            send(local, "success@simulator.amazonses.com")
+        assert caught.value.response["Error"]["Code"] == "LimitExceededException"
+        assert caught.value.response["Error"]["Message"] == "Daily message quota exceeded."
+        assert local.client("sesv2").get_account()["SendQuota"]["SentLast24Hours"] == sent + 1
+    finally:
+        local.http("POST", "/_local/ses", {"max_24_hour_send": 50_000})
+
+
+def test_outbox_eml_keeps_every_header_of_a_raw_message(local: Local) -> None:
+    mime = MIMEMultipart("alternative")
+    headers = {
+        "From": "Acme <hello@acme.test>",
+        "To": "reader@example.com",
+        "Subject": "Tips for week 2",
+        "Reply-To": "help@acme.test",
+        "List-Unsubscribe": "<https://acme.test/u/tok123>, <mailto:unsubscribe@acme.test?subject=tok123>",
+        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+        "List-Id": "Acme onboarding <onboarding.acme.test>",
+        "X-Mailstep-Send-Id": "send-42",
+    }
+    for name, value in headers.items():
+        mime[name] = value
+    mime.attach(MIMEText("plain body", "plain"))
+    mime.attach(MIMEText("<p>html body</p>", "html"))
+    raw = mime.as_bytes()
+    message_id = local.client("sesv2").send_email(
+        Content={"Raw": {"Data": raw}},
+        ConfigurationSetName="mailstep",
+        EmailTags=[{"Name": "template", "Value": "onboarding_week2"}],
+    )["MessageId"]
+    eml = local.outbox / f"{message_id}.eml"
+    parsed = message_from_bytes(eml.read_bytes(), policy=policy.default)
+    for name, value in headers.items():
+        assert str(parsed[name]) == value, name
+    assert parsed["Message-ID"] == f"<{message_id}@email.amazonses.com>"
+    assert parsed["Date"]
+    parts = {p.get_content_type(): p.get_content().strip() for p in parsed.iter_parts()}
+    assert parts == {"text/plain": "plain body", "text/html": "<p>html body</p>"}
+    assert eml.read_bytes().endswith(raw)  # the message exactly as sent
+    meta = json.loads((local.outbox / f"{message_id}.json").read_text())
+    assert meta["configuration_set"] == "mailstep"
+    assert meta["email_tags"] == {"template": "onboarding_week2"}
+    assert meta["destination"] == ["reader@example.com"]
+    assert meta["from"] == "Acme <hello@acme.test>"
+
+
+def test_every_outbox_message_parses_with_headers_intact(local: Local) -> None:
+    send(local, "success@simulator.amazonses.com", ReplyToAddresses=["help@acme.test"])
+    files = sorted(local.outbox.glob("*.eml"))
+    assert files
+    for path in files:
+        parsed = message_from_bytes(path.read_bytes(), policy=policy.default)
+        meta = json.loads(path.with_suffix(".json").read_text())
+        assert not parsed.defects, (path.name, parsed.defects)
+        assert parsed["Message-ID"] and parsed["Date"] and parsed["From"]
+        assert parsed["Subject"] == meta["subject"]
+
+
+def test_tag_values_outside_the_ses_charset_are_rejected(local: Local) -> None:
+    with pytest.raises(ClientError) as caught:
+        local.client("sesv2", retries=1).send_email(
+            FromEmailAddress="hello@acme.test",
+            Destination={"ToAddresses": ["success@simulator.amazonses.com"]},
+            Content={"Simple": {"Subject": {"Data": "x"}, "Body": {"Text": {"Data": "x"}}}},
+            ConfigurationSetName="mailstep",
+            EmailTags=[{"Name": "template", "Value": "onboarding/welcome"}],
+        )
+    assert caught.value.response["Error"]["Code"] == "BadRequestException"
+
+
+# ----- CLI ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("command", "event_type"),
+    [("open", "Open"), ("click", "Click"), ("bounce", "Bounce"), ("complain", "Complaint")],
+)
+def test_local_engagement_commands_publish_ses_events(local: Local, command: str, event_type: str) -> None:
+    queue = events_queue(local)
+    recipient = f"{unique('reader')}@example.com"
+    message_id = send(local, recipient)
+    receive_all(local.client("sqs"), queue, 2)  # Send + Delivery
+    extra = ["--link", "https://acme.test/pricing"] if command == "click" else []
+    result = local.cli("local", command, recipient, "--state-dir", str(local.state_dir), *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = records_for(receive_all(local.client("sqs"), queue, 1), message_id)
+    assert [r["eventType"] for r in records] == [event_type]
+    if command == "click":
+        assert records[0]["click"]["link"] == "https://acme.test/pricing"
+
+
+def test_mailstep_demo_exits_0() -> None:
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import ROOT, subprocess_env
+
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", "demo"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Subscribers" in result.stdout and "TAG# index" in result.stdout
+    assert "demo finished" in result.stdout
+
+
+def test_mailstep_dev_serves_within_10_s_and_stops_on_sigint(tmp_path: Path) -> None:
+    started = time.monotonic()
+    process = start_dev(tmp_path / "dev")
+    try:
+        state = wait_for_state(tmp_path / "dev", process, 10)
+        request = urllib.request.Request(state["api_url"] + "/v1/events", data=b"{}", method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=5)
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+        assert time.monotonic() - started < 10
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+    log = (tmp_path / "dev" / "dev.log").read_text()
+    assert state["api_key"] in log and "stopped." in log
+
+
+def test_the_moto_hooks_are_where_the_runtime_expects_them() -> None:
+    from cli.local.hooks import self_check
+
+    self_check()
