@@ -1,0 +1,110 @@
+"""cdk.json context keys are validated; a bad value fails synthesis naming the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aws_cdk import App
+
+from stacks.config import KEYS, PREFIX, ConfigError, MailstepConfig
+from stacks.mailstep_stack import SKIP_BUNDLING, build_app, cdk_json_context
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config_from(context: dict[str, object]) -> MailstepConfig:
+    return MailstepConfig.from_context(App(context=context).node)
+
+
+def test_defaults() -> None:
+    config = config_from({})
+
+    assert config.data_ttl_days == 180
+    assert config.log_retention_days == 90
+    assert config.log_level == "INFO"
+    assert (config.api_throttle_rate, config.api_throttle_burst) == (50, 100)
+    assert config.mail_settings() == {}
+
+
+def test_cdk_json_declares_every_key_with_its_default() -> None:
+    context = cdk_json_context()
+    declared = {k.removeprefix(PREFIX) for k in context if k.startswith(PREFIX)}
+
+    assert declared == set(KEYS.values())
+    assert config_from(context) == MailstepConfig()
+    assert json.loads((ROOT / "cdk.json").read_text())["app"] == "python app.py"
+
+
+def test_every_key_is_documented() -> None:
+    docs = (ROOT / "docs" / "configuration.md").read_text()
+
+    for key in KEYS.values():
+        assert f"`{PREFIX}{key}`" in docs
+
+
+def test_cli_strings_are_coerced() -> None:
+    config = config_from(
+        {"mailstep:dataTtlDays": "30", "mailstep:apiThrottleRate": "12.5", "mailstep:logLevel": "debug"}
+    )
+
+    assert (config.data_ttl_days, config.api_throttle_rate, config.log_level) == (30, 12.5, "DEBUG")
+
+
+def test_mail_settings_come_from_context() -> None:
+    config = config_from(
+        {
+            "mailstep:fromAddress": "Acme <hello@mail.acme.test>",
+            "mailstep:replyTo": "help@acme.test",
+            "mailstep:postalAddress": "Acme, 1 Road, Town",
+            "mailstep:sesDomain": "acme.test",
+        }
+    )
+
+    assert config.mail_settings() == {
+        "default_from": "Acme <hello@mail.acme.test>",
+        "default_reply_to": "help@acme.test",
+        "postal_address": "Acme, 1 Road, Town",
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("dataTtlDays", 0),
+        ("dataTtlDays", 4000),
+        ("dataTtlDays", "soon"),
+        ("logRetentionDays", 10),
+        ("logLevel", "LOUD"),
+        ("apiThrottleRate", 0),
+        ("apiThrottleRate", -5),
+        ("apiThrottleBurst", 0),
+        ("fromAddress", "not an address"),
+        ("fromAddress", "Acme <hello@acme.test>\r\nBcc: x@y.test"),
+        ("replyTo", "help@"),
+        ("alarmEmail", "ops"),
+        ("sesDomain", "not_a_domain"),
+        ("postalAddress", "1 Road\x00"),
+    ],
+)
+def test_bad_values_fail_naming_the_key(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=f"context key {PREFIX}{key}"):
+        config_from({PREFIX + key: value})
+
+
+def test_sender_must_be_on_the_ses_domain() -> None:
+    with pytest.raises(
+        ConfigError, match="fromAddress: 'other.test' is not on mailstep:sesDomain 'acme.test'"
+    ):
+        config_from({"mailstep:sesDomain": "acme.test", "mailstep:fromAddress": "x@other.test"})
+
+
+def test_unknown_keys_are_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"unknown context keys \['mailstep:dataTTLDays'\]"):
+        config_from({"mailstep:dataTTLDays": 30})
+
+
+def test_a_bad_value_fails_synthesis(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="mailstep:logRetentionDays"):
+        build_app({**SKIP_BUNDLING, "mailstep:logRetentionDays": 42}, outdir=str(tmp_path))
