@@ -118,8 +118,8 @@ def chapter_bad_requests(demo: Demo) -> None:
 
 def chapter_state(demo: Demo) -> None:
     demo.chapter("What is in DynamoDB and the outbox now")
-    from cli.local_cmd import outbox_table
     from cli.local.ses import read_outbox
+    from cli.local_cmd import outbox_table
     from shared.aws import client
     from shared.dynamo import deserialize
 

@@ -75,7 +75,8 @@ def _banner(runtime: Any) -> Panel:
     table.add_row(
         "",
         f"AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x aws --region {runtime.config.region} "
-        f"--endpoint-url {runtime.endpoint} dynamodb scan --table-name {runtime.resources.tables['table_name']}",
+        f"--endpoint-url {runtime.endpoint} dynamodb scan "
+        f"--table-name {runtime.resources.tables['table_name']}",
     )
     table.add_row("", "mailstep local open|click|bounce|complain <message-id or email>")
     return Panel(table, title="mailstep dev: serving (Ctrl-C stops)", expand=False)

@@ -87,9 +87,8 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
 
 def _run(kind: str, target: str, state_dir: Path, link: str | None = None) -> None:
     result = publish_event(state_dir.resolve(), target, kind, link)
-    console.print(
-        f"published [bold]{result['event']}[/bold] for {result['message_id']} to {len(result['topics'])} topic(s)"
-    )
+    topics = len(result["topics"])
+    console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 
 
 @app.command("open")
