@@ -216,7 +216,7 @@ def install() -> None:
         self_check()
         LambdaFunction._invoke_lambda = _invoke_lambda  # type: ignore[method-assign]
         WaitFunction._wait_interval = _wait_interval  # type: ignore[method-assign]
-        retrier_decl.time = _RetryTime()  # type: ignore[attr-defined]
+        retrier_decl.time = _RetryTime()  # type: ignore[assignment]
         LambdaBackend.create_event_source_mapping = _create_event_source_mapping  # type: ignore[method-assign]
         sesv2_urls.url_paths.update(_SESV2_EXTRA_PATHS)
         SESV2Response.send_email = _send_email  # type: ignore[method-assign]
