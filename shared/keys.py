@@ -90,3 +90,19 @@ def send_claim_sk(source: str, step: str) -> str:
 
 
 SEND_CLAIM_PREFIX = f"{SEND}{SEP}"
+
+
+# Engagement (shared/stats.py): per-template counters live beside the per-source ones, and
+# "first open/click" markers live under the subscriber (so erase removes them).
+TEMPLATE_COUNTERS = "TEMPLATE_COUNTERS"
+UNIQUE = "UNIQ"
+
+
+def template_stats_key(template: str) -> tuple[str, str]:
+    """(PK, SK) of a template's counters: ``STATS#<template key>`` / ``TEMPLATE_COUNTERS``."""
+    return stats_pk(template), TEMPLATE_COUNTERS
+
+
+def unique_marker_sk(metric: str, scope: str, value: str) -> str:
+    """``UNIQ#<metric>#<scope>#<source or template>``: the subscriber already counted once."""
+    return f"{UNIQUE}{SEP}{_part(metric, 'metric')}{SEP}{_part(scope, 'scope')}{SEP}{_part(value, scope)}"

@@ -278,3 +278,23 @@ CONFIGURATION_SETS = (CONFIGURATION_SET,)
 
 def routes() -> list[tuple[RouteSpec, FunctionSpec]]:
     return [(route, fn) for fn in FUNCTIONS for route in fn.routes]
+
+
+# ----- engagement (DESIGN.md section 7) ----------------------------------------------------------
+# SES event records: configuration set -> SES_EVENTS_TOPIC -> this queue (SNS envelope kept:
+# its MessageId is recorded) -> the engagement function. Malformed records end in the DLQ.
+ENGAGEMENT_QUEUE = QueueSpec(
+    id="EngagementQueue", local_name="mailstep-engagement", setting="engagement_queue_url",
+    visibility_timeout_s=180, max_receives=5,
+)
+ENGAGEMENT_FUNCTION = FunctionSpec(
+    name="engagement",
+    handler="functions.engagement.handler.handler",
+    description="SES events: events table, open/click/bounce/complaint counters, suppression",
+    timeout_s=60,
+    read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
+    event_sources=(EventSourceSpec(queue=ENGAGEMENT_QUEUE, batch_size=10),),
+)
+QUEUES = (*QUEUES, ENGAGEMENT_QUEUE)
+SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=SES_EVENTS_TOPIC, queue=ENGAGEMENT_QUEUE))
+FUNCTIONS = (*FUNCTIONS, ENGAGEMENT_FUNCTION)
