@@ -280,6 +280,23 @@ def routes() -> list[tuple[RouteSpec, FunctionSpec]]:
     return [(route, fn) for fn in FUNCTIONS for route in fn.routes]
 
 
+API_URL_OUTPUT = "ApiUrl"
+
+
+def stack_outputs() -> dict[str, str]:
+    """CloudFormation output key -> the Settings field whose value it carries.
+
+    The deployed stack exports one output per spec'd resource, so a deployed stack's
+    settings can be rebuilt from its name (``describe_stacks``) exactly as the Lambdas get
+    them from their environment. The stack also exports ``API_URL_OUTPUT``.
+    """
+    outputs = {f"{t.id}Name": t.setting for t in TABLES}
+    outputs |= {f"{s.id}Arn": s.setting for s in SECRETS}
+    outputs |= {f"{q.id}Url": q.setting for q in QUEUES}
+    outputs |= {f"{t.id}Arn": t.setting for t in TOPICS}
+    return outputs
+
+
 # ----- engagement (DESIGN.md section 7) ----------------------------------------------------------
 # SES event records: configuration set -> SES_EVENTS_TOPIC -> this queue (SNS envelope kept:
 # its MessageId is recorded) -> the engagement function. Malformed records end in the DLQ.
