@@ -1,0 +1,330 @@
+"""The engagement consumer on moto: dedup, counters, uniques, suppression, batch policy."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import keys
+from shared.apigw import LambdaContext
+from shared.aws import client
+from shared.engagement import EngagementContext, process_body
+from shared.provision import LocalResources
+from shared.send_jobs import SendJob
+from shared.send_log import SendLog
+from shared.send_pipeline import MailIdentity, SendContext, send
+from shared.sender import SesSender, encode_tag_value
+from shared.sequences.engine import SequenceEngine
+from shared.sequences.validate import Catalog
+from shared.settings import Settings
+from shared.stats import StatsStore
+from shared.store import SubscriberStore
+from shared.suppression import Suppressions
+from tests.integration.conftest import scan_all
+
+FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
+ALL = sorted(p.stem for p in FIXTURES.glob("*.json"))
+EMAIL = "recipient@example.com"
+
+
+def arn(sequence: str, run: str = "r1") -> str:
+    return f"arn:aws:states:us-east-1:123456789012:execution:mailstep-seq-{sequence}:{run}"
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def sns(record: dict[str, Any], message_id: str | None = None) -> str:
+    return json.dumps(
+        {"Type": "Notification", "MessageId": message_id or str(uuid.uuid4()), "Message": json.dumps(record)}
+    )
+
+
+def event(
+    kind: str,
+    *,
+    email: str = EMAIL,
+    message_id: str = "m-1",
+    template: str = "onboarding/welcome",
+    source: str = "onboarding",
+    at: str = "2026-01-01T10:00:00.000Z",
+    **changes: Any,
+) -> dict[str, Any]:
+    """A documented fixture re-addressed to ``email`` and tagged like the send pipeline tags."""
+    record = copy.deepcopy(fixture(kind))
+    mail = record["mail"]
+    mail["messageId"], mail["destination"] = message_id, [email]
+    mail["tags"].update({"template": [encode_tag_value(template)], "source": [encode_tag_value(source)]})
+    body = next(k for k in record if k not in ("eventType", "mail"))
+    for field in ("bouncedRecipients", "complainedRecipients", "delayedRecipients"):
+        if field in record[body]:
+            record[body][field] = [{**record[body][field][0], "emailAddress": email}]
+    if "recipients" in record[body]:
+        record[body]["recipients"] = [email]
+    if "timestamp" in record[body]:
+        record[body]["timestamp"] = at
+    record[body].update(changes)
+    return record
+
+
+class Stopper:
+    def __init__(self, engine: SequenceEngine) -> None:
+        self.engine, self.calls, self.fail = engine, [], False
+
+    def stop_all(self, email: str, *, reason: str, transactional_too: bool = True) -> list[str]:
+        self.calls.append((email, reason, transactional_too))
+        if self.fail:
+            raise RuntimeError("crash while stopping")
+        return self.engine.stop_all(email, reason=reason, transactional_too=transactional_too)
+
+
+@pytest.fixture
+def stopper(store: SubscriberStore) -> Stopper:
+    return Stopper(SequenceEngine(catalog=Catalog(), arn_prefix="", store=store))
+
+
+@pytest.fixture
+def ctx(store: SubscriberStore, stopper: Stopper) -> EngagementContext:
+    return EngagementContext(
+        store=store, suppressions=Suppressions(store, stopper), data_ttl_days=30, stopper=stopper
+    )
+
+
+@pytest.fixture
+def stats(store: SubscriberStore) -> StatsStore:
+    return StatsStore(store.table, store.events_table)
+
+
+def snapshot(store: SubscriberStore) -> list[Any]:
+    def rows(table: str) -> list[Any]:
+        return sorted(json.dumps(i, sort_keys=True, default=str) for i in scan_all(table))
+
+    return [rows(store.table), rows(store.events_table)]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_each_fixture_delivered_three_times_changes_state_once(
+    name: str, ctx: EngagementContext, store: SubscriberStore
+) -> None:
+    store.upsert(EMAIL, first_name="Ada")
+    record = event(name)
+    before = snapshot(store)
+    first = process_body(sns(record), ctx)
+    after_first = snapshot(store)
+    assert first.recorded == 1 and after_first != before
+    # SQS redelivery (same body), then SNS delivering the same SES event under a new MessageId
+    again = [process_body(sns(record, "same-sns-id"), ctx), process_body(json.dumps(record), ctx)]
+    assert [o.status for o in again] == ["duplicate", "duplicate"]
+    assert snapshot(store) == after_first
+    events = store.list_events(EMAIL)
+    assert len(events) == 1
+    assert events[0]["template"] == "onboarding/welcome" and events[0]["source"] == "onboarding"
+    assert events[0]["ttl"] > 0 and events[0]["origin"] == "ses"
+
+
+def test_two_opens_of_one_mail_count_total_two_unique_one(ctx: EngagementContext, stats: StatsStore) -> None:
+    process_body(sns(event("open", at="2026-01-01T10:00:00.000Z")), ctx)
+    process_body(sns(event("open", at="2026-01-01T11:00:00.000Z")), ctx)
+    counters = stats.source("onboarding")
+    assert counters.total("open") == 2 and counters.unique("open") == 1
+    assert stats.template("onboarding/welcome").unique("open") == 1
+    # another subscriber's open is a new unique; a click is its own metric
+    process_body(sns(event("open", email="b@example.com", message_id="m-2")), ctx)
+    process_body(sns(event("click", email="b@example.com", message_id="m-2")), ctx)
+    counters = stats.source("onboarding")
+    assert (counters.total("open"), counters.unique("open")) == (3, 2)
+    assert (counters.total("click"), counters.unique("click")) == (1, 1)
+
+
+def test_the_first_open_of_another_template_is_unique_per_template_not_per_source(
+    ctx: EngagementContext, stats: StatsStore
+) -> None:
+    process_body(sns(event("open", template="onboarding/welcome")), ctx)
+    process_body(sns(event("open", message_id="m-2", template="onboarding/tips")), ctx)
+    assert stats.source("onboarding").unique("open") == 1
+    assert stats.template("onboarding/welcome").unique("open") == 1
+    assert stats.template("onboarding/tips").unique("open") == 1
+
+
+def test_stats_equal_counts_recomputed_from_the_events_table(
+    ctx: EngagementContext, stats: StatsStore
+) -> None:
+    rng = random.Random(7)
+    kinds = ["send", "delivery", "open", "open", "click", "bounce", "complaint", "delivery-delay", "reject"]
+    for n in range(60):
+        kind = rng.choice(kinds)
+        changes = {"bounceType": rng.choice(["Permanent", "Transient"])} if kind == "bounce" else {}
+        record = event(
+            kind,
+            email=f"s{rng.randrange(6)}@example.com",
+            message_id=f"m-{rng.randrange(10)}",
+            template=rng.choice(["onboarding/welcome", "onboarding/tips"]),
+            source=rng.choice(["onboarding", "spring-sale"]),
+            at=f"2026-01-01T10:{n:02d}:00.000Z",
+            **changes,
+        )
+        for _ in range(rng.choice([1, 1, 2])):  # some redelivered
+            process_body(sns(record), ctx)
+    for source in ("onboarding", "spring-sale"):
+        assert stats.source(source) == stats.recompute(source=source)
+        assert stats.source(source).total("send") > 0
+    for template in ("onboarding/welcome", "onboarding/tips"):
+        assert stats.template(template) == stats.recompute(template=template)
+    assert set(stats.sources()) == {"onboarding", "spring-sale"}
+    since = stats.recompute(source="onboarding", since="2026-01-01T10:30")
+    assert sum(since.totals.values()) < sum(stats.source("onboarding").totals.values())
+
+
+def _send_context(store: SubscriberStore) -> SendContext:
+    return SendContext(
+        store=store,
+        log=SendLog(store.table),
+        ses=SesSender(),
+        identity=MailIdentity(),
+        token_secret=lambda: "secret",
+    )
+
+
+@pytest.mark.parametrize(("kind", "reason"), [("bounce", "bounce"), ("complaint", "complaint")])
+def test_permanent_bounce_or_complaint_suppresses_stops_executions_and_later_sends_skip(
+    kind: str, reason: str, ctx: EngagementContext, store: SubscriberStore
+) -> None:
+    store.upsert(EMAIL)
+    store.put_execution(EMAIL, "onboarding", arn("onboarding"))
+    store.put_execution(EMAIL, "receipts", arn("receipts"), transactional=True)
+    process_body(sns(event(kind)), ctx)
+    profile = store.get_profile(EMAIL)
+    assert profile is not None and profile.suppressed
+    assert store.list_executions(EMAIL) == []  # transactional ones too
+    record = ctx.suppressions.get(EMAIL)
+    assert record is not None and record.reason == reason and record.source == "onboarding"
+    assert [s.email for s in ctx.suppressions.list()] == [EMAIL]
+    outcome = send(
+        SendJob(email=EMAIL, template="onboarding/welcome", source="spring-sale"), _send_context(store)
+    )
+    assert (outcome.status, outcome.reason) == ("skipped", "suppressed")
+
+
+def test_transient_bounces_and_delays_are_only_counted(
+    ctx: EngagementContext, store: SubscriberStore, stats: StatsStore
+) -> None:
+    store.upsert(EMAIL)
+    process_body(sns(event("bounce", bounceType="Transient", bounceSubType="MailboxFull")), ctx)
+    process_body(sns(event("delivery-delay")), ctx)
+    profile = store.get_profile(EMAIL)
+    assert profile is not None and not profile.suppressed
+    counters = stats.source("onboarding")
+    assert counters.total("bounce_transient") == 1 and counters.total("delivery_delay") == 1
+    assert counters.total("bounce") == 0
+
+
+def test_a_crash_while_suppressing_is_repaired_by_the_redelivery(
+    ctx: EngagementContext, store: SubscriberStore, stopper: Stopper, stats: StatsStore
+) -> None:
+    store.upsert(EMAIL)
+    store.put_execution(EMAIL, "onboarding", arn("onboarding"))
+    body = sns(event("bounce"))
+    stopper.fail = True
+    with pytest.raises(RuntimeError):
+        process_body(body, ctx)
+    profile = store.get_profile(EMAIL)
+    assert profile is not None and profile.suppressed  # the gate closed first
+    assert store.list_events(EMAIL) == [] and stats.source("onboarding").total("bounce") == 0
+    stopper.fail = False
+    assert process_body(body, ctx).status == "recorded"
+    assert store.list_executions(EMAIL) == []
+    assert stats.source("onboarding").total("bounce") == 1
+
+
+def test_untagged_events_correlate_through_the_send_log(
+    ctx: EngagementContext, store: SubscriberStore
+) -> None:
+    store.upsert(EMAIL)
+    store.client.put_item(
+        TableName=store.table,
+        Item={
+            "PK": {"S": keys.sub_pk(EMAIL)},
+            "SK": {"S": keys.sent_sk("2026-01-01T09:59:00.000Z", "spring-sale", "abc")},
+            "template": {"S": "sale/spring"},
+            "source": {"S": "spring-sale"},
+            "send_id": {"S": "abc"},
+            "ses_message_id": {"S": "m-1"},
+        },
+    )
+    record = event("delivery")
+    record["mail"]["tags"] = {"ses:configuration-set": ["mailstep"], "template": ["not a key!"]}
+    outcome = process_body(sns(record), ctx)
+    assert outcome.correlated_via == ["sent_log"]
+    (item,) = store.list_events(EMAIL)
+    assert (item["template"], item["source"], item["send_id"]) == ("sale/spring", "spring-sale", "abc")
+
+
+def test_an_ses_unsubscribe_unsubscribes_and_stops_marketing_only(
+    ctx: EngagementContext, store: SubscriberStore
+) -> None:
+    store.upsert(EMAIL)
+    store.put_execution(EMAIL, "onboarding", arn("onboarding"))
+    store.put_execution(EMAIL, "receipts", arn("receipts"), transactional=True)
+    process_body(sns(event("subscription")), ctx)
+    profile = store.get_profile(EMAIL)
+    assert profile is not None and profile.status == "unsubscribed" and not profile.suppressed
+    assert [e.sequence_id for e in store.list_executions(EMAIL)] == ["receipts"]
+
+
+# ----- the Lambda handler: partial batch responses --------------------------------------------
+def _sqs(body: str) -> dict[str, Any]:
+    return {
+        "messageId": str(uuid.uuid4()),
+        "receiptHandle": "rh",
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:mailstep-engagement",
+        "awsRegion": "us-east-1",
+    }
+
+
+@pytest.fixture
+def handler(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name, value in resources.env().items():
+        monkeypatch.setenv(name, value)
+    return importlib.reload(importlib.import_module("functions.engagement.handler"))
+
+
+def test_a_mixed_batch_fails_only_the_malformed_records(handler: Any, store: SubscriberStore) -> None:
+    unknown_tags = event("open", email="t@example.com")
+    unknown_tags["mail"]["tags"] = {"template": ["%%%"], "source": ["Robert');DROP"], "campaign": ["x"]}
+    new_type = event("send")
+    new_type["eventType"] = "SomethingNewFromSes"
+    records = [
+        _sqs(sns(event("delivery"))),
+        _sqs("{not json"),
+        _sqs(sns({"eventType": "Open", "open": {"timestamp": "2026-01-01T10:00:00.000Z"}})),  # no mail
+        _sqs(sns(unknown_tags)),
+        _sqs(json.dumps(event("click", email="raw@example.com"))),  # raw message delivery
+        _sqs(sns(new_type)),
+    ]
+    result = handler.handler({"Records": records}, LambdaContext("engagement"))
+    failed = [f["itemIdentifier"] for f in result["batchItemFailures"]]
+    assert failed == [records[1]["messageId"], records[2]["messageId"]]
+    assert [e["type"] for e in store.list_events(EMAIL)] == ["delivery"]
+    (untagged,) = store.list_events("t@example.com")
+    assert "template" not in untagged and "source" not in untagged
+    assert [e["type"] for e in store.list_events("raw@example.com")] == ["click"]
+
+
+def test_settings_build_a_working_context(resources: LocalResources) -> None:
+    settings = Settings.from_env(resources.env())
+    ctx = EngagementContext.from_settings(settings)
+    assert ctx.store.table == resources.tables["table_name"] and ctx.data_ttl_days == settings.data_ttl_days
+    assert client("dynamodb") is ctx.store.client
