@@ -277,7 +277,7 @@ class _Compiler:
         if isinstance(step, ExitStep):
             return self.end()
         if isinstance(step, SendStep):
-            params: dict[str, Any] = {"template": step.send}
+            params: dict[str, Any] = {"template": step.send, "data.$": "$.data"}
             if step.subject is not None:
                 params["subject"] = step.subject
             if step.variants:
@@ -320,11 +320,13 @@ class _Compiler:
             return Cont.to(name)
         self.add(name, {"Type": "Wait", "TimestampPath": "$.r.wake", "Next": cont.entry()})
         schedule = f"{code}_schedule"
+        assert self.seq.send_window is not None
+        extra = {"wait": seconds, "window": self.seq.send_window.model_dump()}
 
         def make() -> None:
-            self.task(schedule, "schedule", code, {"wait": seconds}, Cont.to(name))
+            self.task(schedule, "schedule", code, extra, Cont.to(name))
 
-        return Cont(task_next=name, entry_name=schedule, task_extra={"wait": seconds}, make_entry=make)
+        return Cont(task_next=name, entry_name=schedule, task_extra=extra, make_entry=make)
 
     # ----- the machine --------------------------------------------------------------
     def compile(self) -> dict[str, Any]:

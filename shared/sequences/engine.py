@@ -104,11 +104,14 @@ class SequenceEngine:
         log = {"sequence": sequence.id, "subscriber": redact_email(profile.email), "execution": name}
         if sequence.is_one_off:
             result = self.sfn.start(machine, name, payload)
-            logger.info("one-off mail started", created=result.created, **log)
+            logger.info("one-off mail started", new=result.created, **log)
             return result.created
-        if not self._claim(sequence, profile.email, arn):
+        claim = self._claim(sequence, profile.email, arn)
+        if claim is None:
             logger.info("sequence already active: re-entry ignored", **log)
             return False
+        if claim == "ours" and self.sfn.status(arn) is not None:
+            return False  # a retried event whose start already happened
         try:
             result = self.sfn.start(machine, name, payload)
         except Exception:
@@ -119,31 +122,33 @@ class SequenceEngine:
             self.store.delete_execution(profile.email, sequence.id, arn)
             logger.info("execution name already used", status=result.status, **log)
             return False
-        logger.info("sequence started", created=result.created, **log)
+        logger.info("sequence started", new=result.created, **log)
         return result.created
 
-    def _claim(self, sequence: Sequence, email: str, arn: str) -> bool:
-        """Write the EXEC pair for ``arn``; handles ours-already, restart and stale pairs."""
+    def _claim(self, sequence: Sequence, email: str, arn: str) -> str | None:
+        """Write the EXEC pair for ``arn``: "new", "ours" (a retry of the same event found
+        its own pair), or None (an active execution keeps it; no start). Restart and stale
+        pairs are handled here."""
         for _ in range(3):
             try:
                 self.store.put_execution(email, sequence.id, arn, transactional=sequence.transactional)
-                return True
+                return "new"
             except SubscriberNotFound:
-                return False
+                return None
             except ExecutionAlreadyActive:
                 current = self._current(email, sequence.id)
                 if current is None:
                     continue  # removed meanwhile: try again
                 if current.execution_arn == arn:
-                    return True  # a retry of the same event: finish the start it began
+                    return "ours"
                 status = self.sfn.status(current.execution_arn)
                 if status == RUNNING and sequence.reentry == "ignore":
-                    return False
+                    return None
                 if status == RUNNING:
                     self.stop(current, reason="re-entry restart")
                 else:
                     self.store.delete_execution(email, sequence.id, current.execution_arn)
-        return False
+        return None
 
     def _current(self, email: str, sequence_id: str) -> Execution | None:
         return next((e for e in self.store.list_executions(email) if e.sequence_id == sequence_id), None)
@@ -183,13 +188,15 @@ def cleanup_execution(store: SubscriberStore, execution_arn_: str, payload: dict
 
 
 def start_input(sequence: Sequence, profile: Profile, event: InboundEvent) -> dict[str, Any]:
-    """Execution input: ids plus the start snapshot native Choice states read."""
+    """Execution input: ids, the start snapshot native Choice states read, and the trigger
+    event's data (immutable; templates read it as ``data``)."""
     return {
         "email": profile.email,
         "sequence": sequence.id,
         "tags": {tag_key(t): True for t in sorted(profile.tags)},
         "attributes": profile.attributes,
         "event": {"type": event.type, **({"id": event.id} if event.id else {})},
+        "data": event.data or {},
     }
 
 

@@ -80,6 +80,7 @@ class StepRequest(BaseModel):
     finish: bool = False
     condition: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    data: dict[str, Any] = Field(default_factory=dict)  # the trigger event's data (templates read it)
 
     def model_post_init(self, context: Any) -> None:
         validate_name(self.sequence, "sequence")
@@ -154,7 +155,7 @@ def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
             profile = deps.store.get_profile(request.email)
             attributes = profile.attributes if profile else {}
         result["wake"] = wake_at(deps.now(), request.wait, request.window, attributes or {})
-    if request.finish and not request.one_off:
+    if (request.finish or request.action == "finish") and not request.one_off:
         _remove_pair(request, deps)
     logger.info("sequence step", **log, **{k: v for k, v in result.items() if k != "wake"})
     return result
@@ -171,7 +172,7 @@ def _send(request: StepRequest, deps: StepDeps) -> str:
         subject=subject,
         transactional=request.transactional,
         sender=request.sender,
-        data={"variant": variant} if request.variants else {},
+        data={**request.data, "variant": variant} if request.variants else request.data,
     )
     outcome = deps.send(job)
     if outcome.status == "retryable":

@@ -1,0 +1,530 @@
+"""Generated state machines executed by moto's ASL interpreter, with the real step logic,
+the real store and the real send pipeline in-process (Lambda invocations are routed to
+``run_step``; Wait and Retry intervals are recorded instead of slept)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from unittest import mock
+from zoneinfo import ZoneInfo
+
+import pytest
+from botocore.exceptions import ClientError
+from moto.awslambda.models import LambdaFunction
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core.config import default_user_config
+from moto.ses.models import ses_backends
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+from shared import keys
+from shared.aws import client
+from shared.ingest import IngestContext, dispatch
+from shared.models import InboundEvent
+from shared.provision import LocalResources
+from shared.send_jobs import SendJob
+from shared.send_log import SendLog
+from shared.send_pipeline import MailIdentity, SendContext, SendOutcome, send
+from shared.sender import SesSender
+from shared.sequences import SEQUENCES_DIR
+from shared.sequences.compiler import compile_sequence, definition_json, render_definition
+from shared.sequences.engine import SequenceEngine
+from shared.sequences.evaluate import evaluate
+from shared.sequences.loader import Source, parse_source
+from shared.sequences.model import Sequence
+from shared.sequences.steps import StepDeps, parse_request, run_step
+from shared.sequences.structure import structural_problems
+from shared.sequences.validate import Catalog, load_catalog
+from shared.sfn import StepFunctions, state_transitions
+from shared.store import SubscriberStore
+from tests.integration.conftest import scan_all
+
+REGION = "us-east-1"
+FUNCTION = "seq-step-under-test"
+ROLE = "seq-test-role"
+PREFIX = f"arn:aws:states:{REGION}:{DEFAULT_ACCOUNT_ID}:stateMachine:test-seq-"
+SECRET = "integration-unsubscribe-secret-0123456789"
+
+
+@dataclass
+class Harness:
+    store: SubscriberStore
+    sfn: StepFunctions
+    function_arn: str
+    role_arn: str
+    waits: list[float] = field(default_factory=list)
+    retries: list[float] = field(default_factory=list)
+    invocations: list[dict[str, Any]] = field(default_factory=list)
+    # (template) -> outcomes to return instead of sending, consumed in order
+    scripted: dict[str, list[str]] = field(default_factory=dict)
+    gate: threading.Event | None = None  # Wait states block until this event is set
+    machines: list[str] = field(default_factory=list)
+    send_real: Callable[[SendJob], SendOutcome] | None = None
+
+    def send(self, job: SendJob) -> SendOutcome:
+        script = self.scripted.get(job.template)
+        if script:
+            status = script.pop(0)
+            return SendOutcome(status=status, send_id="x", reason="scripted")  # type: ignore[arg-type]
+        assert self.send_real is not None
+        return self.send_real(job)
+
+    def deploy(self, sequence: Sequence) -> str:
+        asl = compile_sequence(sequence)
+        assert structural_problems(asl) == []
+        definition = render_definition(definition_json(sequence), self.function_arn)
+        arn = self.sfn.put_state_machine(f"test-seq-{sequence.id}", definition, self.role_arn)
+        self.machines.append(arn)
+        return arn
+
+    def engine(self, catalog: Catalog) -> SequenceEngine:
+        for sequence in catalog:
+            self.deploy(sequence)
+        return SequenceEngine(catalog=catalog, arn_prefix=PREFIX, store=self.store, sfn=self.sfn)
+
+    def wait_done(self, execution_arn: str, timeout: float = 20.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            described = self.sfn.describe(execution_arn)
+            if described["status"] != "RUNNING":
+                return described
+            time.sleep(0.02)
+        raise TimeoutError(f"{execution_arn} still running")
+
+    def until_waiting(self, count: int = 1, timeout: float = 20.0) -> None:
+        """Block until ``count`` Wait states were entered (executions run in moto's threads)."""
+        deadline = time.monotonic() + timeout
+        while len(self.waits) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.waits)} waits reached")
+            time.sleep(0.01)
+
+    def sent(self, email: str) -> list[str]:
+        items = [
+            i
+            for i in scan_all(self.store.table)
+            if i["PK"] == keys.sub_pk(email) and i["SK"].startswith(keys.SENT_PREFIX)
+        ]
+        return [i["template"] for i in sorted(items, key=lambda i: i["SK"])]
+
+    def exec_items(self) -> list[dict[str, Any]]:
+        return [
+            i
+            for i in scan_all(self.store.table)
+            if i["PK"].startswith("EXEC#") or i["SK"].startswith("EXEC#")
+        ]
+
+
+@pytest.fixture
+def harness(resources: LocalResources, store: SubscriberStore) -> Iterator[Harness]:
+    previous = dict(default_user_config.get("stepfunctions", {}))
+    default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
+    ses = ses_backends[DEFAULT_ACCOUNT_ID][REGION]
+    with contextlib.suppress(ClientError):
+        client("sesv2").create_email_identity(EmailIdentity="example.com")
+    iam = client("iam")
+    try:
+        role_arn = iam.get_role(RoleName=ROLE)["Role"]["Arn"]
+    except ClientError:
+        role_arn = iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    lam = client("lambda")
+    try:
+        function_arn = lam.get_function(FunctionName=FUNCTION)["Configuration"]["FunctionArn"]
+    except ClientError:
+        code = io.BytesIO()
+        zipfile.ZipFile(code, "w").writestr("handler.py", "# runs in-process in these tests\n")
+        function_arn = lam.create_function(
+            FunctionName=FUNCTION,
+            Runtime="python3.12",
+            Role=role_arn,
+            Handler="handler.handler",
+            Code={"ZipFile": code.getvalue()},
+        )["FunctionArn"]
+    h = Harness(store=store, sfn=StepFunctions(), function_arn=function_arn, role_arn=role_arn)
+    ctx = SendContext(
+        store=store,
+        log=SendLog(resources.tables["table_name"]),
+        ses=SesSender(""),
+        identity=MailIdentity(from_="Acme <hello@example.com>", public_base_url="https://api.example.com"),
+        token_secret=lambda: SECRET,
+    )
+    h.send_real = lambda job: send(job, ctx)
+    deps = StepDeps(store=store, send=h.send)
+
+    def invoke(self: Any, event: Any = None) -> tuple[str, bool, str]:
+        payload = json.loads(event) if isinstance(event, str | bytes) else event
+        h.invocations.append(payload)
+        try:
+            return json.dumps(run_step(parse_request(payload), deps)), False, ""
+        except Exception as exc:  # mapped like the Lambda service maps a function error
+            return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}), True, ""
+
+    def wait(self: Any, env: Any, wait_seconds: int) -> None:
+        h.waits.append(wait_seconds)
+        gate = h.gate
+        if gate is not None:
+            while not gate.wait(0.01) and not env.program_state_event.is_set():
+                pass
+
+    class RetryTime:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            h.retries.append(seconds)
+
+    with (
+        mock.patch.object(LambdaFunction, "_invoke_lambda", invoke),
+        mock.patch.object(WaitFunction, "_wait_interval", wait),
+        mock.patch.object(retrier_decl, "time", RetryTime()),
+    ):
+        yield h
+    for arn in h.machines:
+        with contextlib.suppress(ClientError):
+            client("stepfunctions").delete_state_machine(stateMachineArn=arn)
+    ses.sent_messages.clear()
+    default_user_config["stepfunctions"] = previous
+
+
+def sequence_from(text: str, sequence_id: str = "t") -> Sequence:
+    import yaml
+
+    from shared.sequences.loader import _Composer
+
+    composer = _Composer(f"{sequence_id}.yaml")
+    data = composer.build(yaml.compose(text, Loader=yaml.SafeLoader), ())
+    sequence, problems = parse_source(Source(f"{sequence_id}.yaml", data, composer.lines), sequence_id)
+    assert not problems, problems
+    assert sequence is not None
+    return sequence
+
+
+def start(
+    h: Harness,
+    sequence: Sequence,
+    email: str,
+    *,
+    name: str = "run-1",
+    tags: list[str] | None = None,
+    attributes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Given a subscriber, When the dispatcher starts the sequence: pair first, then execution."""
+    change = h.store.upsert(email, first_name="Ada", add_tags=tags or [], attributes=attributes or {})
+    assert change.profile is not None
+    engine = SequenceEngine(catalog=Catalog(), arn_prefix=PREFIX, store=h.store, sfn=h.sfn)
+    event = InboundEvent(type="go", email=email, id=name)
+    assert engine.start(sequence, change.profile, event)
+    arn = next(e.execution_arn for e in h.store.list_executions(email) if e.sequence_id == sequence.id)
+    return h.wait_done(arn)
+
+
+def test_examples_run_with_the_expected_branch_and_leave_no_pairs(harness: Harness) -> None:
+    catalog, problems = load_catalog(SEQUENCES_DIR)
+    assert problems == []
+    onboarding = catalog.sequences["onboarding"]
+    harness.deploy(onboarding)
+    pro = start(harness, onboarding, "pro@example.com", tags=["pro"])
+    basic = start(harness, onboarding, "basic@example.com")
+    assert pro["status"] == basic["status"] == "SUCCEEDED"
+    common = ["onboarding/welcome", "onboarding/tips"]
+    assert harness.sent("pro@example.com") == [*common, "onboarding/pro-tips", "onboarding/check-in"]
+    assert harness.sent("basic@example.com") == [*common, "onboarding/upgrade", "onboarding/check-in"]
+    assert harness.store.get_profile("pro@example.com").tags == {"pro", "onboarded"}  # type: ignore[union-attr]
+    assert harness.exec_items() == []
+    assert sorted(harness.waits) == sorted([86400, 172800, 604800] * 2)
+
+    trial = catalog.sequences["trial-expiring"]
+    harness.deploy(trial)
+    assert start(harness, trial, "trial@example.com")["status"] == "SUCCEEDED"
+    assert harness.sent("trial@example.com") == ["trial/expiring", "trial/last-day"]
+    assert harness.exec_items() == []
+
+
+def test_linear_sequence_costs_at_most_two_transitions_per_email(harness: Harness) -> None:
+    steps = "\n".join(f"  - send: onboarding/tips\n    subject: Mail {i}\n  - wait: 1d" for i in range(5))
+    sequence = sequence_from("trigger: go\nsteps:\n" + steps.rsplit("\n  - wait: 1d", 1)[0], "linear")
+    harness.deploy(sequence)
+    result = start(harness, sequence, "linear@example.com")
+    history = harness.sfn.history(result["executionArn"])
+    sent = len(harness.sent("linear@example.com"))
+    transitions = state_transitions(history)
+    assert sent == 5
+    assert transitions == 9  # 5 Tasks + 4 Waits: no register/complete states
+    assert transitions / sent <= 2.0
+    assert harness.exec_items() == []
+
+
+def test_every_step_kind_and_condition_executes(harness: Harness) -> None:
+    sequence = sequence_from(
+        """
+trigger: go
+sender: {from: "Acme <news@example.com>", reply_to: "help@example.com"}
+steps:
+  - if: {all: [{attribute: plan, in: [pro, team]}, {not: {tag: churned}}]}
+    then: [{tag: {add: [vip]}}]
+  - if: {any: [{attribute: seats, greater: 10}, {attribute: beta, exists: true}]}
+    then: [{send: onboarding/pro-tips, subject: "Big team"}]
+    else: [{send: onboarding/upgrade, subject: "Small team"}]
+  - wait: 30m
+  - if: {tag: vip}
+    then: [{send: onboarding/tips, subject: "VIP tips"}]
+  - if: {sent: onboarding/pro-tips}
+    then: [{send: onboarding/check-in, subject: "Since you saw the big-team mail"}]
+    else: [exit]
+  - if: {opened: onboarding/welcome}
+    then: [{send: onboarding/welcome, subject: "never: nobody opened it"}]
+  - tag: {remove: [vip]}
+""",
+        "kinds",
+    )
+    harness.deploy(sequence)
+    big = start(harness, sequence, "big@example.com", attributes={"plan": "pro", "seats": 25})
+    small = start(harness, sequence, "small@example.com", attributes={"plan": "free", "seats": 2})
+    assert big["status"] == small["status"] == "SUCCEEDED"
+    assert harness.sent("big@example.com") == [
+        "onboarding/pro-tips",
+        "onboarding/tips",
+        "onboarding/check-in",
+    ]
+    assert harness.sent("small@example.com") == ["onboarding/upgrade"]
+    assert harness.store.get_profile("big@example.com").tags == frozenset()  # type: ignore[union-attr]
+    assert harness.exec_items() == []
+    actions = [i["action"] for i in harness.invocations if i["email"] == "big@example.com"]
+    assert "check" in actions  # live conditions (after a wait / engagement) went through the step function
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [{}, {"n": 5}, {"n": 11}, {"n": "11"}, {"n": True}, {"n": None}, {"plan": "pro"}, {"plan": 1}],
+)
+def test_native_choice_agrees_with_the_python_evaluator(harness: Harness, attributes: dict[str, Any]) -> None:
+    sequence = sequence_from(
+        """
+trigger: go
+steps:
+  - if:
+      any: [{attribute: n, greater: 10}, {attribute: plan, equals: pro}, {not: {attribute: n, exists: true}}]
+    then: [{send: onboarding/tips, subject: "yes"}]
+    else: [{send: onboarding/upgrade, subject: "no"}]
+""",
+        "native",
+    )
+    harness.deploy(sequence)
+    email = f"n{abs(hash(json.dumps(attributes, sort_keys=True))) % 10**8}@example.com"
+    assert start(harness, sequence, email, attributes=attributes)["status"] == "SUCCEEDED"
+    expected = evaluate(sequence.steps[0].if_, [], attributes)  # type: ignore[union-attr]
+    assert harness.sent(email) == (["onboarding/tips"] if expected else ["onboarding/upgrade"])
+    assert not any(i["action"] == "check" for i in harness.invocations)  # a native Choice, no Lambda
+
+
+def test_retryable_send_is_retried_with_backoff_and_sent_once(harness: Harness) -> None:
+    sequence = sequence_from("trigger: go\nsteps:\n  - send: onboarding/tips\n    subject: Hi\n", "retry")
+    harness.deploy(sequence)
+    harness.scripted["onboarding/tips"] = ["retryable", "retryable"]
+    result = start(harness, sequence, "retry@example.com")
+    assert result["status"] == "SUCCEEDED"
+    assert harness.sent("retry@example.com") == ["onboarding/tips"]
+    assert len(harness.retries) == 2 and harness.retries[1] >= 0  # two backoff sleeps, jittered
+    assert harness.exec_items() == []
+
+
+def test_permanent_failure_is_recorded_and_removes_the_pair(harness: Harness) -> None:
+    sequence = sequence_from(
+        "trigger: go\nsteps:\n  - send: onboarding/tips\n    subject: Hi\n  - wait: 1d\n"
+        "  - send: onboarding/upgrade\n    subject: Up\n",
+        "failing",
+    )
+    harness.deploy(sequence)
+    harness.scripted["onboarding/tips"] = ["failed"]
+    result = start(harness, sequence, "fail@example.com")
+    assert result["status"] == "FAILED"
+    assert harness.sent("fail@example.com") == []
+    assert harness.exec_items() == []
+    events = harness.store.list_events("fail@example.com")
+    assert [e["type"] for e in events if e["type"] == "sequence_failed"] == ["sequence_failed"]
+    assert next(e for e in events if e["type"] == "sequence_failed")["error"] == "SendFailed"
+
+
+def test_send_window_moves_waits_into_the_window(harness: Harness) -> None:
+    sequence = sequence_from(
+        """
+trigger: go
+send_window: {days: [sat], start: "10:00", end: "11:00", timezone: Asia/Tokyo}
+steps:
+  - send: onboarding/tips
+    subject: Hi
+  - wait: 1d
+  - send: onboarding/upgrade
+    subject: Up
+""",
+        "windowed",
+    )
+    harness.deploy(sequence)
+    result = start(harness, sequence, "window@example.com", attributes={"timezone": "Europe/Paris"})
+    assert result["status"] == "SUCCEEDED"
+    assert harness.sent("window@example.com") == ["onboarding/tips", "onboarding/upgrade"]
+    # Each Wait resumes on a Saturday at 10:00 in Paris (the subscriber's zone beats the default)
+    # and the 1d wait is not cut short: the wall clock stands still while virtual time passes.
+    now = datetime.now(UTC)
+    assert len(harness.waits) == 2
+    for seconds in harness.waits:
+        wake = (now + timedelta(seconds=seconds)).astimezone(ZoneInfo("Europe/Paris"))
+        assert wake.weekday() == 5 and (wake.hour, wake.minute) in {(10, 0), (9, 59)}
+    assert harness.waits[1] >= 86400
+
+
+# ----- the engine: start/stop through the events dispatch --------------------------------
+def _catalog(*sequences: Sequence) -> Catalog:
+    return Catalog(sequences={s.id: s for s in sequences}, files={s.id: f"{s.id}.yaml" for s in sequences})
+
+
+def _post(engine: SequenceEngine, store: SubscriberStore, **event: Any) -> dict[str, Any]:
+    ctx = IngestContext(store=store, data_ttl_days=30, sequences=engine)
+    return dispatch(InboundEvent.model_validate(event), ctx)
+
+
+def test_same_trigger_three_times_starts_one_execution_and_reentry_is_ignored(harness: Harness) -> None:
+    drip = sequence_from(
+        "trigger: trial.started\nexit_on: [purchase.completed]\nsteps:\n"
+        "  - send: trial/expiring\n    subject: A\n  - wait: 1d\n  - send: trial/last-day\n    subject: B\n",
+        "drip",
+    )
+    engine = harness.engine(_catalog(drip))
+    gate = harness.gate = threading.Event()  # hold the execution in its first wait
+    outcomes = [
+        _post(engine, harness.store, type="trial.started", email="t@example.com", id="evt-1")
+        for _ in range(3)
+    ]
+    harness.until_waiting()
+    assert [o["sequences_started"] for o in outcomes] == [["drip"], [], []]
+    again = _post(engine, harness.store, type="trial.started", email="t@example.com", id="evt-2")
+    assert again["sequences_started"] == []  # reentry: ignore while active
+    executions = harness.sfn.list_executions(PREFIX + "drip")
+    assert len(executions) == 1
+    # When a purchase arrives mid-sequence, Then the execution stops before its next send
+    stopped = _post(engine, harness.store, type="purchase.completed", email="t@example.com")
+    assert stopped["sequences_stopped"] == ["drip"]
+    gate.set()
+    result = harness.wait_done(executions[0]["executionArn"])
+    assert result["status"] == "ABORTED"
+    assert harness.sent("t@example.com") == ["trial/expiring"]
+    assert harness.exec_items() == []
+
+
+def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Harness) -> None:
+    drip = sequence_from(
+        "trigger: go\nreentry: restart\nsteps:\n  - send: trial/expiring\n    subject: A\n  - wait: 1d\n"
+        "  - send: trial/last-day\n    subject: B\n",
+        "again",
+    )
+    engine = harness.engine(_catalog(drip))
+    gate = harness.gate = threading.Event()
+    first = _post(engine, harness.store, type="go", email="r@example.com", id="a")
+    harness.until_waiting()
+    second = _post(engine, harness.store, type="go", email="r@example.com", id="b")
+    assert first["sequences_started"] == second["sequences_started"] == ["again"]
+    runs = harness.sfn.list_executions(PREFIX + "again")
+    assert len(runs) == 2
+    gate.set()
+    for run in runs:
+        harness.wait_done(run["executionArn"])
+    statuses = sorted(harness.sfn.describe(r["executionArn"])["status"] for r in runs)
+    assert statuses == ["ABORTED", "SUCCEEDED"]
+    # the restarted run sends its mails again (send-once is per execution)
+    assert harness.sent("r@example.com") == ["trial/expiring", "trial/expiring", "trial/last-day"]
+    assert harness.exec_items() == []
+
+
+def test_unsubscribe_stops_marketing_but_not_transactional(harness: Harness) -> None:
+    marketing = sequence_from(
+        "trigger: signup\nsteps:\n  - send: onboarding/tips\n    subject: A\n  - wait: 1d\n"
+        "  - send: onboarding/upgrade\n    subject: B\n",
+        "marketing",
+    )
+    receipts = sequence_from(
+        "trigger: signup\ntransactional: true\nsteps:\n  - send: onboarding/welcome\n    subject: R\n"
+        "  - wait: 1d\n  - send: onboarding/welcome\n    subject: R2\n",
+        "receipts",
+    )
+    engine = harness.engine(_catalog(marketing, receipts))
+    gate = harness.gate = threading.Event()
+    started = _post(engine, harness.store, type="signup", email="u@example.com", id="s1")
+    assert sorted(started["sequences_started"]) == ["marketing", "receipts"]
+    harness.until_waiting(2)
+    out = _post(engine, harness.store, type="subscriber.unsubscribed", email="u@example.com")
+    assert out["sequences_stopped"] == ["marketing"]
+    gate.set()
+    for machine in ("marketing", "receipts"):
+        for run in harness.sfn.list_executions(PREFIX + machine):
+            harness.wait_done(run["executionArn"])
+    sent = harness.sent("u@example.com")
+    assert sent.count("onboarding/tips") == 1 and "onboarding/upgrade" not in sent
+    assert sent.count("onboarding/welcome") == 2
+    assert harness.exec_items() == []
+
+
+def test_an_execution_whose_pair_was_erased_halts_without_sending(harness: Harness) -> None:
+    drip = sequence_from(
+        "trigger: go\nsteps:\n  - wait: 1d\n  - send: onboarding/tips\n    subject: A\n", "erased"
+    )
+    engine = harness.engine(_catalog(drip))
+    gate = harness.gate = threading.Event()
+    _post(engine, harness.store, type="go", email="e@example.com", id="x")
+    harness.until_waiting()
+    run = harness.sfn.list_executions(PREFIX + "erased")[0]
+    harness.store.delete_execution("e@example.com", "erased")  # e.g. erase removed every item
+    gate.set()
+    result = harness.wait_done(run["executionArn"])
+    assert result["status"] == "SUCCEEDED"  # the Halted Succeed state: stopped quietly
+    assert harness.sent("e@example.com") == []
+    history = harness.sfn.history(run["executionArn"])
+    assert any(e.get("stateEnteredEventDetails", {}).get("name") == "Halted" for e in history)
+
+
+def test_one_off_event_mail_sends_once_per_event_and_keeps_no_pair(harness: Harness) -> None:
+    receipt = sequence_from(
+        'on: {event: purchase.completed, send: transactional/receipt, subject: "Thanks"}', "r1"
+    )
+    engine = harness.engine(_catalog(receipt))
+    order = {"order_id": "A-1", "total": "$9", "lines": [{"description": "Pro", "amount": "$9"}]}
+    for _ in range(2):
+        _post(engine, harness.store, type="purchase.completed", email="o@example.com", id="p-1", data=order)
+    _post(engine, harness.store, type="purchase.completed", email="o@example.com", id="p-2", data=order)
+    for run in harness.sfn.list_executions(PREFIX + "r1"):
+        assert harness.wait_done(run["executionArn"])["status"] == "SUCCEEDED"
+    assert harness.sent("o@example.com") == ["transactional/receipt"] * 2
+    assert harness.exec_items() == []
+
+
+def test_stale_pair_without_execution_is_replaced_on_the_next_trigger(harness: Harness) -> None:
+    drip = sequence_from("trigger: go\nsteps:\n  - send: onboarding/tips\n    subject: A\n", "stale")
+    engine = harness.engine(_catalog(drip))
+    harness.store.upsert("s@example.com")
+    # a crash after the pair was written and before StartExecution
+    harness.store.put_execution(
+        "s@example.com", "stale", PREFIX.replace(":stateMachine:", ":execution:") + "stale:gone"
+    )
+    out = _post(engine, harness.store, type="go", email="s@example.com", id="n")
+    assert out["sequences_started"] == ["stale"]
+    run = harness.sfn.list_executions(PREFIX + "stale")[0]
+    assert harness.wait_done(run["executionArn"])["status"] == "SUCCEEDED"
+    assert harness.sent("s@example.com") == ["onboarding/tips"]
+    assert harness.exec_items() == []
+
+
+def test_example_definitions_are_deterministic() -> None:
+    first, _ = load_catalog(SEQUENCES_DIR)
+    second, _ = load_catalog(Path(SEQUENCES_DIR))
+    for sequence_id, sequence in first.sequences.items():
+        assert definition_json(sequence) == definition_json(second.sequences[sequence_id])
