@@ -215,3 +215,29 @@ class StatsStore:
             # Unsubscribes are counted per source only (shared.unsubscribe): keep the scopes alike.
             counters.totals.pop("unsubscribe", None)
         return counters
+
+
+def parse_since(value: str) -> str:
+    """``2026-01-31`` or an ISO timestamp -> the ISO form event sort keys use (UTC)."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a date: {value!r} (use 2026-01-31 or 2026-01-31T12:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def report(
+    stats: StatsStore, *, source: str | None = None, template: str | None = None, since: str | None = None
+) -> Counters:
+    """The numbers ``mailstep stats`` shows: the counters, or the events from ``since`` on."""
+    if since is not None:
+        return stats.recompute(source=source, template=template, since=parse_since(since))
+    if source is not None:
+        return stats.source(source)
+    if template is not None:
+        return stats.template(template)
+    raise ValueError("name a source or a template")

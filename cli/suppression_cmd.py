@@ -1,0 +1,66 @@
+"""``mailstep suppression list | remove <email>``: addresses no mail goes to, and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.stats_cmd import STACK, STATE_DIR, tables
+
+console = Console()
+app = typer.Typer(help="Suppressed addresses (permanent bounces, complaints).", no_args_is_help=True)
+
+
+def _suppressions(state_dir: Path, stack: str | None):  # type: ignore[no-untyped-def]
+    from shared.store import SubscriberStore
+    from shared.suppression import Suppressions
+
+    return Suppressions(SubscriberStore(*tables(state_dir, stack)))
+
+
+@app.command("list")
+def list_(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    state_dir: Path = STATE_DIR,
+    stack: str | None = STACK,
+) -> None:
+    """Every suppressed address with its reason."""
+    import json
+
+    found = _suppressions(state_dir, stack).list()
+    if as_json:
+        console.print_json(json.dumps([s.public() for s in found]))
+        return
+    table = Table(title=f"Suppressed addresses ({len(found)})")
+    for column in ("since", "email", "reason", "detail", "source"):
+        table.add_column(column)
+    for s in found:
+        table.add_row(s.at[:19].replace("T", " "), s.email, s.reason, s.detail[:80], s.source or "")
+    console.print(table)
+
+
+@app.command()
+def remove(
+    email: str = typer.Argument(..., help="The address to allow mail to again."),
+    state_dir: Path = STATE_DIR,
+    stack: str | None = STACK,
+) -> None:
+    """Lift a suppression (the profile may be mailed again)."""
+    from shared.models import normalise_email
+
+    try:
+        address = normalise_email(email)
+    except ValueError as exc:
+        raise typer.BadParameter(f"email: {exc}") from None
+    if _suppressions(state_dir, stack).remove(address):
+        console.print(f"{address} is no longer suppressed")
+    else:
+        console.print(f"{address} was not suppressed")
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()
