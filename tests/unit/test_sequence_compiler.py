@@ -1,0 +1,244 @@
+"""Compiler output shape, determinism and the structural checker; conditions and windows."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shared.models import NAME_RE
+from shared.sequences import SEQUENCES_DIR
+from shared.sequences.compiler import (
+    CONTRACT,
+    FAIL_TASK_STATE,
+    HALTED_STATE,
+    RETRYABLE_ERROR,
+    STEP_FUNCTION_PLACEHOLDER,
+    compile_sequence,
+    definition_json,
+    render_definition,
+    tag_key,
+)
+from shared.sequences.engine import execution_name
+from shared.sequences.evaluate import evaluate, next_in_window, wake_at
+from shared.sequences.loader import Source, _Composer, parse_source
+from shared.sequences.model import SendWindow, Sequence, parse_condition
+from shared.sequences.structure import structural_problems
+from shared.sequences.validate import require_catalog
+from shared.sfn import execution_arn, state_machine_of
+
+
+def seq(text: str, sequence_id: str = "t") -> Sequence:
+    composer = _Composer(f"{sequence_id}.yaml")
+    data = composer.build(yaml.compose(text, Loader=yaml.SafeLoader), ())
+    sequence, problems = parse_source(Source(f"{sequence_id}.yaml", data, composer.lines), sequence_id)
+    assert not problems and sequence is not None, problems
+    return sequence
+
+
+LINEAR = seq(
+    "trigger: go\nsteps:\n"
+    + "  - wait: 1d\n".join(f"  - send: onboarding/tips\n    subject: Mail {i}\n" for i in range(4))
+)
+
+
+def path_lengths(asl: dict[str, Any]) -> list[int]:
+    """States entered on every success path (Catch edges excluded)."""
+    states = asl["States"]
+    lengths = []
+
+    def walk(name: str, depth: int) -> None:
+        state = states[name]
+        if state.get("End") or state["Type"] in ("Succeed", "Fail"):
+            lengths.append(depth)
+            return
+        targets = [state["Next"]] if "Next" in state else []
+        if state["Type"] == "Choice":
+            targets = [r["Next"] for r in state["Choices"]] + [state["Default"]]
+        for target in targets:
+            walk(target, depth + 1)
+
+    walk(asl["StartAt"], 1)
+    return lengths
+
+
+def test_linear_sequence_compiles_to_tasks_and_waits_only() -> None:
+    asl = compile_sequence(LINEAR)
+    kinds = sorted(s["Type"] for name, s in asl["States"].items() if name[0] == "S")
+    assert kinds == ["Task"] * 4 + ["Wait"] * 3
+    assert path_lengths(asl) == [7]  # 4 mails: 7 transitions = 1.75 per mail
+    last = asl["States"]["S7_send_onboarding-tips"]
+    assert last["End"] is True and last["Parameters"]["finish"] is True
+    first = asl["States"][asl["StartAt"]]
+    assert first["Parameters"]["contract"] == CONTRACT and first["Parameters"]["version"] == 1
+    assert first["Parameters"]["email.$"] == "$.email" and first["Resource"] == STEP_FUNCTION_PLACEHOLDER
+    assert first["Retry"][0]["ErrorEquals"] == [RETRYABLE_ERROR] and first["Retry"][0]["BackoffRate"] > 1
+    assert [c["Next"] for c in first["Catch"]] == [HALTED_STATE, FAIL_TASK_STATE]
+
+
+def test_output_is_byte_identical_and_names_are_readable() -> None:
+    for sequence in require_catalog(SEQUENCES_DIR):
+        text = definition_json(sequence)
+        assert text == definition_json(sequence.model_copy(deep=True))
+        asl = json.loads(text)
+        assert structural_problems(asl) == []
+        assert all(len(name) <= 80 for name in asl["States"])
+    onboarding = compile_sequence(require_catalog(SEQUENCES_DIR).sequences["onboarding"])
+    assert "S1_send_onboarding-welcome" in onboarding["States"]
+    assert "S5T1_send_onboarding-pro-tips" in onboarding["States"]
+    assert render_definition(definition_json(LINEAR), "arn:fn").count("arn:fn") == 4 + 1  # + the fail Task
+
+
+def test_fresh_conditions_are_native_and_stale_ones_call_a_check() -> None:
+    asl = compile_sequence(
+        seq(
+            """
+trigger: go
+steps:
+  - if: {tag: pro}
+    then: [{send: onboarding/tips, subject: a}]
+  - wait: 1d
+  - if: {tag: pro}
+    then: [{send: onboarding/tips, subject: b}]
+  - if: {opened: onboarding/tips}
+    then: [{send: onboarding/tips, subject: c}]
+"""
+        )
+    )
+    states = asl["States"]
+    assert states["S1_if"]["Choices"][0]["Variable"] == "$.tags.t_pro"
+    assert "S1_check" not in states
+    assert states["S3_check"]["Parameters"]["condition"] == {"tag": "pro"}
+    assert states["S3_if"]["Choices"][0] == {
+        "Variable": "$.r.ok",
+        "BooleanEquals": True,
+        "Next": "S3T1_send_onboarding-tips",
+    }
+    assert states["S4_check"]["Parameters"]["condition"] == {"opened": "onboarding/tips"}
+
+
+def test_tag_after_send_rides_on_the_send_task() -> None:
+    asl = compile_sequence(
+        seq("trigger: go\nsteps:\n  - send: onboarding/tips\n    subject: a\n  - tag: {add: [x]}\n")
+    )
+    tasks = [n for n, s in asl["States"].items() if s["Type"] == "Task" and n[0] == "S"]
+    assert tasks == ["S1_send_onboarding-tips"]
+    assert asl["States"]["S1_send_onboarding-tips"]["Parameters"]["add"] == ["x"]
+
+
+def test_send_window_uses_timestamps_from_the_previous_task() -> None:
+    asl = compile_sequence(
+        seq(
+            "trigger: go\nsend_window: {start: '09:00', end: '17:00'}\nsteps:\n"
+            "  - send: onboarding/tips\n    subject: a\n  - wait: 2d\n"
+            "  - send: onboarding/tips\n    subject: b\n"
+        )
+    )
+    states = asl["States"]
+    assert asl["StartAt"] == "S0_schedule"  # the first mail waits for the window too
+    assert states["S0_window"]["TimestampPath"] == "$.r.wake"
+    assert states["S1_send_onboarding-tips"]["Parameters"]["wait"] == 172800
+    assert states["S1_send_onboarding-tips"]["Next"] == "S2_wait_2d"
+    assert "S2_schedule" not in states  # only created when a Choice or Wait leads to the wait
+
+
+def test_structural_checker_finds_broken_machines() -> None:
+    good = compile_sequence(LINEAR)
+    assert structural_problems(good) == []
+    missing = copy.deepcopy(good)
+    missing["States"]["S1_send_onboarding-tips"]["Next"] = "Nowhere"
+    assert any("does not exist" in p for p in structural_problems(missing))
+    orphan = copy.deepcopy(good)
+    orphan["States"]["Lonely"] = {"Type": "Succeed"}
+    assert structural_problems(orphan) == ["Lonely: unreachable from StartAt"]
+    loop = copy.deepcopy(good)
+    loop["States"]["S7_send_onboarding-tips"].pop("End")
+    loop["States"]["S7_send_onboarding-tips"]["Next"] = "S6_wait_1d"
+    loop["States"]["S7_send_onboarding-tips"]["Catch"] = []
+    loop["States"]["S6_wait_1d"]["Next"] = "S7_send_onboarding-tips"
+    assert any("no path from here ever ends" in p for p in structural_problems(loop))
+    both = copy.deepcopy(good)
+    both["States"]["S1_send_onboarding-tips"]["End"] = True
+    assert any("exactly one of Next and End" in p for p in structural_problems(both))
+
+
+def test_exit_and_trailing_wait_go_through_one_finish_task() -> None:
+    asl = compile_sequence(
+        seq(
+            "trigger: go\nsteps:\n  - if: {tag: a}\n    then: [exit]\n"
+            "    else: [{send: onboarding/tips, subject: x}]\n"
+            "  - if: {tag: b}\n    then: [exit]\n  - wait: 1h\n"
+        )
+    )
+    assert structural_problems(asl) == []
+    finish = asl["States"]["Finish"]
+    assert finish["Parameters"]["action"] == "finish" and finish["End"] is True
+    assert asl["States"]["S3_wait_1h"]["Next"] == "Finish"
+
+
+# ----- conditions and windows ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("condition", "tags", "attributes", "expected"),
+    [
+        ({"tag": "pro"}, {"pro"}, {}, True),
+        ({"not": {"tag": "pro"}}, {"pro"}, {}, False),
+        ({"attribute": "plan", "equals": "pro"}, set(), {"plan": "pro"}, True),
+        ({"attribute": "n", "equals": 1}, set(), {"n": True}, False),
+        ({"attribute": "n", "equals": True}, set(), {"n": 1}, False),
+        ({"attribute": "plan", "in": ["a", "b"]}, set(), {"plan": "b"}, True),
+        ({"attribute": "plan", "exists": True}, set(), {"plan": None}, False),
+        ({"attribute": "plan", "exists": False}, set(), {}, True),
+        ({"attribute": "n", "greater": 3}, set(), {"n": "9"}, False),
+        ({"attribute": "n", "less": 3}, set(), {"n": 2.5}, True),
+        ({"all": [{"tag": "a"}, {"any": [{"tag": "b"}, {"tag": "c"}]}]}, {"a", "c"}, {}, True),
+    ],
+)
+def test_evaluate(
+    condition: dict[str, Any], tags: set[str], attributes: dict[str, Any], expected: bool
+) -> None:
+    assert evaluate(parse_condition(condition), tags, attributes) is expected
+
+
+def test_engagement_conditions_need_the_lookup() -> None:
+    condition = parse_condition({"any": [{"opened": "a/b"}, {"sent": "c/d"}]})
+    assert evaluate(condition, set(), {}, lambda kind, key: (kind, key) == ("sent", "c/d")) is True
+    with pytest.raises(ValueError):
+        evaluate(condition, set(), {})
+
+
+def test_window_waits_for_the_next_opening_in_the_subscriber_zone() -> None:
+    window = SendWindow(days=["mon", "tue", "wed", "thu", "fri"], start="09:00", end="17:00", timezone="UTC")
+    friday_evening = datetime(2026, 11, 20, 18, 30, tzinfo=UTC)  # a Friday
+    assert next_in_window(friday_evening, window, ZoneInfo("UTC")) == datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    inside = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+    assert next_in_window(inside, window, ZoneInfo("UTC")) == inside
+    # New York is UTC-5 in November: 09:00 local is 14:00 UTC
+    assert wake_at(inside, 0, window, {"timezone": "America/New_York"}) == "2026-11-23T14:00:00Z"
+    assert wake_at(inside, 0, window, {"timezone": "Not/AZone"}) == "2026-11-23T10:00:00Z"
+    assert wake_at(inside, 90, None, {}) == "2026-11-23T10:01:30Z"
+
+
+@given(
+    st.from_regex(NAME_RE, fullmatch=True).filter(lambda s: len(s) <= 64), st.text(min_size=1, max_size=60)
+)
+def test_execution_names_are_deterministic_short_and_valid(sequence_id: str, event_key: str) -> None:
+    name = execution_name(sequence_id, "a@example.com", event_key)
+    assert name == execution_name(sequence_id, "a@example.com", event_key)
+    assert name != execution_name(sequence_id, "b@example.com", event_key)
+    assert len(name) <= 80
+    assert all(c.isalnum() or c in "-_." for c in name)
+    machine = f"arn:aws:states:us-east-1:1:stateMachine:mailstep-seq-{sequence_id}"
+    assert state_machine_of(execution_arn(machine, name)) == machine
+
+
+@given(st.from_regex(NAME_RE, fullmatch=True), st.from_regex(NAME_RE, fullmatch=True))
+def test_tag_keys_are_injective_and_jsonpath_safe(a: str, b: str) -> None:
+    assert (tag_key(a) == tag_key(b)) == (a == b)
+    assert all(c.isalnum() or c == "_" for c in tag_key(a))
