@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import demo, dev_cmd, local_cmd
+from cli import demo, dev_cmd, local_cmd, subscribers_cmd
 
 app = typer.Typer(
     name="mailstep",
@@ -16,6 +16,7 @@ app = typer.Typer(
 app.command("dev", help=dev_cmd.dev.__doc__)(dev_cmd.dev)
 app.command("demo", help=demo.demo.__doc__)(demo.demo)
 app.add_typer(local_cmd.app, name="local")
+app.add_typer(subscribers_cmd.app, name="subscribers")
 
 if __name__ == "__main__":
     app()

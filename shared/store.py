@@ -18,7 +18,7 @@ Merge rules of :meth:`SubscriberStore.upsert` (documented in docs/data-model.md)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -185,6 +185,67 @@ class SubscriberStore:
             ProjectionExpression="SK",
         )
         return [keys.email_from_sub(i["SK"]["S"]) for i in items]
+
+    # ----- paged listings (operator commands: CLI, MCP, export) ----------------------
+    def iter_profiles(
+        self, *, start: dict[str, Any] | None = None, status: str | None = None
+    ) -> Iterator[tuple[Profile, dict[str, Any]]]:
+        """Every profile (a filtered Scan, page by page), each with its raw key.
+
+        A raw key is a valid ``start`` for a later call: listing resumes right after it.
+        """
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "FilterExpression": "SK = :sk" + (" AND #status = :status" if status else ""),
+            "ExpressionAttributeValues": values(sk=keys.PROFILE, **({"status": status} if status else {})),
+        }
+        if status:
+            kwargs["ExpressionAttributeNames"] = {"#status": "status"}
+        while True:
+            page = self.client.scan(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+            for raw in page.get("Items", []):
+                yield Profile.from_item(deserialize(raw)), {"PK": raw["PK"], "SK": raw["SK"]}
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def iter_tag_members(
+        self, tag: str, *, start: dict[str, Any] | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The emails holding ``tag`` (its TAG# partition, page by page), each with its raw key."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "PK = :pk",
+            "ExpressionAttributeValues": values(pk=keys.tag_pk(tag)),
+            "ProjectionExpression": "PK, SK",
+        }
+        while True:
+            page = self.client.query(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+            for raw in page.get("Items", []):
+                yield keys.email_from_sub(raw["SK"]["S"]), {"PK": raw["PK"], "SK": raw["SK"]}
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def get_profiles(self, emails: Iterable[str]) -> dict[str, Profile]:
+        """Profiles of ``emails`` (BatchGetItem, 100 per request); missing ones are left out."""
+        pending = [key(keys.sub_pk(e), keys.PROFILE) for e in dict.fromkeys(emails)]
+        found: dict[str, Profile] = {}
+        while pending:
+            chunk, pending = pending[:100], pending[100:]
+            request: dict[str, Any] = {self.table: {"Keys": chunk, "ConsistentRead": True}}
+            for _ in range(MAX_ATTEMPTS):
+                response = self.client.batch_get_item(RequestItems=request)
+                for raw in response.get("Responses", {}).get(self.table, []):
+                    profile = Profile.from_item(deserialize(raw))
+                    found[profile.email] = profile
+                request = response.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(0.05)
+            if request:
+                raise ConcurrentModification("DynamoDB kept keys unprocessed after retries")
+        return found
 
     # ----- profile writes (profile + TAG# partners in one transaction) ---------------
     def mutate(self, email: str, mutation: Mutation) -> Change:

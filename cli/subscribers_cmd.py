@@ -1,0 +1,298 @@
+"""``mailstep subscribers ...``: look up, change, erase, import and export subscribers.
+
+Parsing and formatting only: the logic is ``shared.admin`` and ``shared.csv_io``. Every
+command takes the target options of ``cli.target`` (local runtime or ``--stack NAME``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cli.target import REGION, STACK, STATE_DIR, TARGET, errors_to_exit, select
+
+app = typer.Typer(
+    help="Subscribers: get, list, update, unsubscribe, resubscribe, delete, import, export.",
+    no_args_is_help=True,
+)
+console = Console()
+err = Console(stderr=True)
+
+EMAIL = typer.Argument(..., help="The subscriber's address.")
+AS_JSON = typer.Option(False, "--json", help="Print JSON.")
+
+
+def _admin(target: str | None, stack: str | None, state_dir: Path, region: str | None) -> Any:
+    from shared.admin import SubscriberAdmin
+
+    return SubscriberAdmin.from_settings(select(target, stack, state_dir, region).settings)
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _profile_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=title)
+    for column in ("email", "status", "first name", "tags", "suppressed", "updated"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["email"],
+            row["status"],
+            row["first_name"] or "",
+            " ".join(row["tags"]),
+            "yes" if row["suppressed"] else "",
+            row["updated_at"][:19].replace("T", " "),
+        )
+    return table
+
+
+@app.command()
+def get(
+    email: str = EMAIL,
+    as_json: bool = AS_JSON,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    state_dir: Path = STATE_DIR,
+    region: str | None = REGION,
+) -> None:
+    """One subscriber: profile, active sequences and suppression."""
+    with errors_to_exit():
+        detail = _admin(target, stack, state_dir, region).get(email).public()
+    if as_json:
+        _print_json(detail)
+        return
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name in ("email", "status", "first_name", "suppressed", "created_at", "updated_at"):
+        grid.add_row(name, str(detail[name]))
+    grid.add_row("tags", " ".join(detail["tags"]) or "-")
+    grid.add_row(
+        "attributes", json.dumps(detail["attributes"], sort_keys=True) if detail["attributes"] else "-"
+    )
+    sequences = ", ".join(
+        e["sequence"] + (" (transactional)" if e["transactional"] else "") for e in detail["executions"]
+    )
+    grid.add_row("sequences", sequences or "-")
+    suppression = detail["suppression"]
+    grid.add_row("suppression", f"{suppression['reason']} at {suppression['at']}" if suppression else "-")
+    console.print(grid)
+
+
+@app.command("list")
+def list_(
+    tag: str | None = typer.Option(None, help="Only subscribers with this tag."),
+    status: str | None = typer.Option(None, help="subscribed | unsubscribed"),
+    limit: int = typer.Option(50, help="Subscribers per page (1-1000)."),
+    cursor: str | None = typer.Option(None, help="The cursor printed by the previous page."),
+    as_json: bool = AS_JSON,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    state_dir: Path = STATE_DIR,
+    region: str | None = REGION,
+) -> None:
+    """One page of subscribers; prints the cursor of the next page when there is one."""
+    with errors_to_exit():
+        page = _admin(target, stack, state_dir, region).list(
+            tag=tag, status=status, limit=limit, cursor=cursor
+        )
+    data = page.public()
+    if as_json:
+        _print_json(data)
+        return
+    console.print(_profile_table(f"Subscribers ({len(data['subscribers'])})", data["subscribers"]))
+    if page.cursor:
+        console.print(f"next page: --cursor {page.cursor}", soft_wrap=True)
+
+
+@app.command()
+def update(
+    email: str = EMAIL,
+    tag: list[str] = typer.Option([], "--tag", help="+name adds, -name removes (repeatable)."),
+    attr: list[str] = typer.Option([], "--attr", help="key=value sets, key= deletes (repeatable)."),
+    first_name: str | None = typer.Option(None, "--first-name", help="Replace the first name."),
+    as_json: bool = AS_JSON,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    state_dir: Path = STATE_DIR,
+    region: str | None = REGION,
+) -> None:
+    """Change an existing subscriber's tags, attributes or first name."""
+    from shared.admin import parse_update
+
+    with errors_to_exit():
+        change = parse_update(tag, attr, first_name)
+        result = _admin(target, stack, state_dir, region).update(email, change)
+    _written(result, as_json, "updated")
+
+
+def _written(result: Any, as_json: bool, verb: str) -> None:
+    if as_json:
+        _print_json(result.public())
+        return
+    if not result.changed:
+        console.print(f"{result.email}: no change")
+    else:
+        details = [f"+{t}" for t in result.tags_added] + [f"-{t}" for t in result.tags_removed]
+        console.print(f"{result.email}: {verb}" + (f" ({' '.join(details)})" if details else ""))
+    if result.sequences_stopped:
+        console.print(f"stopped sequences: {', '.join(result.sequences_stopped)}")
+
+
+def _simple(verb: str, method: str, doc: str) -> None:
+    def command(
+        email: str = EMAIL,
+        as_json: bool = AS_JSON,
+        target: str | None = TARGET,
+        stack: str | None = STACK,
+        state_dir: Path = STATE_DIR,
+        region: str | None = REGION,
+    ) -> None:
+        with errors_to_exit():
+            result = getattr(_admin(target, stack, state_dir, region), method)(email)
+        _written(result, as_json, verb)
+
+    command.__doc__ = doc
+    app.command(method)(command)
+
+
+_simple(
+    "unsubscribed", "unsubscribe", "Unsubscribe (remembered) and stop the subscriber's marketing sequences."
+)
+_simple(
+    "resubscribed", "resubscribe", "Explicit opt-in again (a suppression stays; see `suppression remove`)."
+)
+
+
+@app.command()
+def delete(
+    email: str = EMAIL,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    as_json: bool = AS_JSON,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    state_dir: Path = STATE_DIR,
+    region: str | None = REGION,
+) -> None:
+    """Erase a subscriber (GDPR): every item in both tables, partners included."""
+    if not yes:
+        typer.confirm(f"Erase {email} and all their data?", abort=True)
+    with errors_to_exit():
+        result = _admin(target, stack, state_dir, region).delete(email)
+    if as_json:
+        _print_json(result.public())
+        return
+    console.print(
+        f"{result.email}: erased ({result.main_items} items, {result.event_items} events"
+        + (f"; stopped {', '.join(result.sequences_stopped)})" if result.sequences_stopped else ")")
+    )
+
+
+@app.command("import")
+def import_(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV file with a header row."),
+    tag: list[str] = typer.Option(
+        [], "--tag", help="Add this tag to every imported subscriber (repeatable)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and report; write nothing."),
+    trigger: bool = typer.Option(
+        False, "--trigger", help="Start the sequences triggered by subscriber.subscribed."
+    ),
+    workers: int = typer.Option(8, min=1, max=64, help="Concurrent writes."),
+    restart: bool = typer.Option(False, "--restart", help="Ignore a checkpoint of an interrupted run."),
+    sequences_dir: Path = typer.Option(Path("sequences"), help="Sequence definitions (with --trigger)."),
+    as_json: bool = AS_JSON,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    state_dir: Path = STATE_DIR,
+    region: str | None = REGION,
+) -> None:
+    """Import subscribers from CSV: streamed, validated, idempotent, resumable."""
+    from shared.admin import tag_arg
+    from shared.csv_io import SequenceTrigger, checkpoint_path, import_csv
+    from shared.store import SubscriberStore
+
+    with errors_to_exit():
+        tags = tuple(tag_arg(t) for t in tag)
+        settings = select(target, stack, state_dir, region).settings
+        store = SubscriberStore(settings.table_name, settings.events_table_name)
+        starter = (
+            SequenceTrigger.load(store, settings.state_machine_arn_prefix, sequences_dir) if trigger else None
+        )
+        checkpoint = checkpoint_path(file)
+        if restart and checkpoint.exists():
+            checkpoint.unlink()
+        size = file.stat().st_size
+        with Progress(
+            TextColumn("[bold]importing[/bold]"),
+            BarColumn(),
+            DownloadColumn(),
+            TextColumn("{task.fields[rows]} rows"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=as_json,
+        ) as bar:
+            task = bar.add_task("import", total=size, rows=0)
+            report = import_csv(
+                file,
+                store,
+                extra_tags=tags,
+                dry_run=dry_run,
+                trigger=starter,
+                workers=workers,
+                checkpoint=checkpoint,
+                progress=lambda done, rows: bar.update(task, completed=done, rows=rows),
+            )
+    data = report.public()
+    if as_json:
+        _print_json(data)
+    else:
+        _import_summary(report)
+    if report.rejected:
+        raise typer.Exit(1)
+
+
+def _import_summary(report: Any) -> None:
+    head = "dry run: nothing written. " if report.dry_run else ""
+    if report.resumed_after_line:
+        head += f"resumed after line {report.resumed_after_line}. "
+    console.print(
+        f"{head}{report.rows} rows: {report.valid} valid "
+        f"({report.created} created, {report.updated} updated, {report.unchanged} unchanged"
+        + (f", {report.skipped_before_checkpoint} done before" if report.skipped_before_checkpoint else "")
+        + f"), {len(report.rejected)} rejected; {report.seconds:.1f} s, {report.rows_per_second:.0f} rows/s"
+        + (f"; {report.sequences_started} sequences started" if report.sequences_started else "")
+    )
+    if report.rejected:
+        table = Table(title=f"Rejected rows ({len(report.rejected)})")
+        table.add_column("line", justify="right")
+        table.add_column("reason")
+        for rejected in report.rejected:
+            table.add_row(str(rejected.line), rejected.reason)
+        console.print(table)
+
+
+@app.command()
+def export(
+    tag: str | None = typer.Option(None, help="Only subscribers with this tag."),
+    status: str | None = typer.Option(None, help="subscribed | unsubscribed"),
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    state_dir: Path = STATE_DIR,
+    region: str | None = REGION,
+) -> None:
+    """Write subscribers as CSV to stdout (streamed): `mailstep subscribers export > list.csv`."""
+    from shared.csv_io import export_csv
+
+    with errors_to_exit():
+        count = export_csv(_admin(target, stack, state_dir, region), sys.stdout, tag=tag, status=status)
+    err.print(f"exported {count} subscribers")
