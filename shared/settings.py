@@ -37,6 +37,9 @@ class Settings(BaseModel):
     # Sequences: ARN of the state machines without the sequence id (shared.sequences.engine).
     state_machine_arn_prefix: str = ""
 
+    # Replies (shared/replies.py): forward every recorded reply to this address (empty: no).
+    reply_forward_to: str = ""
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         from shared.specs import ENV

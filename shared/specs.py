@@ -315,3 +315,28 @@ ENGAGEMENT_FUNCTION = FunctionSpec(
 QUEUES = (*QUEUES, ENGAGEMENT_QUEUE)
 SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=SES_EVENTS_TOPIC, queue=ENGAGEMENT_QUEUE))
 FUNCTIONS = (*FUNCTIONS, ENGAGEMENT_FUNCTION)
+
+
+# ----- replies (SES inbound, opt-in) ---------------------------------------------------------------
+# SES receipt rule -> S3 object + notification on INBOUND_TOPIC -> this queue -> the inbound
+# function, which parses the MIME, finds the original send and records a ``reply`` event.
+INBOUND_TOPIC = TopicSpec(id="InboundTopic", local_name="mailstep-inbound", setting="inbound_topic_arn")
+INBOUND_QUEUE = QueueSpec(
+    id="InboundQueue", local_name="mailstep-inbound", setting="inbound_queue_url",
+    visibility_timeout_s=180, max_receives=5,
+)
+INBOUND_FUNCTION = FunctionSpec(
+    name="inbound",
+    handler="functions.inbound.handler.handler",
+    description="Replies: SES inbound mail -> reply events (exit_on triggers), optional forwarding",
+    timeout_s=60,
+    read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
+    event_sources=(EventSourceSpec(queue=INBOUND_QUEUE, batch_size=5),),
+    sends_email=True,
+    mail_settings=True,
+)
+QUEUES = (*QUEUES, INBOUND_QUEUE)
+TOPICS = (*TOPICS, INBOUND_TOPIC)
+SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=INBOUND_TOPIC, queue=INBOUND_QUEUE))
+FUNCTIONS = (*FUNCTIONS, INBOUND_FUNCTION)
+ENV["reply_forward_to"] = "REPLY_FORWARD_TO"
