@@ -10,6 +10,9 @@ import base64
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qsl
+
+_TEXT_TYPES = ("text/", "application/json", "application/x-www-form-urlencoded", "application/xml")
 
 
 def http_api_event(
@@ -22,22 +25,28 @@ def http_api_event(
     query: str = "",
     path_parameters: dict[str, str] | None = None,
     source_ip: str = "127.0.0.1",
+    api_id: str = "local",
+    stage: str = "$default",
 ) -> dict[str, Any]:
+    """The event API Gateway sends for one request. Bytes bodies of a non-text content type
+    are base64-encoded (``isBase64Encoded``), as API Gateway does."""
     now = datetime.now(UTC)
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
-    is_b64 = isinstance(body, bytes)
-    encoded = base64.b64encode(body).decode() if isinstance(body, bytes) else body
+    cookies = [c.strip() for c in lowered.pop("cookie", "").split(";") if c.strip()]
+    route = route_key or f"{method} {path}"
+    content_type = lowered.get("content-type", "")
+    is_text = not body or isinstance(body, str) or any(content_type.startswith(t) for t in _TEXT_TYPES)
     event: dict[str, Any] = {
         "version": "2.0",
-        "routeKey": route_key or f"{method} {path}",
+        "routeKey": route,
         "rawPath": path,
         "rawQueryString": query,
         "headers": lowered,
         "requestContext": {
             "accountId": "123456789012",
-            "apiId": "local",
+            "apiId": api_id,
             "domainName": lowered.get("host", "localhost"),
-            "domainPrefix": "local",
+            "domainPrefix": api_id,
             "http": {
                 "method": method,
                 "path": path,
@@ -45,20 +54,32 @@ def http_api_event(
                 "sourceIp": source_ip,
                 "userAgent": lowered.get("user-agent", ""),
             },
-            "requestId": uuid.uuid4().hex,
-            "routeKey": route_key or f"{method} {path}",
-            "stage": "$default",
+            "requestId": uuid.uuid4().hex[:16],
+            "routeKey": route,
+            "stage": stage,
             "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
             "timeEpoch": int(now.timestamp() * 1000),
         },
-        "isBase64Encoded": is_b64,
+        "isBase64Encoded": not is_text,
     }
-    if encoded is not None:
-        event["body"] = encoded
+    if body:
+        if isinstance(body, str):
+            event["body"] = body
+        else:
+            event["body"] = (
+                body.decode("utf-8", errors="replace") if is_text else base64.b64encode(body).decode()
+            )
+    elif body == "":
+        event["body"] = ""
+    values: dict[str, str] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        values[name] = f"{values[name]},{value}" if name in values else value
+    if values:
+        event["queryStringParameters"] = values
+    if cookies:
+        event["cookies"] = cookies
     if path_parameters:
         event["pathParameters"] = path_parameters
-    if query:
-        event["queryStringParameters"] = dict(p.split("=", 1) if "=" in p else (p, "") for p in query.split("&"))
     return event
 
 

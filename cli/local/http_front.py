@@ -18,18 +18,17 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
+from shared.apigw import http_api_event
 from shared.specs import FunctionSpec, RouteSpec
 
 Invoke = Callable[[FunctionSpec, dict[str, Any]], tuple[Any, bool]]
 # Local-only control endpoints under CONTROL_PREFIX: (method, path, body) -> (status, JSON body)
 Control = Callable[[str, str, bytes], tuple[int, Any]]
 CONTROL_PREFIX = "/_local/"
-_TEXT_TYPES = ("text/", "application/json", "application/x-www-form-urlencoded", "application/xml")
 
 
 @dataclass(frozen=True)
@@ -78,48 +77,18 @@ def build_event(
     api_id: str,
     stage: str = "$default",
 ) -> dict[str, Any]:
-    now = datetime.now(UTC)
-    content_type = headers.get("content-type", "")
-    is_text = not body or any(content_type.startswith(t) for t in _TEXT_TYPES)
-    query: dict[str, str] = {}
-    for name, value in parse_qsl(raw_query, keep_blank_values=True):
-        query[name] = f"{query[name]},{value}" if name in query else value
-    cookies = [c.strip() for c in headers.pop("cookie", "").split(";") if c.strip()]
-    event: dict[str, Any] = {
-        "version": "2.0",
-        "routeKey": compiled.route_key,
-        "rawPath": raw_path,
-        "rawQueryString": raw_query,
-        "headers": headers,
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": api_id,
-            "domainName": headers.get("host", "127.0.0.1"),
-            "domainPrefix": api_id,
-            "http": {
-                "method": method,
-                "path": raw_path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": source_ip,
-                "userAgent": headers.get("user-agent", ""),
-            },
-            "requestId": uuid.uuid4().hex[:16],
-            "routeKey": compiled.route_key,
-            "stage": stage,
-            "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
-            "timeEpoch": int(now.timestamp() * 1000),
-        },
-        "isBase64Encoded": not is_text,
-    }
-    if cookies:
-        event["cookies"] = cookies
-    if query:
-        event["queryStringParameters"] = query
-    if params:
-        event["pathParameters"] = params
-    if body:
-        event["body"] = body.decode("utf-8", errors="replace") if is_text else base64.b64encode(body).decode()
-    return event
+    return http_api_event(
+        method,
+        raw_path,
+        route_key=compiled.route_key,
+        body=body,
+        headers=headers,
+        query=raw_query,
+        path_parameters=params,
+        source_ip=source_ip,
+        api_id=api_id,
+        stage=stage,
+    )
 
 
 def to_http(result: Any, errored: bool) -> tuple[int, dict[str, str], list[str], bytes]:
