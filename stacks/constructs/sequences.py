@@ -1,0 +1,201 @@
+"""Sequences: one Step Functions state machine per file of ``sequences/`` (found at synth).
+
+- definitions come from the one compiler (``shared.sequences.compiler``); the step function
+  ARN is a definition substitution; invalid YAML fails synthesis with the validator's
+  file:line:step message (``SequenceInvalid``);
+- names are ``STATE_MACHINE_PREFIX + sequence id``, so the dispatcher derives every ARN
+  from one setting (``state_machine_arn_prefix``) without a lookup;
+- each machine logs ALL events to its own log group (execution data excluded: it holds
+  the subscriber's address) and has a role that may invoke only the step function;
+- an EventBridge rule sends FAILED / TIMED_OUT / ABORTED executions of these machines to
+  the cleanup function, which removes the EXEC pair;
+- ``controllers`` (functions that start or stop executions: the events API, engagement,
+  unsubscribe) get the ARN prefix in their environment and exactly the states actions
+  they need on these machines and their executions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from pathlib import Path
+
+from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from shared import specs
+from shared.rendering import TEMPLATES_DIR
+from shared.sequences import SEQUENCES_DIR
+from shared.sequences.compiler import SUBSTITUTION_KEY, definition_json
+from shared.sequences.validate import require_catalog
+
+ENDED_STATUSES = ["FAILED", "TIMED_OUT", "ABORTED"]
+
+
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace(".", "-").replace("_", "-").split("-"))
+
+
+def _nag_arn(stack: Stack, resource: str) -> str:
+    """How cdk-nag spells ``<resource>:<prefix>`` ARNs of this stack in finding ids."""
+    region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+    account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+    return f"arn:<AWS::Partition>:states:{region}:{account}:{resource}:{specs.STATE_MACHINE_PREFIX}"
+
+
+def state_machine_arn_prefix(scope: Construct) -> str:
+    """``arn:<partition>:states:<region>:<account>:stateMachine:<prefix>`` (+ sequence id)."""
+    return Stack.of(scope).format_arn(
+        service="states",
+        resource="stateMachine",
+        resource_name=specs.STATE_MACHINE_PREFIX,
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
+class Sequences(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        step_function: lambda_.IFunction,
+        cleanup_function: lambda_.IFunction,
+        controllers: Seq[lambda_.Function] = (),
+        sequences_dir: Path = SEQUENCES_DIR,
+        templates_dir: Path = TEMPLATES_DIR,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        catalog = require_catalog(sequences_dir, templates_dir)  # raises: synth fails with file:line
+        self.arn_prefix = state_machine_arn_prefix(self)
+        self.state_machines: dict[str, sfn.CfnStateMachine] = {}
+        for sequence in catalog:
+            self.state_machines[sequence.id] = self._machine(
+                sequence.id, definition_json(sequence), step_function, log_retention
+            )
+
+        stack = Stack.of(self)
+        executions = stack.format_arn(
+            service="states",
+            resource="execution",
+            resource_name=f"{specs.STATE_MACHINE_PREFIX}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        machines = f"{self.arn_prefix}*"
+        for fn in controllers:
+            fn.add_environment(specs.ENV["state_machine_arn_prefix"], self.arn_prefix)
+            fn.add_to_role_policy(
+                iam.PolicyStatement(actions=["states:StartExecution"], resources=[machines])
+            )
+            fn.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["states:StopExecution", "states:DescribeExecution"],
+                    resources=[f"{executions}:*"],
+                )
+            )
+            if fn.role is not None:
+                Validations.of(fn.role).acknowledge(
+                    Acknowledgment(
+                        id=f"AwsSolutions-IAM5[Resource::{_nag_arn(stack, 'stateMachine')}*]",
+                        reason="Starts executions of mailstep's own sequence machines (name prefix).",
+                    ),
+                    Acknowledgment(
+                        id=f"AwsSolutions-IAM5[Resource::{_nag_arn(stack, 'execution')}*:*]",
+                        reason="Stops/describes executions of mailstep's sequence machines (name prefix); "
+                        "execution names are generated per subscriber and event.",
+                    ),
+                )
+
+        self.cleanup_rule = events.Rule(
+            self,
+            "ExecutionEnded",
+            description="Sequence executions that failed, timed out or were aborted: remove the EXEC pair",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=["Step Functions Execution Status Change"],
+                detail={"status": ENDED_STATUSES, "stateMachineArn": [{"prefix": self.arn_prefix}]},
+            ),
+            targets=[
+                targets.LambdaFunction(cleanup_function, retry_attempts=8, max_event_age=Duration.hours(24))
+            ],
+        )
+
+    def _machine(
+        self,
+        sequence_id: str,
+        definition: str,
+        step_function: lambda_.IFunction,
+        retention: logs.RetentionDays,
+    ) -> sfn.CfnStateMachine:
+        scope = Construct(self, _pascal(sequence_id))
+        log_group = logs.LogGroup(scope, "Logs", retention=retention, removal_policy=RemovalPolicy.DESTROY)
+        role = iam.Role(
+            scope,
+            "Role",
+            assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+            description=f"mailstep sequence {sequence_id}: invoke the step function, write its logs",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[step_function.function_arn])
+        )
+        role.add_to_policy(  # CloudWatch Logs delivery for Step Functions needs these on "*"
+            iam.PolicyStatement(
+                actions=[
+                    "logs:CreateLogDelivery",
+                    "logs:GetLogDelivery",
+                    "logs:UpdateLogDelivery",
+                    "logs:DeleteLogDelivery",
+                    "logs:ListLogDeliveries",
+                    "logs:PutResourcePolicy",
+                    "logs:DescribeResourcePolicies",
+                    "logs:DescribeLogGroups",
+                ],
+                resources=["*"],
+            )
+        )
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="Step Functions log delivery and X-Ray actions support no resource-level permissions.",
+            )
+        )
+        machine = sfn.CfnStateMachine(
+            scope,
+            "StateMachine",
+            state_machine_name=f"{specs.STATE_MACHINE_PREFIX}{sequence_id}",
+            state_machine_type="STANDARD",
+            role_arn=role.role_arn,
+            definition_string=definition,
+            definition_substitutions={SUBSTITUTION_KEY: step_function.function_arn},
+            logging_configuration=sfn.CfnStateMachine.LoggingConfigurationProperty(
+                level="ALL",
+                include_execution_data=False,
+                destinations=[
+                    sfn.CfnStateMachine.LogDestinationProperty(
+                        cloud_watch_logs_log_group=sfn.CfnStateMachine.CloudWatchLogsLogGroupProperty(
+                            log_group_arn=log_group.log_group_arn
+                        )
+                    )
+                ],
+            ),
+            tracing_configuration=sfn.CfnStateMachine.TracingConfigurationProperty(enabled=True),
+        )
+        machine.node.add_dependency(role)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "xray:PutTraceSegments",
+                    "xray:PutTelemetryRecords",
+                    "xray:GetSamplingRules",
+                    "xray:GetSamplingTargets",
+                ],
+                resources=["*"],
+            )
+        )
+        return machine
