@@ -17,10 +17,11 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.header import Header
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.policy import EmailPolicy
-from email.utils import format_datetime, parseaddr
+from email.utils import format_datetime, formataddr, parseaddr
 from typing import Any
 
 from shared.errors import FieldProblem, InvalidInput
@@ -31,6 +32,7 @@ ONE_CLICK = "List-Unsubscribe=One-Click"
 MAX_DISPLAY_NAME = 200
 MAX_SUBJECT = 998 - len("Subject: ")
 _VERBATIM = frozenset({"list-unsubscribe", "list-unsubscribe-post"})
+_MAILBOX_HEADERS = frozenset({"from", "to", "reply-to"})
 _URL_RE = re.compile(r"^(https://|mailto:)[\x21-\x7e]+$")
 _FORBIDDEN_URL_CHARS = frozenset("<>,\"'\\")
 _SEND_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -38,17 +40,36 @@ _LIST_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class _MailPolicy(EmailPolicy):
-    """SMTP policy, except that the List-Unsubscribe headers are never encoded."""
+    """SMTP policy with exact encodings where the standard folder is lossy:
+
+    - List-Unsubscribe(-Post) verbatim (never encoded words);
+    - a non-ASCII Subject, and non-ASCII From/To/Reply-To display names, as runs of
+      RFC 2047 encoded words that carry the spaces inside them (the standard folder can
+      drop a space between two encoded words). ASCII names are quoted by ``formataddr``.
+    """
 
     def fold(self, name: str, value: Any) -> str:
-        if name.lower() in _VERBATIM:
+        lowered = name.lower()
+        if lowered in _VERBATIM:
             return _fold_verbatim(name, str(value), self.linesep)
+        if lowered == "subject" and not str(value).isascii():
+            return f"{name}: {_encoded_words(name, str(value), self.linesep)}{self.linesep}"
+        if lowered in _MAILBOX_HEADERS and len(getattr(value, "addresses", ())) == 1:
+            address = value.addresses[0]
+            display = address.display_name
+            if display and not display.isascii():
+                rendered = f"{_encoded_words(name, display, self.linesep)} <{address.addr_spec}>"
+            else:
+                rendered = formataddr((display, address.addr_spec))
+            return f"{name}: {rendered}{self.linesep}"
         return super().fold(name, value)
 
     def fold_binary(self, name: str, value: Any) -> bytes:
-        if name.lower() in _VERBATIM:
-            return _fold_verbatim(name, str(value), self.linesep).encode("ascii")
-        return super().fold_binary(name, value)
+        return self.fold(name, value).encode("ascii")
+
+
+def _encoded_words(name: str, text: str, linesep: str) -> str:
+    return Header(text, "utf-8", header_name=name).encode(linesep=linesep)
 
 
 POLICY = _MailPolicy(linesep="\r\n")
