@@ -4,7 +4,8 @@ No header can be injected from names, subjects or attributes: every free-text he
 value goes through :func:`clean_header_text` (control characters, CR/LF and Unicode line
 separators become spaces, runs of whitespace collapse) and the standard library writes
 non-ASCII as RFC 2047 encoded words. Addresses are validated (``normalise_email``) and
-URLs in ``List-Unsubscribe`` must be printable ASCII without ``<>,`` or spaces.
+URLs in ``List-Unsubscribe`` must be printable ASCII without ``<>,`` or spaces, and the
+one-click URL https (plain http only on loopback, for the local runtime's HTTP front).
 
 ``List-Unsubscribe`` and ``List-Unsubscribe-Post`` are written verbatim (folded only
 between URLs): the standard folder would turn a long https URL into encoded words,
@@ -33,7 +34,9 @@ MAX_DISPLAY_NAME = 200
 MAX_SUBJECT = 998 - len("Subject: ")
 _VERBATIM = frozenset({"list-unsubscribe", "list-unsubscribe-post"})
 _MAILBOX_HEADERS = frozenset({"from", "to", "reply-to"})
-_URL_RE = re.compile(r"^(https://|mailto:)[\x21-\x7e]+$")
+_URL_RE = re.compile(r"^(https://|mailto:|http://(127\.0\.0\.1|localhost)(:\d+)?/)[\x21-\x7e]+$")
+# The local runtime serves its HTTP front on loopback without TLS: only there is http allowed.
+_ONE_CLICK_RE = re.compile(r"^(https://|http://(127\.0\.0\.1|localhost)(:\d+)?/)")
 _FORBIDDEN_URL_CHARS = frozenset("<>,\"'\\")
 _SEND_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _LIST_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -167,7 +170,7 @@ def build_message(envelope: Envelope, *, text: str, html: str) -> EmailMessage:
     msg[SEND_ID_HEADER] = envelope.send_id
     if envelope.unsubscribe_url is not None:
         targets = [_check_url(envelope.unsubscribe_url)]
-        if not envelope.unsubscribe_url.startswith("https://"):
+        if not _ONE_CLICK_RE.match(envelope.unsubscribe_url):
             raise InvalidInput("List-Unsubscribe needs an https URL for one-click unsubscribe (RFC 8058)")
         if envelope.unsubscribe_mailto:
             targets.append(_check_url(envelope.unsubscribe_mailto))
