@@ -55,7 +55,7 @@ def list_templates(directory: Path | None = DIR) -> None:
     table = Table(title=f"templates in {engine.root}")
     for column in ("key", "file", "subject", "layout"):
         table.add_column(column)
-    for key in engine.keys():
+    for key in engine.keys():  # noqa: SIM118 - Renderer, not dict
         source = engine.source(key)
         table.add_row(
             key,
