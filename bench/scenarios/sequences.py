@@ -1,0 +1,96 @@
+"""Sequences on the local runtime: what one email costs when it is sent by a state machine.
+
+Two measurements, each over subscribers whose executions run to the end on the virtual
+clock (waits are instant, the Lambdas run in-process):
+
+- a linear 5-mail drip (send, wait 1d, send, ...): the shape the <= 2.0 transitions per
+  email target is about (comparable tools pay ~2.6 with register/send/wait/complete);
+- the shipped ``onboarding`` example (a live branch on a tag, 4 mails per subscriber).
+
+Executions are started by the sequence engine exactly as the events dispatch does (pair
+first, then StartExecution); the profiles are created before the measurement starts.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import Bench
+from bench.meter import Measurement
+from shared import specs
+from shared.aws import client
+from shared.models import InboundEvent
+from shared.provision import LOCAL_ROLE_NAME
+from shared.sequences import SEQUENCES_DIR
+from shared.sequences.deploy import deploy_state_machines
+from shared.sequences.engine import SequenceEngine
+from shared.sequences.validate import require_catalog
+from shared.store import SubscriberStore
+
+NAME = "sequences"
+DESCRIPTION = "emails sent by sequence state machines: a linear 5-mail drip and the onboarding example"
+SUBSCRIBERS = 20
+LINEAR = "trigger: bench.linear\nsteps:\n" + "  - wait: 1d\n".join(
+    f"  - send: onboarding/tips\n    subject: Tip {i}\n" for i in range(1, 6)
+)
+
+
+def _wait_all(machine_arns: list[str], expected: int, timeout_s: float = 300.0) -> None:
+    sfn = client("stepfunctions")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = running = 0
+        for arn in machine_arns:
+            for execution in sfn.list_executions(stateMachineArn=arn)["executions"]:
+                running += execution["status"] == "RUNNING"
+                done += execution["status"] != "RUNNING"
+        if running == 0 and done >= expected:
+            return
+        time.sleep(0.05)
+    raise TimeoutError("sequence executions did not finish")
+
+
+def run(bench: Bench) -> list[Measurement]:
+    runtime = bench.runtime
+    region = runtime.config.region
+    account = client("sts").get_caller_identity()["Account"]
+    role = client("iam").get_role(RoleName=LOCAL_ROLE_NAME)["Role"]["Arn"]
+    step_arn = runtime.resources.functions[specs.SEQUENCE_STEP_FUNCTION.name].arn
+    prefix = f"arn:aws:states:{region}:{account}:stateMachine:{specs.STATE_MACHINE_PREFIX}"
+    tables = runtime.resources.tables
+    store = SubscriberStore(tables["table_name"], tables["events_table_name"])
+
+    with tempfile.TemporaryDirectory() as folder:
+        drip = Path(folder) / "sequences"
+        drip.mkdir()
+        (drip / "bench-linear.yaml").write_text(LINEAR)
+        for path in SEQUENCES_DIR.glob("*.yaml"):
+            (drip / path.name).write_text(path.read_text())
+        templates = SEQUENCES_DIR.parent / "templates"
+        deployed = deploy_state_machines(step_arn, role, drip, templates)
+        catalog = require_catalog(drip, templates)
+    engine = SequenceEngine(catalog=catalog, arn_prefix=prefix, store=store)
+
+    def walk(sequence_id: str, label: str, mails: int, tag_half: bool) -> Measurement:
+        sequence = catalog.sequences[sequence_id]
+        profiles = []
+        for i in range(SUBSCRIBERS):
+            tags = ["pro"] if tag_half and i % 2 else []
+            change = store.upsert(f"{sequence_id}-{i}@example.com", first_name=f"Reader {i}", add_tags=tags)
+            assert change.profile is not None
+            profiles.append(change.profile)
+
+        def step() -> None:
+            for profile in profiles:
+                event = InboundEvent(type=sequence.trigger_event, email=profile.email)
+                engine.start(sequence, profile, event)
+            _wait_all([deployed[sequence_id]], SUBSCRIBERS)
+
+        return bench.measure(label, SUBSCRIBERS * mails, "email", step)
+
+    return [
+        walk("bench-linear", f"linear 5-mail drip x {SUBSCRIBERS}", 5, tag_half=False),
+        walk("onboarding", f"onboarding (branch on tag pro) x {SUBSCRIBERS}", 4, tag_half=True),
+    ]
