@@ -157,8 +157,65 @@ def chapter_state(demo: Demo) -> None:
         )
 
 
+def chapter_sending(demo: Demo) -> None:
+    demo.chapter("5. A welcome mail: one send job delivered 3 times, one mail; then a one-click unsubscribe")
+    import time
+    from email import policy
+    from email.parser import BytesParser
+
+    from cli.local.ses import read_outbox
+    from shared.aws import client
+    from shared.send_jobs import SendJob, enqueue
+
+    job = SendJob(email="ada@example.com", template="welcome", source="demo", step="welcome")
+    enqueue([job, job, job], demo.runtime.resources.queues["SendQueue"].url)
+    demo.console.print("  queued the same send job 3 times (send queue -> sender Lambda -> local SES)")
+    deadline = time.monotonic() + 20
+    mails: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        mails = [m for m in read_outbox(demo.runtime.outbox) if m["email_tags"].get("source") == "demo"]
+        if mails:
+            time.sleep(1.0)  # let the two duplicates reach the sender too
+            mails = [m for m in read_outbox(demo.runtime.outbox) if m["email_tags"].get("source") == "demo"]
+            break
+        time.sleep(0.1)
+    demo.expect(len(mails) == 1, f"expected exactly 1 welcome mail, found {len(mails)}")
+    if not mails:
+        return
+    eml = demo.runtime.outbox / f"{mails[0]['message_id']}.eml"
+    msg = BytesParser(policy=policy.default).parsebytes(eml.read_bytes())
+    url = str(msg["List-Unsubscribe"]).split(",")[0].strip().strip("<>")
+    demo.console.print(f"  [green]sent[/green] {msg['Subject']!r} to {msg['To']} ({eml.name})")
+    demo.console.print(
+        f"  List-Unsubscribe: <{url[:60]}...>  List-Unsubscribe-Post: {msg['List-Unsubscribe-Post']}"
+    )
+    text = msg.get_body(("plain",)).get_content().strip().splitlines()
+    demo.console.print("  text/plain: " + " / ".join(line for line in text[:4] if line))
+
+    request = urllib.request.Request(  # noqa: S310 - the local HTTP front
+        url,
+        data=b"List-Unsubscribe=One-Click",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        demo.console.print(f"  [green]{response.status}[/green] one-click POST (RFC 8058) to the link")
+    table = demo.runtime.resources.tables["table_name"]
+    item = client("dynamodb").get_item(
+        TableName=table, Key={"PK": {"S": "SUB#ada@example.com"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
+    )["Item"]
+    demo.console.print(f"  Ada is now [bold]{item['status']['S']}[/bold]")
+    demo.expect(item["status"]["S"] == "unsubscribed", "the one-click POST did not unsubscribe Ada")
+
+
 Chapter = Callable[[Demo], None]
-CHAPTERS: list[Chapter] = [chapter_subscribers, chapter_tag_change, chapter_unsubscribe, chapter_bad_requests]
+CHAPTERS: list[Chapter] = [
+    chapter_subscribers,
+    chapter_tag_change,
+    chapter_unsubscribe,
+    chapter_bad_requests,
+    chapter_sending,
+]
 FINALE: Chapter = chapter_state
 
 

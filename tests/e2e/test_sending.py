@@ -1,0 +1,182 @@
+"""Sending on the local runtime: send queue -> sender Lambda -> local SES outbox, and the
+unsubscribe routes through the local HTTP front."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from email import policy
+from email.parser import BytesParser
+from pathlib import Path
+from typing import Any
+
+from shared.send_jobs import SendJob, to_message
+from tests.e2e.conftest import Local
+
+MAIN = "mailstep-main"
+LOOPBACK = ("https://", "http://127.0.0.1:")  # the local front is plain http on loopback
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _profile(local: Local, email: str, first_name: str = "Ada") -> None:
+    # a custom event type upserts the profile without starting any sequence
+    body = {"type": "e2e.sending", "email": email, "first_name": first_name}
+    assert local.http("POST", "/v1/events", body, key=local.api_key)[0] == 200
+
+
+def _enqueue(local: Local, job: SendJob, times: int = 1) -> None:
+    sqs = local.client("sqs")
+    url = sqs.get_queue_url(QueueName="mailstep-send")["QueueUrl"]
+    for _ in range(times):
+        sqs.send_message(QueueUrl=url, MessageBody=to_message(job))
+
+
+def _messages(local: Local, source: str) -> list[tuple[dict[str, Any], Any]]:
+    import json
+
+    found = []
+    for meta_path in sorted(local.outbox.glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        if meta.get("email_tags", {}).get("source") == source:
+            eml = Path(meta_path.with_suffix(".eml")).read_bytes()
+            found.append((meta, BytesParser(policy=policy.default).parsebytes(eml)))
+    return found
+
+
+def _sent_items(local: Local, email: str) -> list[dict[str, Any]]:
+    answer = local.client("dynamodb").query(
+        TableName=MAIN,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :sent)",
+        ExpressionAttributeValues={":pk": {"S": f"SUB#{email}"}, ":sent": {"S": "SENT#"}},
+        ConsistentRead=True,
+    )
+    return list(answer["Items"])
+
+
+def _status(local: Local, email: str) -> str:
+    item = local.client("dynamodb").get_item(
+        TableName=MAIN, Key={"PK": {"S": f"SUB#{email}"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
+    )["Item"]
+    return str(item["status"]["S"])
+
+
+def _queue_drained(local: Local) -> bool:
+    sqs = local.client("sqs")
+    url = sqs.get_queue_url(QueueName="mailstep-send")["QueueUrl"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return (
+        attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+    )
+
+
+def _http(method: str, url: str, body: bytes | None = None) -> tuple[int, str]:
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    request = urllib.request.Request(url, data=body, headers=headers, method=method)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Local):
+    email, source = f"ada-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
+    _profile(local, email)
+    job = SendJob(email=email, template="onboarding/welcome", source=source, step="welcome")
+
+    _enqueue(local, job, times=3)
+
+    wait_for(lambda: _messages(local, source), what="the welcome mail in the outbox")
+    wait_for(lambda: _queue_drained(local), what="the send queue to drain")
+    messages = _messages(local, source)
+    assert len(messages) == 1 and len(_sent_items(local, email)) == 1
+    meta, msg = messages[0]
+    assert meta["destination"] == [email] and meta["configuration_set"]
+    assert (
+        meta["email_tags"]["template"] == "onboarding_swelcome" and meta["email_tags"]["kind"] == "marketing"
+    )
+    assert msg["Subject"] == "Welcome aboard, Ada"
+    url = msg["List-Unsubscribe"].split(",")[0].strip().strip("<>")
+    assert url.startswith(LOOPBACK) and "/u/" in url
+    assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
+    assert 'style="' in msg.get_body(("html",)).get_content()
+    assert f"Unsubscribe ({url})" in msg.get_body(("plain",)).get_content()
+
+
+def test_transactional_mail_reaches_unsubscribed_and_has_no_list_headers(local: Local):
+    email, source = f"buyer-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
+    body = {"type": "subscriber.unsubscribed", "email": email}
+    assert local.http("POST", "/v1/events", body, key=local.api_key)[0] == 200
+    _enqueue(
+        local,
+        SendJob(
+            email=email,
+            template="transactional/receipt",
+            source=source,
+            step="order-1",
+            transactional=True,
+            data={"order_id": "A-1", "total": "$9"},
+        ),
+    )
+    _enqueue(local, SendJob(email=email, template="onboarding/tips", source=source, step="tips"))
+    wait_for(lambda: _messages(local, source), what="the receipt")
+    wait_for(lambda: _queue_drained(local), what="the send queue to drain")
+    messages = _messages(local, source)
+    assert len(messages) == 1  # the marketing mail was skipped: unsubscribed
+    meta, msg = messages[0]
+    assert meta["email_tags"]["kind"] == "transactional"
+    assert msg["List-Unsubscribe"] is None and msg["List-Unsubscribe-Post"] is None
+    assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
+
+
+def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Local):
+    import json
+
+    checked = 0
+    for meta_path in local.outbox.glob("*.json"):
+        meta = json.loads(meta_path.read_text())
+        tags = meta.get("email_tags", {})
+        if "send_id" not in tags:  # not sent by the send pipeline
+            continue
+        msg = BytesParser(policy=policy.default).parsebytes(meta_path.with_suffix(".eml").read_bytes())
+        if tags["kind"] == "transactional":
+            assert msg["List-Unsubscribe"] is None and msg["List-Unsubscribe-Post"] is None
+        else:
+            assert msg["List-Unsubscribe"].strip("<").startswith(LOOPBACK)
+            assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+        assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
+        assert 'style="' in msg.get_body(("html",)).get_content()
+        checked += 1
+    assert checked >= 1
+
+
+def test_unsubscribe_link_get_changes_nothing_and_one_click_post_unsubscribes(local: Local):
+    email, source = f"grace-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
+    _profile(local, email, "Grace")
+    _enqueue(local, SendJob(email=email, template="welcome", source=source, step="w"))
+    meta, msg = wait_for(lambda: _messages(local, source), what="the welcome mail")[0]
+    url = msg["List-Unsubscribe"].split(",")[0].strip().strip("<>")
+
+    status, page = _http("GET", url)
+    assert status == 200 and "<form" in page and _status(local, email) == "subscribed"
+
+    for _ in range(2):
+        status, page = _http("POST", url, b"List-Unsubscribe=One-Click")
+        assert status == 200 and "You are unsubscribed" in page
+    assert _status(local, email) == "unsubscribed"
+
+    tampered = url[:-3] + ("AAA" if not url.endswith("AAA") else "BBB")
+    assert _http("POST", tampered, b"List-Unsubscribe=One-Click")[0] == 400
