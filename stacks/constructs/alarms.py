@@ -1,0 +1,140 @@
+"""Alarms: deliverability and stuck work, to one SNS topic (``mailstep:alarmEmail``).
+
+- SES reputation (account level, ``AWS/SES``): ``Reputation.BounceRate`` above 5 % and
+  ``Reputation.ComplaintRate`` above 0.1 % (SES reviews accounts from 5 % / 0.1 %).
+- Every dead-letter queue: any message visible (a record failed ``maxReceiveCount`` times).
+- Failed sequence executions: the sequence step function's ``fail`` action (every Catch
+  of every generated state machine ends there), and per state machine ``ExecutionsFailed``
+  + ``ExecutionsTimedOut`` once :meth:`Alarms.watch_state_machines` is given them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from shared import specs
+from shared.observability import NAMESPACE, SERVICE
+from stacks.config import MailstepConfig
+from stacks.constructs.messaging import dead_letter_id
+
+BOUNCE_RATE_THRESHOLD = 0.05
+COMPLAINT_RATE_THRESHOLD = 0.001
+REPUTATION_PERIOD = Duration.hours(1)
+WORK_PERIOD = Duration.minutes(5)
+SEQUENCE_FAIL_METRIC = "SequenceStep_fail"  # functions/sequence_step: SequenceStep_<action>
+
+
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace(".", "-").replace("_", "-").split("-"))
+
+
+class Alarms(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: MailstepConfig,
+        dead_letter_queues: Mapping[specs.QueueSpec, sqs.IQueue],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.topic = sns.Topic(self, "AlarmTopic", display_name="mailstep alarms", enforce_ssl=True)
+        if config.alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
+        self.action = cw_actions.SnsAction(self.topic)
+        self.alarms: dict[str, cw.Alarm] = {}
+        self._add(
+            "BounceRate",
+            cw.Metric(
+                namespace="AWS/SES",
+                metric_name="Reputation.BounceRate",
+                statistic="Maximum",
+                period=REPUTATION_PERIOD,
+            ),
+            BOUNCE_RATE_THRESHOLD,
+            "SES bounce rate above 5 %: find the source with `mailstep stats` before SES pauses sending",
+        )
+        self._add(
+            "ComplaintRate",
+            cw.Metric(
+                namespace="AWS/SES",
+                metric_name="Reputation.ComplaintRate",
+                statistic="Maximum",
+                period=REPUTATION_PERIOD,
+            ),
+            COMPLAINT_RATE_THRESHOLD,
+            "SES complaint rate above 0.1 %: check consent and unsubscribe links before SES pauses sending",
+        )
+        for spec, dlq in dead_letter_queues.items():
+            self._add(
+                dead_letter_id(spec),
+                dlq.metric_approximate_number_of_messages_visible(period=WORK_PERIOD, statistic="Maximum"),
+                0,
+                f"{spec.id} dead letters: records failed {spec.max_receives} times; inspect, fix, redrive",
+            )
+        self._add(
+            "SequenceFailures",
+            cw.Metric(
+                namespace=NAMESPACE,
+                metric_name=SEQUENCE_FAIL_METRIC,
+                dimensions_map={"service": SERVICE},
+                statistic="Sum",
+                period=WORK_PERIOD,
+            ),
+            0,
+            "A sequence execution failed (its fail step ran): see the subscriber's sequence_failed event",
+        )
+
+    def _add(self, name: str, metric: cw.IMetric, threshold: float, description: str) -> cw.Alarm:
+        alarm = cw.Alarm(
+            self,
+            f"{name}Alarm",
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
+        alarm.add_alarm_action(self.action)
+        self.alarms[name] = alarm
+        return alarm
+
+    def watch_state_machines(self, machines: Mapping[str, sfn.CfnStateMachine]) -> None:
+        """One alarm per sequence machine: ExecutionsFailed + ExecutionsTimedOut above 0."""
+        for sequence_id, machine in machines.items():
+            dims = {"StateMachineArn": machine.attr_arn}
+            failed = cw.Metric(
+                namespace="AWS/States",
+                metric_name="ExecutionsFailed",
+                dimensions_map=dims,
+                statistic="Sum",
+                period=WORK_PERIOD,
+            )
+            timed_out = cw.Metric(
+                namespace="AWS/States",
+                metric_name="ExecutionsTimedOut",
+                dimensions_map=dims,
+                statistic="Sum",
+                period=WORK_PERIOD,
+            )
+            total = cw.MathExpression(
+                expression="failed + timedOut",
+                using_metrics={"failed": failed, "timedOut": timed_out},
+                period=WORK_PERIOD,
+            )
+            self._add(
+                f"Sequence{_pascal(sequence_id)}Failed",
+                total,
+                0,
+                f"Executions of sequence {sequence_id} failed or timed out",
+            )
