@@ -236,7 +236,13 @@ SEQUENCE_CLEANUP_FUNCTION = FunctionSpec(
     description="Removes the EXEC pair of a sequence execution that failed, timed out or was aborted",
     read_write_tables=(MAIN_TABLE,),
 )
-FUNCTIONS = (API_FUNCTION, SENDER_FUNCTION, UNSUBSCRIBE_FUNCTION, SEQUENCE_STEP_FUNCTION, SEQUENCE_CLEANUP_FUNCTION)
+FUNCTIONS = (
+    API_FUNCTION,
+    SENDER_FUNCTION,
+    UNSUBSCRIBE_FUNCTION,
+    SEQUENCE_STEP_FUNCTION,
+    SEQUENCE_CLEANUP_FUNCTION,
+)
 QUEUES: tuple[QueueSpec, ...] = (SEND_QUEUE,)
 TOPICS: tuple[TopicSpec, ...] = ()  # SES event topics are named by CONFIGURATION_SETS
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = ()
