@@ -208,6 +208,77 @@ def chapter_sending(demo: Demo) -> None:
     demo.expect(item["status"]["S"] == "unsubscribed", "the one-click POST did not unsubscribe Ada")
 
 
+def chapter_engagement(demo: Demo) -> None:
+    demo.chapter("Engagement: a bounce, a complaint, opens and a click, then the stats")
+    import time
+
+    from cli.local import ses_events as ev
+    from cli.local.ses import read_outbox
+    from cli.stats_cmd import counters_table
+    from shared.send_jobs import SendJob, enqueue
+    from shared.stats import StatsStore
+    from shared.store import SubscriberStore
+    from shared.suppression import Suppressions
+
+    source, bounce, complaint = (
+        "demo-news",
+        "bounce@simulator.amazonses.com",
+        "complaint@simulator.amazonses.com",
+    )
+    demo.events(
+        *({"type": "subscriber.subscribed", "email": e} for e in (bounce, complaint, "grace@example.com"))
+    )
+    jobs = [SendJob(email=e, template="welcome", source=source, step="news-1") for e in (bounce, complaint)]
+    enqueue(
+        [*jobs, SendJob(email="grace@example.com", template="welcome", source=source, step="news-1")],
+        demo.runtime.resources.queues["SendQueue"].url,
+    )
+    tables = demo.runtime.resources.tables
+    store = SubscriberStore(tables["table_name"], tables["events_table_name"])
+    stats = StatsStore(tables["table_name"], tables["events_table_name"])
+
+    def wait(check: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not check():
+            time.sleep(0.1)
+        return check()
+
+    done = wait(
+        lambda: stats.source(source).total("delivery") >= 2 and stats.source(source).total("bounce") >= 1
+    )
+    demo.expect(done, "the SES events of the 3 mails were not all recorded")
+    grace = next(
+        (
+            m
+            for m in read_outbox(demo.runtime.outbox)
+            if m["email_tags"].get("source") == source and m["destination"] == ["grace@example.com"]
+        ),
+        None,
+    )
+    demo.expect(grace is not None, "no mail to Grace in the outbox")
+    if grace is not None:
+        from datetime import UTC, datetime, timedelta
+
+        now = datetime.now(UTC)
+        at = [ev.iso(now + timedelta(minutes=m)) for m in (1, 2, 3)]  # two real opens, not one redelivered
+        for record in (
+            ev.open_event(grace["mail"], at[0]),
+            ev.open_event(grace["mail"], at[1]),
+            ev.click_event(grace["mail"], "https://example.com/pricing", at[2]),
+        ):
+            demo.runtime.ses.emit(record)
+        wait(lambda: stats.source(source).total("click") >= 1 and stats.source(source).total("open") >= 2)
+    for suppressed in Suppressions(store).list():
+        demo.console.print(f"  [yellow]suppressed[/yellow] {suppressed.email}: {suppressed.detail}")
+    counters = stats.source(source)
+    demo.console.print(counters_table(f"mailstep stats --broadcast {source}", counters.rows()))
+    demo.expect((counters.total("open"), counters.unique("open")) == (2, 1), "expected 2 opens, 1 unique")
+    demo.expect(
+        (counters.total("bounce"), counters.total("complaint")) == (1, 1), "expected 1 bounce, 1 complaint"
+    )
+    demo.expect(counters == stats.recompute(source=source), "counters differ from the events table")
+
+
 Chapter = Callable[[Demo], None]
 CHAPTERS: list[Chapter] = [
     chapter_subscribers,
@@ -215,6 +286,7 @@ CHAPTERS: list[Chapter] = [
     chapter_unsubscribe,
     chapter_bad_requests,
     chapter_sending,
+    chapter_engagement,
 ]
 FINALE: Chapter = chapter_state
 
