@@ -134,3 +134,18 @@ def test_two_opens_of_one_mail_give_total_two_unique_one_and_stats_match_the_eve
     assert [r for r in recomputed.rows()] == json.loads(shown.stdout)["rows"]
     table = run(local, "cli.stats_cmd", "--template", "onboarding/welcome")
     assert table.returncode == 0 and "opened" in table.stdout
+
+
+def test_a_local_reply_becomes_a_reply_event_matched_to_the_send(local: Local) -> None:
+    email = f"replier-{uuid.uuid4().hex[:8]}@example.com"
+    source = f"e2e-replies-{uuid.uuid4().hex[:6]}"
+    subscribe(local, email)
+    queue_send(local, email, source, "welcome")
+    wait_for(lambda: any(e["type"] == "send" for e in events_of(local, email)), what="the send")
+    result = run(local, "cli.replies_cmd", email, "--body", "Yes, tell me more")
+    assert result.returncode == 0, result.stderr
+    (reply,) = wait_for(
+        lambda: [e for e in events_of(local, email) if e["type"] == "reply"], what="the reply"
+    )
+    assert reply["data"]["source"] == source and reply["data"]["template"] == "onboarding/welcome"
+    assert reply["data"]["snippet"] == "Yes, tell me more"
