@@ -236,7 +236,7 @@ SEQUENCE_CLEANUP_FUNCTION = FunctionSpec(
     description="Removes the EXEC pair of a sequence execution that failed, timed out or was aborted",
     read_write_tables=(MAIN_TABLE,),
 )
-FUNCTIONS = (
+FUNCTIONS: tuple[FunctionSpec, ...] = (
     API_FUNCTION,
     SENDER_FUNCTION,
     UNSUBSCRIBE_FUNCTION,
