@@ -77,7 +77,8 @@ def event(
 
 class Stopper:
     def __init__(self, engine: SequenceEngine) -> None:
-        self.engine, self.calls, self.fail = engine, [], False
+        self.engine, self.fail = engine, False
+        self.calls: list[tuple[str, str, bool]] = []
 
     def stop_all(self, email: str, *, reason: str, transactional_too: bool = True) -> list[str]:
         self.calls.append((email, reason, transactional_too))
