@@ -101,7 +101,11 @@ class SequenceEngine:
         name = execution_name(sequence.id, profile.email, event.id or uuid.uuid4().hex)
         arn = execution_arn(machine, name)
         payload = start_input(sequence, profile, event)
-        log = {"sequence": sequence.id, "subscriber": redact_email(profile.email), "execution": name}
+        log: dict[str, Any] = {
+            "sequence": sequence.id,
+            "subscriber": redact_email(profile.email),
+            "execution": name,
+        }
         if sequence.is_one_off:
             result = self.sfn.start(machine, name, payload)
             logger.info("one-off mail started", new=result.created, **log)

@@ -135,7 +135,7 @@ class Not(Strict):
 
 
 Condition = HasTag | AttributeCondition | Engagement | All | Any_ | Not
-CONDITION_KEYS = {
+CONDITION_KEYS: dict[str, type[BaseModel]] = {
     "tag": HasTag,
     "attribute": AttributeCondition,
     "opened": Engagement,
@@ -171,7 +171,8 @@ def parse_condition(value: Any) -> Condition:
         return Not.model_validate(
             {"not": parse_condition(value["not"]), **{k: v for k, v in value.items() if k != "not"}}
         )
-    return model.model_validate(value)
+    condition: Condition = model.model_validate(value)  # type: ignore[assignment]
+    return condition
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -121,7 +121,7 @@ def pick_variant(request: StepRequest) -> tuple[str, str | None, str]:
 
 
 def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
-    log = {
+    log: dict[str, Any] = {
         "sequence": request.sequence,
         "step": request.step,
         "action": request.action,

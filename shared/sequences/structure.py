@@ -29,7 +29,7 @@ def successors(state: dict[str, Any]) -> list[str]:
 def structural_problems(asl: dict[str, Any]) -> list[str]:
     states: dict[str, dict[str, Any]] = asl.get("States", {})
     problems: list[str] = []
-    start = asl.get("StartAt")
+    start = str(asl.get("StartAt"))
     if start not in states:
         problems.append(f"StartAt {start!r} is not a state")
     for name, state in states.items():
@@ -48,7 +48,8 @@ def structural_problems(asl: dict[str, Any]) -> list[str]:
                 problems.append(f"{name}: target {target!r} does not exist")
     if problems:
         return problems
-    reached, todo = set(), [start]
+    reached: set[str] = set()
+    todo = [start]
     while todo:
         name = todo.pop()
         if name in reached:
