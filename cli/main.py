@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from cli import demo, dev_cmd, local_cmd, subscribers_cmd
+from cli import (
+    demo,
+    dev_cmd,
+    doctor_cmd,
+    executions_cmd,
+    local_cmd,
+    subscribers_cmd,
+)
 
 app = typer.Typer(
     name="mailstep",
@@ -17,6 +24,8 @@ app.command("dev", help=dev_cmd.dev.__doc__)(dev_cmd.dev)
 app.command("demo", help=demo.demo.__doc__)(demo.demo)
 app.add_typer(local_cmd.app, name="local")
 app.add_typer(subscribers_cmd.app, name="subscribers")
+app.add_typer(executions_cmd.app, name="executions")
+app.command("doctor", help=doctor_cmd.doctor.__doc__)(doctor_cmd.doctor)
 
 if __name__ == "__main__":
     app()

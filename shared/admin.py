@@ -20,12 +20,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import FieldProblem, InvalidInput, SubscriberNotFound
+from shared.errors import FieldProblem, InvalidInput, NotFound, SubscriberNotFound
 from shared.models import SUBSCRIBED, UNSUBSCRIBED, normalise_email, validate_attributes, validate_name
 from shared.observability import logger, redact_email
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
 from shared.settings import Settings
+from shared.sfn import StepFunctions
 from shared.store import Change, EraseReport, Execution, Profile, SubscriberStore
 from shared.suppression import Suppression, Suppressions
 
@@ -317,3 +318,56 @@ class SubscriberAdmin:
             event_items=report.event_items,
         )
         return DeleteResult(email, report.main_items, report.event_items, tuple(stopped))
+
+
+# ----- sequence executions -------------------------------------------------------------------
+FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
+
+
+@dataclass(frozen=True)
+class FailedExecution:
+    sequence: str
+    status: str
+    name: str
+    execution_arn: str
+    started_at: str
+    stopped_at: str
+
+    def public(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def failed_executions(sequence: str | None = None, sfn: StepFunctions | None = None) -> list[FailedExecution]:
+    """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines (named
+    ``STATE_MACHINE_PREFIX + sequence id``), newest first; one sequence with ``sequence``."""
+    from shared.targets import sequence_state_machines
+
+    sfn = sfn or StepFunctions()
+    machines = sequence_state_machines()
+    if sequence is not None:
+        try:
+            sequence = validate_name(sequence, "sequence id")
+        except ValueError as exc:
+            raise InvalidInput(str(exc), [FieldProblem("sequence", str(exc))]) from None
+        if sequence not in machines:
+            raise NotFound(f"no state machine for sequence {sequence!r}")
+        machines = {sequence: machines[sequence]}
+    found = []
+    for sequence_id, arn in sorted(machines.items()):
+        for status in FAILED_STATUSES:
+            for item in sfn.list_executions(arn, status):
+                found.append(
+                    FailedExecution(
+                        sequence=sequence_id,
+                        status=str(item.get("status", status)),
+                        name=str(item["name"]),
+                        execution_arn=str(item["executionArn"]),
+                        started_at=_iso(item.get("startDate")),
+                        stopped_at=_iso(item.get("stopDate")),
+                    )
+                )
+    return sorted(found, key=lambda f: f.stopped_at or f.started_at, reverse=True)
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value or "")

@@ -331,10 +331,10 @@ def import_csv(
     logger.info(
         "subscribers imported",
         rows=report.rows,
-        created=report.created,
-        updated=report.updated,
-        unchanged=report.unchanged,
-        rejected=len(report.rejected),
+        rows_created=report.created,
+        rows_updated=report.updated,
+        rows_unchanged=report.unchanged,
+        rows_rejected=len(report.rejected),
         dry_run=dry_run,
         rows_per_second=round(report.rows_per_second, 1),
     )

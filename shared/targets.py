@@ -40,7 +40,7 @@ class Target:
     settings: Settings
     api_url: str = ""
     # Physical resources by kind: "queues" (URLs), "configuration_sets", "alarms" (names),
-    # "state_machines" (ARNs). Empty lists mean "none found".
+    # "state_machines" (ARNs), "functions" (names). Empty lists mean "none found".
     resources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
@@ -73,6 +73,7 @@ RESOURCE_TYPES = {
     "AWS::SES::ConfigurationSet": "configuration_sets",
     "AWS::CloudWatch::Alarm": "alarms",
     "AWS::StepFunctions::StateMachine": "state_machines",
+    "AWS::Lambda::Function": "functions",
 }
 
 
@@ -133,6 +134,7 @@ def local_resources() -> dict[str, tuple[str, ...]]:
         "configuration_sets": tuple(c.local_name for c in specs.CONFIGURATION_SETS),
         "alarms": (),
         "state_machines": tuple(machines),
+        "functions": (),
     }
 
 

@@ -1,0 +1,44 @@
+"""``mailstep doctor``: SES identity and DKIM, sandbox, quota, configuration set, alarms, DLQs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.target import REGION, STACK, STATE_DIR, TARGET, errors_to_exit, select
+
+console = Console()
+STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
+
+
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    state_dir: Path = STATE_DIR,
+    region: str | None = REGION,
+) -> None:
+    """Check a deployment's health: each check passes or fails with a hint; exit 1 when one fails."""
+    from shared import doctor as checks
+
+    with errors_to_exit():
+        report = checks.run(select(target, stack, state_dir, region))
+    if as_json:
+        typer.echo(json.dumps(report.public(), indent=2))
+    else:
+        table = Table(title=f"mailstep doctor: {report.target}")
+        for column in ("check", "result", "detail", "hint"):
+            table.add_column(column)
+        for check in report.checks:
+            style = STYLE[check.status]
+            table.add_row(check.name, f"[{style}]{check.status}[/{style}]", check.detail, check.hint)
+        console.print(table)
+        console.print(
+            "[green]all checks passed[/green]" if report.ok else "[bold red]some checks failed[/bold red]"
+        )
+    if not report.ok:
+        raise typer.Exit(1)
