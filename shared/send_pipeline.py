@@ -151,7 +151,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         profile = Profile(email=job.email)
     skip = _ineligible(profile, job)
     if skip is not None:
-        logger.info("send skipped", reason=skip, **log)
+        logger.info("send skipped", extra={**log, "reason": skip})
         if profile is not None:
             _record_event(ctx, job, send_id, "send_skipped", skip, moment)
         return SendOutcome(status="skipped", send_id=send_id, reason=skip)
@@ -167,12 +167,12 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         lease_seconds=ctx.lease_seconds,
     )
     if claim.status == "already_sent":
-        logger.info("send skipped", reason="already_sent", **log)
+        logger.info("send skipped", extra={**log, "reason": "already_sent"})
         return SendOutcome(
             status="skipped", send_id=send_id, reason="already_sent", message_id=claim.message_id
         )
     if claim.status == "in_flight":
-        logger.info("send in flight elsewhere", lease_until=claim.lease_until, **log)
+        logger.info("send in flight elsewhere", extra={**log, "lease_until": claim.lease_until})
         return SendOutcome(status="retryable", send_id=send_id, reason="in_flight")
 
     try:
@@ -180,7 +180,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
     except (RenderError, TemplateNotFound, InvalidInput) as exc:
         ctx.log.release(job.email, job.source, job.step, claim.claim_id)
         reason = "invalid_message" if type(exc) is InvalidInput else "render_error"
-        logger.warning("send failed", reason=reason, error=str(exc)[:300], **log)
+        logger.warning("send failed", extra={**log, "reason": reason, "error": str(exc)[:300]})
         _record_event(ctx, job, send_id, "send_failed", reason, moment)
         return SendOutcome(status="failed", send_id=send_id, reason=reason, detail=str(exc)[:300])
 
@@ -199,7 +199,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
     if result.status != "sent" or not result.message_id:
         ctx.log.release(job.email, job.source, job.step, claim.claim_id)
         if result.status == "rejected":
-            logger.warning("send rejected", error_code=result.error_code, **log)
+            logger.warning("send rejected", extra={**log, "error_code": result.error_code})
             _record_event(ctx, job, send_id, "send_failed", "rejected", moment)
             return SendOutcome(
                 status="failed",
@@ -209,7 +209,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
                 detail=result.detail,
             )
         reason = "account" if result.status == "account" else "throttled"
-        logger.warning("send deferred", reason=reason, error_code=result.error_code, **log)
+        logger.warning("send deferred", extra={**log, "reason": reason, "error_code": result.error_code})
         return SendOutcome(
             status="retryable",
             send_id=send_id,
@@ -231,8 +231,10 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         ttl=int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
     )
     if not ctx.log.complete(claim.claim_id, record):
-        logger.warning("send claim lease lost before completion: a duplicate may have been sent", **log)
-    logger.info("sent", message_id=result.message_id, **log)
+        logger.warning(
+            "send claim lease lost before completion: a duplicate may have been sent", extra={**log}
+        )
+    logger.info("sent", extra={**log, "message_id": result.message_id})
     return SendOutcome(status="sent", send_id=send_id, message_id=result.message_id)
 
 

@@ -20,7 +20,7 @@ from shared.observability import logger
 from shared.rendering import Renderer, renderer
 from shared.store import SubscriberStore
 from shared.tokens import ExpiredToken, InvalidToken
-from shared.unsubscribe import UnsubscribeContext, inspect, mask_email, resubscribe, unsubscribe
+from shared.unsubscribe import Origin, UnsubscribeContext, inspect, mask_email, resubscribe, unsubscribe
 
 ONE_CLICK_BODY = "List-Unsubscribe=One-Click"
 HEADERS = {
@@ -62,7 +62,7 @@ class UnsubscribePages:
         return self._page("confirm", masked_email=mask_email(claims.email))
 
     def unsubscribe(self, token: str, body: str | None) -> Response:
-        origin = "one_click" if (body or "").strip() == ONE_CLICK_BODY else "form"
+        origin: Origin = "one_click" if (body or "").strip() == ONE_CLICK_BODY else "form"
         result = unsubscribe(token, self._ctx(), origin=origin)
         return self._page(
             "unsubscribed",

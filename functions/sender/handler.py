@@ -34,7 +34,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 
 @logger.inject_lambda_context
 @metrics.log_metrics
-def handler(event: dict[str, Any], lambda_context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], lambda_context: LambdaContext) -> Any:
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=lambda_context
     )

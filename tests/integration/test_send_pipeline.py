@@ -18,7 +18,7 @@ from shared import keys
 from shared.aws import client
 from shared.provision import LocalResources
 from shared.send_jobs import SenderOverride, SendJob
-from shared.send_log import SendLog
+from shared.send_log import SendLog, SentRecord
 from shared.send_pipeline import MailIdentity, SendContext, send, send_id_for
 from shared.sender import SendResult, SesSender, decode_tag_value
 from shared.store import SubscriberStore
@@ -304,3 +304,42 @@ def test_render_errors_fail_without_sending_or_holding_the_claim(ctx, store, res
 def test_test_sends_reach_addresses_without_a_profile(ctx, outbox):
     outcome = send(SendJob(email="qa@example.com", template="welcome", source="test", step="t1"), ctx)
     assert outcome.status == "sent" and len(outbox) == 1
+
+
+def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_claim(ctx, store, resources):
+    # Given worker A claimed, stalled past its lease, and worker B took over and sent
+    store.upsert("jane@example.com")
+    job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
+    now = datetime.now(UTC)
+    stalled = ctx.log.claim(
+        job.email,
+        job.source,
+        job.step,
+        send_id=send_id_for(job),
+        template=job.template,
+        now=int(now.timestamp()),
+        lease_seconds=ctx.lease_seconds,
+    )
+    later = now + timedelta(seconds=ctx.lease_seconds + 1)
+    taken_over = send(job, ctx, now=later)
+    assert taken_over.status == "sent"
+    # When A finally completes its own (duplicate) send
+    record = SentRecord(
+        email=job.email,
+        source=job.source,
+        step=job.step,
+        send_id=send_id_for(job),
+        template=job.template,
+        subject="s",
+        ses_message_id="late-a",
+        transactional=False,
+        sent_at="2026-01-01T00:00:00.000Z",
+        ttl=1,
+    )
+    # Then both sends are logged and the claim keeps B's message id
+    assert ctx.log.complete(stalled.claim_id, record) is False
+    assert sorted(i["ses_message_id"] for i in _items(resources, keys.SENT_PREFIX)) == sorted(
+        ["late-a", taken_over.message_id]
+    )
+    claim = _items(resources, keys.SEND_CLAIM_PREFIX)[0]
+    assert (claim["state"], claim["ses_message_id"]) == ("sent", taken_over.message_id)
