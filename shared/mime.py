@@ -48,15 +48,20 @@ class _MailPolicy(EmailPolicy):
     - List-Unsubscribe(-Post) verbatim (never encoded words);
     - a non-ASCII Subject, and non-ASCII From/To/Reply-To display names, as runs of
       RFC 2047 encoded words that carry the spaces inside them (the standard folder can
-      drop a space between two encoded words). ASCII names are quoted by ``formataddr``.
+      drop a space between two encoded words). ASCII names are quoted by ``formataddr``;
+      an ASCII Subject is folded only at its spaces (the standard folder can break right
+      after ``Subject:``, which reads back with a leading space).
     """
 
     def fold(self, name: str, value: Any) -> str:
         lowered = name.lower()
         if lowered in _VERBATIM:
             return _fold_verbatim(name, str(value), self.linesep)
-        if lowered == "subject" and not str(value).isascii():
-            return f"{name}: {_encoded_words(name, str(value), self.linesep)}{self.linesep}"
+        if lowered == "subject":
+            text = str(value)
+            if not text.isascii():
+                return f"{name}: {_encoded_words(name, text, self.linesep)}{self.linesep}"
+            return _fold_words(name, text, self.linesep, self.max_line_length or 78)
         if lowered in _MAILBOX_HEADERS and len(getattr(value, "addresses", ())) == 1:
             address = value.addresses[0]
             display = address.display_name
@@ -69,6 +74,18 @@ class _MailPolicy(EmailPolicy):
 
     def fold_binary(self, name: str, value: Any) -> bytes:
         return self.fold(name, value).encode("ascii")
+
+
+def _fold_words(name: str, text: str, linesep: str, limit: int) -> str:
+    """Fold ASCII text only at its single spaces (unfolding gives the text back exactly)."""
+    lines, current = [], f"{name}:"
+    for word in text.split(" "):
+        if len(current) + 1 + len(word) > limit and current.strip() not in ("", f"{name}:"):
+            lines.append(current)
+            current = ""
+        current = f"{current} {word}"
+    lines.append(current)
+    return linesep.join(lines) + linesep
 
 
 def _encoded_words(name: str, text: str, linesep: str) -> str:

@@ -45,6 +45,7 @@ HOSTILE = st.sampled_from(
 )
 TEXT = st.lists(st.one_of(st.text(min_size=0, max_size=40), HOSTILE), max_size=12).map("".join)
 LONG = st.text(min_size=200, max_size=1200)
+ASCII = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=300)
 BASE = {
     "From",
     "To",
@@ -73,7 +74,13 @@ def _display_name(raw: bytes, header: str) -> str:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(subject=st.one_of(TEXT, LONG), from_name=TEXT, to_name=TEXT, attribute=TEXT, marketing=st.booleans())
+@given(
+    subject=st.one_of(TEXT, LONG, ASCII),
+    from_name=st.one_of(TEXT, ASCII),
+    to_name=st.one_of(TEXT, ASCII),
+    attribute=TEXT,
+    marketing=st.booleans(),
+)
 def test_hostile_values_parse_back_to_the_same_values_with_no_extra_headers(
     subject, from_name, to_name, attribute, marketing
 ):
