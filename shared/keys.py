@@ -57,6 +57,14 @@ def exec_pk(sequence_id: str) -> str:
     return exec_sk(sequence_id)
 
 
+ENTERED_PREFIX = "ENTERED#"
+
+
+def entered_sk(sequence_id: str) -> str:
+    """``SUB#<email>`` / ``ENTERED#<sequence>``: the subscriber has entered this sequence."""
+    return f"{ENTERED_PREFIX}{_part(sequence_id, 'sequence id')}"
+
+
 def sequence_from_exec(key: str) -> str:
     prefix = f"{EXEC}{SEP}"
     if not key.startswith(prefix):
@@ -106,3 +114,30 @@ def template_stats_key(template: str) -> tuple[str, str]:
 def unique_marker_sk(metric: str, scope: str, value: str) -> str:
     """``UNIQ#<metric>#<scope>#<source or template>``: the subscriber already counted once."""
     return f"{UNIQUE}{SEP}{_part(metric, 'metric')}{SEP}{_part(scope, 'scope')}{SEP}{_part(value, scope)}"
+
+
+# Broadcasts (shared/broadcasts): the record lives at PK ``BROADCAST`` / SK ``<iso ts>#<id>``
+# (listing by time); everything looked up by id lives in the broadcast's own partition.
+BROADCAST_POINTER = "POINTER"  # PK BROADCAST#<id>: the record's SK (and the --id guard)
+
+
+def broadcast_pk(broadcast_id: str) -> str:
+    return f"{BROADCAST}{SEP}{_part(broadcast_id, 'broadcast id')}"
+
+
+def broadcast_page_sk(round_: int, page: int) -> str:
+    """One resolved audience page (its recipients), written once per (round, page)."""
+    return f"PAGE{SEP}{round_:04d}{SEP}{page:06d}"
+
+
+def broadcast_batch_sk(round_: int, page: int, index: int) -> str:
+    """Marker: this batch's outcomes were counted (a redelivered batch counts nothing)."""
+    return f"BATCH{SEP}{round_:04d}{SEP}{page:06d}{SEP}{index:04d}"
+
+
+# Send-rate windows (shared/rate.py): one item per (limiter scope, time window).
+RATE = "RATE"
+
+
+def rate_pk(scope: str) -> str:
+    return f"{RATE}{SEP}{_part(scope, 'rate scope')}"

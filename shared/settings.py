@@ -36,6 +36,13 @@ class Settings(BaseModel):
     send_claim_lease_seconds: int = Field(default=300, ge=30, le=3600)
     # Sequences: ARN of the state machines without the sequence id (shared.sequences.engine).
     state_machine_arn_prefix: str = ""
+    # Broadcasts (docs/broadcasts.md): queues, the schedule state machine and the send rate.
+    broadcast_queue_url: str = ""  # broadcast.batch envelopes -> broadcast-worker
+    broadcast_control_queue_url: str = ""  # broadcast.resolve envelopes -> broadcast-resolver
+    broadcast_schedule_arn: str = ""  # state machine that waits until --at, then starts resolving
+    broadcast_max_send_rate: float = Field(default=0.0, ge=0)  # cap (mails/s); 0: the account's rate
+    broadcast_rate_share: float = Field(default=0.95, gt=0, le=1)  # of the rate; the rest is reserved
+    broadcast_worker_threads: int = Field(default=4, ge=1, le=32)  # sends in flight per worker
 
     # Replies (shared/replies.py): forward every recorded reply to this address (empty: no).
     reply_forward_to: str = ""

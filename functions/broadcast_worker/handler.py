@@ -1,0 +1,39 @@
+"""Broadcast queue consumer: one ``broadcast.batch`` envelope per record -> rate-limited sends.
+
+Partial batch responses: a malformed record, an unknown contract/version, or a batch with
+recipients still retryable (throttled for long, claim in flight elsewhere, time running
+out) fails only that record; SQS redelivers it after the visibility timeout (then the DLQ).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shared.broadcasts.model import parse_batch
+from shared.broadcasts.worker import SAFETY_MARGIN_S, WorkerContext, process_batch
+from shared.observability import logger, metrics
+from shared.settings import Settings
+
+settings = Settings.from_env()
+context = WorkerContext.from_settings(settings)
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict[str, Any]:
+    deadline = time.time() + lambda_context.get_remaining_time_in_millis() / 1000 - SAFETY_MARGIN_S
+    result = process_batch(parse_batch(record.body), context, deadline=deadline)
+    metrics.add_metric(name="BroadcastMailsSent", unit="Count", value=result.counts.get("sent", 0))
+    return {"status": result.status, "counts": result.counts}
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def handler(event: dict[str, Any], lambda_context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=lambda_context
+    )

@@ -1,0 +1,152 @@
+"""Fan-out: the resolver's step and the two broadcast queues.
+
+The resolver consumes ``broadcast.resolve`` {broadcast_id, round, page} from the control
+queue, one page per invocation, and re-enqueues itself for the next page, so no Lambda
+time limit can cut a large audience short and a crash loses at most the page in hand:
+
+1. a message of another round, or for a broadcast that is no longer active, is dropped;
+   ``scheduled`` becomes ``resolving`` (the schedule fired);
+2. page ``p`` is resolved from the record's cursor and checkpointed ONCE: the PAGE item and
+   the record's next page, cursor and ``ADD audience_size`` in one transaction conditioned
+   on the record expecting page ``p``. A redelivered message finds the PAGE item and reuses
+   it, so the batches of a page never change and the audience is never counted twice;
+3. the page's recipients go to the broadcast queue as ``broadcast.batch`` envelopes of
+   ``batch_size`` emails (deterministic (round, page, index) names; a duplicate batch is
+   harmless: send-once claims and the batch marker);
+4. then either ``broadcast.resolve`` for page ``p+1`` or, after the last page, ``resolved``
+   (and ``sending``; ``done`` right away when nothing is left to count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from shared.aws import client as aws_client
+from shared.broadcasts.audience import AudienceResolver
+from shared.broadcasts.model import (
+    BATCH_CONTRACT,
+    RESOLVE_CONTRACT,
+    RESOLVING,
+    SCHEDULED,
+    SENDING,
+    BatchMessage,
+    ResolveMessage,
+    to_body,
+)
+from shared.broadcasts.records import BroadcastStore
+from shared.broadcasts.worker import BroadcastNotFound
+from shared.observability import logger
+from shared.settings import Settings
+
+BATCH_SIZE = 50  # recipients per broadcast.batch (also the cancel granularity per worker)
+SQS_BATCH = 10
+
+
+@dataclass(frozen=True)
+class BroadcastQueues:
+    batch_url: str
+    control_url: str
+    client: Any | None = None
+
+    @property
+    def sqs(self) -> Any:
+        return self.client or aws_client("sqs")
+
+    def _send(self, url: str, bodies: list[str]) -> None:
+        for start in range(0, len(bodies), SQS_BATCH):
+            chunk = bodies[start : start + SQS_BATCH]
+            entries = [{"Id": str(i), "MessageBody": body} for i, body in enumerate(chunk)]
+            failed = self.sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed") or []
+            if failed:
+                raise RuntimeError(f"SQS refused {len(failed)} broadcast messages: {failed[0].get('Code')}")
+
+    def send_batches(self, batches: Iterable[BatchMessage]) -> int:
+        bodies = [to_body(BATCH_CONTRACT, b) for b in batches]
+        self._send(self.batch_url, bodies)
+        return len(bodies)
+
+    def send_resolve(self, message: ResolveMessage) -> None:
+        self._send(self.control_url, [to_body(RESOLVE_CONTRACT, message)])
+
+
+def resolve_body(message: ResolveMessage) -> str:
+    return to_body(RESOLVE_CONTRACT, message)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    status: str  # resolved_page | last_page | stale | stopped
+    page: int
+    recipients: int = 0
+    batches: int = 0
+
+
+@dataclass(frozen=True)
+class FanoutContext:
+    records: BroadcastStore
+    resolver: AudienceResolver
+    queues: BroadcastQueues
+    batch_size: int = BATCH_SIZE
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FanoutContext:
+        return cls(
+            records=BroadcastStore(settings.table_name),
+            resolver=AudienceResolver(settings.table_name),
+            queues=BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url),
+        )
+
+
+def split(emails: list[str], size: int) -> list[list[str]]:
+    return [emails[i : i + size] for i in range(0, len(emails), size)]
+
+
+def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
+    record = ctx.records.get(message.broadcast_id)
+    if record is None:
+        raise BroadcastNotFound(f"no broadcast {message.broadcast_id!r}")
+    log = {"broadcast": record.id, "round": message.round, "page": message.page}
+    if message.round != record.round:
+        return StepResult("stale", message.page)
+    if record.status == SCHEDULED:
+        record = ctx.records.start_resolving(record) or ctx.records.get(record.id) or record
+    if record.status not in (RESOLVING, SENDING):
+        logger.info("broadcast resolution stopped", status=record.status, **log)
+        return StepResult("stopped", message.page)
+
+    stored = ctx.records.get_page(record.id, record.round, message.page)
+    if stored is None:
+        if record.page != message.page:
+            logger.info("broadcast resolve message out of order", expected=record.page, **log)
+            return StepResult("stale", message.page)
+        page = ctx.resolver.page(record.audience, record.cursor)
+        if ctx.records.save_page(record, message.page, page.emails, page.cursor, page.exhausted):
+            stored = (page.emails, page.exhausted)
+        else:  # another delivery of this message checkpointed it first
+            stored = ctx.records.get_page(record.id, record.round, message.page)
+            if stored is None:
+                raise RuntimeError("page checkpoint conflict without a page: retry")
+    emails, exhausted = stored
+    batches = [
+        BatchMessage(
+            broadcast_id=record.id, round=record.round, page=message.page, index=i, emails=tuple(chunk)
+        )
+        for i, chunk in enumerate(split(emails, ctx.batch_size))
+    ]
+    ctx.queues.send_batches(batches)
+    if exhausted:
+        ctx.records.mark_resolved(record)
+    else:
+        ctx.queues.send_resolve(
+            ResolveMessage(broadcast_id=record.id, round=record.round, page=message.page + 1)
+        )
+    logger.info(
+        "broadcast page resolved", recipients=len(emails), batches=len(batches), last=exhausted, **log
+    )
+    return StepResult("last_page" if exhausted else "resolved_page", message.page, len(emails), len(batches))
+
+
+def first_page(broadcast_id: str, round_: int) -> ResolveMessage:
+    return ResolveMessage(broadcast_id=broadcast_id, round=round_, page=0)

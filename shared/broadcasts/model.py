@@ -1,0 +1,432 @@
+"""Broadcast models: the request (validated CLI input), the audience filter with its
+``--where`` grammar, the stored record, and the two queue envelopes (DESIGN.md section 6b).
+
+``--where`` grammar (one condition per option; all conditions must hold)::
+
+    NAME = VALUE        plan=pro          equal (numbers numerically, true/false as booleans)
+    NAME != VALUE       plan!=free        not equal (also true when the attribute is missing)
+    NAME > VALUE        seats>3           also >=, <, <= (numbers numerically, else as text)
+    NAME in A,B,...     country in de,fr  one of (a list attribute: any element)
+    NAME not in A,B     country not in us also true when the attribute is missing
+
+A subscriber without the attribute matches no condition except ``!=`` and ``not in``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from shared.errors import FieldProblem, InvalidInput
+from shared.models import ATTR_KEY_RE, problems_from, validate_name
+from shared.rendering import KEY_RE, MAX_KEY
+
+SCHEDULED = "scheduled"
+RESOLVING = "resolving"
+SENDING = "sending"
+DONE = "done"
+CANCELLED = "cancelled"
+FAILED = "failed"
+STATUSES = (SCHEDULED, RESOLVING, SENDING, DONE, CANCELLED, FAILED)
+ACTIVE = frozenset({SCHEDULED, RESOLVING, SENDING})
+STEP = "broadcast"  # the send-once key of a broadcast mail is (subscriber, broadcast id, STEP)
+SKIP_REASONS = ("no_profile", "suppressed", "unsubscribed", "cancelled")
+MAX_FILTER_TAGS = 20
+MAX_WHERE = 20
+MAX_IN_VALUES = 50
+
+Op = Literal["=", "!=", ">", ">=", "<", "<=", "in", "not in"]
+_CMP = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(!=|>=|<=|=|>|<)\s*(.*?)\s*$")
+_IN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+(not\s+in|in)\s+(.+?)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    op: Op
+    values: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("a --where condition must not be empty")
+        if len(text) > 1000:
+            raise ValueError("a --where condition is at most 1000 characters")
+        match = _IN.match(text)
+        if match:
+            name, op_text, raw = match.groups()
+            op: Op = "not in" if op_text.lower().startswith("not") else "in"
+            values = tuple(v.strip() for v in raw.split(","))
+            if not all(values) or len(values) > MAX_IN_VALUES:
+                raise ValueError(
+                    f"{text!r}: 'in' takes 1-{MAX_IN_VALUES} non-empty values separated by commas"
+                )
+        else:
+            match = _CMP.match(text)
+            if not match:
+                raise ValueError(
+                    f"{text!r} is not a condition: use NAME=VALUE, NAME!=VALUE, NAME>N (>=, <, <=), "
+                    "NAME in A,B or NAME not in A,B"
+                )
+            name, op, raw = match.group(1), match.group(2), match.group(3)  # type: ignore[assignment]
+            if raw == "":
+                raise ValueError(f"{text!r}: the value is missing")
+            values = (raw,)
+        if not ATTR_KEY_RE.match(name) or len(name) > 64:
+            raise ValueError(f"{text!r}: attribute names match [A-Za-z_][A-Za-z0-9_]* (<= 64 characters)")
+        return cls(name=name, op=op, values=values)
+
+    def __str__(self) -> str:
+        if self.op in ("in", "not in"):
+            return f"{self.name} {self.op} {','.join(self.values)}"
+        return f"{self.name}{self.op}{self.values[0]}"
+
+    def matches(self, attributes: dict[str, Any]) -> bool:
+        if self.name not in attributes or attributes[self.name] is None:
+            return self.op in ("!=", "not in")
+        value = attributes[self.name]
+        if self.op == "=":
+            return _equal(value, self.values[0])
+        if self.op == "!=":
+            return not _equal(value, self.values[0])
+        if self.op == "in":
+            return any(_equal(value, v) for v in self.values)
+        if self.op == "not in":
+            return not any(_equal(value, v) for v in self.values)
+        return _compare(value, self.op, self.values[0])
+
+
+def _number(text: str) -> float | None:
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if number == number else None  # NaN is no number
+
+
+def _equal(value: Any, raw: str) -> bool:
+    if isinstance(value, list):
+        return any(_equal(v, raw) for v in value)
+    if isinstance(value, bool):
+        return raw.lower() == str(value).lower()
+    if isinstance(value, int | float):
+        number = _number(raw)
+        return number is not None and float(value) == number
+    return isinstance(value, str) and value == raw
+
+
+def _compare(value: Any, op: str, raw: str) -> bool:
+    left: Any
+    right: Any
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = _number(raw)
+        if number is None:
+            return False
+        left, right = float(value), number
+    elif isinstance(value, str):
+        left, right = value, raw
+    else:
+        return False
+    return {">": left > right, ">=": left >= right, "<": left < right, "<=": left <= right}[op]
+
+
+class Audience(BaseModel):
+    """Who receives a broadcast. No tag filter at all means every subscriber ("everyone").
+
+    ``tags``: must carry all; ``any_tags``: at least one; ``exclude_tags``: none of them;
+    ``where``: every attribute condition. Unsubscribed and suppressed subscribers are never
+    part of the audience."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tags: tuple[str, ...] = ()
+    any_tags: tuple[str, ...] = ()
+    exclude_tags: tuple[str, ...] = ()
+    where: tuple[str, ...] = ()
+
+    @field_validator("tags", "any_tags", "exclude_tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple):
+            raise ValueError("must be a list of tags")
+        if len(value) > MAX_FILTER_TAGS:
+            raise ValueError(f"at most {MAX_FILTER_TAGS} tags")
+        return tuple(dict.fromkeys(validate_name(v, "tag") for v in value))
+
+    @field_validator("where", mode="before")
+    @classmethod
+    def _where(cls, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple):
+            raise ValueError("must be a list of conditions")
+        if len(value) > MAX_WHERE:
+            raise ValueError(f"at most {MAX_WHERE} conditions")
+        return tuple(str(Condition.parse(v)) for v in value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Audience:
+        both = (set(self.tags) | set(self.any_tags)) & set(self.exclude_tags)
+        if both:
+            raise ValueError(f"tags both required and excluded: {sorted(both)} (the audience would be empty)")
+        return self
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        return tuple(Condition.parse(w) for w in self.where)
+
+    @property
+    def everyone(self) -> bool:
+        return not self.tags and not self.any_tags
+
+    def matches(self, tags: frozenset[str] | set[str], attributes: dict[str, Any]) -> bool:
+        if not set(self.tags) <= tags:
+            return False
+        if self.any_tags and not tags & set(self.any_tags):
+            return False
+        if tags & set(self.exclude_tags):
+            return False
+        return all(c.matches(attributes) for c in self.conditions)
+
+    def describe(self) -> str:
+        parts = []
+        if self.tags:
+            parts.append("all of " + ", ".join(self.tags))
+        if self.any_tags:
+            parts.append("any of " + ", ".join(self.any_tags))
+        if self.exclude_tags:
+            parts.append("none of " + ", ".join(self.exclude_tags))
+        parts += list(self.where)
+        return "; ".join(parts) or "everyone"
+
+
+class BroadcastRequest(BaseModel):
+    """What ``mailstep broadcast send`` asks for (validated; errors name the option)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    template: str
+    subject: str | None = Field(default=None, min_length=1, max_length=500)
+    audience: Audience = Field(default_factory=Audience)
+    at: datetime | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return validate_name(value, "broadcast id")
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        if len(value) > MAX_KEY or not KEY_RE.match(value):
+            raise ValueError(
+                "template key must look like 'newsletter/monthly' ([a-z0-9_-] parts joined by '/')"
+            )
+        return value
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, value: Any) -> datetime | None:
+        if value is None or isinstance(value, datetime):
+            moment = value
+        else:
+            try:
+                moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"{value!r} is not an ISO 8601 time (e.g. 2026-12-01T09:00:00Z)") from None
+        if moment is not None and moment.tzinfo is None:
+            raise ValueError("needs a time zone (e.g. 2026-12-01T09:00:00Z or +01:00)")
+        return moment.astimezone(UTC) if moment is not None else None
+
+    def check_future(self, now: datetime) -> None:
+        if self.at is not None and self.at <= now:
+            raise InvalidInput(
+                f"--at {iso(self.at)} is not in the future (now {iso(now)})",
+                [FieldProblem("at", "in the past")],
+            )
+
+    def same_as(self, record: Broadcast) -> bool:
+        return (
+            record.template == self.template
+            and record.subject == self.subject
+            and record.audience == self.audience
+            and record.at == (iso(self.at) if self.at else None)
+        )
+
+
+def parse_request(**values: Any) -> BroadcastRequest:
+    """Validate CLI input; InvalidInput names the first bad option."""
+    try:
+        return BroadcastRequest.model_validate(values)
+    except PydanticValidationError as exc:
+        problems = problems_from(exc)
+        first = problems[0] if problems else FieldProblem("broadcast", "invalid")
+        raise InvalidInput(f"{first.field}: {first.message}", problems) from None
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Broadcast:
+    """The ``BROADCAST`` record: definition, status, resolution checkpoint and counters.
+
+    Counters are changed with atomic ADD only: ``audience`` (recipients resolved),
+    ``processed`` (recipients whose batch was counted), ``sent``, ``failed`` and
+    ``skipped_<reason>``. ``round`` starts at 1 and grows on every resume."""
+
+    id: str
+    sk: str
+    template: str
+    subject: str | None
+    audience: Audience
+    status: str
+    created_at: str
+    at: str | None = None
+    round: int = 1
+    page: int = 0  # next page to resolve in this round
+    cursor: str | None = None  # JSON resolution position of ``page``
+    resolved: bool = False
+    audience_size: int = 0
+    processed: int = 0
+    sent: int = 0
+    failed: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    updated_at: str = ""
+    finished_at: str | None = None
+    error: str | None = None
+    execution_arn: str | None = None
+    send_rate: float = 1.0  # mails per second for all broadcast workers (set when it is sent)
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Broadcast:
+        return cls(
+            id=item["id"],
+            sk=item["SK"],
+            template=item["template"],
+            subject=item.get("subject"),
+            audience=Audience.model_validate(json.loads(item.get("filters", "{}"))),
+            status=item["status"],
+            created_at=item.get("created_at", ""),
+            at=item.get("at"),
+            round=int(item.get("round", 1)),
+            page=int(item.get("page", 0)),
+            cursor=item.get("cursor"),
+            resolved=bool(item.get("resolved", False)),
+            audience_size=int(item.get("audience_size", 0)),
+            processed=int(item.get("processed", 0)),
+            sent=int(item.get("sent", 0)),
+            failed=int(item.get("failed", 0)),
+            skipped={r: int(item[f"skipped_{r}"]) for r in SKIP_REASONS if item.get(f"skipped_{r}")},
+            updated_at=item.get("updated_at", ""),
+            finished_at=item.get("finished_at"),
+            error=item.get("error"),
+            execution_arn=item.get("execution_arn"),
+            send_rate=float(item.get("send_rate", 1.0)),
+        )
+
+    @property
+    def filters_json(self) -> str:
+        return self.audience.model_dump_json()
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "template": self.template,
+            "subject": self.subject,
+            "audience_filter": self.audience.describe(),
+            "filters": self.audience.model_dump(mode="json"),
+            "created_at": self.created_at,
+            "at": self.at,
+            "round": self.round,
+            "resolved": self.resolved,
+            "audience": self.audience_size,
+            "processed": self.processed,
+            "sent": self.sent,
+            "failed": self.failed,
+            "skipped": dict(self.skipped),
+            "finished_at": self.finished_at,
+            "error": self.error,
+            "send_rate": self.send_rate,
+        }
+
+
+# ----- queue envelopes (DESIGN.md section 6b) ------------------------------------------------
+RESOLVE_CONTRACT = "broadcast.resolve"
+BATCH_CONTRACT = "broadcast.batch"
+VERSION = 1
+MAX_BATCH_EMAILS = 100
+
+
+class ResolveMessage(BaseModel):
+    """Resolve page ``page`` of round ``round`` of a broadcast (the resolver's self-chain)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    broadcast_id: str
+    round: int = Field(ge=1)
+    page: int = Field(ge=0)
+
+    @field_validator("broadcast_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return validate_name(value, "broadcast_id")
+
+
+class BatchMessage(BaseModel):
+    """Send the broadcast to these subscribers (ids: emails). ``(round, page, index)`` names
+    the batch; its outcomes are counted once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    broadcast_id: str
+    round: int = Field(ge=1)
+    page: int = Field(ge=0)
+    index: int = Field(ge=0)
+    emails: tuple[str, ...] = Field(min_length=1, max_length=MAX_BATCH_EMAILS)
+
+    @field_validator("broadcast_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return validate_name(value, "broadcast_id")
+
+
+def to_body(contract: str, message: BaseModel) -> str:
+    body = {"contract": contract, "version": VERSION, **message.model_dump(mode="json")}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def _parse(body: str, contract: str, model: type[BaseModel]) -> Any:
+    try:
+        payload = json.loads(body)
+    except (TypeError, ValueError):
+        raise InvalidInput("body is not JSON", [FieldProblem("body", "invalid JSON")]) from None
+    if not isinstance(payload, dict):
+        raise InvalidInput("body must be a JSON object", [FieldProblem("body", "must be an object")])
+    got, version = payload.pop("contract", None), payload.pop("version", None)
+    if got != contract or version != VERSION:
+        raise InvalidInput(
+            f"unsupported contract {got!r} version {version!r} (expected {contract!r} {VERSION})",
+            [FieldProblem("contract", "unsupported")],
+        )
+    try:
+        return model.model_validate(payload)
+    except PydanticValidationError as exc:
+        problems = problems_from(exc)
+        first = problems[0] if problems else FieldProblem("body", "invalid")
+        raise InvalidInput(f"{first.field}: {first.message}", problems) from None
+
+
+def parse_resolve(body: str) -> ResolveMessage:
+    return _parse(body, RESOLVE_CONTRACT, ResolveMessage)  # type: ignore[no-any-return]
+
+
+def parse_batch(body: str) -> BatchMessage:
+    return _parse(body, BATCH_CONTRACT, BatchMessage)  # type: ignore[no-any-return]

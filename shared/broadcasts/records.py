@@ -1,0 +1,393 @@
+"""The broadcast record and its helper items (main table), the only code that writes them.
+
+    BROADCAST          / <iso ts>#<id>          the record (definition, status, checkpoint, counters)
+    BROADCAST#<id>     / POINTER                its SK; written with the record in one transaction,
+                                                conditioned on not existing: the --id guard
+    BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once
+    BROADCAST#<id>     / BATCH#<round>#<p>#<i>  "this batch was counted" marker
+
+Every counter change is an atomic ADD; every status change is conditioned on the status it
+leaves, so concurrent workers, the resolver and the CLI never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shared import keys
+from shared.aws import client as aws_client
+from shared.broadcasts.model import (
+    ACTIVE,
+    CANCELLED,
+    DONE,
+    FAILED,
+    RESOLVING,
+    SCHEDULED,
+    SENDING,
+    SKIP_REASONS,
+    Broadcast,
+    BroadcastRequest,
+    iso,
+)
+from shared.dynamo import TransactionConflict, deserialize, key, serialize, transact, values
+
+LIST_LIMIT = 50
+
+
+NAMES = {
+    f"#{n}": n
+    for n in (
+        "status",
+        "round",
+        "page",
+        "cursor",
+        "error",
+        "resolved",
+        "processed",
+        "audience_size",
+        "sent",
+        "failed",
+        "updated_at",
+        "finished_at",
+        "execution_arn",
+        "send_rate",
+    )
+}
+
+
+def _used(names: dict[str, str], *expressions: str | None) -> dict[str, str]:
+    """DynamoDB rejects attribute-name placeholders an expression does not use."""
+    text = " ".join(e for e in expressions if e)
+    return {k: v for k, v in names.items() if k in text}
+
+
+def _now() -> str:
+    return iso(datetime.now(UTC))
+
+
+class BroadcastStore:
+    def __init__(self, table_name: str, client: Any | None = None) -> None:
+        self.table = table_name
+        self._client = client
+        self._sks: dict[str, str] = {}  # id -> record SK (immutable once written)
+
+    @property
+    def client(self) -> Any:
+        return self._client or aws_client("dynamodb")
+
+    # ----- create and read -------------------------------------------------------------------
+    def create(
+        self, request: BroadcastRequest, *, send_rate: float, now: datetime | None = None
+    ) -> tuple[Broadcast, bool]:
+        """Write the record (status scheduled or resolving). ``(record, False)`` when the id
+        exists already: nothing is written then."""
+        moment = now or datetime.now(UTC)
+        created_at = iso(moment)
+        sk = keys.broadcast_sk(created_at, request.id)
+        item: dict[str, Any] = {
+            "PK": keys.BROADCAST,
+            "SK": sk,
+            "id": request.id,
+            "template": request.template,
+            "filters": request.audience.model_dump_json(),
+            "status": SCHEDULED if request.at else RESOLVING,
+            "created_at": created_at,
+            "updated_at": created_at,
+            "round": 1,
+            "page": 0,
+            "resolved": False,
+            "audience_size": 0,
+            "processed": 0,
+            "sent": 0,
+            "failed": 0,
+            "send_rate": round(send_rate, 3),
+        }
+        if request.subject is not None:
+            item["subject"] = request.subject
+        if request.at is not None:
+            item["at"] = iso(request.at)
+        pointer = {"PK": keys.broadcast_pk(request.id), "SK": keys.BROADCAST_POINTER, "record_sk": sk}
+        actions = [
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(pointer),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+            {"Put": {"TableName": self.table, "Item": serialize(item)}},
+        ]
+        try:
+            transact(self.client, actions)
+        except TransactionConflict:
+            existing = self.get(request.id)
+            if existing is None:  # pragma: no cover - a pointer without a record cannot be written
+                raise
+            return existing, False
+        self._sks[request.id] = sk
+        return Broadcast.from_item(item), True
+
+    def record_sk(self, broadcast_id: str) -> str | None:
+        if broadcast_id in self._sks:
+            return self._sks[broadcast_id]
+        response = self.client.get_item(
+            TableName=self.table, Key=key(keys.broadcast_pk(broadcast_id), keys.BROADCAST_POINTER)
+        )
+        item = response.get("Item")
+        if not item:
+            return None
+        self._sks[broadcast_id] = item["record_sk"]["S"]
+        return self._sks[broadcast_id]
+
+    def get(self, broadcast_id: str) -> Broadcast | None:
+        sk = self.record_sk(broadcast_id)
+        if sk is None:
+            return None
+        response = self.client.get_item(
+            TableName=self.table, Key=key(keys.BROADCAST, sk), ConsistentRead=True
+        )
+        item = response.get("Item")
+        return Broadcast.from_item(deserialize(item)) if item else None
+
+    def list(self, limit: int = LIST_LIMIT) -> list[Broadcast]:
+        """Newest first."""
+        response = self.client.query(
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues=values(pk=keys.BROADCAST),
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        return [Broadcast.from_item(deserialize(i)) for i in response.get("Items", [])]
+
+    # ----- status ---------------------------------------------------------------------------
+    def _update(
+        self,
+        record: Broadcast,
+        expression: str,
+        *,
+        condition: str | None = None,
+        names: Mapping[str, str] | None = None,
+        **vals: Any,
+    ) -> Broadcast | None:
+        """One UpdateItem on the record; None when ``condition`` failed."""
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": key(keys.BROADCAST, record.sk),
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": _used({**NAMES, **(names or {})}, expression, condition),
+            "ExpressionAttributeValues": values(**vals),
+            "ReturnValues": "ALL_NEW",
+        }
+        if condition:
+            request["ConditionExpression"] = condition
+        if not request["ExpressionAttributeNames"]:
+            del request["ExpressionAttributeNames"]
+        try:
+            response = self.client.update_item(**request)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise
+        return Broadcast.from_item(deserialize(response["Attributes"]))
+
+    def set_status(
+        self, record: Broadcast, new: str, *, leaving: frozenset[str], error: str | None = None
+    ) -> Broadcast | None:
+        """Move to ``new`` if the record is in one of ``leaving``; None otherwise."""
+        allowed = sorted(leaving)
+        placeholders = ", ".join(f":from{i}" for i in range(len(allowed)))
+        extra = {f"from{i}": s for i, s in enumerate(allowed)}
+        expression = "SET #status = :new, #updated_at = :now"
+        if new in (DONE, CANCELLED, FAILED):
+            expression += ", #finished_at = :now"
+        if error is not None:
+            expression += ", #error = :error"
+            extra["error"] = error[:500]
+        return self._update(
+            record,
+            expression,
+            condition=f"#status IN ({placeholders})",
+            names={"#error": "error"} if error is not None else None,
+            new=new,
+            now=_now(),
+            **extra,
+        )
+
+    def cancel(self, record: Broadcast) -> Broadcast | None:
+        return self.set_status(record, CANCELLED, leaving=ACTIVE)
+
+    def start_resolving(self, record: Broadcast) -> Broadcast | None:
+        """scheduled -> resolving (the schedule fired); a resolving record is returned as is."""
+        if record.status == RESOLVING:
+            return record
+        return self.set_status(record, RESOLVING, leaving=frozenset({SCHEDULED}))
+
+    def set_execution(self, record: Broadcast, execution_arn: str) -> None:
+        self._update(record, "SET #execution_arn = :arn", arn=execution_arn)
+
+    def new_round(self, record: Broadcast, send_rate: float) -> Broadcast | None:
+        """Resume: a fresh resolution of the whole audience in round ``round + 1`` with the
+        counters of the new round at zero. Mails sent in earlier rounds are not sent again
+        (send-once) and are counted as sent when their recipient comes up again."""
+        resets = ", ".join(f"skipped_{r} = :zero" for r in SKIP_REASONS)
+        return self._update(
+            record,
+            "SET #status = :resolving, #round = :next, #page = :zero, #resolved = :false, "
+            "#audience_size = :zero, #processed = :zero, #sent = :zero, #failed = :zero, "
+            f"{resets}, #updated_at = :now, #send_rate = :rate "
+            "REMOVE #cursor, #finished_at, #error",
+            condition="#status IN (:cancelled, :failed) AND #round = :round",
+            names={"#cursor": "cursor", "#error": "error"},
+            resolving=RESOLVING,
+            next=record.round + 1,
+            zero=0,
+            false=False,
+            now=_now(),
+            cancelled=CANCELLED,
+            failed=FAILED,
+            round=record.round,
+            rate=round(send_rate, 3),
+        )
+
+    # ----- resolution checkpoint ------------------------------------------------------------
+    def get_page(self, broadcast_id: str, round_: int, page: int) -> tuple[list[str], bool] | None:
+        response = self.client.get_item(
+            TableName=self.table,
+            Key=key(keys.broadcast_pk(broadcast_id), keys.broadcast_page_sk(round_, page)),
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        if not item:
+            return None
+        data = deserialize(item)
+        return list(json.loads(data["emails"])), bool(data["exhausted"])
+
+    def save_page(
+        self, record: Broadcast, page: int, emails: list[str], next_cursor: str | None, exhausted: bool
+    ) -> bool:
+        """Checkpoint one page: the PAGE item, and the record's next page, cursor and audience
+        size, in one transaction conditioned on the record still expecting this page."""
+        page_item = {
+            "PK": keys.broadcast_pk(record.id),
+            "SK": keys.broadcast_page_sk(record.round, page),
+            "emails": json.dumps(emails, separators=(",", ":")),
+            "exhausted": exhausted,
+        }
+        vals: dict[str, Any] = {
+            "next": page + 1,
+            "now": _now(),
+            "size": len(emails),
+            "round": record.round,
+            "page": page,
+        }
+        if next_cursor is None:
+            expression = "SET #page = :next, #updated_at = :now REMOVE #cursor ADD #audience_size :size"
+        else:
+            expression = "SET #page = :next, #updated_at = :now, #cursor = :cursor ADD #audience_size :size"
+            vals["cursor"] = next_cursor
+        names = _used(NAMES, expression, "#round #page")
+        actions = [
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(page_item),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": key(keys.BROADCAST, record.sk),
+                    "UpdateExpression": expression,
+                    "ConditionExpression": "#round = :round AND #page = :page",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values(**vals),
+                }
+            },
+        ]
+        try:
+            transact(self.client, actions)
+        except TransactionConflict:
+            return False
+        return True
+
+    def mark_resolved(self, record: Broadcast) -> Broadcast | None:
+        """The whole audience is known: resolving -> sending (or done when nothing is left)."""
+        updated = self._update(
+            record,
+            "SET #resolved = :true, #updated_at = :now",
+            condition="#round = :round",
+            true=True,
+            now=_now(),
+            round=record.round,
+        )
+        if updated is None:
+            return None
+        moved = self.set_status(updated, SENDING, leaving=frozenset({RESOLVING})) or updated
+        return self.finish_if_done(moved) or moved
+
+    # ----- counting -------------------------------------------------------------------------
+    def count_batch(self, record: Broadcast, page: int, index: int, counts: Mapping[str, int]) -> bool:
+        """Add one batch's outcomes (``processed``, ``sent``, ``failed``, ``skipped_<reason>``)
+        exactly once: the batch marker and the ADD are one transaction. False: counted before
+        (a redelivered batch) or the round moved on (resumed)."""
+        adds = {name: int(n) for name, n in counts.items() if n}
+        marker = {
+            "PK": keys.broadcast_pk(record.id),
+            "SK": keys.broadcast_batch_sk(record.round, page, index),
+            "counted_at": _now(),
+            **adds,
+        }
+        names = {
+            "#round": "round",
+            "#updated_at": "updated_at",
+            **{f"#c{i}": name for i, name in enumerate(adds)},
+        }
+        add_expr = ", ".join(f"#c{i} :c{i}" for i in range(len(adds)))
+        vals = {f"c{i}": n for i, n in enumerate(adds.values())}
+        update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": key(keys.BROADCAST, record.sk),
+            "UpdateExpression": f"SET #updated_at = :now ADD {add_expr}"
+            if adds
+            else "SET #updated_at = :now",
+            "ConditionExpression": "#round = :round",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values(now=_now(), round=record.round, **vals),
+        }
+        actions = [
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(marker),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+            {"Update": update},
+        ]
+        try:
+            transact(self.client, actions)
+        except TransactionConflict:
+            return False
+        return True
+
+    def finish_if_done(self, record: Broadcast) -> Broadcast | None:
+        """sending/resolving -> done once resolved and every resolved recipient was counted."""
+        return self._update(
+            record,
+            "SET #status = :done, #finished_at = :now, #updated_at = :now",
+            condition="#resolved = :true AND #processed >= #audience_size "
+            "AND #status IN (:resolving, :sending) AND #round = :round",
+            done=DONE,
+            now=_now(),
+            true=True,
+            resolving=RESOLVING,
+            sending=SENDING,
+            round=record.round,
+        )

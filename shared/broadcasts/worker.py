@@ -1,0 +1,205 @@
+"""The broadcast worker: one ``broadcast.batch`` -> one send per recipient through the send
+pipeline, within the shared send rate, counted exactly once.
+
+Per batch:
+1. load the record; a batch of an earlier round (the broadcast was resumed) is dropped; a
+   cancelled broadcast's batch is counted as ``skipped_cancelled`` and nothing is sent;
+2. every recipient: a token from the shared window limiter (``shared.rate``), then
+   ``send_pipeline.send`` with source = broadcast id and step ``broadcast`` (send-once key
+   (broadcast, subscriber)); up to ``threads`` sends in flight;
+3. SES throttling (a reserved share used by other mail, a burst elsewhere) is retried here
+   with exponential backoff and a fresh token; what is still retryable at the end
+   (throttled for long, another worker's claim in flight, account paused, time running out)
+   fails the SQS record: it comes back after the visibility timeout, never counted as failed;
+4. all recipients settled: the batch's outcomes are added to the record with the batch
+   marker in one transaction (a redelivered batch adds nothing), then ``done`` is set once
+   every resolved recipient was counted.
+
+``already_sent`` counts as sent: only this broadcast uses its send-once keys, so it means
+an earlier delivery of this batch (or an earlier round) sent the mail.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.broadcasts.model import CANCELLED, FAILED, STEP, BatchMessage, Broadcast
+from shared.broadcasts.records import BroadcastStore
+from shared.errors import NotFound
+from shared.observability import logger
+from shared.rate import TokenPool, WindowLimiter
+from shared.send_jobs import SendJob
+from shared.send_pipeline import SendContext, SendOutcome, send
+from shared.settings import Settings
+
+THROTTLE_RETRIES = 6
+BACKOFF_BASE_S = 0.2
+BACKOFF_MAX_S = 3.0
+SAFETY_MARGIN_S = 15.0  # stop starting sends this long before the invocation's deadline
+RATE_SCOPE = "broadcast"  # one budget for all broadcasts together
+
+
+class BroadcastNotFound(NotFound):
+    pass
+
+
+class BatchIncomplete(Exception):
+    """Some recipients are still retryable: the SQS record fails and comes back later."""
+
+    def __init__(self, pending: int, reasons: Counter[str]) -> None:
+        super().__init__(f"{pending} recipients deferred: {dict(reasons)}")
+        self.pending = pending
+        self.reasons = reasons
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    status: str  # counted | duplicate | stale | cancelled
+    counts: dict[str, int] = field(default_factory=dict)
+    done: bool = False
+
+
+@dataclass
+class TokenPools:
+    """One token pool per process and rate (the rate is the broadcast's, set when it was sent)."""
+
+    table: str
+    scope: str = RATE_SCOPE
+    client: Any | None = None
+    _pools: dict[float, TokenPool] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def for_rate(self, rate: float) -> TokenPool:
+        with self._lock:
+            if rate not in self._pools:
+                self._pools[rate] = TokenPool(WindowLimiter(self.table, self.scope, rate, client=self.client))
+            return self._pools[rate]
+
+    @property
+    def requests(self) -> int:
+        return sum(p.limiter.requests for p in self._pools.values())
+
+
+@dataclass
+class WorkerContext:
+    records: BroadcastStore
+    send: SendContext
+    pools: TokenPools
+    threads: int = 4
+    sleep: Callable[[float], None] = time.sleep
+    send_fn: Callable[[SendJob, SendContext], SendOutcome] = send
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerContext:
+        return cls(
+            records=BroadcastStore(settings.table_name),
+            send=SendContext.from_settings(settings),
+            pools=TokenPools(settings.table_name),
+            threads=settings.broadcast_worker_threads,
+        )
+
+
+def process_batch(message: BatchMessage, ctx: WorkerContext, *, deadline: float | None = None) -> BatchResult:
+    """Send one batch (see module doc). ``deadline``: wall time (``time.time()``) after which
+    no new send starts. Raises :class:`BatchIncomplete` when recipients remain retryable."""
+    record = ctx.records.get(message.broadcast_id)
+    if record is None:
+        raise BroadcastNotFound(f"no broadcast {message.broadcast_id!r}")
+    log = {"broadcast": record.id, "round": message.round, "page": message.page, "batch": message.index}
+    if message.round != record.round:
+        logger.info("stale broadcast batch dropped", current_round=record.round, **log)
+        return BatchResult(status="stale")
+    if record.status in (CANCELLED, FAILED):
+        counts = {"processed": len(message.emails), "skipped_cancelled": len(message.emails)}
+        counted = ctx.records.count_batch(record, message.page, message.index, counts)
+        logger.info("broadcast batch skipped", status=record.status, counted=counted, **log)
+        return BatchResult(status="cancelled" if counted else "duplicate", counts=counts)
+
+    outcomes = _send_all(record, message, ctx, deadline)
+    counts: Counter[str] = Counter()
+    deferred: Counter[str] = Counter()
+    for outcome in outcomes:
+        if outcome is None:
+            deferred["deadline"] += 1
+        elif outcome.status == "retryable":
+            deferred[outcome.reason or "retryable"] += 1
+        elif outcome.status == "sent" or outcome.reason == "already_sent":
+            counts["sent"] += 1
+        elif outcome.status == "skipped":
+            counts[f"skipped_{outcome.reason}"] += 1
+        else:
+            counts["failed"] += 1
+    if deferred:
+        logger.info("broadcast batch deferred", deferred=dict(deferred), **log)
+        raise BatchIncomplete(sum(deferred.values()), deferred)
+    counts["processed"] = len(message.emails)
+    counted = ctx.records.count_batch(record, message.page, message.index, counts)
+    finished = ctx.records.finish_if_done(record) if counted else None
+    logger.info(
+        "broadcast batch counted", counted=counted, counts=dict(counts), done=finished is not None, **log
+    )
+    return BatchResult(
+        status="counted" if counted else "duplicate", counts=dict(counts), done=finished is not None
+    )
+
+
+def _send_all(
+    record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None
+) -> list[SendOutcome | None]:
+    tokens = ctx.pools.for_rate(record.send_rate)
+    results: list[SendOutcome | None] = [None] * len(message.emails)
+    slots = threading.Semaphore(ctx.threads)
+    futures: list[Future[None]] = []
+
+    def run(i: int, email: str) -> None:
+        try:
+            results[i] = _send_one(record, email, ctx, tokens, deadline)
+        finally:
+            slots.release()
+
+    with ThreadPoolExecutor(max_workers=ctx.threads, thread_name_prefix="broadcast-send") as pool:
+        for i, email in enumerate(message.emails):
+            slots.acquire()
+            if _late(deadline) or not tokens.take(len(message.emails) - i, deadline):
+                slots.release()
+                break
+            futures.append(pool.submit(run, i, email))
+        for future in futures:
+            future.result()
+    return results
+
+
+def _send_one(
+    record: Broadcast, email: str, ctx: WorkerContext, tokens: TokenPool, deadline: float | None
+) -> SendOutcome | None:
+    try:
+        job = SendJob(
+            email=email, template=record.template, source=record.id, step=STEP, subject=record.subject
+        )
+    except ValidationError:
+        return SendOutcome(status="failed", send_id="-", reason="invalid_message")
+    outcome = ctx.send_fn(job, ctx.send)
+    attempt = 0
+    while outcome.status == "retryable" and outcome.reason == "throttled" and attempt < THROTTLE_RETRIES:
+        pause = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0)  # noqa: S311
+        attempt += 1
+        if deadline is not None and time.time() + pause > deadline:
+            return outcome
+        ctx.sleep(pause)
+        if not tokens.take(1, deadline):
+            return outcome
+        outcome = ctx.send_fn(job, ctx.send)
+    return outcome
+
+
+def _late(deadline: float | None) -> bool:
+    return deadline is not None and time.time() >= deadline

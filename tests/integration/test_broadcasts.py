@@ -1,0 +1,382 @@
+"""Broadcasts on moto: paged audience resolution against a brute-force filter, fan-out,
+exactly-once counting, cancel/resume, redelivery and crash windows, and the shared rate."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.aws import client
+from shared.broadcasts.audience import AudienceResolver
+from shared.broadcasts.fanout import BroadcastQueues
+from shared.broadcasts.model import (
+    CANCELLED,
+    DONE,
+    RESOLVING,
+    STEP,
+    Audience,
+    Condition,
+    parse_batch,
+    parse_request,
+)
+from shared.broadcasts.records import BroadcastStore
+from shared.broadcasts.service import Broadcasts
+from shared.broadcasts.worker import BatchIncomplete, process_batch
+from shared.errors import InvalidInput
+from shared.provision import LocalResources, create_queue
+from shared.send_jobs import SendJob
+from shared.send_pipeline import SendContext, send, send_id_for
+from shared.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
+from shared.store import SubscriberStore
+from tests.integration.broadcast_support import Env, FakeSes, eligible, seed
+
+TEMPLATE = "newsletter/monthly"
+
+
+@pytest.fixture
+def env(resources: LocalResources) -> Iterator[Env]:
+    queues = [create_queue(BROADCAST_QUEUE), create_queue(BROADCAST_CONTROL_QUEUE)]
+    table = resources.tables["table_name"]
+    bq = BroadcastQueues(queues[0].url, queues[1].url)
+    rate = [1000.0]
+    service = Broadcasts(
+        records=BroadcastStore(table),
+        resolver=AudienceResolver(table),
+        queues=bq,
+        send_rate=lambda: rate[0],
+    )
+    yield Env(table, resources.tables["events_table_name"], bq, FakeSes(), service, rate)
+    sqs = client("sqs")
+    for queue in queues:
+        sqs.delete_queue(QueueUrl=queue.url)
+        sqs.delete_queue(QueueUrl=queue.dlq_url)
+
+
+@pytest.fixture
+def people(store: SubscriberStore) -> list[dict[str, Any]]:
+    return seed(store, 240)
+
+
+def brute_force(people: list[dict[str, Any]], audience: Audience) -> set[str]:
+    return {p["email"] for p in eligible(people) if audience.matches(frozenset(p["tags"]), p["attributes"])}
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"tags": ["a"], "exclude_tags": ["b"], "where": ["plan=pro"]},
+        {"any_tags": ["b", "c"]},
+        {"any_tags": ["c", "a"], "exclude_tags": ["b"], "where": ["seats>3", "country in de,fr"]},
+        {},
+        {"where": ["country not in de,us", "seats<=2"]},
+        {"tags": ["a", "c"], "where": ["plan!=free"]},
+    ],
+)
+def test_paged_resolution_matches_a_brute_force_filter_once_each(env: Env, people, filters) -> None:
+    # Given subscribers with mixed tags/attributes and a filter, resolved in small pages
+    audience = Audience.model_validate(filters)
+    resolver = AudienceResolver(env.table, page_size=13, max_evaluated=40)
+
+    # When the audience is resolved page by page
+    found = list(resolver.iterate(audience))
+
+    # Then it is exactly the brute-force set, each recipient once
+    assert len(found) == len(set(found))
+    assert set(found) == brute_force(people, audience)
+    assert found, "the filter should match someone in the seeded data"
+
+
+def test_a_broadcast_reaches_exactly_its_audience_once_and_a_rerun_sends_nothing(env: Env, people) -> None:
+    # Given a broadcast to --tag a --exclude-tag b --where plan=pro
+    request = parse_request(
+        id="spring", template=TEMPLATE, audience={"tags": ["a"], "exclude_tags": ["b"], "where": ["plan=pro"]}
+    )
+    expected = brute_force(people, request.audience)
+    answer = env.service.send(request)
+    assert answer.created and answer.record.status == RESOLVING
+
+    # When the resolver (small pages) and the workers run until the queues are empty
+    steps = env.resolve_all(page_size=7)
+    env.work(env.batches(), env.worker())
+
+    # Then every expected subscriber got exactly one mail and the record is done
+    assert steps >= 2
+    assert Counter(env.ses.recipients()) == Counter({e: 1 for e in expected})
+    record = env.service.get("spring")
+    assert (record.status, record.audience_size, record.processed, record.sent, record.failed) == (
+        DONE,
+        len(expected),
+        len(expected),
+        len(expected),
+        0,
+    )
+
+    # When the same id is sent again
+    again = env.service.send(request)
+    env.resolve_all()
+    env.work(env.batches())
+
+    # Then nothing new is sent and the caller is told so
+    assert not again.created and again.same
+    assert len(env.ses.sends) == len(expected)
+    changed = parse_request(id="spring", template=TEMPLATE, subject="Other")
+    assert not env.service.send(changed).same
+
+
+def test_a_redelivered_batch_sends_and_counts_nothing_more(env: Env, people) -> None:
+    env.service.send(parse_request(id="dup", template=TEMPLATE, audience={"tags": ["c"]}))
+    env.resolve_all()
+    messages = env.batches()
+    ctx = env.worker()
+    first = env.work(messages, ctx)
+
+    # When every batch is delivered a second time
+    again = [process_batch(parse_batch(m["Body"]), ctx) for m in messages]
+
+    # Then no mail is sent twice and the counters did not move
+    assert {r.status for r in first} == {"counted"}
+    assert {r.status for r in again} == {"duplicate"}
+    record = env.service.get("dup")
+    assert len(env.ses.sends) == len(set(env.ses.recipients())) == record.sent == record.audience_size
+
+
+def test_a_redelivered_resolve_message_enqueues_the_same_batches_and_counts_the_audience_once(env, people):
+    env.service.send(parse_request(id="resolve-twice", template=TEMPLATE, audience={"any_tags": ["a", "b"]}))
+    message = env.receive(env.queues.control_url, 1)[0]
+    from shared.broadcasts.fanout import resolve_step
+    from shared.broadcasts.model import parse_resolve
+
+    ctx = env.fanout(page_size=10_000)
+    resolve_step(parse_resolve(message["Body"]), ctx)
+    resolve_step(parse_resolve(message["Body"]), ctx)  # the crash-and-redeliver case
+    batches = env.batches()
+    env.work(batches)
+
+    record = env.service.get("resolve-twice")
+    assert len(batches) == 2 * len({parse_batch(b["Body"]).index for b in batches})
+    assert record.audience_size == len(brute_force(people, record.audience))
+    assert record.status == DONE and record.sent == record.audience_size == len(env.ses.sends)
+
+
+def test_cancel_mid_way_stops_further_sends_and_resume_sends_only_the_rest(env: Env, people) -> None:
+    env.service.send(parse_request(id="cancel-me", template=TEMPLATE))  # everyone
+    env.resolve_all(page_size=25)
+    messages = env.batches()
+    assert len(messages) >= 4
+    env.work(messages[:2])
+    went = len(env.ses.sends)
+
+    # When the broadcast is cancelled while batches are still queued
+    record, changed = env.service.cancel("cancel-me")
+    env.work(messages[2:])
+
+    # Then nothing more is sent, and the record says how many went
+    assert changed and record.status == CANCELLED
+    assert len(env.ses.sends) == went > 0
+    record = env.service.get("cancel-me")
+    assert record.status == CANCELLED and record.sent == went
+    assert record.skipped.get("cancelled") == record.audience_size - went
+    assert env.service.cancel("cancel-me")[1] is False
+
+    # When it is resumed
+    resumed = env.service.resume("cancel-me")
+    env.resolve_all(page_size=25)
+    env.work(env.batches())
+
+    # Then the rest is sent, nobody twice
+    record = env.service.get("cancel-me")
+    assert resumed.round == 2 and record.status == DONE
+    assert len(env.ses.sends) == len(set(env.ses.recipients())) == record.audience_size == record.sent
+    assert set(env.ses.recipients()) == {p["email"] for p in eligible(people)}
+
+
+def test_a_cancelled_scheduled_broadcast_never_resolves(env: Env, people) -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.started: list[tuple[str, str]] = []
+            self.stopped: list[str] = []
+
+        def schedule(self, record: Any, body: str) -> str:
+            self.started.append((record.at, body))
+            return f"arn:aws:states:us-east-1:123456789012:execution:s:{record.id}"
+
+        def unschedule(self, arn: str) -> bool:
+            self.stopped.append(arn)
+            return True
+
+    env.service.scheduler = Recorder()  # type: ignore[assignment]
+    at = datetime.now(UTC) + timedelta(days=2)
+    answer = env.service.send(parse_request(id="later", template=TEMPLATE, at=at.isoformat()))
+    assert answer.record.status == "scheduled"
+    assert env.service.scheduler.started[0][0] == answer.record.at  # type: ignore[attr-defined]
+
+    record, _ = env.service.cancel("later")
+    # The schedule fires anyway (the stop raced): the resolver sees a cancelled broadcast.
+    client("sqs").send_message(
+        QueueUrl=env.queues.control_url, MessageBody=env.service.scheduler.started[0][1]
+    )  # type: ignore[attr-defined]
+    env.resolve_all()
+
+    assert env.service.scheduler.stopped  # type: ignore[attr-defined]
+    assert env.batches() == []
+    assert env.service.get("later").status == CANCELLED
+
+
+def test_send_rejects_a_past_time_and_an_unknown_template(env: Env) -> None:
+    with pytest.raises(InvalidInput, match="not in the future"):
+        env.service.send(parse_request(id="past", template=TEMPLATE, at="2020-01-01T00:00:00Z"))
+    with pytest.raises(InvalidInput, match="does not exist"):
+        env.service.send(parse_request(id="nope", template="newsletter/none"))
+    assert env.service.list() == []
+
+
+def test_a_crash_after_ses_accepted_causes_one_duplicate_at_most_and_no_loss(env: Env, people) -> None:
+    env.service.send(
+        parse_request(id="crash", template=TEMPLATE, audience={"tags": ["b"], "where": ["seats>=6"]})
+    )
+    env.resolve_all()
+    messages = env.batches()
+    batch = parse_batch(messages[0]["Body"])
+    victim = batch.emails[0]
+    ctx = env.worker()
+
+    # Given a worker that died after SES accepted the victim's mail but before recording it
+    job = SendJob(email=victim, template=TEMPLATE, source="crash", step=STEP)
+    now = datetime.now(UTC)
+    claim = ctx.send.log.claim(
+        victim,
+        "crash",
+        STEP,
+        send_id=send_id_for(job),
+        template=TEMPLATE,
+        now=int(now.timestamp()),
+        lease_seconds=ctx.send.lease_seconds,
+    )
+    assert claim.status == "claimed"
+    env.ses.send_email(Destination={"ToAddresses": [victim]})
+
+    # When the batch is redelivered within the claim's lease
+    with pytest.raises(BatchIncomplete) as deferred:
+        process_batch(batch, ctx)
+    # Then the victim is deferred (in flight), the others are sent, nothing is counted yet
+    assert deferred.value.reasons == Counter({"in_flight": 1})
+    assert env.service.get("crash").processed == 0
+
+    # When it is redelivered after the lease expired
+    later = now + timedelta(seconds=ctx.send.lease_seconds + 1)
+
+    def send_later(job: SendJob, send_ctx: SendContext) -> Any:
+        return send(job, send_ctx, now=later)
+
+    result = process_batch(batch, env.worker(send_fn=send_later))
+    env.work(messages[1:])
+
+    # Then the victim got exactly one duplicate (the documented claim window), nobody was lost
+    counts = Counter(env.ses.recipients())
+    assert counts[victim] == 2
+    assert all(n == 1 for e, n in counts.items() if e != victim)
+    record = env.service.get("crash")
+    assert result.status == "counted"
+    assert set(counts) == brute_force(people, record.audience)
+    assert record.status == DONE and record.sent == record.audience_size
+
+
+def _run_concurrently(env: Env, broadcast_id: str, workers: int, **worker_args: Any) -> None:
+    env.resolve_all()
+    messages = env.batches()
+    shares = [messages[i::workers] for i in range(workers)]
+    threads = [threading.Thread(target=env.work, args=(share, env.worker(**worker_args))) for share in shares]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _achieved(env: Env) -> float:
+    times = sorted(t for t, _ in env.ses.sends)
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def _fast_send(env: Env) -> Any:
+    """SES through the real adapter (throttling classified as SES does), with SES-like
+    latency, but without moto's slow in-process DynamoDB behind the rest of the pipeline."""
+    from shared.send_pipeline import SendOutcome
+    from shared.sender import SesSender
+
+    ses = SesSender("mailstep", client=env.ses)
+
+    def send_fn(job: SendJob, _ctx: SendContext) -> SendOutcome:
+        time.sleep(0.02)
+        result = ses.send_raw(
+            b"x", from_email="news@acme.test", to_email=job.email, tags={"source": job.source}
+        )
+        if result.status == "sent":
+            return SendOutcome(status="sent", send_id="s", message_id=result.message_id)
+        return SendOutcome(status="retryable", send_id="s", reason="throttled", error_code=result.error_code)
+
+    return send_fn
+
+
+def _audience(store: SubscriberStore, tag: str, count: int) -> None:
+    for i in range(count):
+        store.upsert(f"{tag}{i:04d}@example.com", add_tags=[tag])
+
+
+def test_several_workers_together_reach_90_percent_of_the_ses_rate_and_stay_under_it(env: Env, store) -> None:
+    # Given SES at 50 mails/s (empty bucket: no head start), the broadcast share at 95% of it
+    _audience(store, "rate", 400)
+    env.ses.max_send_rate, env.ses._tokens = 50.0, 0.0
+    env.rate[0] = 0.95 * 50
+    env.service.send(parse_request(id="rate", template=TEMPLATE, audience={"tags": ["rate"]}))
+
+    # When 3 workers (4 sends in flight each) share the batches
+    _run_concurrently(env, "rate", 3, threads=4, send_fn=_fast_send(env))
+
+    # Then everyone got one mail, nothing failed, and the rate is >= 90% of 50/s, never above it
+    record = env.service.get("rate")
+    assert record.status == DONE and record.failed == 0 and record.sent == 400
+    assert sorted(env.ses.recipients()) == sorted(set(env.ses.recipients()))
+    assert _achieved(env) >= 0.9 * 50, (_achieved(env), env.ses.throttled)
+    assert env.ses.throttled == 0  # SES's own bucket never saw more than its rate
+
+
+def test_throttling_is_retried_with_backoff_and_never_counted_as_failed(env: Env, store) -> None:
+    # Given a broadcast share set above what SES accepts (throttling guaranteed)
+    _audience(store, "thr", 120)
+    env.ses.max_send_rate, env.ses._tokens = 20.0, 0.0
+    env.rate[0] = 60.0
+    env.service.send(parse_request(id="thr", template=TEMPLATE, audience={"tags": ["thr"]}))
+
+    _run_concurrently(env, "thr", 2, threads=4, send_fn=_fast_send(env))
+
+    record = env.service.get("thr")
+    assert env.ses.throttled > 0
+    assert record.status == DONE and record.failed == 0 and record.sent == 120
+    assert len(env.ses.sends) == 120
+
+
+def test_full_pipeline_with_concurrent_workers_holds_the_rate(env: Env, store) -> None:
+    # Given the whole send pipeline (moto in-process) and SES at 12 mails/s
+    _audience(store, "full", 90)
+    env.ses.max_send_rate, env.ses._tokens = 12.0, 0.0
+    env.rate[0] = 0.95 * 12
+    env.service.send(parse_request(id="full", template=TEMPLATE, audience={"tags": ["full"]}))
+
+    _run_concurrently(env, "full", 3, threads=2)
+
+    record = env.service.get("full")
+    assert record.status == DONE and record.failed == 0 and record.sent == 90
+    assert _achieved(env) >= 0.9 * 12, _achieved(env)
+
+
+def test_where_conditions_parse_and_match() -> None:
+    assert str(Condition.parse("plan = pro")) == "plan=pro"
+    assert Condition.parse("seats>3").matches({"seats": 4})
+    assert not Condition.parse("seats>3").matches({"seats": 3})
+    assert Condition.parse("country IN de, fr").matches({"country": "fr"})
