@@ -46,6 +46,12 @@ ENV: dict[str, str] = {
     "send_queue_url": "SEND_QUEUE_URL",
     "send_claim_lease_seconds": "SEND_CLAIM_LEASE_SECONDS",
     "state_machine_arn_prefix": "STATE_MACHINE_ARN_PREFIX",
+    "broadcast_queue_url": "BROADCAST_QUEUE_URL",
+    "broadcast_control_queue_url": "BROADCAST_CONTROL_QUEUE_URL",
+    "broadcast_schedule_arn": "BROADCAST_SCHEDULE_ARN",
+    "broadcast_max_send_rate": "BROADCAST_MAX_SEND_RATE",
+    "broadcast_rate_share": "BROADCAST_RATE_SHARE",
+    "broadcast_worker_threads": "BROADCAST_WORKER_THREADS",
 }
 
 PK = "PK"
@@ -346,3 +352,40 @@ TOPICS = (*TOPICS, INBOUND_TOPIC)
 SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=INBOUND_TOPIC, queue=INBOUND_QUEUE))
 FUNCTIONS = (*FUNCTIONS, INBOUND_FUNCTION)
 ENV["reply_forward_to"] = "REPLY_FORWARD_TO"
+
+
+# ----- broadcasts (docs/broadcasts.md) -----------------------------------------------------------
+# broadcast.resolve envelopes: the resolver handles one audience page per message and
+# re-enqueues itself; broadcast.batch envelopes: the workers send one batch per message. A
+# queue of their own keeps sequence and transactional mail (SEND_QUEUE) out of their backlog.
+BROADCAST_CONTROL_QUEUE = QueueSpec(
+    id="BroadcastControlQueue", local_name="mailstep-broadcast-control",
+    setting="broadcast_control_queue_url", visibility_timeout_s=180, max_receives=5,
+)
+BROADCAST_QUEUE = QueueSpec(
+    id="BroadcastQueue", local_name="mailstep-broadcast", setting="broadcast_queue_url",
+    visibility_timeout_s=360, max_receives=8,
+)
+BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
+    name="broadcast-resolver",
+    handler="functions.broadcast_resolver.handler.handler",
+    description="Broadcast audience: resolves one page per message, hands batches to the workers",
+    timeout_s=120,
+    read_write_tables=(MAIN_TABLE,),
+    event_sources=(EventSourceSpec(queue=BROADCAST_CONTROL_QUEUE, batch_size=1, max_concurrency=2),),
+    send_queues=(BROADCAST_QUEUE, BROADCAST_CONTROL_QUEUE),
+)
+BROADCAST_WORKER_FUNCTION = FunctionSpec(
+    name="broadcast-worker",
+    handler="functions.broadcast_worker.handler.handler",
+    description="Broadcast batches: rate-limited sends through the send pipeline, counted once",
+    memory_mb=256,
+    timeout_s=300,
+    read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
+    read_secrets=(UNSUBSCRIBE_SECRET,),
+    event_sources=(EventSourceSpec(queue=BROADCAST_QUEUE, batch_size=2, max_concurrency=3),),
+    sends_email=True,
+    mail_settings=True,
+)
+QUEUES = (*QUEUES, BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE)
+FUNCTIONS = (*FUNCTIONS, BROADCAST_RESOLVER_FUNCTION, BROADCAST_WORKER_FUNCTION)
