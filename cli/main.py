@@ -10,6 +10,7 @@ from cli import (
     doctor_cmd,
     executions_cmd,
     local_cmd,
+    mcp_cmd,
     subscribers_cmd,
 )
 
@@ -26,6 +27,7 @@ app.add_typer(local_cmd.app, name="local")
 app.add_typer(subscribers_cmd.app, name="subscribers")
 app.add_typer(executions_cmd.app, name="executions")
 app.command("doctor", help=doctor_cmd.doctor.__doc__)(doctor_cmd.doctor)
+app.command("mcp", help=mcp_cmd.mcp.__doc__)(mcp_cmd.mcp)
 
 if __name__ == "__main__":
     app()

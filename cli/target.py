@@ -73,11 +73,27 @@ def _point_at_local(state: dict[str, Any]) -> None:
         os.environ.pop(name, None)
 
 
+def quiet_logs() -> None:
+    """The structured logs go to stderr (stdout carries command output: JSON, CSV, the MCP
+    protocol), at WARNING unless POWERTOOLS_LOG_LEVEL asks for more."""
+    import logging
+    import sys
+
+    from shared.observability import SERVICE
+
+    log = logging.getLogger(SERVICE)
+    for handler in log.handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sys.stderr)
+    log.setLevel(os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING").upper())
+
+
 def resolve(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
     """Resolve the options to a ``shared.targets.Target`` and point the AWS clients at it."""
     from shared import specs, targets
     from shared.aws import reset_clients
 
+    quiet_logs()
     if target not in (None, targets.LOCAL, targets.STACK):
         raise TargetError(f"--target must be 'local' or 'stack', not {target!r}")
     state_dir = state_dir.resolve()

@@ -20,8 +20,18 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
+
 from shared.errors import FieldProblem, InvalidInput, NotFound, SubscriberNotFound
-from shared.models import SUBSCRIBED, UNSUBSCRIBED, normalise_email, validate_attributes, validate_name
+from shared.models import (
+    SUBSCRIBED,
+    UNSUBSCRIBED,
+    InboundEvent,
+    normalise_email,
+    problems_from,
+    validate_attributes,
+    validate_name,
+)
 from shared.observability import logger, redact_email
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
@@ -142,35 +152,55 @@ def status_arg(raw: str | None) -> str | None:
     return raw
 
 
+def make_update(
+    add_tags: Iterable[str] = (),
+    remove_tags: Iterable[str] = (),
+    attributes: Mapping[str, Any] | None = None,
+    first_name: str | None = None,
+) -> Update:
+    """Validate a change like an event's: tag names, attribute names and values (a ``None``
+    value deletes the attribute), first name."""
+    add = [tag_arg(t) for t in add_tags]
+    remove = [tag_arg(t) for t in remove_tags]
+    both = set(add) & set(remove)
+    if both:
+        raise InvalidInput(f"tags both added and removed: {sorted(both)}", [FieldProblem("tag", str(both))])
+    attrs = dict(attributes or {})
+    try:
+        validate_attributes({k: "" if v is None else v for k, v in attrs.items()})  # deletions: names only
+    except ValueError as exc:
+        raise InvalidInput(f"attributes: {exc}", [FieldProblem("attributes", str(exc))]) from None
+    if first_name is not None:
+        try:
+            first_name = InboundEvent.model_validate(
+                {"type": "subscriber.updated", "email": "x@example.com", "first_name": first_name}
+            ).first_name
+        except PydanticValidationError as exc:
+            problems = problems_from(exc)
+            raise InvalidInput(f"first_name: {problems[0].message}", problems) from None
+    return Update(tuple(dict.fromkeys(add)), tuple(dict.fromkeys(remove)), attrs, first_name)
+
+
 def parse_update(
     tags: Iterable[str] = (), attributes: Iterable[str] = (), first_name: str | None = None
 ) -> Update:
-    """``tags`` like ``+pro``/``-trial`` (a bare name adds); ``attributes`` like ``plan=pro``.
-
-    An attribute value is JSON when it parses as JSON (``seats=3``, ``beta=true``), else the
-    string as written; ``key=`` (empty value) deletes the attribute.
-    """
+    """Command-line form: ``tags`` like ``+pro``/``-trial`` (a bare name adds); ``attributes``
+    like ``plan=pro``: the value is JSON when it parses as a JSON number, boolean, list or
+    object (``seats=3``, ``beta=true``), else the string as written; ``key=`` deletes it."""
     add: list[str] = []
     remove: list[str] = []
     for raw in tags:
         if raw.startswith("-"):
-            remove.append(tag_arg(raw[1:]))
+            remove.append(raw[1:])
         else:
-            add.append(tag_arg(raw.removeprefix("+")))
-    both = set(add) & set(remove)
-    if both:
-        raise InvalidInput(f"tags both added and removed: {sorted(both)}", [FieldProblem("tag", str(both))])
+            add.append(raw.removeprefix("+"))
     attrs: dict[str, Any] = {}
     for raw in attributes:
         name, sep, value = raw.partition("=")
         if not sep:
             raise InvalidInput(f"attribute {raw!r} must be key=value", [FieldProblem("attr", raw)])
         attrs[name] = None if value == "" else _attribute_value(value)
-    try:
-        validate_attributes({k: "" if v is None else v for k, v in attrs.items()})  # deletions: names only
-    except ValueError as exc:
-        raise InvalidInput(f"attributes: {exc}", [FieldProblem("attributes", str(exc))]) from None
-    return Update(tuple(dict.fromkeys(add)), tuple(dict.fromkeys(remove)), attrs, first_name)
+    return make_update(add, remove, attrs, first_name)
 
 
 def _attribute_value(value: str) -> Any:

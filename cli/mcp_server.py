@@ -1,0 +1,308 @@
+"""The mailstep MCP server (``mailstep mcp``, stdio), built on the official MCP Python SDK.
+
+Each tool parses its arguments and calls THE SAME shared logic as the matching CLI command,
+then returns plain JSON:
+
+- subscriber_get/list/update/unsubscribe/resubscribe/erase: ``shared.admin.SubscriberAdmin``
+  (``mailstep subscribers``);
+- sequences_list, sequence_subscribers: ``shared.sequences.validate.load_catalog`` and
+  ``SubscriberStore.sequence_members`` (``mailstep sequences list|subscribers``);
+- failed_sequence_executions: ``shared.admin.failed_executions`` (``mailstep executions failed``);
+- events_by_subscriber: ``SubscriberStore.list_events`` (``mailstep events``);
+  events_by_template, events_by_sequence: ``StatsStore.events`` (the events table GSIs
+  TemplateIndex and SequenceIndex, as ``mailstep stats --since`` reads them);
+- stats: ``shared.stats.report`` and ``StatsStore.sources`` (``mailstep stats``);
+- templates_list/validate/preview: ``shared.rendering.Renderer`` (``mailstep templates``);
+- suppression_list/remove: ``shared.suppression.Suppressions`` (``mailstep suppression``);
+- doctor: ``shared.doctor.run`` (``mailstep doctor``).
+
+Destructive tools ask for an explicit ``confirm=true`` (erase). Domain errors become tool
+errors with the message (``isError``), never a crash of the server. Logs go to stderr:
+stdout carries the protocol.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from shared.admin import SubscriberAdmin, email_arg, failed_executions, make_update
+from shared.errors import MailstepError
+from shared.rendering import TEMPLATES_DIR, Renderer
+from shared.sequences import SEQUENCES_DIR
+from shared.stats import StatsStore
+from shared.store import SubscriberStore
+from shared.suppression import Suppressions
+from shared.targets import Target
+
+INSTRUCTIONS = """mailstep: self-hosted email (subscribers, sequences, engagement) on AWS.
+Tools read and change the live data of one deployment ({label}). Emails are normalised
+(domain lower-cased). subscriber_erase deletes everything about a person (GDPR) and needs
+confirm=true. Lists page with a cursor: pass the returned cursor to get the next page."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _tool_errors(fn: F) -> F:
+    """Domain and validation errors reach the assistant as a tool error with the message."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (MailstepError, ValueError) as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _plain(value: Any) -> Any:
+    """Events-table items -> JSON (Decimal, sets)."""
+    from shared.dynamo import from_dynamo
+
+    return json.loads(json.dumps(from_dynamo(value), default=str))
+
+
+def build_server(
+    target: Target, *, sequences_dir: Path = SEQUENCES_DIR, templates_dir: Path = TEMPLATES_DIR
+) -> MCPServer:
+    settings = target.settings
+    store = SubscriberStore(settings.table_name, settings.events_table_name)
+    admin = SubscriberAdmin.from_settings(settings)
+    stats_store = StatsStore(settings.table_name, settings.events_table_name)
+    suppressions = Suppressions(store, admin.engine)
+    server = MCPServer("mailstep", instructions=INSTRUCTIONS.format(label=target.label), version="0.1.0")
+
+    def tool(fn: F) -> F:
+        server.add_tool(_tool_errors(fn), name=fn.__name__, description=fn.__doc__)
+        return fn
+
+    # ----- subscribers ---------------------------------------------------------------------
+    @tool
+    def subscriber_get(email: str) -> dict[str, Any]:
+        """One subscriber: profile (status, tags, attributes), active sequences, suppression."""
+        return admin.get(email).public()
+
+    @tool
+    def subscribers_list(
+        tag: str | None = None, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of subscribers, optionally with a tag and/or status (subscribed|unsubscribed).
+        Returns {subscribers, cursor}; pass cursor back for the next page (null: last page)."""
+        return admin.list(tag=tag, status=status, limit=limit, cursor=cursor).public()
+
+    @tool
+    def subscriber_update(
+        email: str,
+        add_tags: list[str] | None = None,
+        remove_tags: list[str] | None = None,
+        attributes: dict[str, Any] | None = None,
+        first_name: str | None = None,
+    ) -> dict[str, Any]:
+        """Change an existing subscriber: add/remove tags, set attributes (null deletes one),
+        replace the first name."""
+        change = make_update(add_tags or (), remove_tags or (), attributes, first_name)
+        return admin.update(email, change).public()
+
+    @tool
+    def subscriber_unsubscribe(email: str) -> dict[str, Any]:
+        """Unsubscribe (remembered) and stop the subscriber's marketing sequences."""
+        return admin.unsubscribe(email).public()
+
+    @tool
+    def subscriber_resubscribe(email: str) -> dict[str, Any]:
+        """Opt a previously unsubscribed subscriber in again (only on their explicit request)."""
+        return admin.resubscribe(email).public()
+
+    @tool
+    def subscriber_erase(email: str, confirm: bool = False) -> dict[str, Any]:
+        """GDPR erase: stop every sequence and delete every item of the subscriber in both
+        tables. Irreversible: requires confirm=true."""
+        if confirm is not True:
+            raise ToolError("erasing is irreversible: call again with confirm=true")
+        return admin.delete(email).public()
+
+    # ----- sequences -----------------------------------------------------------------------
+    @tool
+    def sequences_list() -> list[dict[str, Any]]:
+        """Every sequence with its trigger, exit events, kind and active execution count."""
+        from shared.sequences.validate import load_catalog
+
+        catalog, problems = load_catalog(sequences_dir, templates_dir)
+        rows = [
+            {
+                "id": s.id,
+                "trigger": s.trigger_event,
+                "exit_on": list(s.exit_on),
+                "transactional": s.transactional,
+                "active_executions": len(store.sequence_members(s.id)),
+            }
+            for s in catalog
+        ]
+        rows += [{"invalid": str(p)} for p in problems]
+        return rows
+
+    @tool
+    def sequence_subscribers(sequence_id: str) -> list[dict[str, Any]]:
+        """Subscribers with an active execution of the sequence, with start time and execution."""
+        sequence_id = _sequence_arg(sequence_id)
+        found = []
+        for email in store.sequence_members(sequence_id):
+            execution = next((e for e in store.list_executions(email) if e.sequence_id == sequence_id), None)
+            if execution is not None:
+                found.append(
+                    {
+                        "email": email,
+                        "started_at": execution.started_at,
+                        "execution_arn": execution.execution_arn,
+                    }
+                )
+        return found
+
+    @tool
+    def failed_sequence_executions(sequence_id: str | None = None) -> list[dict[str, Any]]:
+        """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines, newest first."""
+        return [f.public() for f in failed_executions(sequence_id)]
+
+    # ----- events and stats ----------------------------------------------------------------
+    @tool
+    def events_by_subscriber(email: str) -> list[dict[str, Any]]:
+        """Every event of one subscriber (API events, sends, SES events), oldest first."""
+        return list(_plain(store.list_events(email_arg(email))))
+
+    @tool
+    def events_by_template(template: str, since: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        """Events of one template key (e.g. onboarding/welcome), optionally from a date on."""
+        return _events(stats_store, template=template, since=since, limit=limit)
+
+    @tool
+    def events_by_sequence(source: str, since: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        """Events of one sequence or broadcast id, optionally from a date on (2026-01-31)."""
+        return _events(stats_store, source=_sequence_arg(source), since=since, limit=limit)
+
+    @tool
+    def stats(
+        sequence: str | None = None,
+        broadcast: str | None = None,
+        template: str | None = None,
+        since: str | None = None,
+    ) -> dict[str, Any]:
+        """Engagement: totals, unique opens/clicks and rates of a sequence, broadcast or
+        template (every source when none is named)."""
+        from shared.stats import report
+
+        chosen = [v for v in (sequence, broadcast, template) if v]
+        if len(chosen) > 1:
+            raise ToolError("name at most one of sequence, broadcast, template")
+        if not chosen:
+            return {name: counters.rows() for name, counters in stats_store.sources().items()}
+        counters = report(stats_store, source=sequence or broadcast, template=template, since=since)
+        return {"scope": chosen[0], "since": since, "rows": counters.rows()}
+
+    # ----- templates -----------------------------------------------------------------------
+    @tool
+    def templates_list() -> list[dict[str, Any]]:
+        """Template keys with their subject and layout."""
+        engine = Renderer(templates_dir)
+        rows = []
+        for key in engine.keys():  # noqa: SIM118 - Renderer, not dict
+            source = engine.source(key)
+            rows.append(
+                {
+                    "key": key,
+                    "subject": str(source.front_matter.get("subject", "")),
+                    "layout": str(source.front_matter.get("layout", "default")),
+                }
+            )
+        return rows
+
+    @tool
+    def templates_validate() -> dict[str, Any]:
+        """Check every template (front matter, syntax, layouts, variables); lists the problems."""
+        engine = Renderer(templates_dir)
+        problems = engine.validate()
+        return {"ok": not problems, "templates": len(engine.keys()), "problems": [str(p) for p in problems]}
+
+    @tool
+    def template_preview(
+        key: str,
+        email: str = "preview@example.com",
+        first_name: str = "Ada",
+        data: dict[str, Any] | None = None,
+        subject: str | None = None,
+        transactional: bool = False,
+    ) -> dict[str, Any]:
+        """Render one template for a sample subscriber: subject, preheader, text and HTML."""
+        from cli.templates_cmd import identity_from_env
+        from shared.mime import parse_mailbox
+        from shared.rendering import SenderView, SubscriberView, build_context
+
+        identity = identity_from_env()
+        name, address = parse_mailbox(identity.from_, "DEFAULT_FROM")
+        context = build_context(
+            SubscriberView(email=email, first_name=first_name),
+            SenderView(
+                name=name or address,
+                email=address,
+                postal_address=identity.postal_address,
+                reason=identity.footer_reason,
+            ),
+            unsubscribe_url=None if transactional else identity.unsubscribe_url("preview-token"),
+            data=data or {},
+        )
+        rendered = Renderer(templates_dir).render(key, context, subject=subject)
+        return {
+            "subject": rendered.subject,
+            "preheader": rendered.preheader,
+            "text": rendered.text,
+            "html": rendered.html,
+        }
+
+    # ----- suppression and health ----------------------------------------------------------
+    @tool
+    def suppression_list() -> list[dict[str, Any]]:
+        """Suppressed addresses (permanent bounces, complaints, manual) with reason and time."""
+        return [s.public() for s in suppressions.list()]
+
+    @tool
+    def suppression_remove(email: str) -> dict[str, Any]:
+        """Lift a suppression (an operator decision: only when the address works again)."""
+        address = email_arg(email)
+        return {"email": address, "removed": suppressions.remove(address)}
+
+    @tool
+    def doctor() -> dict[str, Any]:
+        """Health checks: SES identity/DKIM, sandbox, quota, configuration set, alarms, DLQs."""
+        from shared.doctor import run
+
+        return run(target).public()
+
+    return server
+
+
+def _sequence_arg(value: str) -> str:
+    from shared.models import validate_name
+
+    return validate_name(value, "sequence id")
+
+
+def _events(stats_store: StatsStore, *, limit: int, since: str | None, **scope: str) -> list[dict[str, Any]]:
+    from itertools import islice
+
+    from shared.stats import parse_since
+
+    if not 1 <= limit <= 1000:
+        raise ValueError("limit must be 1..1000")
+    items = stats_store.events(since=parse_since(since) if since else None, **scope)  # type: ignore[arg-type]
+    return [_plain(item) for item in islice(items, limit)]
+
+
+def serve(target: Target) -> None:
+    """Run on stdio (``cli.target.resolve`` has sent the logs to stderr already)."""
+    build_server(target).run("stdio")

@@ -1,0 +1,213 @@
+"""Operating mailstep against the local runtime through the CLI: target selection, subscriber
+admin, CSV import/export, GDPR delete (asserted by scan), executions failed, doctor."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import Local
+
+
+def ops(local: Local, *args: str, timeout: float = 90) -> Any:
+    return local.cli(*args, "--state-dir", str(local.state_dir), timeout=timeout)
+
+
+def subscribe(local: Local, email: str, **extra: Any) -> None:
+    code, answer = local.http(
+        "POST", "/v1/events", {"type": "subscriber.subscribed", "email": email, **extra}, key=local.api_key
+    )
+    assert code == 200, answer
+
+
+def scan(local: Local, table: str) -> list[dict[str, Any]]:
+    ddb = local.client("dynamodb")
+    items: list[dict[str, Any]] = []
+    start = None
+    while True:
+        page = ddb.scan(TableName=table, **({"ExclusiveStartKey": start} if start else {}))
+        items += page["Items"]
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return items
+
+
+def test_without_a_running_runtime_the_cli_says_how_to_choose(local: Local, tmp_path: Path) -> None:
+    result = local.cli("subscribers", "list", "--state-dir", str(tmp_path))
+
+    assert result.returncode == 2
+    assert "no running local runtime" in result.stderr and "--stack" in result.stderr
+
+
+def test_subscriber_admin_round_trip(local: Local) -> None:
+    subscribe(local, "ops-ada@Example.COM", first_name="Ada", tags=["ops-trial"])
+
+    got = ops(local, "subscribers", "get", "ops-ada@example.com", "--json")
+    assert got.returncode == 0, got.stderr
+    assert "ops-trial" in json.loads(got.stdout)["tags"]  # (the onboarding sequence may tag too)
+
+    updated = ops(
+        local,
+        "subscribers",
+        "update",
+        "ops-ada@example.com",
+        "--tag",
+        "+ops-pro",
+        "--tag",
+        "-ops-trial",
+        "--attr",
+        "seats=3",
+        "--json",
+    )
+    assert updated.returncode == 0, updated.stderr
+    body = json.loads(updated.stdout)
+    assert body["tags_added"] == ["ops-pro"] and body["subscriber"]["attributes"] == {"seats": 3}
+
+    listed = ops(local, "subscribers", "list", "--tag", "ops-pro", "--json")
+    assert [s["email"] for s in json.loads(listed.stdout)["subscribers"]] == ["ops-ada@example.com"]
+
+    out = ops(local, "subscribers", "unsubscribe", "ops-ada@example.com", "--json")
+    assert json.loads(out.stdout)["subscriber"]["status"] == "unsubscribed"
+    unsub = ops(local, "subscribers", "list", "--status", "unsubscribed", "--tag", "ops-pro", "--json")
+    assert len(json.loads(unsub.stdout)["subscribers"]) == 1
+    back = ops(local, "subscribers", "resubscribe", "ops-ada@example.com", "--json")
+    assert json.loads(back.stdout)["subscriber"]["status"] == "subscribed"
+
+    missing = ops(local, "subscribers", "get", "nobody-ops@example.com")
+    assert missing.returncode == 1 and "no such subscriber" in missing.stderr
+    bad = ops(local, "subscribers", "update", "ops-ada@example.com", "--tag", "+Bad Tag")
+    assert bad.returncode == 2
+
+
+def test_delete_leaves_no_item_in_either_table(local: Local) -> None:
+    email = "ops-erase@example.com"
+    subscribe(local, email, tags=["ops-erase-a", "ops-erase-b"], attributes={"plan": "pro"})
+    local.http("POST", "/v1/events", {"type": "trial.started", "email": email}, key=local.api_key)
+    tables = local.state["tables"]
+    main, events = tables["table_name"], tables["events_table_name"]
+
+    def mentions() -> list[dict[str, Any]]:
+        return [i for t in (main, events) for i in scan(local, t) if email in json.dumps(i)]
+
+    assert mentions()
+
+    result = ops(local, "subscribers", "delete", email, "--yes", "--json")
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["deleted_events"] >= 2
+    assert mentions() == []
+    items = scan(local, main)
+    profiles = {i["PK"]["S"] for i in items if i["SK"]["S"] == "PROFILE"}
+    orphans = [
+        i for i in items if i["PK"]["S"].startswith(("TAG#", "EXEC#")) and i["SK"]["S"] not in profiles
+    ]
+    assert orphans == []
+
+
+def test_csv_import_report_rerun_and_export(local: Local, tmp_path: Path) -> None:
+    source = tmp_path / "people.csv"
+    rows = ["email,first_name,tags,plan"]
+    rows += [f"ops-csv{i}@example.com,Person {i},ops-csv,p{i % 3}" for i in range(40)]
+    rows += ["not-an-email,,,", "ops-csv1@EXAMPLE.com,,,", "ops-bad@example.com,,Bad#Tag,"]
+    source.write_text("\n".join(rows) + "\n")
+
+    first = ops(local, "subscribers", "import", str(source), "--tag", "ops-import", "--json")
+
+    assert first.returncode == 1  # rows were rejected
+    report = json.loads(first.stdout)
+    assert report["created"] == 40 and report["rows"] == 43
+    assert [(r["line"], r["reason"].split(":")[0]) for r in report["rejected"]] == [
+        (42, "bad email"),
+        (43, "duplicate row"),
+        (44, "bad tag"),
+    ]
+    assert report["rows_per_second"] > 0
+
+    second = json.loads(
+        ops(local, "subscribers", "import", str(source), "--tag", "ops-import", "--json").stdout
+    )
+    assert second["unchanged"] == 40 and second["created"] == second["updated"] == 0
+
+    dry = ops(local, "subscribers", "import", str(source), "--dry-run")
+    assert "dry run" in dry.stdout and "Rejected rows (3)" in dry.stdout
+
+    exported = ops(local, "subscribers", "export", "--tag", "ops-import")
+    assert exported.returncode == 0, exported.stderr
+    parsed = list(csv.DictReader(io.StringIO(exported.stdout)))
+    assert len(parsed) == 40
+    assert {r["email"] for r in parsed} == {f"ops-csv{i}@example.com" for i in range(40)}
+    assert json.loads(parsed[0]["attributes"])["plan"].startswith("p")
+
+
+def test_executions_failed_lists_failed_sequence_executions(local: Local) -> None:
+    sfn = local.client("stepfunctions")
+    iam = local.client("iam")
+    role = iam.create_role(
+        RoleName="ops-e2e-sfn",
+        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+    )["Role"]["Arn"]
+    definition = {"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "E2E", "Cause": "test"}}}
+    machine = sfn.create_state_machine(
+        name="mailstep-seq-ops-e2e-fail", definition=json.dumps(definition), roleArn=role
+    )["stateMachineArn"]
+    sfn.start_execution(stateMachineArn=machine, name="ops-e2e-1", input="{}")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if (
+            sfn.describe_execution(
+                executionArn=f"{machine.replace(':stateMachine:', ':execution:')}:ops-e2e-1"
+            )["status"]
+            != "RUNNING"
+        ):
+            break
+        time.sleep(0.2)
+
+    result = ops(local, "executions", "failed", "--sequence", "ops-e2e-fail", "--json")
+
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert [(f["sequence"], f["status"], f["name"]) for f in found] == [
+        ("ops-e2e-fail", "FAILED", "ops-e2e-1")
+    ]
+    unknown = ops(local, "executions", "failed", "--sequence", "no-such-sequence")
+    assert unknown.returncode == 1
+
+
+def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> None:
+    healthy = ops(local, "doctor", "--json")
+    report = json.loads(healthy.stdout)
+    names = [c["name"] for c in report["checks"]]
+    assert names == [
+        "ses-identity",
+        "ses-dkim",
+        "ses-production",
+        "ses-quota",
+        "configuration-set",
+        "alarms",
+        "dlqs",
+    ]
+    assert all(c["status"] in ("pass", "fail", "skip") for c in report["checks"])
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses["ses-identity"] == statuses["alarms"] == "skip"  # not emulated locally
+    assert statuses["ses-production"] == statuses["ses-quota"] == statuses["configuration-set"] == "pass"
+    assert healthy.returncode == (1 if "fail" in statuses.values() else 0)
+
+    sqs = local.client("sqs")
+    dlq = sqs.get_queue_url(QueueName="mailstep-send-dlq")["QueueUrl"]
+    sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps({"contract": "send.job", "version": 1}))
+    try:
+        sick = ops(local, "doctor")
+        assert sick.returncode == 1
+        assert "some checks failed" in sick.stdout and "mailstep-send-dlq: 1" in sick.stdout
+        dlqs = next(
+            c for c in json.loads(ops(local, "doctor", "--json").stdout)["checks"] if c["name"] == "dlqs"
+        )
+        assert dlqs["status"] == "fail" and "redrive" in dlqs["hint"]
+    finally:
+        sqs.purge_queue(QueueUrl=dlq)
+    after = json.loads(ops(local, "doctor", "--json").stdout)
+    assert next(c for c in after["checks"] if c["name"] == "dlqs")["status"] == "pass"
