@@ -5,13 +5,21 @@ from __future__ import annotations
 import typer
 
 from cli import (
+    broadcast_cmd,
     demo,
     dev_cmd,
     doctor_cmd,
+    events_cmd,
     executions_cmd,
     local_cmd,
     mcp_cmd,
+    replies_cmd,
+    send_cmd,
+    sequences_cmd,
+    stats_cmd,
     subscribers_cmd,
+    suppression_cmd,
+    templates_cmd,
 )
 
 app = typer.Typer(
@@ -24,10 +32,18 @@ app = typer.Typer(
 app.command("dev", help=dev_cmd.dev.__doc__)(dev_cmd.dev)
 app.command("demo", help=demo.demo.__doc__)(demo.demo)
 app.add_typer(local_cmd.app, name="local")
+app.add_typer(broadcast_cmd.app, name="broadcast")
 app.add_typer(subscribers_cmd.app, name="subscribers")
 app.add_typer(executions_cmd.app, name="executions")
 app.command("doctor", help=doctor_cmd.doctor.__doc__)(doctor_cmd.doctor)
 app.command("mcp", help=mcp_cmd.mcp.__doc__)(mcp_cmd.mcp)
+app.add_typer(templates_cmd.app, name="templates")
+app.command("send-test", help=send_cmd.send_test.__doc__)(send_cmd.send_test)
+app.add_typer(sequences_cmd.app, name="sequences")
+app.command("stats", help=stats_cmd.stats.__doc__)(stats_cmd.stats)
+app.command("events", help=events_cmd.events.__doc__)(events_cmd.events)
+app.add_typer(suppression_cmd.app, name="suppression")
+local_cmd.app.command("reply", help=replies_cmd.reply.__doc__)(replies_cmd.reply)
 
 if __name__ == "__main__":
     app()

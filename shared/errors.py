@@ -49,6 +49,9 @@ class ExecutionAlreadyActive(Conflict):
     pass
 
 
+class AlreadyEntered(Conflict):
+    """The subscriber entered this sequence before and it may be entered only once."""
+
+
 class ConcurrentModification(MailstepError):
     """Optimistic concurrency gave up after several retries (a server-side fault)."""
-

@@ -36,14 +36,20 @@ def status_for(exc: MailstepError) -> tuple[int, str]:
     return 500, "internal_error"
 
 
-def error_response(status: int, code: str, message: str, problems: list[FieldProblem] | None = None) -> Response:
+def error_response(
+    status: int, code: str, message: str, problems: list[FieldProblem] | None = None
+) -> Response:
     body: dict[str, Any] = {"error": {"code": code, "message": message}}
     if problems:
         body["error"]["field"] = problems[0].field
         body["error"]["problems"] = [{"field": p.field, "message": p.message} for p in problems]
     headers = {"WWW-Authenticate": 'Bearer realm="mailstep"'} if status == 401 else None
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body),
-                    headers=headers)
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.dumps(body),
+        headers=headers,
+    )
 
 
 def register_error_handlers(app: APIGatewayHttpResolver) -> None:
@@ -78,7 +84,9 @@ def require_bearer(header: str | None, expected: str) -> None:
 
 
 def _reject_constant(name: str) -> Any:
-    raise InvalidInput(f"body contains {name}, which is not valid JSON", [FieldProblem("body", "invalid JSON")])
+    raise InvalidInput(
+        f"body contains {name}, which is not valid JSON", [FieldProblem("body", "invalid JSON")]
+    )
 
 
 def decode_json_body(body: str | None, max_bytes: int) -> Any:

@@ -112,8 +112,12 @@ def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
         sequences_started=started,
         sequences_stopped=stopped,
     )
-    logger.info("event processed", event_type=event.type, subscriber=redact_email(event.email),
-                outcome=outcome.subscriber)
+    logger.info(
+        "event processed",
+        event_type=event.type,
+        subscriber=redact_email(event.email),
+        outcome=outcome.subscriber,
+    )
     return asdict(outcome)
 
 
@@ -157,8 +161,11 @@ def ingest(batch: EventBatch, ctx: IngestContext) -> list[dict[str, Any]]:
                         "index": index,
                         "type": event.type,
                         "id": event.id,
-                        "error": {"code": "conflict", "message": f"id {event.id!r} was already used "
-                                  "for a different event; nothing was changed"},
+                        "error": {
+                            "code": "conflict",
+                            "message": f"id {event.id!r} was already used "
+                            "for a different event; nothing was changed",
+                        },
                     }
                 )
                 continue

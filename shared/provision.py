@@ -17,6 +17,7 @@ from typing import Any
 
 from shared import specs
 from shared.aws import client as aws_client
+from shared.sequences.deploy import deploy_state_machines
 from shared.specs import ENV, FunctionSpec, QueueSpec, TableSpec, TopicSpec
 
 LOCAL_ROLE_NAME = f"{specs.APP_NAME}-local-lambda"
@@ -263,6 +264,8 @@ def provision(
                 mapping["ScalingConfig"] = {"MaximumConcurrency": source.max_concurrency}
             lam.create_event_source_mapping(**mapping)
         registered[spec.name] = LocalFunction(name=name, arn=arn, spec=spec, env=env)
+    # One state machine per sequence file, calling the step function (as the CDK construct does).
+    deploy_state_machines(registered[specs.SEQUENCE_STEP_FUNCTION.name].arn, role)
     return LocalResources(
         tables=tables,
         secrets=secret_names,

@@ -36,7 +36,13 @@ from shared.dynamo import (
     transact,
     values,
 )
-from shared.errors import ConcurrentModification, ExecutionAlreadyActive, InvalidInput, SubscriberNotFound
+from shared.errors import (
+    AlreadyEntered,
+    ConcurrentModification,
+    ExecutionAlreadyActive,
+    InvalidInput,
+    SubscriberNotFound,
+)
 from shared.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
 
 MAX_ATTEMPTS = 8
@@ -284,7 +290,9 @@ class SubscriberStore:
             except TransactionConflict:
                 time.sleep(0.005)
                 continue
-            return Change(profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed)
+            return Change(
+                profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed
+            )
         raise ConcurrentModification("profile kept changing under us")
 
     def upsert(
@@ -345,11 +353,27 @@ class SubscriberStore:
 
     # ----- execution pairs -------------------------------------------------------------
     def put_execution(
-        self, email: str, sequence_id: str, execution_arn: str, *, transactional: bool = False
+        self,
+        email: str,
+        sequence_id: str,
+        execution_arn: str,
+        *,
+        transactional: bool = False,
+        once: bool = False,
     ) -> Execution:
+        """Write the EXEC pair (and the ``ENTERED#`` marker) in one transaction.
+
+        ``once=True`` refuses with :class:`AlreadyEntered` when the subscriber entered this
+        sequence before (the marker exists), even if that execution has ended.
+        """
         now = utc_now()
         body = {"execution_arn": execution_arn, "started_at": now, "transactional": transactional}
-        forward = {"PK": keys.sub_pk(email), "SK": keys.exec_sk(sequence_id), "sequence_id": sequence_id, **body}
+        forward = {
+            "PK": keys.sub_pk(email),
+            "SK": keys.exec_sk(sequence_id),
+            "sequence_id": sequence_id,
+            **body,
+        }
         inverse = {"PK": keys.exec_pk(sequence_id), "SK": keys.sub_pk(email), "email": email, **body}
         actions = [
             {
@@ -374,13 +398,43 @@ class SubscriberStore:
                 }
             },
         ]
+        marker: dict[str, Any] = {
+            "TableName": self.table,
+            "Item": serialize(
+                {
+                    "PK": keys.sub_pk(email),
+                    "SK": keys.entered_sk(sequence_id),
+                    "at": now,
+                    "execution_arn": execution_arn,
+                }
+            ),
+        }
+        if once:
+            marker["ConditionExpression"] = "attribute_not_exists(PK) OR execution_arn = :arn"
+            marker["ExpressionAttributeValues"] = values(arn=execution_arn)
+        actions.append({"Put": marker})
         try:
             transact(self.client, actions)
         except TransactionConflict as exc:
-            if exc.reasons and exc.reasons[0] == "ConditionalCheckFailed":
+            reasons = exc.reasons + ["None"] * 4
+            if reasons[0] == "ConditionalCheckFailed":
                 raise SubscriberNotFound("no such subscriber") from None
-            raise ExecutionAlreadyActive(f"an execution of {sequence_id} is already active") from None
+            if "ConditionalCheckFailed" in (reasons[1], reasons[2]):
+                raise ExecutionAlreadyActive(f"an execution of {sequence_id} is already active") from None
+            raise AlreadyEntered(f"the subscriber already entered {sequence_id}") from None
         return Execution(email, sequence_id, execution_arn, now, transactional)
+
+    def forget_entry(self, email: str, sequence_id: str, execution_arn: str) -> None:
+        """Undo the ``ENTERED#`` marker of an execution that never started."""
+        try:
+            self.client.delete_item(
+                TableName=self.table,
+                Key=key(keys.sub_pk(email), keys.entered_sk(sequence_id)),
+                ConditionExpression="execution_arn = :arn",
+                ExpressionAttributeValues=values(arn=execution_arn),
+            )
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return
 
     def delete_execution(self, email: str, sequence_id: str, execution_arn: str | None = None) -> bool:
         """Remove the pair; with ``execution_arn`` only if it still belongs to that execution.
@@ -395,8 +449,20 @@ class SubscriberStore:
                 "ExpressionAttributeValues": values(arn=execution_arn),
             }
         actions = [
-            {"Delete": {"TableName": self.table, "Key": key(keys.sub_pk(email), keys.exec_sk(sequence_id)), **condition}},
-            {"Delete": {"TableName": self.table, "Key": key(keys.exec_pk(sequence_id), keys.sub_pk(email)), **condition}},
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": key(keys.sub_pk(email), keys.exec_sk(sequence_id)),
+                    **condition,
+                }
+            },
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": key(keys.exec_pk(sequence_id), keys.sub_pk(email)),
+                    **condition,
+                }
+            },
         ]
         try:
             transact(self.client, actions)

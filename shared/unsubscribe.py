@@ -15,12 +15,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, Protocol
 
 from shared import keys
 from shared.dynamo import key, values
 from shared.observability import logger, redact_email
-from shared.store import Execution, SubscriberStore
+from shared.store import SubscriberStore
 from shared.tokens import TokenClaims, issue, verify
 
 RESUBSCRIBE_TTL_SECONDS = 30 * 86400
@@ -30,11 +30,17 @@ COUNTER = "unsubscribe"
 Origin = Literal["one_click", "form"]
 
 
+class ExecutionStopper(Protocol):
+    def stop_all(self, email: str, *, reason: str, transactional_too: bool = True) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class UnsubscribeContext:
     store: SubscriberStore
     secret: str
     data_ttl_days: int = 180
+    # The sequence engine: an unsubscribe stops the subscriber's marketing executions.
+    sequences: ExecutionStopper | None = None
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,8 @@ class UnsubscribeResult:
     claims: TokenClaims
     changed: bool  # False: was already unsubscribed
     resubscribe_token: str
-    # Active non-transactional executions the caller must stop (see executions_to_stop).
-    executions_to_stop: list[Execution] = field(default_factory=list)
+    # Sequences whose (non-transactional) executions this unsubscribe stopped.
+    sequences_stopped: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -58,13 +64,6 @@ def inspect(token: str, secret: str, *, now: float | None = None) -> TokenClaims
     return verify(token, secret, purpose="unsubscribe", now=now)
 
 
-def executions_to_stop(store: SubscriberStore, email: str) -> list[Execution]:
-    """THE call point for stopping sequences on unsubscribe: the active executions an
-    unsubscribe must stop (non-transactional ones; transactional sequences ignore it).
-    Stopping them is the sequences capability's job; this returns them for the caller."""
-    return [execution for execution in store.list_executions(email) if not execution.transactional]
-
-
 def unsubscribe(
     token: str, ctx: UnsubscribeContext, *, origin: Origin, now: datetime | None = None
 ) -> UnsubscribeResult:
@@ -74,7 +73,12 @@ def unsubscribe(
     if change.changed:
         _record(ctx, claims, UNSUBSCRIBE_EVENT, origin, moment)
         _count(ctx, claims.source)
-    stop = executions_to_stop(ctx.store, claims.email)
+    # Transactional sequences ignore unsubscribe; marketing ones stop before their next send.
+    stopped = (
+        ctx.sequences.stop_all(claims.email, reason="unsubscribe", transactional_too=False)
+        if ctx.sequences is not None
+        else []
+    )
     logger.info(
         "unsubscribe",
         subscriber=redact_email(claims.email),
@@ -82,7 +86,7 @@ def unsubscribe(
         template=claims.template,
         origin=origin,
         changed=change.changed,
-        executions_to_stop=len(stop),
+        sequences_stopped=stopped,
     )
     again = issue(
         TokenClaims(
@@ -97,7 +101,7 @@ def unsubscribe(
         now=moment.timestamp(),
     )
     return UnsubscribeResult(
-        claims=claims, changed=change.changed, resubscribe_token=again, executions_to_stop=stop
+        claims=claims, changed=change.changed, resubscribe_token=again, sequences_stopped=stopped
     )
 
 

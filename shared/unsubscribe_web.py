@@ -20,7 +20,15 @@ from shared.observability import logger
 from shared.rendering import Renderer, renderer
 from shared.store import SubscriberStore
 from shared.tokens import ExpiredToken, InvalidToken
-from shared.unsubscribe import Origin, UnsubscribeContext, inspect, mask_email, resubscribe, unsubscribe
+from shared.unsubscribe import (
+    ExecutionStopper,
+    Origin,
+    UnsubscribeContext,
+    inspect,
+    mask_email,
+    resubscribe,
+    unsubscribe,
+)
 
 ONE_CLICK_BODY = "List-Unsubscribe=One-Click"
 HEADERS = {
@@ -39,16 +47,30 @@ class UnsubscribePages:
     sender_name: str
     data_ttl_days: int = 180
     pages: Renderer | None = None
+    sequences: ExecutionStopper | None = None
 
     @classmethod
     def create(
-        cls, store: SubscriberStore, secret: Callable[[], str], default_from: str, data_ttl_days: int
+        cls,
+        store: SubscriberStore,
+        secret: Callable[[], str],
+        default_from: str,
+        data_ttl_days: int,
+        sequences: ExecutionStopper | None = None,
     ) -> UnsubscribePages:
         name, address = parse_mailbox(default_from, "default_from")
-        return cls(store=store, secret=secret, sender_name=name or address, data_ttl_days=data_ttl_days)
+        return cls(
+            store=store,
+            secret=secret,
+            sender_name=name or address,
+            data_ttl_days=data_ttl_days,
+            sequences=sequences,
+        )
 
     def _ctx(self) -> UnsubscribeContext:
-        return UnsubscribeContext(store=self.store, secret=self.secret(), data_ttl_days=self.data_ttl_days)
+        return UnsubscribeContext(
+            store=self.store, secret=self.secret(), data_ttl_days=self.data_ttl_days, sequences=self.sequences
+        )
 
     def _page(self, name: str, status: int = 200, **context: Any) -> Response:
         html = (self.pages or renderer()).render_page(name, {"sender_name": self.sender_name, **context})

@@ -14,17 +14,22 @@ from constructs import Construct
 
 from shared import specs
 from stacks.config import MailstepConfig
+from stacks.constructs.alarms import Alarms
 from stacks.constructs.api import Api
+from stacks.constructs.engagement import Engagement
 from stacks.constructs.functions import Functions
 from stacks.constructs.messaging import Messaging
 from stacks.constructs.resources import Resources
 from stacks.constructs.secrets import Secrets
 from stacks.constructs.sending import Sending
+from stacks.constructs.sequences import Sequences
 from stacks.constructs.storage import Storage
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # Context that synthesizes without bundling the Lambda code (no pip, no network): tests.
 SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+# Functions that start or stop sequence executions (events, unsubscribe, suppression, replies).
+SEQUENCE_CONTROLLERS = ("api", "unsubscribe", "engagement", "inbound")
 
 
 class MailstepStack(Stack):
@@ -49,6 +54,24 @@ class MailstepStack(Stack):
             self, "Functions", resources=resources, settings=settings, sending=sending, config=config
         )
         api.add_routes(functions.functions)
+        sequences = Sequences(
+            self,
+            "Sequences",
+            step_function=functions.functions[specs.SEQUENCE_STEP_FUNCTION.name],
+            cleanup_function=functions.functions[specs.SEQUENCE_CLEANUP_FUNCTION.name],
+            controllers=[functions.functions[name] for name in SEQUENCE_CONTROLLERS],
+            log_retention=config.log_retention,
+        )
+        Engagement(
+            self,
+            "Engagement",
+            config=config,
+            functions=functions.functions,
+            topics=messaging.topics,
+            configuration_sets=sending.configuration_sets,
+        )
+        alarms = Alarms(self, "Alarms", config=config, dead_letter_queues=messaging.dead_letter_queues)
+        alarms.watch_state_machines(sequences.state_machines)
 
         CfnOutput(self, specs.API_URL_OUTPUT, value=api.url, description="Base URL of the mailstep HTTP API")
         for key, setting in specs.stack_outputs().items():

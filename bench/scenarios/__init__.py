@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.scenarios import subscribe
+from bench.scenarios import sequences, subscribe
 
 SCENARIOS: dict[str, ModuleType] = {
     subscribe.NAME: subscribe,
+    sequences.NAME: sequences,
 }

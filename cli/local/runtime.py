@@ -163,9 +163,10 @@ class LocalRuntime:
         reset_clients()
         reset_cache()
         config.api_port = config.api_port or free_port()
-        public = {"public_base_url": f"http://127.0.0.1:{config.api_port}"}
+        arn_prefix = f"arn:aws:states:{config.region}:{ACCOUNT_ID}:stateMachine:{specs.STATE_MACHINE_PREFIX}"
+        public = {"public_base_url": f"http://127.0.0.1:{config.api_port}", "state_machine_arn_prefix": arn_prefix}
         self.resources = provision(config.api_key, functions=True, settings=public)
-        self._set_env(self.resources.env())
+        self._set_env({**self.resources.env(), specs.ENV["state_machine_arn_prefix"]: arn_prefix})
 
         self.front = HttpFront(specs.routes(), self.invoke_spec, port=config.api_port, control=self._control)
         config.api_port = self.front.port

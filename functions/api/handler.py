@@ -14,16 +14,19 @@ from shared.ingest import IngestContext, ingest, make_idempotency
 from shared.models import parse_event_body
 from shared.observability import logger, metrics
 from shared.secrets import get_secret
+from shared.sequences.deploy import engine_from_settings
 from shared.settings import Settings
 from shared.store import SubscriberStore
 
 settings = Settings.from_env()
 idempotency, persistence = make_idempotency(settings.table_name, settings.idempotency_ttl_seconds)
+store = SubscriberStore(settings.table_name, settings.events_table_name)
 context = IngestContext(
-    store=SubscriberStore(settings.table_name, settings.events_table_name),
+    store=store,
     data_ttl_days=settings.data_ttl_days,
     idempotency=idempotency,
     persistence=persistence,
+    sequences=engine_from_settings(settings, store),
 )
 app = APIGatewayHttpResolver()
 register_error_handlers(app)

@@ -11,16 +11,19 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.observability import logger, metrics
 from shared.secrets import get_secret
+from shared.sequences.deploy import engine_from_settings
 from shared.settings import Settings
 from shared.store import SubscriberStore
 from shared.unsubscribe_web import UnsubscribePages
 
 settings = Settings.from_env()
+store = SubscriberStore(settings.table_name, settings.events_table_name)
 pages = UnsubscribePages.create(
-    store=SubscriberStore(settings.table_name, settings.events_table_name),
+    store=store,
     secret=lambda: get_secret(settings.unsubscribe_secret),
     default_from=settings.default_from,
     data_ttl_days=settings.data_ttl_days,
+    sequences=engine_from_settings(settings, store),
 )
 app = APIGatewayHttpResolver()
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.errors import ExecutionAlreadyActive, SubscriberNotFound
+from shared.errors import AlreadyEntered, ExecutionAlreadyActive, SubscriberNotFound
 from shared.models import UNSUBSCRIBE_EVENT, UNSUBSCRIBED, InboundEvent
 from shared.observability import logger, redact_email
 from shared.sequences.compiler import tag_key
@@ -112,7 +112,7 @@ class SequenceEngine:
             return result.created
         claim = self._claim(sequence, profile.email, arn)
         if claim is None:
-            logger.info("sequence already active: re-entry ignored", **log)
+            logger.info("sequence active or already entered: re-entry ignored", **log)
             return False
         if claim == "ours" and self.sfn.status(arn) is not None:
             return False  # a retried event whose start already happened
@@ -120,6 +120,7 @@ class SequenceEngine:
             result = self.sfn.start(machine, name, payload)
         except Exception:
             self.store.delete_execution(profile.email, sequence.id, arn)
+            self.store.forget_entry(profile.email, sequence.id, arn)
             raise
         if not result.created and result.status != RUNNING:
             # a name used before (an event id replayed after its execution ended): not a new start
@@ -135,9 +136,15 @@ class SequenceEngine:
         pairs are handled here."""
         for _ in range(3):
             try:
-                self.store.put_execution(email, sequence.id, arn, transactional=sequence.transactional)
+                self.store.put_execution(
+                    email,
+                    sequence.id,
+                    arn,
+                    transactional=sequence.transactional,
+                    once=sequence.reentry == "ignore",
+                )
                 return "new"
-            except SubscriberNotFound:
+            except (SubscriberNotFound, AlreadyEntered):
                 return None
             except ExecutionAlreadyActive:
                 current = self._current(email, sequence.id)
@@ -146,12 +153,14 @@ class SequenceEngine:
                 if current.execution_arn == arn:
                     return "ours"
                 status = self.sfn.status(current.execution_arn)
-                if status == RUNNING and sequence.reentry == "ignore":
+                if status == RUNNING and sequence.reentry != "restart":
                     return None
                 if status == RUNNING:
                     self.stop(current, reason="re-entry restart")
                 else:
                     self.store.delete_execution(email, sequence.id, current.execution_arn)
+                    if status is None:  # a start that never happened does not count as an entry
+                        self.store.forget_entry(email, sequence.id, current.execution_arn)
         return None
 
     def _current(self, email: str, sequence_id: str) -> Execution | None:

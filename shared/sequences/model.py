@@ -407,7 +407,9 @@ class Sequence(Strict):
     on: OneOff | None = None
     exit_on: list[str] = Field(default_factory=list)
     transactional: bool = False
-    reentry: Literal["ignore", "restart"] = "ignore"
+    # ignore: enter once (re-triggers while active or after the end do nothing);
+    # allow: enter again once the previous execution ended; restart: stop and start over.
+    reentry: Literal["ignore", "allow", "restart"] = "ignore"
     sender: Sender | None = None
     timeout: int | None = None
     send_window: SendWindow | None = None

@@ -104,6 +104,14 @@ def test_routes_have_no_api_gateway_authorizer_and_no_catch_all(synth: Synth) ->
     )
 
 
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY_VALUE = _Any()
+
+
 def test_api_function_runtime_handler_and_environment(synth: Synth) -> None:
     _, fn = function_by_handler(synth, "functions.api.handler.handler")
     props = fn["Properties"]
@@ -120,7 +128,11 @@ def test_api_function_runtime_handler_and_environment(synth: Synth) -> None:
         "TABLE_NAME": ref("MainTable"),
         "EVENTS_TABLE_NAME": ref("EventsTable"),
         "API_KEY_SECRET": ref("ApiKeySecret"),
+        "STATE_MACHINE_ARN_PREFIX": ANY_VALUE,
     }
+    # The events API starts and stops sequences: it knows every state machine's ARN prefix.
+    prefix = props["Environment"]["Variables"]["STATE_MACHINE_ARN_PREFIX"]
+    assert dump(prefix).endswith(f':stateMachine:{specs.STATE_MACHINE_PREFIX}"]]}}')
 
 
 def test_all_functions_share_one_code_asset(synth: Synth) -> None:
@@ -168,11 +180,15 @@ def test_no_iam_statement_has_a_wildcard_action_or_resource(synth: Synth) -> Non
 
 
 def test_roles_have_no_managed_policies(synth: Synth) -> None:
+    services = []
     for role in synth.resources("AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]
-        assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
-            {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
-        ]
+        (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Action"] == "sts:AssumeRole" and statement["Effect"] == "Allow"
+        services.append(statement["Principal"]["Service"])
+    # One role per function, one per sequence state machine; nothing else assumes a role.
+    assert services.count("lambda.amazonaws.com") == len(specs.FUNCTIONS)
+    assert set(services) <= {"lambda.amazonaws.com", "states.amazonaws.com"}
 
 
 @pytest.mark.parametrize("fn_spec", specs.FUNCTIONS, ids=lambda f: f.name)

@@ -56,15 +56,20 @@ def scan_all(table: str) -> list[dict[str, Any]]:
             return items
 
 
-
 class ApiClient:
     """Calls the real API handler with API Gateway v2 events."""
 
     def __init__(self, handler_module: Any) -> None:
         self.module = handler_module
 
-    def post(self, path: str, body: Any, key: str | None = API_KEY, raw: bool = False,
-             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    def post(
+        self,
+        path: str,
+        body: Any,
+        key: str | None = API_KEY,
+        raw: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         import json
 
         from shared.apigw import LambdaContext, http_api_event

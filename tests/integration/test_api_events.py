@@ -16,26 +16,42 @@ def ok(email: str = "ann@example.com", **extra: object) -> dict:
 
 
 def test_subscribe_creates_profile_tags_and_event(api: ApiClient, store) -> None:
-    status, body = api.post("/v1/events", ok("  Ann@Example.COM ", first_name="Ann", tags=["pro", "beta"],
-                                             attributes={"plan": "pro", "seats": 3}))
+    status, body = api.post(
+        "/v1/events",
+        ok(
+            "  Ann@Example.COM ",
+            first_name="Ann",
+            tags=["pro", "beta"],
+            attributes={"plan": "pro", "seats": 3},
+        ),
+    )
     assert status == 200
     result = body["results"][0]
     assert result["subscriber"] == "created" and result["status"] == "subscribed"
     assert result["tags_added"] == ["beta", "pro"]
     profile = store.get_profile("Ann@example.com")
-    assert profile is not None and profile.tags == {"pro", "beta"} and profile.attributes == {"plan": "pro", "seats": 3}
+    assert (
+        profile is not None
+        and profile.tags == {"pro", "beta"}
+        and profile.attributes == {"plan": "pro", "seats": 3}
+    )
     assert sorted(store.tag_members("pro")) == ["Ann@example.com"]
     events = store.list_events("Ann@example.com")
     assert [e["type"] for e in events] == ["subscriber.subscribed"]
 
 
 def test_batch_outcomes_in_order_and_unsubscribe_is_sticky(api: ApiClient, store) -> None:
-    status, body = api.post("/v1/events", {"events": [
-        ok("a@example.com", tags=["x"]),
-        {"type": "subscriber.unsubscribed", "email": "a@example.com"},
-        ok("a@example.com", tags={"add": ["y"], "remove": ["x"]}),
-        {"type": "trial.started", "email": "b@example.com", "data": {"plan": "pro"}},
-    ]})
+    status, body = api.post(
+        "/v1/events",
+        {
+            "events": [
+                ok("a@example.com", tags=["x"]),
+                {"type": "subscriber.unsubscribed", "email": "a@example.com"},
+                ok("a@example.com", tags={"add": ["y"], "remove": ["x"]}),
+                {"type": "trial.started", "email": "b@example.com", "data": {"plan": "pro"}},
+            ]
+        },
+    )
     assert status == 200
     results = body["results"]
     assert [r["index"] for r in results] == [0, 1, 2, 3]
@@ -114,7 +130,12 @@ HOSTILE: list[tuple[str, object, bool, str]] = [
     ("first-name-too-long", ok(first_name="A" * 101), False, "first_name"),
     ("attribute-10k", ok(attributes={"bio": LONG}), False, "attributes"),
     ("attributes-200", ok(attributes={f"k{i}": i for i in range(200)}), False, "attributes"),
-    ("attributes-depth-10", ok(attributes={"a": json.loads('{"b":' * 9 + "1" + "}" * 9)}), False, "attributes"),
+    (
+        "attributes-depth-10",
+        ok(attributes={"a": json.loads('{"b":' * 9 + "1" + "}" * 9)}),
+        False,
+        "attributes",
+    ),
     ("attribute-reserved", ok(attributes={"email": "x@example.com"}), False, "attributes"),
     ("attribute-bad-name", ok(attributes={"bad-name": 1}), False, "attributes"),
     ("attributes-wrong-type", ok(attributes=["a"]), False, "attributes"),
@@ -127,14 +148,21 @@ HOSTILE: list[tuple[str, object, bool, str]] = [
     ("batch-not-list", {"events": {"a": 1}}, False, "events"),
     ("batch-duplicate-ids", {"events": [ok(id="same"), ok("b@example.com", id="same")]}, False, "events"),
     ("batch-unknown-key", {"events": [ok()], "dry_run": True}, False, "dry_run"),
-    ("batch-one-bad-among-good", {"events": [ok("a@example.com"), ok("bad"), ok("c@example.com")]}, False,
-     "events[1].email"),
+    (
+        "batch-one-bad-among-good",
+        {"events": [ok("a@example.com"), ok("bad"), ok("c@example.com")]},
+        False,
+        "events[1].email",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("body", "raw", "field"), [(b, r, f) for _, b, r, f in HOSTILE],
-                         ids=[case for case, *_ in HOSTILE])
-def test_hostile_body_gets_400_naming_the_problem_and_writes_nothing(api: ApiClient, body, raw, field) -> None:
+@pytest.mark.parametrize(
+    ("body", "raw", "field"), [(b, r, f) for _, b, r, f in HOSTILE], ids=[case for case, *_ in HOSTILE]
+)
+def test_hostile_body_gets_400_naming_the_problem_and_writes_nothing(
+    api: ApiClient, body, raw, field
+) -> None:
     status, response = api.post("/v1/events", body, raw=raw)
     assert status == 400, response
     error = response["error"]
@@ -145,8 +173,14 @@ def test_hostile_body_gets_400_naming_the_problem_and_writes_nothing(api: ApiCli
 
 @pytest.mark.parametrize(
     ("key", "headers"),
-    [(None, None), ("wrong-key", None), ("", None), (None, {"authorization": "Basic dXNlcjpwYXNz"}),
-     (None, {"authorization": "Bearer"}), ("test-api-key-0123456789x", None)],
+    [
+        (None, None),
+        ("wrong-key", None),
+        ("", None),
+        (None, {"authorization": "Basic dXNlcjpwYXNz"}),
+        (None, {"authorization": "Bearer"}),
+        ("test-api-key-0123456789x", None),
+    ],
     ids=["missing", "wrong", "empty", "basic-scheme", "bearer-without-key", "longer-key"],
 )
 def test_missing_or_wrong_key_gets_401_and_writes_nothing(api: ApiClient, key, headers) -> None:

@@ -422,6 +422,28 @@ def test_same_trigger_three_times_starts_one_execution_and_reentry_is_ignored(ha
     assert harness.exec_items() == []
 
 
+@pytest.mark.parametrize(("reentry", "runs"), [("ignore", 1), ("allow", 2)])
+def test_a_finished_sequence_is_entered_again_only_with_reentry_allow(
+    harness: Harness, reentry: str, runs: int
+) -> None:
+    drip = sequence_from(
+        f"trigger: go\nreentry: {reentry}\nsteps:\n  - send: trial/expiring\n    subject: A\n", "once"
+    )
+    engine = harness.engine(_catalog(drip))
+    first = _post(engine, harness.store, type="go", email="o@example.com", id="a")
+    assert first["sequences_started"] == ["once"]
+    harness.wait_done(harness.sfn.list_executions(PREFIX + "once")[0]["executionArn"])
+    assert harness.exec_items() == []
+    # Given the first run ended, When the trigger comes again with a new event id
+    second = _post(engine, harness.store, type="go", email="o@example.com", id="b")
+    assert second["sequences_started"] == (["once"] if reentry == "allow" else [])
+    for run in harness.sfn.list_executions(PREFIX + "once"):
+        harness.wait_done(run["executionArn"])
+    assert len(harness.sfn.list_executions(PREFIX + "once")) == runs
+    assert harness.sent("o@example.com") == ["trial/expiring"] * runs
+    assert harness.exec_items() == []
+
+
 def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Harness) -> None:
     drip = sequence_from(
         "trigger: go\nreentry: restart\nsteps:\n  - send: trial/expiring\n    subject: A\n  - wait: 1d\n"
@@ -446,7 +468,8 @@ def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Ha
     assert harness.exec_items() == []
 
 
-def test_unsubscribe_stops_marketing_but_not_transactional(harness: Harness) -> None:
+@pytest.mark.parametrize("via_link", [False, True], ids=["event", "one-click-link"])
+def test_unsubscribe_stops_marketing_but_not_transactional(harness: Harness, via_link: bool) -> None:
     marketing = sequence_from(
         "trigger: signup\nsteps:\n  - send: onboarding/tips\n    subject: A\n  - wait: 1d\n"
         "  - send: onboarding/upgrade\n    subject: B\n",
@@ -462,8 +485,19 @@ def test_unsubscribe_stops_marketing_but_not_transactional(harness: Harness) -> 
     started = _post(engine, harness.store, type="signup", email="u@example.com", id="s1")
     assert sorted(started["sequences_started"]) == ["marketing", "receipts"]
     harness.until_waiting(2)
-    out = _post(engine, harness.store, type="subscriber.unsubscribed", email="u@example.com")
-    assert out["sequences_stopped"] == ["marketing"]
+    if via_link:  # the List-Unsubscribe one-click POST path
+        from shared.tokens import TokenClaims, issue
+        from shared.unsubscribe import UnsubscribeContext, unsubscribe
+
+        claims = TokenClaims(
+            email="u@example.com", source="marketing", template="onboarding/tips", send_id="s"
+        )
+        token = issue(claims, "k" * 32, ttl_seconds=3600)
+        ctx = UnsubscribeContext(store=harness.store, secret="k" * 32, sequences=engine)
+        assert unsubscribe(token, ctx, origin="one_click").sequences_stopped == ["marketing"]
+    else:
+        out = _post(engine, harness.store, type="subscriber.unsubscribed", email="u@example.com")
+        assert out["sequences_stopped"] == ["marketing"]
     gate.set()
     for machine in ("marketing", "receipts"):
         for run in harness.sfn.list_executions(PREFIX + machine):

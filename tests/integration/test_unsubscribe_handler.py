@@ -16,7 +16,6 @@ from shared.provision import LocalResources
 from shared.secrets import get_secret
 from shared.store import SubscriberStore
 from shared.tokens import TokenClaims, issue
-from shared.unsubscribe import executions_to_stop
 
 EMAIL = "jane@example.com"
 
@@ -132,13 +131,6 @@ def test_tampered_and_expired_tokens_get_a_4xx_page_and_change_nothing(
 def test_unknown_paths_answer_an_html_404(module):
     status, html, _ = _call(module, "GET", "/u")
     assert status == 404 and "<html" in html
-
-
-def test_executions_to_stop_lists_only_non_transactional_ones(store):
-    store.upsert(EMAIL)
-    store.put_execution(EMAIL, "onboarding", "arn:exec:1")
-    store.put_execution(EMAIL, "receipts", "arn:exec:2", transactional=True)
-    assert [e.sequence_id for e in executions_to_stop(store, EMAIL)] == ["onboarding"]
 
 
 def test_tokens_never_expose_the_address(secret):

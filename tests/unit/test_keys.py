@@ -10,7 +10,9 @@ def test_key_shapes_match_the_data_model() -> None:
     assert keys.tag_pk("pro") == "TAG#pro"
     assert keys.exec_sk("onboarding") == keys.exec_pk("onboarding") == "EXEC#onboarding"
     assert keys.stats_pk("onboarding") == "STATS#onboarding"
-    assert keys.sent_sk("2026-01-01T00:00:00Z", "onboarding", "s1") == "SENT#2026-01-01T00:00:00Z#onboarding#s1"
+    assert (
+        keys.sent_sk("2026-01-01T00:00:00Z", "onboarding", "s1") == "SENT#2026-01-01T00:00:00Z#onboarding#s1"
+    )
     assert keys.event_sk("2026-01-01T00:00:00Z", "open", "x").startswith("EVT#2026-01-01T00:00:00Z#open#")
 
 
