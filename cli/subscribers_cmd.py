@@ -207,7 +207,9 @@ def import_(
     trigger: bool = typer.Option(
         False, "--trigger", help="Start the sequences triggered by subscriber.subscribed."
     ),
-    workers: int = typer.Option(8, min=1, max=64, help="Concurrent writes."),
+    workers: int | None = typer.Option(
+        None, min=1, max=64, help="Concurrent writes (default: 8 against a stack, 1 locally)."
+    ),
     restart: bool = typer.Option(False, "--restart", help="Ignore a checkpoint of an interrupted run."),
     sequences_dir: Path = typer.Option(Path("sequences"), help="Sequence definitions (with --trigger)."),
     as_json: bool = AS_JSON,
@@ -223,7 +225,10 @@ def import_(
 
     with errors_to_exit():
         tags = tuple(tag_arg(t) for t in tag)
-        settings = select(target, stack, state_dir, region).settings
+        chosen = select(target, stack, state_dir, region)
+        settings = chosen.settings
+        # moto's DynamoDB (the local runtime) is not safe for concurrent transactions.
+        workers = workers or (1 if chosen.kind == "local" else 8)
         store = SubscriberStore(settings.table_name, settings.events_table_name)
         starter = (
             SequenceTrigger.load(store, settings.state_machine_arn_prefix, sequences_dir) if trigger else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,7 +292,7 @@ class SubscriberAdmin:
         yield from self._profiles_of(batch, status)
 
     def _profiles_of(
-        self, members: list[tuple[str, dict[str, Any]]], status: str | None
+        self, members: Sequence[tuple[str, dict[str, Any]]], status: str | None
     ) -> Iterator[tuple[Profile, dict[str, Any]]]:
         profiles = self.store.get_profiles(email for email, _ in members)
         for email, raw_key in members:

@@ -211,3 +211,38 @@ def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> N
         sqs.purge_queue(QueueUrl=dlq)
     after = json.loads(ops(local, "doctor", "--json").stdout)
     assert next(c for c in after["checks"] if c["name"] == "dlqs")["status"] == "pass"
+
+
+def test_import_starts_sequences_only_with_trigger_and_only_once(local: Local, tmp_path: Path) -> None:
+    source = tmp_path / "trigger.csv"
+    source.write_text("email\nops-trig1@example.com\nops-trig2@example.com\n")
+    main = local.state["tables"]["table_name"]
+
+    def executions() -> set[str]:
+        return {
+            i["SK"]["S"].split("#", 1)[1]
+            for i in scan(local, main)
+            if i["SK"]["S"].startswith("EXEC#") and "ops-trig" in i["PK"]["S"]
+        }
+
+    plain = json.loads(ops(local, "subscribers", "import", str(source), "--json").stdout)
+    assert plain["created"] == 2 and plain["sequences_started"] == 0
+    assert executions() == set()
+
+    sfn = local.client("stepfunctions")
+
+    def started() -> int:
+        machines = [
+            m for m in sfn.list_state_machines()["stateMachines"] if m["name"].startswith("mailstep-seq-")
+        ]
+        return sum(
+            len(sfn.list_executions(stateMachineArn=m["stateMachineArn"])["executions"]) for m in machines
+        )
+
+    before = started()
+    triggered = json.loads(ops(local, "subscribers", "import", str(source), "--trigger", "--json").stdout)
+    assert triggered["unchanged"] == 2 and triggered["sequences_started"] >= 2
+    assert started() - before == triggered["sequences_started"]
+
+    again = json.loads(ops(local, "subscribers", "import", str(source), "--trigger", "--json").stdout)
+    assert again["sequences_started"] == 0 and started() - before == triggered["sequences_started"]
