@@ -14,9 +14,12 @@ then returns plain JSON:
 - stats: ``shared.stats.report`` and ``StatsStore.sources`` (``mailstep stats``);
 - templates_list/validate/preview: ``shared.rendering.Renderer`` (``mailstep templates``);
 - suppression_list/remove: ``shared.suppression.Suppressions`` (``mailstep suppression``);
+- broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send:
+  ``shared.broadcasts.service.Broadcasts`` list/details/check+preview/send with
+  ``shared.broadcasts.model.parse_request`` (``mailstep broadcast list|get|send [--dry-run]``);
 - doctor: ``shared.doctor.run`` (``mailstep doctor``).
 
-Destructive tools ask for an explicit ``confirm=true`` (erase). Domain errors become tool
+Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send). Domain errors become tool
 errors with the message (``isError``), never a crash of the server. Logs go to stderr:
 stdout carries the protocol.
 """
@@ -44,7 +47,9 @@ from shared.targets import Target
 INSTRUCTIONS = """mailstep: self-hosted email (subscribers, sequences, engagement) on AWS.
 Tools read and change the live data of one deployment ({label}). Emails are normalised
 (domain lower-cased). subscriber_erase deletes everything about a person (GDPR) and needs
-confirm=true. Lists page with a cursor: pass the returned cursor to get the next page."""
+confirm=true. broadcast_send mails real people: show broadcast_dry_run's audience to the
+user first; it needs confirm=true. Lists page with a cursor: pass the returned cursor to get
+the next page."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -264,6 +269,89 @@ def build_server(
             "html": rendered.html,
         }
 
+    # ----- broadcasts -----------------------------------------------------------------------
+    def broadcasts() -> Any:
+        from shared.broadcasts.service import Broadcasts
+
+        return Broadcasts.from_settings(settings)
+
+    def broadcast_request(
+        template: str,
+        subject: str | None,
+        tags: list[str] | None,
+        any_tags: list[str] | None,
+        exclude_tags: list[str] | None,
+        where: list[str] | None,
+        at: str | None,
+        broadcast_id: str | None,
+    ) -> Any:
+        from shared.broadcasts.model import parse_request
+
+        return parse_request(
+            id=broadcast_id or _new_broadcast_id(),
+            template=template,
+            subject=subject,
+            audience={
+                "tags": tags or [],
+                "any_tags": any_tags or [],
+                "exclude_tags": exclude_tags or [],
+                "where": where or [],
+            },
+            at=at,
+        )
+
+    @tool
+    def broadcasts_list(limit: int = 50) -> list[dict[str, Any]]:
+        """Broadcasts, newest first: status, template, audience size, sent, skipped, failed."""
+        return [record.public() for record in broadcasts().list(limit)]
+
+    @tool
+    def broadcast_get(broadcast_id: str) -> dict[str, Any]:
+        """One broadcast: its record merged with its engagement counters."""
+        return dict(broadcasts().details(broadcast_id))
+
+    @tool
+    def broadcast_dry_run(
+        template: str,
+        subject: str | None = None,
+        tags: list[str] | None = None,
+        any_tags: list[str] | None = None,
+        exclude_tags: list[str] | None = None,
+        where: list[str] | None = None,
+        at: str | None = None,
+    ) -> dict[str, Any]:
+        """Who a broadcast would reach, without sending: audience size and a sample. Audience:
+        ALL of tags, at least one of any_tags, none of exclude_tags, attribute conditions in
+        where (plan=pro, plan!=free, seats>3, country in de,fr)."""
+        request = broadcast_request(template, subject, tags, any_tags, exclude_tags, where, at, None)
+        service = broadcasts()
+        service.check(request)
+        size, sample = service.preview(request)
+        return {"audience_size": size, "sample": sample, "audience": request.audience.describe()}
+
+    @tool
+    def broadcast_send(
+        template: str,
+        subject: str | None = None,
+        tags: list[str] | None = None,
+        any_tags: list[str] | None = None,
+        exclude_tags: list[str] | None = None,
+        where: list[str] | None = None,
+        at: str | None = None,
+        broadcast_id: str | None = None,
+        confirm: bool = False,
+    ) -> dict[str, Any]:
+        """Send (or schedule with at, ISO 8601 with zone) a broadcast to real people. Run
+        broadcast_dry_run first and show the audience; requires confirm=true. Re-sending with
+        the same broadcast_id sends nothing new."""
+        if confirm is not True:
+            raise ToolError(
+                "sending reaches real people: check broadcast_dry_run, then call with confirm=true"
+            )
+        request = broadcast_request(template, subject, tags, any_tags, exclude_tags, where, at, broadcast_id)
+        answer = broadcasts().send(request)
+        return {"created": answer.created, "same": answer.same, "broadcast": answer.record.public()}
+
     # ----- suppression and health ----------------------------------------------------------
     @tool
     def suppression_list() -> list[dict[str, Any]]:
@@ -284,6 +372,14 @@ def build_server(
         return run(target).public()
 
     return server
+
+
+def _new_broadcast_id() -> str:
+    """The same form ``mailstep broadcast send`` gives a broadcast without ``--id``."""
+    import secrets
+    from datetime import UTC, datetime
+
+    return f"bc-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def _sequence_arg(value: str) -> str:

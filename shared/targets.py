@@ -104,6 +104,7 @@ def stack_target(stack_name: str, region: str) -> Target:
     fields = specs.stack_outputs()
     values = {fields[k]: v for k, v in outputs.items() if k in fields}
     values["state_machine_arn_prefix"] = state_machine_arn_prefix(region)
+    values.setdefault("broadcast_schedule_arn", broadcast_schedule_arn())
     settings = _settings_from(values, f"stack {stack_name!r}")
     return Target(
         kind=STACK,
@@ -112,6 +113,29 @@ def stack_target(stack_name: str, region: str) -> Target:
         settings=settings,
         api_url=outputs.get(specs.API_URL_OUTPUT, ""),
         resources=stack_resources(stack_name),
+    )
+
+
+def local_queue_settings() -> dict[str, str]:
+    """Settings field -> URL of every spec'd queue of the local runtime (by local name)."""
+    from shared.provision import all_queues
+
+    sqs = aws_client("sqs")
+    found = {}
+    for spec in all_queues():
+        try:
+            found[spec.setting] = str(sqs.get_queue_url(QueueName=spec.local_name)["QueueUrl"])
+        except ClientError:
+            continue
+    return found
+
+
+def broadcast_schedule_arn() -> str:
+    """The broadcast schedule state machine's ARN when one is deployed under its name, else ''."""
+    from shared.broadcasts.schedule import STATE_MACHINE_NAME
+
+    return next(
+        (arn for arn in _state_machines(STATE_MACHINE_NAME) if arn.endswith(f":{STATE_MACHINE_NAME}")), ""
     )
 
 
@@ -163,7 +187,9 @@ def local_target(state: Mapping[str, Any], state_dir: str) -> Target:
     values: dict[str, str] = dict(state.get("tables", {}))
     values |= {s.setting: s.local_name for s in specs.SECRETS}
     values |= {c.setting: c.local_name for c in specs.CONFIGURATION_SETS}
+    values |= local_queue_settings()
     values["state_machine_arn_prefix"] = state_machine_arn_prefix(region)
+    values["broadcast_schedule_arn"] = broadcast_schedule_arn()
     return Target(
         kind=LOCAL,
         name=state_dir,

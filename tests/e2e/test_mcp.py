@@ -33,6 +33,10 @@ EXPECTED_TOOLS = {
     "suppression_list",
     "suppression_remove",
     "doctor",
+    "broadcasts_list",
+    "broadcast_get",
+    "broadcast_dry_run",
+    "broadcast_send",
 }
 
 
@@ -181,5 +185,45 @@ def test_sequence_template_stats_suppression_and_doctor_tools(local: Local) -> N
         assert isinstance(await tools.call("failed_sequence_executions"), list)
         doctor = await tools.call("doctor")
         assert {c["name"] for c in doctor["checks"]} >= {"ses-quota", "dlqs", "configuration-set"}
+
+    run_session(local, body)
+
+
+def test_broadcast_tools_dry_run_then_send_only_with_confirm(local: Local) -> None:
+    for i in range(3):
+        subscribe(local, f"mcp-bc{i}@example.com", tags=["mcp-bc"])
+
+    async def body(tools: Tools) -> None:
+        dry = await tools.call("broadcast_dry_run", template="newsletter/monthly", tags=["mcp-bc"])
+        assert dry["audience_size"] == 3 and len(dry["sample"]) == 3
+        assert "does not exist" in await tools.error("broadcast_dry_run", template="no/such", tags=["mcp-bc"])
+
+        refused = await tools.error(
+            "broadcast_send", template="newsletter/monthly", tags=["mcp-bc"], broadcast_id="mcp-bc-1"
+        )
+        assert "confirm=true" in refused
+        assert "no broadcast" in await tools.error("broadcast_get", broadcast_id="mcp-bc-1")
+
+        sent = await tools.call(
+            "broadcast_send",
+            template="newsletter/monthly",
+            tags=["mcp-bc"],
+            broadcast_id="mcp-bc-1",
+            confirm=True,
+        )
+        assert sent["created"] is True and sent["broadcast"]["id"] == "mcp-bc-1"
+        again = await tools.call(
+            "broadcast_send",
+            template="newsletter/monthly",
+            tags=["mcp-bc"],
+            broadcast_id="mcp-bc-1",
+            confirm=True,
+        )
+        assert again["created"] is False and again["same"] is True
+
+        got = await tools.call("broadcast_get", broadcast_id="mcp-bc-1")
+        assert got["id"] == "mcp-bc-1" and got["template"] == "newsletter/monthly"
+        listed = await tools.call("broadcasts_list")
+        assert "mcp-bc-1" in [b["id"] for b in listed]
 
     run_session(local, body)
