@@ -57,6 +57,8 @@ KEYS: dict[str, str] = {
     "postal_address": "postalAddress",
     "ses_domain": "sesDomain",
     "alarm_email": "alarmEmail",
+    "mail_from_subdomain": "mailFromSubdomain",
+    "inbound_domain": "inboundDomain",
 }
 
 
@@ -94,6 +96,10 @@ class MailstepConfig(BaseModel):
     ses_domain: str = ""
     # Used by alarms: who is told about dead letters, bounces and errors.
     alarm_email: str = ""
+    # Used by engagement: custom MAIL FROM subdomain of sesDomain (e.g. "mail"); empty = SES default.
+    mail_from_subdomain: str = Field(default="", pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$")
+    # Used by replies: the domain whose inbound mail SES receives (MX record); empty = replies off.
+    inbound_domain: str = Field(default="", pattern=r"^([a-z0-9-]+(\.[a-z0-9-]+)+)?$")
 
     @field_validator("log_retention_days")
     @classmethod

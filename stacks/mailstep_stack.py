@@ -69,6 +69,8 @@ class MailstepStack(Stack):
             functions=functions.functions,
             topics=messaging.topics,
             configuration_sets=sending.configuration_sets,
+            mail_from_subdomain=config.mail_from_subdomain,
+            inbound_domain=config.inbound_domain,
         )
         alarms = Alarms(self, "Alarms", config=config, dead_letter_queues=messaging.dead_letter_queues)
         alarms.watch_state_machines(sequences.state_machines)

@@ -10,9 +10,6 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from shared import specs
-from stacks.config import MailstepConfig
-from stacks.constructs.alarms import Alarms
-from stacks.constructs.engagement import Engagement
 from stacks.mailstep_stack import SKIP_BUNDLING, build_app
 from tests.infra.cfn import arn, function_by_handler
 
@@ -20,6 +17,8 @@ CONTEXT = {
     "mailstep:sesDomain": "acme.test",
     "mailstep:fromAddress": "Acme <hello@acme.test>",
     "mailstep:alarmEmail": "ops@acme.test",
+    "mailstep:mailFromSubdomain": "mail",
+    "mailstep:inboundDomain": "in.acme.test",
 }
 
 
@@ -43,30 +42,8 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The app's stack plus the engagement constructs (under their own ids, so this holds
-    whether or not the stack composes them already)."""
+    """The app's stack with a domain, a MAIL FROM subdomain, inbound replies and alarm email."""
     app, stack = build_app({**SKIP_BUNDLING, **CONTEXT}, outdir=str(tmp_path_factory.mktemp("cdk.out")))
-    config = MailstepConfig.from_context(app.node)
-    messaging = stack.node.find_child("Messaging")
-    Engagement(
-        stack,
-        "EngagementUnderTest",
-        config=config,
-        functions=stack.node.find_child("Functions").functions,  # type: ignore[attr-defined]
-        topics=messaging.topics,  # type: ignore[attr-defined]
-        configuration_sets=stack.node.find_child("Sending").configuration_sets,  # type: ignore[attr-defined]
-        mail_from_subdomain="mail",
-        inbound_domain="in.acme.test",
-    )
-    alarms = Alarms(
-        stack,
-        "AlarmsUnderTest",
-        config=config,
-        dead_letter_queues=messaging.dead_letter_queues,  # type: ignore[attr-defined]
-    )
-    sequences = stack.node.try_find_child("Sequences")
-    if sequences is not None:
-        alarms.watch_state_machines(sequences.state_machines)  # type: ignore[attr-defined]
     app.synth()  # cdk-nag findings fail here
     return Built(Template.from_stack(stack))
 
@@ -133,7 +110,7 @@ def test_functions_consume_their_queue_with_partial_batch_responses(
 
 
 def test_domain_identity_has_easy_dkim_the_configuration_set_and_mail_from(built: Built) -> None:
-    (_, identity) = built.one("AWS::SES::EmailIdentity", "EngagementUnderTest")
+    (_, identity) = built.one("AWS::SES::EmailIdentity", "Engagement")
     props = identity["Properties"]
     assert props["EmailIdentity"] == "acme.test"
     assert props["DkimAttributes"] == {"SigningEnabled": True}
@@ -148,13 +125,13 @@ def test_domain_identity_has_easy_dkim_the_configuration_set_and_mail_from(built
 
 
 def test_inbound_rule_stores_mail_in_s3_and_notifies_the_inbound_topic(built: Built) -> None:
-    (_, rule) = built.one("AWS::SES::ReceiptRule", "EngagementUnderTest")
+    (_, rule) = built.one("AWS::SES::ReceiptRule", "Engagement")
     props = rule["Properties"]["Rule"]
     assert props["Recipients"] == ["in.acme.test"] and props["ScanEnabled"] is True
     (action,) = props["Actions"]
     assert action["S3Action"]["TopicArn"] == {"Ref": specs.INBOUND_TOPIC.id}
     assert action["S3Action"]["ObjectKeyPrefix"] == "inbound/"
-    bucket_id, bucket = built.one("AWS::S3::Bucket", "EngagementUnderTest")
+    bucket_id, bucket = built.one("AWS::S3::Bucket", "Engagement")
     assert bucket["DeletionPolicy"] == "Retain"
     assert action["S3Action"]["BucketName"] == {"Ref": bucket_id}
     built.template.has_resource_properties(
@@ -177,15 +154,15 @@ def test_inbound_rule_stores_mail_in_s3_and_notifies_the_inbound_topic(built: Bu
 def _alarm(built: Built, name: str) -> dict[str, Any]:
     found = [
         r["Properties"]
-        for k, r in built.resources("AWS::CloudWatch::Alarm", "AlarmsUnderTest").items()
-        if k.startswith(f"AlarmsUnderTest{name}Alarm")
+        for k, r in built.resources("AWS::CloudWatch::Alarm", "Alarms").items()
+        if k.startswith(f"Alarms{name}Alarm")
     ]
     assert len(found) == 1, name
     return found[0]
 
 
 def _notifies_the_alarm_topic(built: Built, props: dict[str, Any]) -> None:
-    topic_id, _ = built.one("AWS::SNS::Topic", "AlarmsUnderTest")
+    topic_id, _ = built.one("AWS::SNS::Topic", "Alarms")
     assert props["AlarmActions"] == [{"Ref": topic_id}]
     assert props["ComparisonOperator"] == "GreaterThanThreshold"
     assert props["TreatMissingData"] == "notBreaching"
@@ -226,7 +203,7 @@ def test_failed_sequence_executions_alarm(built: Built) -> None:
 
 
 def test_alarm_topic_mails_the_configured_address(built: Built) -> None:
-    topic_id, _ = built.one("AWS::SNS::Topic", "AlarmsUnderTest")
+    topic_id, _ = built.one("AWS::SNS::Topic", "Alarms")
     built.template.has_resource_properties(
         "AWS::SNS::Subscription",
         {"Protocol": "email", "Endpoint": "ops@acme.test", "TopicArn": {"Ref": topic_id}},
@@ -238,7 +215,7 @@ def test_every_state_machine_gets_a_failure_alarm_when_watched(built: Built) -> 
     if not machines:
         pytest.skip("this stack composes no sequence state machines yet")
     alarms = [
-        a for k, a in built.resources("AWS::CloudWatch::Alarm", "AlarmsUnderTest").items() if "Sequence" in k
+        a for k, a in built.resources("AWS::CloudWatch::Alarm", "Alarms").items() if "Sequence" in k
     ]
     per_machine = [a["Properties"] for a in alarms if "Metrics" in a["Properties"]]
     assert len(per_machine) == len(machines)

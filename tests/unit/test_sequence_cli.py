@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
 from typer.testing import CliRunner
 
 from cli import sequences_cmd
@@ -41,8 +42,10 @@ def test_show_prints_the_tree_with_every_template() -> None:
     assert runner.invoke(app, ["sequences", "show", "missing"]).exit_code == 1
 
 
-def test_list_names_trigger_and_kind() -> None:
-    result = runner.invoke(app, ["sequences", "list"], env={"COLUMNS": "200"})
+def test_list_names_trigger_and_kind(monkeypatch) -> None:
+    # A wide console whatever the import order (the module's console is created at import).
+    monkeypatch.setattr(sequences_cmd, "console", Console(width=200))
+    result = runner.invoke(app, ["sequences", "list"])
     assert result.exit_code == 0
     assert "onboarding" in result.output and "subscriber.subscribed" in result.output
     assert "trial.started" in result.output and "restart" in result.output
