@@ -17,7 +17,10 @@ DEFAULT_STATE_DIR = Path(".mailstep")
 
 def dev(
     port: int = typer.Option(4566, help="Port of the emulated AWS endpoint (0: a free port)."),
-    api_port: int = typer.Option(8787, help="Port of the local HTTP API (0: a free port)."),
+    api_port: int = typer.Option(8787, help="Port of the local HTTP API, plain http (0: a free port)."),
+    public_port: int = typer.Option(
+        8443, help="Port of the same API over https: the base of links in mail (0: a free port)."
+    ),
     speed: float = typer.Option(
         3600.0, help="Step Functions Wait/Retry speed-up (3600: an hour per second; 0: instant)."
     ),
@@ -37,6 +40,7 @@ def dev(
     config = RuntimeConfig(
         port=port,
         api_port=api_port,
+        public_port=public_port,
         speed=None if speed <= 0 else speed,
         max_send_rate=max_send_rate,
         max_24_hour_send=max_24_hour_send,
@@ -61,6 +65,8 @@ def _banner(runtime: Any) -> Panel:
     table.add_column()
     table.add_row("AWS endpoint", runtime.endpoint)
     table.add_row("HTTP API", f"{runtime.api_url}  (routes: POST /v1/events ...)")
+    table.add_row("HTTPS API", f"{runtime.public_url}  (same routes; links in mail, e.g. /u/<token>)")
+    table.add_row("Certificate", f"{runtime.tls.cert}  (self-signed: curl --cacert <this file>, or -k)")
     table.add_row("API key", runtime.api_key)
     table.add_row("Outbox", str(runtime.outbox))
     table.add_row("Region", runtime.config.region)

@@ -5,7 +5,7 @@ value goes through :func:`clean_header_text` (control characters, CR/LF and Unic
 separators become spaces, runs of whitespace collapse) and the standard library writes
 non-ASCII as RFC 2047 encoded words. Addresses are validated (``normalise_email``) and
 URLs in ``List-Unsubscribe`` must be printable ASCII without ``<>,`` or spaces, and the
-one-click URL https (plain http only on loopback, for the local runtime's HTTP front).
+one-click URL https (RFC 8058), always: plain http is refused on every host.
 
 ``List-Unsubscribe`` and ``List-Unsubscribe-Post`` are written verbatim (folded only
 between URLs): the standard folder would turn a long https URL into encoded words,
@@ -34,9 +34,8 @@ MAX_DISPLAY_NAME = 200
 MAX_SUBJECT = 998 - len("Subject: ")
 _VERBATIM = frozenset({"list-unsubscribe", "list-unsubscribe-post"})
 _MAILBOX_HEADERS = frozenset({"from", "to", "reply-to"})
-_URL_RE = re.compile(r"^(https://|mailto:|http://(127\.0\.0\.1|localhost)(:\d+)?/)[\x21-\x7e]+$")
-# The local runtime serves its HTTP front on loopback without TLS: only there is http allowed.
-_ONE_CLICK_RE = re.compile(r"^(https://|http://(127\.0\.0\.1|localhost)(:\d+)?/)")
+_URL_RE = re.compile(r"^(https://|mailto:)[\x21-\x7e]+$")
+_ONE_CLICK_RE = re.compile(r"^https://")
 _FORBIDDEN_URL_CHARS = frozenset("<>,\"'\\")
 _SEND_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _LIST_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -6,13 +6,20 @@ Gateway would send (``version``, ``routeKey``, ``rawPath``, lower-cased headers,
 in-process Lambda path moto uses, and the result is mapped back like API Gateway does
 (a dict with ``statusCode`` is a full response; anything else is a 200 JSON body; a
 function error is a 500). Unknown routes get API Gateway's 404.
+
+With an ``ssl.SSLContext`` the same front is served over TLS (the runtime's public https
+base URL): the handshake runs in the connection's own thread, and a client that fails it
+(an untrusted certificate, plain http on the TLS port) is simply disconnected.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
+import socket
+import ssl
 import threading
 import time
 import uuid
@@ -110,6 +117,30 @@ class FrontStats:
     requests: int = 0
 
 
+class _TlsHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that wraps each accepted connection in TLS in its thread."""
+
+    handshake_timeout_s = 10.0
+
+    def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext) -> None:
+        self.context = context
+        super().__init__(address, handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.settimeout(self.handshake_timeout_s)
+            connection = self.context.wrap_socket(request, server_side=True)
+            connection.settimeout(None)
+        except (ssl.SSLError, OSError):
+            return  # failed handshake: nothing to answer
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_WR)
+            connection.close()
+
+
 class HttpFront:
     def __init__(
         self,
@@ -119,11 +150,14 @@ class HttpFront:
         host: str = "127.0.0.1",
         port: int = 0,
         control: Control | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        stats: FrontStats | None = None,
     ) -> None:
         self.routes = [compile_route(r, f) for r, f in routes]
         self.invoke = invoke
         self.control = control
-        self.stats = FrontStats()
+        self.stats = stats if stats is not None else FrontStats()
+        self.scheme = "http" if ssl_context is None else "https"
         self.api_id = "local"
         front = self
 
@@ -180,9 +214,13 @@ class HttpFront:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return  # requests are logged by the handlers (structured), not here
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        if ssl_context is None:
+            self.server = ThreadingHTTPServer((host, port), Handler)
+        else:
+            self.server = _TlsHTTPServer((host, port), Handler, ssl_context)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="http-front", daemon=True)
+        name = f"{self.scheme}-front"
+        self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
 
     @property
     def port(self) -> int:
@@ -190,7 +228,7 @@ class HttpFront:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         self.thread.start()

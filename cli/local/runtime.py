@@ -1,13 +1,16 @@
 """The local runtime: the whole stack on an embedded emulated AWS, as a context manager.
 
     with LocalRuntime(RuntimeConfig()) as rt:
-        rt.endpoint, rt.api_url, rt.api_key, rt.outbox
+        rt.endpoint, rt.api_url, rt.public_url, rt.api_key, rt.outbox
 
 Starts moto's server in this process, points this process at it (``AWS_ENDPOINT_URL``
 and friends), provisions everything in ``shared.specs`` through ``shared.provision``,
 runs Lambdas in-process, Step Functions on a virtual clock, a faithful SES, and an HTTP
-front for the API routes. One runtime per process (moto's Step Functions engine calls
-Lambda back on ``MOTO_PORT``, a process-wide setting).
+front for the API routes, served twice: plain http on ``api_port`` (``api_url``) and
+https on ``public_port`` (``public_url``, the public base URL of links in mail) with a
+self-signed certificate made at start in ``<state dir>/tls/`` (``cli.local.tls``).
+One runtime per process (moto's Step Functions engine calls Lambda back on
+``MOTO_PORT``, a process-wide setting).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import tempfile
 import threading
 import time
@@ -30,6 +34,7 @@ from cli.local.clock import VirtualClock
 from cli.local.http_front import HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
+from cli.local.tls import TlsFiles, client_context, ensure_certificate, server_context
 from shared import specs
 from shared.aws import reset_clients
 from shared.provision import LocalResources, local_function_name, provision
@@ -48,7 +53,8 @@ def free_port() -> int:
 @dataclass
 class RuntimeConfig:
     port: int = 0  # AWS endpoint; 0 = a free port
-    api_port: int = 0  # HTTP API; 0 = a free port
+    api_port: int = 0  # HTTP API, plain http; 0 = a free port
+    public_port: int = 0  # the same API over https (public links); 0 = a free port
     speed: float | None = None  # None: waits are instant; N: N times faster than real time
     max_send_rate: float = DEFAULT_MAX_SEND_RATE
     max_24_hour_send: int = DEFAULT_MAX_24_HOUR_SEND
@@ -64,6 +70,8 @@ class LocalRuntime:
     ses: LocalSes = field(init=False)
     resources: LocalResources = field(init=False)
     front: HttpFront = field(init=False)
+    public_front: HttpFront = field(init=False)
+    tls: TlsFiles = field(init=False)
     pollers: list[SqsPoller] = field(default_factory=list, init=False)
     poller_counts: PollerCounts = field(default_factory=PollerCounts, init=False)
     started_in_s: float = field(default=0.0, init=False)
@@ -95,6 +103,15 @@ class LocalRuntime:
         return self.front.url
 
     @property
+    def public_url(self) -> str:
+        """The https base URL of the API: ``PUBLIC_BASE_URL`` of every function."""
+        return self.public_front.url
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A verifying client context that trusts the runtime's certificate (for ``public_url``)."""
+        return client_context(self.tls.cert)
+
+    @property
     def api_key(self) -> str:
         return self.resources.api_key
 
@@ -123,6 +140,7 @@ class LocalRuntime:
             self._tmp = tempfile.TemporaryDirectory(prefix="mailstep-local-")
             config.state_dir = Path(self._tmp.name)
         config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.tls = ensure_certificate(config.state_dir / "tls")
         self._set_env(
             {
                 "AWS_ENDPOINT_URL": self.endpoint,
@@ -163,14 +181,28 @@ class LocalRuntime:
         reset_clients()
         reset_cache()
         config.api_port = config.api_port or free_port()
+        while not config.public_port or config.public_port == config.api_port:
+            config.public_port = free_port()
         arn_prefix = f"arn:aws:states:{config.region}:{ACCOUNT_ID}:stateMachine:{specs.STATE_MACHINE_PREFIX}"
-        public = {"public_base_url": f"http://127.0.0.1:{config.api_port}", "state_machine_arn_prefix": arn_prefix}
+        public = {
+            "public_base_url": f"https://127.0.0.1:{config.public_port}",
+            "state_machine_arn_prefix": arn_prefix,
+        }
         self.resources = provision(config.api_key, functions=True, settings=public)
         self._set_env({**self.resources.env(), specs.ENV["state_machine_arn_prefix"]: arn_prefix})
 
         self.front = HttpFront(specs.routes(), self.invoke_spec, port=config.api_port, control=self._control)
         config.api_port = self.front.port
+        self.public_front = HttpFront(
+            specs.routes(),
+            self.invoke_spec,
+            port=config.public_port,
+            control=self._control,
+            ssl_context=server_context(self.tls),
+            stats=self.front.stats,
+        )
         self.front.start()
+        self.public_front.start()
         self.started_in_s = time.perf_counter() - started
         self._write_state()
 
@@ -180,9 +212,10 @@ class LocalRuntime:
         for poller in self.pollers:
             poller.stop()
         self.pollers.clear()
-        front = getattr(self, "front", None)
-        if front is not None:
-            front.stop()
+        for name in ("public_front", "front"):
+            front = getattr(self, name, None)
+            if front is not None:
+                front.stop()
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -206,6 +239,8 @@ class LocalRuntime:
         return {
             "endpoint": self.endpoint,
             "api_url": self.api_url,
+            "public_url": self.public_url,
+            "tls_cert": str(self.tls.cert),
             "api_key": self.api_key,
             "region": self.config.region,
             "outbox": str(self.outbox),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -48,6 +49,8 @@ def start_dev(state_dir: Path, *extra: str) -> subprocess.Popen[str]:
             "0",
             "--api-port",
             "0",
+            "--public-port",
+            "0",
             "--speed",
             "0",
             "--state-dir",
@@ -83,6 +86,15 @@ class Local:
     @property
     def api_url(self) -> str:
         return str(self.state["api_url"])
+
+    @property
+    def public_url(self) -> str:
+        """The https front: the base of the links in mail."""
+        return str(self.state["public_url"])
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Verifying, and trusting only the runtime's self-signed certificate."""
+        return ssl.create_default_context(cafile=self.state["tls_cert"])
 
     @property
     def api_key(self) -> str:

@@ -1,8 +1,10 @@
 """Sending on the local runtime: send queue -> sender Lambda -> local SES outbox, and the
-unsubscribe routes through the local HTTP front."""
+unsubscribe routes through the local https front (self-signed certificate, verified)."""
 
 from __future__ import annotations
 
+import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -13,11 +15,13 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shared.send_jobs import SendJob, to_message
 from tests.e2e.conftest import Local
 
 MAIN = "mailstep-main"
-LOOPBACK = ("https://", "http://127.0.0.1:")  # the local front is plain http on loopback
+ONE_CLICK = "List-Unsubscribe=One-Click"
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
@@ -44,8 +48,6 @@ def _enqueue(local: Local, job: SendJob, times: int = 1) -> None:
 
 
 def _messages(local: Local, source: str) -> list[tuple[dict[str, Any], Any]]:
-    import json
-
     found = []
     for meta_path in sorted(local.outbox.glob("*.json")):
         meta = json.loads(meta_path.read_text())
@@ -81,11 +83,15 @@ def _queue_drained(local: Local) -> bool:
     )
 
 
-def _http(method: str, url: str, body: bytes | None = None) -> tuple[int, str]:
+def _unsubscribe_targets(msg: Any) -> list[str]:
+    return [t.strip().removeprefix("<").removesuffix(">") for t in str(msg["List-Unsubscribe"]).split(",")]
+
+
+def _http(local: Local, method: str, url: str, body: bytes | None = None) -> tuple[int, str]:
     headers = {"content-type": "application/x-www-form-urlencoded"}
     request = urllib.request.Request(url, data=body, headers=headers, method=method)  # noqa: S310
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=30, context=local.ssl_context()) as response:  # noqa: S310
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -108,9 +114,9 @@ def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Lo
         meta["email_tags"]["template"] == "onboarding_swelcome" and meta["email_tags"]["kind"] == "marketing"
     )
     assert msg["Subject"] == "Welcome aboard, Ada"
-    url = msg["List-Unsubscribe"].split(",")[0].strip().strip("<>")
-    assert url.startswith(LOOPBACK) and "/u/" in url
-    assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    url = _unsubscribe_targets(msg)[0]
+    assert local.public_url.startswith("https://127.0.0.1:") and url.startswith(local.public_url + "/u/")
+    assert msg["List-Unsubscribe-Post"] == ONE_CLICK
     assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
     assert 'style="' in msg.get_body(("html",)).get_content()
     assert f"Unsubscribe ({url})" in msg.get_body(("plain",)).get_content()
@@ -143,9 +149,24 @@ def test_transactional_mail_reaches_unsubscribed_and_has_no_list_headers(local: 
 
 
 def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Local):
-    import json
+    email, source = f"mixed-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
+    _profile(local, email)
+    receipt = {"order_id": "A-2", "total": "$5"}
+    _enqueue(local, SendJob(email=email, template="onboarding/welcome", source=source, step="welcome"))
+    _enqueue(
+        local,
+        SendJob(
+            email=email,
+            template="transactional/receipt",
+            source=source,
+            step="o2",
+            transactional=True,
+            data=receipt,
+        ),
+    )
+    wait_for(lambda: len(_messages(local, source)) == 2, what="a marketing and a transactional mail")
 
-    checked = 0
+    checked = {"transactional": 0, "other": 0}
     for meta_path in local.outbox.glob("*.json"):
         meta = json.loads(meta_path.read_text())
         tags = meta.get("email_tags", {})
@@ -154,13 +175,16 @@ def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Lo
         msg = BytesParser(policy=policy.default).parsebytes(meta_path.with_suffix(".eml").read_bytes())
         if tags["kind"] == "transactional":
             assert msg["List-Unsubscribe"] is None and msg["List-Unsubscribe-Post"] is None
+            checked["transactional"] += 1
         else:
-            assert msg["List-Unsubscribe"].strip("<").startswith(LOOPBACK)
-            assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+            one_click, *others = _unsubscribe_targets(msg)
+            assert one_click.startswith(local.public_url + "/u/"), one_click
+            assert all(t.startswith(("https://", "mailto:")) for t in others), others
+            assert msg["List-Unsubscribe-Post"] == ONE_CLICK
+            checked["other"] += 1
         assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
         assert 'style="' in msg.get_body(("html",)).get_content()
-        checked += 1
-    assert checked >= 1
+    assert checked["transactional"] >= 1 and checked["other"] >= 1
 
 
 def test_unsubscribe_link_get_changes_nothing_and_one_click_post_unsubscribes(local: Local):
@@ -168,15 +192,33 @@ def test_unsubscribe_link_get_changes_nothing_and_one_click_post_unsubscribes(lo
     _profile(local, email, "Grace")
     _enqueue(local, SendJob(email=email, template="welcome", source=source, step="w"))
     meta, msg = wait_for(lambda: _messages(local, source), what="the welcome mail")[0]
-    url = msg["List-Unsubscribe"].split(",")[0].strip().strip("<>")
+    url = _unsubscribe_targets(msg)[0]
+    assert url.startswith(local.public_url + "/u/")
 
-    status, page = _http("GET", url)
+    status, page = _http(local, "GET", url)
     assert status == 200 and "<form" in page and _status(local, email) == "subscribed"
 
     for _ in range(2):
-        status, page = _http("POST", url, b"List-Unsubscribe=One-Click")
+        status, page = _http(local, "POST", url, ONE_CLICK.encode())
         assert status == 200 and "You are unsubscribed" in page
     assert _status(local, email) == "unsubscribed"
 
     tampered = url[:-3] + ("AAA" if not url.endswith("AAA") else "BBB")
-    assert _http("POST", tampered, b"List-Unsubscribe=One-Click")[0] == 400
+    assert _http(local, "POST", tampered, ONE_CLICK.encode())[0] == 400
+
+
+def test_the_https_front_is_verified_tls_with_the_runtime_certificate(local: Local):
+    """Links are real https: trusted through the runtime's certificate, refused without it."""
+    url = local.public_url + "/u/not-a-token"
+    assert _http(local, "POST", url, ONE_CLICK.encode())[0] == 400  # reached the function through TLS
+    request = urllib.request.Request(url, data=ONE_CLICK.encode(), method="POST")  # noqa: S310
+    with pytest.raises(urllib.error.URLError) as refused:
+        urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context())  # noqa: S310
+    assert isinstance(refused.value.reason, ssl.SSLCertVerificationError)
+    plain = urllib.request.Request(url.replace("https://", "http://", 1), data=b"x", method="POST")  # noqa: S310
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(plain, timeout=10)  # noqa: S310
+    # the plain-http API port stays, for curl convenience, and the banner names both
+    assert local.api_url.startswith("http://127.0.0.1:") and local.api_url != local.public_url
+    log = (local.state_dir / "dev.log").read_text()
+    assert local.public_url in log and local.state["tls_cert"] in log

@@ -147,3 +147,22 @@ def test_invalid_addresses_urls_and_ids_are_refused(bad):
     }
     with pytest.raises(InvalidInput):
         build_message(Envelope(**fields), text="t", html="<p>t</p>")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:8787", "localhost", "localhost:8443", "x.test"])
+def test_list_unsubscribe_needs_https_on_every_host_loopback_included(host):
+    fields = {
+        "from_email": "hello@acme.test",
+        "to_email": "jane@example.com",
+        "subject": "s",
+        "send_id": "s1",
+    }
+    msg = build_message(Envelope(**fields, unsubscribe_url=f"https://{host}/u/a"), text="t", html="<p>t</p>")
+    assert msg["List-Unsubscribe"] == f"<https://{host}/u/a>"
+    assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    for envelope in (
+        Envelope(**fields, unsubscribe_url=f"http://{host}/u/a"),
+        Envelope(**fields, unsubscribe_url=f"https://{host}/u/a", unsubscribe_mailto=f"http://{host}/u/b"),
+    ):
+        with pytest.raises(InvalidInput):
+            build_message(envelope, text="t", html="<p>t</p>")
