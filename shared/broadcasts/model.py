@@ -245,10 +245,8 @@ class BroadcastRequest(BaseModel):
 
     def check_future(self, now: datetime) -> None:
         if self.at is not None and self.at <= now:
-            raise InvalidInput(
-                f"--at {iso(self.at)} is not in the future (now {iso(now)})",
-                [FieldProblem("at", "in the past")],
-            )
+            message = f"{iso(self.at)} is not in the future (now {iso(now)})"
+            raise InvalidInput(f"--at {message}", [FieldProblem("at", message)])
 
     def same_as(self, record: Broadcast) -> bool:
         return (

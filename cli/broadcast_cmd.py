@@ -1,0 +1,258 @@
+"""``mailstep broadcast send | list | get | cancel | resume`` against the running local runtime.
+
+The commands call ``shared.broadcasts.service`` with settings built from the runtime's
+``runtime.json`` (endpoint, table names) and its queues; the work itself happens in the
+resolver and worker Lambdas, exactly as in the cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cli.dev_cmd import DEFAULT_STATE_DIR
+
+app = typer.Typer(
+    help="Broadcasts: one template to a filtered audience, at the SES rate, exactly once.",
+    no_args_is_help=True,
+)
+console = Console()
+STATE_DIR = typer.Option(DEFAULT_STATE_DIR, help="State folder of the running `mailstep dev`.")
+ID = typer.Argument(..., help="Broadcast id.")
+FINAL = ("done", "cancelled", "failed")
+
+
+def _service(state_dir: Path) -> Any:
+    """The broadcast service wired to the running local runtime."""
+    from cli.local import read_state
+    from shared import specs
+    from shared.aws import client, reset_clients
+    from shared.broadcasts.schedule import ensure_local_state_machine
+    from shared.broadcasts.service import Broadcasts
+    from shared.provision import LOCAL_ROLE_NAME
+    from shared.settings import Settings
+
+    state = read_state(state_dir.resolve())
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": state["endpoint"],
+            "AWS_DEFAULT_REGION": state["region"],
+            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "mailstep-local"),
+            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "mailstep-local"),
+        }
+    )
+    reset_clients()
+    sqs = client("sqs")
+    control = sqs.get_queue_url(QueueName=specs.BROADCAST_CONTROL_QUEUE.local_name)["QueueUrl"]
+    batches = sqs.get_queue_url(QueueName=specs.BROADCAST_QUEUE.local_name)["QueueUrl"]
+    role = client("iam").get_role(RoleName=LOCAL_ROLE_NAME)["Role"]["Arn"]
+    settings = Settings(
+        table_name=state["tables"]["table_name"],
+        events_table_name=state["tables"]["events_table_name"],
+        broadcast_queue_url=batches,
+        broadcast_control_queue_url=control,
+        broadcast_schedule_arn=ensure_local_state_machine(control, role),
+        **_rate_overrides(),
+    )
+    return Broadcasts.from_settings(settings)
+
+
+def _rate_overrides() -> dict[str, Any]:
+    from shared.specs import ENV
+
+    fields = ("broadcast_max_send_rate", "broadcast_rate_share")
+    return {f: os.environ[ENV[f]] for f in fields if ENV[f] in os.environ}
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def _new_id() -> str:
+    return f"bc-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+@app.command()
+def send(
+    template: str = typer.Option(..., "--template", help="Template key, e.g. newsletter/monthly."),
+    subject: str | None = typer.Option(None, help="Subject (default: the template's front matter)."),
+    tag: list[str] = typer.Option([], "--tag", help="Recipients carry ALL of these tags (repeatable)."),
+    any_tag: list[str] = typer.Option([], "--any-tag", help="... and at least ONE of these (repeatable)."),
+    exclude_tag: list[str] = typer.Option([], "--exclude-tag", help="... and NONE of these (repeatable)."),
+    where: list[str] = typer.Option(
+        [],
+        "--where",
+        help="Attribute condition: plan=pro, plan!=free, seats>3, country in de,fr (repeatable).",
+    ),
+    at: str | None = typer.Option(None, "--at", help="Send later: ISO 8601 time with zone, in the future."),
+    broadcast_id: str | None = typer.Option(
+        None, "--id", help="Broadcast id (re-running with it sends nothing new)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the audience size and a sample; send nothing."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    no_wait: bool = typer.Option(
+        False, "--no-wait", help="Return once started instead of following progress."
+    ),
+    state_dir: Path = STATE_DIR,
+) -> None:
+    """Send (or schedule) a broadcast and follow its progress."""
+    from shared.broadcasts.model import parse_request
+    from shared.errors import InvalidInput
+
+    try:
+        request = parse_request(
+            id=broadcast_id or _new_id(),
+            template=template,
+            subject=subject,
+            audience={"tags": tag, "any_tags": any_tag, "exclude_tags": exclude_tag, "where": where},
+            at=at,
+        )
+        service = _service(state_dir)
+        service.check(request)
+    except InvalidInput as exc:
+        _fail(_option_message(exc))
+        return
+    if service.records.get(request.id) is not None:  # an id used before: say so, send nothing new
+        _report_existing(service.send(request))
+        return
+    size, sample = service.preview(request)
+    console.print(f"audience: [bold]{size}[/bold] subscriber(s) ({request.audience.describe()})")
+    if sample:
+        console.print("sample: " + ", ".join(sample))
+    if dry_run:
+        return
+    when = f" at {request.at.isoformat()}" if request.at else " now"
+    if not yes and not typer.confirm(f"Send {request.template} to {size} subscriber(s){when}?"):
+        raise typer.Exit(1)
+    answer = service.send(request)
+    record = answer.record
+    if not answer.created:
+        _report_existing(answer)
+        return
+    console.print(
+        f"broadcast [bold]{record.id}[/bold] {record.status}" + (f" for {record.at}" if record.at else "")
+    )
+    if no_wait or record.at:
+        return
+    _follow(service, record.id)
+
+
+def _report_existing(answer: Any) -> None:
+    record = answer.record
+    detail = f"status {record.status}, sent {record.sent} of {record.audience_size}"
+    if not answer.same:
+        _fail(f"broadcast {record.id} exists with different parameters ({detail}): nothing was sent", 1)
+    console.print(f"broadcast {record.id} exists already ({detail}): nothing new was sent", soft_wrap=True)
+
+
+def _option_message(exc: Any) -> str:
+    names = {
+        "id": "--id",
+        "template": "--template",
+        "subject": "--subject",
+        "at": "--at",
+        "audience.tags": "--tag",
+        "audience.any_tags": "--any-tag",
+        "audience.exclude_tags": "--exclude-tag",
+        "audience.where": "--where",
+    }
+    for problem in exc.problems:
+        for name, option in names.items():
+            if problem.field.startswith(name):
+                return f"{option}: {problem.message}"
+    return str(exc.message)
+
+
+def _follow(service: Any, broadcast_id: str) -> None:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("resolving", total=None)
+            while True:
+                record = service.get(broadcast_id)
+                total = record.audience_size if record.resolved else None
+                progress.update(task, completed=record.processed, total=total, description=record.status)
+                if record.status in FINAL:
+                    break
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        console.print("stopped following; the broadcast goes on (`mailstep broadcast get` shows it)")
+        return
+    console.print(_summary(record))
+
+
+def _summary(record: Any) -> str:
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(record.skipped.items())) or "none"
+    return (
+        f"{record.id}: {record.status}; audience {record.audience_size}, sent {record.sent}, "
+        f"failed {record.failed}, skipped: {skipped}"
+    )
+
+
+@app.command("list")
+def list_(state_dir: Path = STATE_DIR) -> None:
+    """Broadcasts, newest first."""
+    table = Table(title="Broadcasts")
+    for column in ("id", "status", "template", "audience", "sent", "skipped", "failed", "created", "at"):
+        table.add_column(column)
+    for record in _service(state_dir).list():
+        table.add_row(
+            record.id, record.status, record.template, str(record.audience_size), str(record.sent),
+            str(sum(record.skipped.values())), str(record.failed), record.created_at[:19], record.at or "",
+        )  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def get(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
+    """One broadcast: its record merged with its engagement counters (STATS)."""
+    from shared.errors import NotFound
+
+    try:
+        details = _service(state_dir).details(broadcast_id)
+    except NotFound as exc:
+        _fail(str(exc), 1)
+        return
+    console.print_json(json.dumps(details))
+
+
+@app.command()
+def cancel(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
+    """Stop a scheduled or running broadcast (batches already in a worker's hands finish)."""
+    from shared.errors import NotFound
+
+    try:
+        record, changed = _service(state_dir).cancel(broadcast_id)
+    except NotFound as exc:
+        _fail(str(exc), 1)
+        return
+    if not changed:
+        console.print(f"broadcast {record.id} is {record.status}: nothing to cancel")
+        return
+    console.print(f"broadcast {record.id} cancelled; sent so far: {record.sent} of {record.audience_size}")
+
+
+@app.command()
+def resume(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
+    """Resume a cancelled or failed broadcast: whoever has not received it yet gets it."""
+    from shared.errors import Conflict, NotFound
+
+    try:
+        record = _service(state_dir).resume(broadcast_id)
+    except (NotFound, Conflict) as exc:
+        _fail(str(exc), 1)
+        return
+    console.print(f"broadcast {record.id} resumed (round {record.round})")

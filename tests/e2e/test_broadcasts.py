@@ -1,0 +1,260 @@
+"""Broadcasts end to end on the local runtime, through the CLI: audience, exactly once,
+idempotent id, cancel mid-way, and mail on the send queue not waiting behind the backlog."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from cli.local.ses import read_outbox
+from shared import keys
+from shared.broadcasts.model import Audience
+from shared.dynamo import serialize
+from shared.send_jobs import SendJob, to_message
+from shared.sender import decode_tag_value
+from shared.specs import SEND_QUEUE
+from shared.store import Profile
+from tests.e2e.conftest import Local
+
+TEMPLATE = "newsletter/monthly"
+PEOPLE = 2000
+TAGS = ("bca", "bcb", "bcc")  # names no other e2e test uses
+
+
+@pytest.fixture(scope="module")
+def people(local: Local) -> list[dict[str, Any]]:
+    """2,000 subscribers with mixed tags and attributes, written as the store writes them
+    (profile + TAG# partners) with BatchWriteItem: seeding through the API would cost a
+    transaction per subscriber."""
+    rng = random.Random(2026)
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    ddb = local.client("dynamodb", retries=8)
+    table = local.state["tables"]["table_name"]
+    seeded, items = [], []
+    for i in range(PEOPLE):
+        email = f"bc{i:05d}@example.com"
+        tags = frozenset(t for t in TAGS if rng.random() < 0.5)
+        attributes = {"plan": rng.choice(["free", "pro", "team"]), "seats": rng.randint(1, 9)}
+        status = "unsubscribed" if i % 41 == 7 else "subscribed"
+        suppressed = i % 53 == 11
+        profile = Profile(
+            email=email,
+            status=status,
+            first_name=f"P{i}",
+            attributes=attributes,
+            tags=tags,
+            suppressed=suppressed,
+            created_at=now,
+            updated_at=now,
+            version=1,
+        )
+        items.append(profile.to_item())
+        items += [
+            {"PK": keys.tag_pk(t), "SK": keys.sub_pk(email), "email": email, "created_at": now} for t in tags
+        ]
+        seeded.append(
+            {
+                "email": email,
+                "tags": tags,
+                "attributes": attributes,
+                "eligible": status == "subscribed" and not suppressed,
+            }
+        )
+    for start in range(0, len(items), 25):
+        request = {table: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}
+        while request:
+            request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
+    return seeded
+
+
+def expected(people: list[dict[str, Any]], **filters: Any) -> set[str]:
+    audience = Audience.model_validate(filters)
+    return {p["email"] for p in people if p["eligible"] and audience.matches(p["tags"], p["attributes"])}
+
+
+def sent_by(local: Local, broadcast_id: str) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in read_outbox(local.outbox)
+        if decode_tag_value(m.get("email_tags", {}).get("source", "")) == broadcast_id
+    ]
+
+
+def broadcast(local: Local, *args: str, timeout: float = 150) -> Any:
+    answer = local.cli("broadcast", *args, "--state-dir", str(local.state_dir), timeout=timeout)
+    answer.stdout = " ".join(answer.stdout.split())  # rich wraps at the terminal width
+    return answer
+
+
+def record(local: Local, broadcast_id: str) -> dict[str, Any]:
+    import json
+
+    answer = local.cli("broadcast", "get", broadcast_id, "--state-dir", str(local.state_dir))
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    return dict(json.loads(answer.stdout))
+
+
+def test_dry_run_and_bad_arguments(local: Local, people) -> None:
+    want = expected(people, tags=["bca"], exclude_tags=["bcb"], where=["plan=pro"])
+    answer = broadcast(
+        local,
+        "send",
+        "--template",
+        TEMPLATE,
+        "--tag",
+        "bca",
+        "--exclude-tag",
+        "bcb",
+        "--where",
+        "plan=pro",
+        "--dry-run",
+    )
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert f"audience: {len(want)} subscriber(s)" in answer.stdout
+
+    for bad, message in [
+        (["--tag", "Bad#Tag"], "--tag"),
+        (["--where", "plan~pro"], "--where"),
+        (["--at", "2020-01-01T00:00:00Z"], "not in the future"),
+        (["--at", "tomorrow"], "--at"),
+        (["--id", "Not Valid"], "--id"),
+    ]:
+        answer = broadcast(local, "send", "--template", TEMPLATE, *bad, "--dry-run")
+        assert answer.returncode == 2 and message in answer.stdout, (bad, answer.stdout)
+    answer = broadcast(local, "send", "--template", "newsletter/nope", "--dry-run")
+    assert answer.returncode == 2 and "--template" in answer.stdout
+
+
+def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_nothing(
+    local, people
+) -> None:
+    want = expected(people, tags=["bca"], exclude_tags=["bcb"], where=["plan=pro"])
+    args = (
+        "send",
+        "--template",
+        TEMPLATE,
+        "--tag",
+        "bca",
+        "--exclude-tag",
+        "bcb",
+        "--where",
+        "plan=pro",
+        "--id",
+        "e2e-spring",
+        "--yes",
+    )
+
+    answer = broadcast(local, *args)
+
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert "e2e-spring: done" in answer.stdout
+    got = Counter(d for m in sent_by(local, "e2e-spring") for d in m["destination"])
+    assert set(got) == want and set(got.values()) == {1}
+    stored = record(local, "e2e-spring")
+    assert (stored["status"], stored["audience"], stored["sent"], stored["failed"]) == (
+        "done",
+        len(want),
+        len(want),
+        0,
+    )
+
+    again = broadcast(local, *args)
+
+    assert again.returncode == 0 and "nothing new was sent" in again.stdout
+    time.sleep(1)
+    assert len(sent_by(local, "e2e-spring")) == len(want)
+
+
+def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, people) -> None:
+    want = expected(people, any_tags=["bcc", "bcb"])
+    local.http("POST", "/_local/ses", {"max_send_rate": 20})
+    try:
+        started = broadcast(
+            local,
+            "send",
+            "--template",
+            TEMPLATE,
+            "--any-tag",
+            "bcc",
+            "--any-tag",
+            "bcb",
+            "--id",
+            "e2e-cancel",
+            "--yes",
+            "--no-wait",
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        deadline = time.monotonic() + 60
+        while len(sent_by(local, "e2e-cancel")) < 40 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cancelled = broadcast(local, "cancel", "e2e-cancel")
+        assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stdout
+        # Batches already in a worker's hands finish; then the queue drains without sending.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            stored = record(local, "e2e-cancel")
+            if stored["resolved"] and stored["processed"] >= stored["audience"]:
+                break
+            time.sleep(0.5)
+    finally:
+        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
+    went = sent_by(local, "e2e-cancel")
+    assert stored["status"] == "cancelled"
+    assert stored["sent"] == len(went) < len(want)
+    assert stored["skipped"]["cancelled"] == stored["audience"] - len(went) > 0
+    assert len({d for m in went for d in m["destination"]}) == len(went)
+
+
+def test_send_queue_mail_is_not_stuck_behind_a_broadcast_backlog(local, people) -> None:
+    local.http("POST", "/_local/ses", {"max_send_rate": 20})
+    try:
+        started = broadcast(
+            local,
+            "send",
+            "--template",
+            TEMPLATE,
+            "--any-tag",
+            "bca",
+            "--any-tag",
+            "bcc",
+            "--id",
+            "e2e-backlog",
+            "--yes",
+            "--no-wait",
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        while len(sent_by(local, "e2e-backlog")) < 20:
+            time.sleep(0.2)
+        # When a transactional mail is queued behind a backlog of hundreds of broadcast mails
+        job = SendJob(
+            email="bc00001@example.com",
+            template="transactional/receipt",
+            source="receipts",
+            step="order-1",
+            transactional=True,
+            data={"order_id": "A-1", "total": "9.00"},
+        )
+        local.client("sqs").send_message(QueueUrl=_queue_url(local), MessageBody=to_message(job))
+        queued = time.monotonic()
+        while not [
+            m for m in read_outbox(local.outbox) if m.get("email_tags", {}).get("source") == "receipts"
+        ]:
+            assert time.monotonic() - queued < 10, "the transactional mail waited behind the broadcast"
+            time.sleep(0.1)
+        waited = time.monotonic() - queued
+        backlog = record(local, "e2e-backlog")
+    finally:
+        broadcast(local, "cancel", "e2e-backlog")
+        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
+    # Then it went out within seconds while most of the broadcast was still waiting
+    assert waited < 10
+    assert backlog["audience"] - backlog["sent"] > 100
+
+
+def _queue_url(local: Local) -> str:
+    return str(local.client("sqs").get_queue_url(QueueName=SEND_QUEUE.local_name)["QueueUrl"])
