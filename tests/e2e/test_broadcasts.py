@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -258,3 +258,35 @@ def test_send_queue_mail_is_not_stuck_behind_a_broadcast_backlog(local, people) 
 
 def _queue_url(local: Local) -> str:
     return str(local.client("sqs").get_queue_url(QueueName=SEND_QUEUE.local_name)["QueueUrl"])
+
+
+def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Local, people) -> None:
+    want = expected(people, tags=["bcc"], where=["seats>=8"])
+    at = (datetime.now(UTC) + timedelta(days=3)).isoformat(timespec="seconds")
+    waited_before = local.status()["clock"]["advanced_s"]
+
+    answer = broadcast(
+        local,
+        "send",
+        "--template",
+        TEMPLATE,
+        "--tag",
+        "bcc",
+        "--where",
+        "seats>=8",
+        "--at",
+        at,
+        "--id",
+        "e2e-later",
+        "--yes",
+    )
+
+    assert answer.returncode == 0 and "scheduled" in answer.stdout, answer.stdout + answer.stderr
+    deadline = time.monotonic() + 60
+    while (stored := record(local, "e2e-later"))["status"] != "done":
+        assert time.monotonic() < deadline, stored
+        time.sleep(0.5)
+    # The Wait state stood for the three days (virtual clock), then the audience was sent.
+    assert local.status()["clock"]["advanced_s"] - waited_before >= 3 * 86400 - 120
+    got = Counter(d for m in sent_by(local, "e2e-later") for d in m["destination"])
+    assert set(got) == want and set(got.values()) == {1}
