@@ -1,0 +1,76 @@
+"""The broadcasts construct: the --at state machine, DLQ alarms and the broadcast specs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk.assertions import Match, Template
+
+from shared import specs
+from shared.broadcasts.schedule import START_STATE, WAIT_STATE, definition
+from stacks.constructs.broadcasts import SCHEDULE_OUTPUT, Broadcasts
+from stacks.constructs.messaging import Messaging
+
+
+@pytest.fixture(scope="module")
+def template() -> Template:
+    stack = Stack(App(), "BroadcastsTest")
+    messaging = Messaging(stack, "Messaging")
+    Broadcasts(stack, "Broadcasts", queues=messaging.queues, dead_letter_queues=messaging.dead_letter_queues)
+    return Template.from_stack(stack)
+
+
+def _definition(template: Template) -> dict[str, Any]:
+    machine = next(iter(template.find_resources("AWS::StepFunctions::StateMachine").values()))
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "<token>" for p in parts)
+    return dict(json.loads(text))
+
+
+def test_schedule_waits_on_the_send_time_then_sends_the_first_resolve_message(template: Template) -> None:
+    asl = _definition(template)
+    local = definition("<token>")
+    assert asl["StartAt"] == local["StartAt"] == WAIT_STATE
+    assert asl["States"][WAIT_STATE] == local["States"][WAIT_STATE]
+    start = asl["States"][START_STATE]
+    assert start["Resource"].endswith(":states:::sqs:sendMessage")
+    assert start["Parameters"]["MessageBody.$"] == "$.message"
+    assert start["Retry"][0]["ErrorEquals"] == ["States.ALL"] and start.get("End") is True
+    template.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "StateMachineType": "STANDARD",
+            "TracingConfiguration": {"Enabled": True},
+            "LoggingConfiguration": Match.object_like({"Level": "ALL"}),
+        },
+    )
+
+
+def test_schedule_may_only_send_to_the_control_queue(template: Template) -> None:
+    policies = template.find_resources("AWS::IAM::Policy")
+    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    send = [s for s in statements if s["Action"] == "sqs:SendMessage"]
+    assert len(send) == 1
+    assert send[0]["Resource"] == {"Fn::GetAtt": [specs.BROADCAST_CONTROL_QUEUE.id, "Arn"]}
+
+
+def test_both_broadcast_dead_letter_queues_have_an_alarm(template: Template) -> None:
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    watched = {a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms.values()}
+    assert watched == {f"{q.id}DeadLetters" for q in (specs.BROADCAST_QUEUE, specs.BROADCAST_CONTROL_QUEUE)}
+    for alarm in alarms.values():
+        assert alarm["Properties"]["Threshold"] == 0
+        assert alarm["Properties"]["ComparisonOperator"] == "GreaterThanThreshold"
+    template.has_output(SCHEDULE_OUTPUT, {"Value": {"Ref": Match.string_like_regexp("Schedule")}})
+
+
+def test_broadcast_workers_have_their_own_queue_and_a_visibility_above_their_timeout() -> None:
+    worker, resolver = specs.BROADCAST_WORKER_FUNCTION, specs.BROADCAST_RESOLVER_FUNCTION
+    assert worker.event_sources[0].queue is specs.BROADCAST_QUEUE is not specs.SEND_QUEUE
+    assert specs.BROADCAST_QUEUE.visibility_timeout_s > worker.timeout_s
+    assert specs.BROADCAST_CONTROL_QUEUE.visibility_timeout_s > resolver.timeout_s
+    assert worker.event_sources[0].max_concurrency is not None  # bounded: the rate is shared anyway
+    assert set(resolver.send_queues) == {specs.BROADCAST_QUEUE, specs.BROADCAST_CONTROL_QUEUE}
