@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.scenarios import sequences, subscribe
+from bench.scenarios import broadcast, sequences, subscribe
 
 SCENARIOS: dict[str, ModuleType] = {
     subscribe.NAME: subscribe,
     sequences.NAME: sequences,
+    broadcast.NAME: broadcast,
 }

@@ -1,0 +1,115 @@
+"""Broadcasts: one newsletter to a tag audience, through the resolver and worker Lambdas.
+
+Two steps on separately tagged audiences: at an SES rate that does not limit (what a
+recipient costs), and at MaxSendRate 50/s (the achieved rate against the configured max,
+measured from the outbox timestamps: first to last accepted message). Subscribers are
+seeded with BatchWriteItem before measuring (profile + TAG# items, as the store writes them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from bench.harness import Bench
+from bench.meter import Measurement
+from cli.local.ses import read_outbox
+from shared import keys, specs
+from shared.aws import client
+from shared.broadcasts.model import parse_request
+from shared.broadcasts.service import Broadcasts
+from shared.dynamo import serialize
+from shared.sender import decode_tag_value
+from shared.settings import Settings
+from shared.store import Profile
+
+NAME = "broadcast"
+DESCRIPTION = "a broadcast to a tag audience: requests per recipient, overhead vs SES, rate vs MaxSendRate"
+RECIPIENTS = 300
+RATE = 50.0
+TEMPLATE = "newsletter/monthly"
+
+
+def _seed(table: str, tag: str, count: int) -> None:
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    items = []
+    for i in range(count):
+        email = f"{tag}{i:05d}@example.com"
+        profile = Profile(email=email, first_name=f"R{i}", attributes={"plan": "pro"}, tags=frozenset({tag}),
+                          created_at=now, updated_at=now, version=1)  # fmt: skip
+        items += [profile.to_item(), {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email}]
+    ddb = client("dynamodb")
+    for start in range(0, len(items), 25):
+        request = {table: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}
+        while request:
+            request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
+
+
+def _service(bench: Bench) -> Broadcasts:
+    resources = bench.runtime.resources
+    settings = Settings(
+        table_name=resources.tables["table_name"],
+        events_table_name=resources.tables["events_table_name"],
+        broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
+        broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
+    )
+    return Broadcasts.from_settings(settings)
+
+
+def _drained(url: str) -> bool:
+    attributes = client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return (
+        int(attributes["ApproximateNumberOfMessages"])
+        + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        == 0
+    )
+
+
+def _run(bench: Bench, service: Broadcasts, broadcast_id: str, tag: str) -> None:
+    service.send(parse_request(id=broadcast_id, template=TEMPLATE, audience={"tags": [tag]}))
+    deadline = time.monotonic() + 600
+    while service.get(broadcast_id).status != "done":
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"broadcast {broadcast_id} did not finish: {service.get(broadcast_id).public()}"
+            )
+        time.sleep(0.2)
+    engagement = bench.runtime.resources.queues[specs.ENGAGEMENT_QUEUE.id].url
+    while not _drained(engagement) and time.monotonic() < deadline:  # its SES events, too
+        time.sleep(0.2)
+
+
+def _achieved_rate(bench: Bench, broadcast_id: str) -> float:
+    stamps = sorted(
+        datetime.fromisoformat(m["timestamp"].replace("Z", "+00:00")).timestamp()
+        for m in read_outbox(bench.runtime.outbox)
+        if decode_tag_value(m.get("email_tags", {}).get("source", "")) == broadcast_id
+    )
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
+
+
+def run(bench: Bench) -> list[Measurement]:
+    table = bench.runtime.resources.tables["table_name"]
+    _seed(table, "bench-warm", 10)
+    _seed(table, "bench-news", RECIPIENTS)
+    _seed(table, "bench-rate", RECIPIENTS)
+    service = _service(bench)
+    _run(bench, service, "bench-warmup", "bench-warm")  # imports, secret, first claims
+
+    unlimited = bench.measure(
+        f"{RECIPIENTS} recipients, SES rate not limiting", RECIPIENTS, "email",
+        lambda: _run(bench, service, "bench-news", "bench-news"),
+    )  # fmt: skip
+    bench.runtime.ses.configure(max_send_rate=RATE)
+    try:
+        limited = bench.measure(
+            f"{RECIPIENTS} recipients at MaxSendRate {RATE:g}/s", RECIPIENTS, "email",
+            lambda: _run(bench, service, "bench-rate", "bench-rate"),
+        )  # fmt: skip
+    finally:
+        bench.runtime.ses.configure(max_send_rate=10_000)
+    achieved = _achieved_rate(bench, "bench-rate")
+    share = service.get("bench-rate").send_rate
+    label = f"{limited.label}: achieved {achieved:.1f}/s ({achieved / RATE:.0%} of max; share {share:g}/s)"
+    return [unlimited, replace(limited, label=label)]
