@@ -280,6 +280,51 @@ def chapter_engagement(demo: Demo) -> None:
     demo.expect(counters == stats.recompute(source=source), "counters differ from the events table")
 
 
+def chapter_broadcast(demo: Demo) -> None:
+    demo.chapter("Broadcast: the newsletter tag, rate-limited, exactly once")
+    import time
+
+    from cli.local.ses import read_outbox
+    from shared import specs
+    from shared.broadcasts.model import parse_request
+    from shared.broadcasts.service import Broadcasts
+    from shared.settings import Settings
+
+    resources = demo.runtime.resources
+    service = Broadcasts.from_settings(
+        Settings(
+            table_name=resources.tables["table_name"],
+            events_table_name=resources.tables["events_table_name"],
+            broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
+            broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
+        )
+    )
+    request = parse_request(id="demo-news", template="newsletter/monthly", audience={"tags": ["newsletter"]})
+    size, sample = service.preview(request)
+    demo.console.print(f"  dry run: {size} subscriber(s) tagged newsletter and still subscribed: {sample}")
+    answer = service.send(request)
+    record = answer.record
+    demo.console.print(f"  sent {record.id}: {record.status} at <= {record.send_rate:g} mails/s")
+    deadline = time.monotonic() + 30
+    while (record := service.get("demo-news")).status != "done" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    demo.console.print(
+        f"  {record.status}: audience {record.audience_size}, sent {record.sent}, failed {record.failed}",
+        highlight=False,
+    )
+    demo.expect(record.status == "done" and record.sent == size, f"broadcast ended {record.public()}")
+    again = service.send(request)
+    time.sleep(0.5)
+    mails = [m for m in read_outbox(demo.runtime.outbox) if m["email_tags"].get("source") == "demo-news"]
+    recipients = sorted(d for m in mails for d in m["destination"])
+    demo.console.print(f"  the same --id again: created={again.created}; in the outbox: {recipients}")
+    stored = service.get("demo-news")
+    demo.expect(
+        not again.created and stored.sent == size, f"re-send: created={again.created}, sent {stored.sent}"
+    )
+    demo.expect(set(sample) <= set(recipients), f"{sample} not all in the outbox")
+
+
 Chapter = Callable[[Demo], None]
 CHAPTERS: list[Chapter] = [
     chapter_subscribers,
@@ -288,6 +333,7 @@ CHAPTERS: list[Chapter] = [
     chapter_bad_requests,
     chapter_sending,
     chapter_engagement,
+    chapter_broadcast,
 ]
 FINALE: Chapter = chapter_state
 
