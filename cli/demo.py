@@ -47,12 +47,44 @@ class Demo:
         status, answer = self.post("/v1/events", {"events": list(events)})
         self.expect(status == 200, f"POST /v1/events answered {status}: {answer}")
         results = list(answer["results"])
-        for result in results:
-            self.console.print(
-                f"  [green]{status}[/green] {result['type']:<26} {result['subscriber']:<9} "
-                f"tags +{result['tags_added']} -{result['tags_removed']}"
+        for event, result in zip(events, results, strict=True):
+            tags = " ".join(
+                [*(f"+{t}" for t in result["tags_added"]), *(f"-{t}" for t in result["tags_removed"])]
             )
+            self.console.print(
+                f"  [green]{status}[/green] {result['type']:<23} {event['email']:<20} "
+                f"{result['subscriber']:<9} {tags}".rstrip(),
+                highlight=False,
+            )
+            for verb, key in (("started", "sequences_started"), ("stopped", "sequences_stopped")):
+                for sequence in result.get(key, []):
+                    self.console.print(f"      sequence [bold]{sequence}[/bold] {verb}", highlight=False)
         return results
+
+    def refused(self, status: int, answer: Any) -> None:
+        """One line for an error answer: status, code and message."""
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        self.console.print(
+            f"  [yellow]{status}[/yellow] {error.get('code', answer)}: {error.get('message', '')}",
+            highlight=False,
+        )
+
+    def held(self, count: int, timeout_s: float = 20) -> int:
+        """Wait until ``count`` executions stand at a Wait of the paused clock; returns how many do."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while self.runtime.clock.held != count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held = int(self.runtime.clock.held)
+        self.expect(held == count, f"{held} sequence executions wait, expected {count}")
+        return held
+
+    def clock(self, *, paused: bool) -> None:
+        """Pause or resume the runtime's virtual clock (``POST /_local/clock``): while it is
+        paused, Wait states do not end, so sequences stop at their next wait."""
+        status, answer = self.post("/_local/clock", {"paused": paused})
+        self.expect(status == 200 and answer.get("paused") is paused, f"the clock did not change: {answer}")
 
     def expect(self, ok: bool, message: str) -> None:
         if not ok:
@@ -65,7 +97,14 @@ class Demo:
 
 def chapter_subscribers(demo: Demo) -> None:
     demo.chapter("1. Subscribers arrive through POST /v1/events")
-    demo.events(
+    demo.console.print(
+        "  Every new subscriber starts onboarding (sequences/onboarding.yaml). Virtual\n"
+        "  time is paused: each onboarding sends its welcome mail, then stays at its\n"
+        "  first wait (1 day) until the sequences chapter lets the time run.",
+        highlight=False,
+    )
+    demo.clock(paused=True)
+    results = demo.events(
         {
             "type": "subscriber.subscribed",
             "email": "ada@example.com",
@@ -81,11 +120,22 @@ def chapter_subscribers(demo: Demo) -> None:
             "attributes": {"plan": "pro"},
         },
         {"type": "subscriber.subscribed", "email": "linus@Example.COM", "tags": {"add": ["newsletter"]}},
+        {"type": "subscriber.subscribed", "email": "alan@example.com", "first_name": "Alan"},
     )
+    demo.expect(
+        all(r["sequences_started"] == ["onboarding"] for r in results),
+        "not every subscriber started onboarding",
+    )
+    held = demo.held(len(results))
+    from cli.local.ses import read_outbox
+
+    welcomes = [m for m in read_outbox(demo.runtime.outbox) if m["email_tags"].get("source") == "onboarding"]
+    demo.console.print(f"  {len(welcomes)} welcome mails sent; {held} onboardings now stand at 'wait: 1d'")
+    demo.expect(len(welcomes) == len(results), f"{len(welcomes)} welcome mails, expected {len(results)}")
 
 
 def chapter_tag_change(demo: Demo) -> None:
-    demo.chapter("2. Ada upgrades: a tag change (profile and TAG# index change in one transaction)")
+    demo.chapter("2. Ada buys Pro: her tags change, her onboarding ends")
     results = demo.events(
         {
             "type": "purchase.completed",
@@ -96,23 +146,27 @@ def chapter_tag_change(demo: Demo) -> None:
         }
     )
     demo.expect(results[0]["tags_added"] == ["pro"], "the pro tag was not added")
+    demo.expect(
+        results[0]["sequences_stopped"] == ["onboarding"], "the purchase did not end Ada's onboarding"
+    )
 
 
 def chapter_unsubscribe(demo: Demo) -> None:
     demo.chapter("3. Linus unsubscribes")
     results = demo.events({"type": "subscriber.unsubscribed", "email": "linus@example.com"})
     demo.expect(results[0]["status"] == "unsubscribed", "the subscriber is not unsubscribed")
+    demo.expect(results[0]["sequences_stopped"] == ["onboarding"], "unsubscribing did not stop onboarding")
 
 
 def chapter_bad_requests(demo: Demo) -> None:
     demo.chapter("4. Bad requests are refused, and nothing is written")
     status, answer = demo.post("/v1/events", {"type": "subscriber.subscribed", "email": "not-an-email"})
-    demo.console.print(f"  [yellow]{status}[/yellow] {json.dumps(answer.get('error', answer))}")
+    demo.refused(status, answer)
     demo.expect(status == 400, f"a bad email got {status}, not 400")
     status, answer = demo.post(
         "/v1/events", {"type": "subscriber.subscribed", "email": "x@example.com"}, key="nope"
     )
-    demo.console.print(f"  [yellow]{status}[/yellow] {json.dumps(answer.get('error', answer))}")
+    demo.refused(status, answer)
     demo.expect(status == 401, f"a wrong key got {status}, not 401")
 
 
@@ -148,6 +202,9 @@ def chapter_state(demo: Demo) -> None:
     demo.expect(bool(profiles), "no subscribers were stored")
     expected_pairs = {(f"TAG#{t}", f"SUB#{p['email']}") for p in profiles for t in p.get("tags", set())}
     demo.expect(set(tags) == expected_pairs, "the TAG# index and the profile tags disagree")
+    executions = sorted((i["PK"], i["SK"]) for i in items if "EXEC#" in i["PK"] + i["SK"])
+    demo.console.print(f"EXEC# pairs (running sequence executions): {len(executions) or 'none'}")
+    demo.expect(not executions, f"executions still registered after the story: {executions}")
     messages = read_outbox(demo.runtime.outbox)
     if messages:
         demo.console.print(outbox_table(messages))
@@ -158,7 +215,7 @@ def chapter_state(demo: Demo) -> None:
 
 
 def chapter_sending(demo: Demo) -> None:
-    demo.chapter("5. A welcome mail: one send job delivered 3 times, one mail; then a one-click unsubscribe")
+    demo.chapter("5. One send job delivered 3 times: one mail; a one-click unsubscribe")
     import time
     from email import policy
     from email.parser import BytesParser
@@ -185,11 +242,11 @@ def chapter_sending(demo: Demo) -> None:
     eml = demo.runtime.outbox / f"{mails[0]['message_id']}.eml"
     msg = BytesParser(policy=policy.default).parsebytes(eml.read_bytes())
     url = str(msg["List-Unsubscribe"]).split(",")[0].strip().strip("<>")
-    demo.console.print(f"  [green]sent[/green] {msg['Subject']!r} to {msg['To']} ({eml.name})")
-    demo.console.print(
-        f"  List-Unsubscribe: <{url[:60]}...>  List-Unsubscribe-Post: {msg['List-Unsubscribe-Post']}"
-    )
-    text = msg.get_body(("plain",)).get_content().strip().splitlines()
+    demo.console.print(f"  [green]sent[/green] {msg['Subject']!r} to {msg['To']}", highlight=False)
+    demo.console.print(f"  List-Unsubscribe: <{url[:52]}...>", highlight=False)
+    demo.console.print(f"  List-Unsubscribe-Post: {msg['List-Unsubscribe-Post']}", highlight=False)
+    plain = msg.get_body(("plain",))
+    text = plain.get_content().strip().splitlines() if plain is not None else []
     demo.console.print("  text/plain: " + " / ".join(line for line in text[:4] if line))
 
     request = urllib.request.Request(  # noqa: S310 - the local https front
@@ -210,7 +267,7 @@ def chapter_sending(demo: Demo) -> None:
 
 
 def chapter_engagement(demo: Demo) -> None:
-    demo.chapter("Engagement: a bounce, a complaint, opens and a click, then the stats")
+    demo.chapter("6. Engagement: a bounce, a complaint, opens and a click")
     import time
 
     from cli.local import ses_events as ev
@@ -221,18 +278,11 @@ def chapter_engagement(demo: Demo) -> None:
     from shared.store import SubscriberStore
     from shared.suppression import Suppressions
 
-    source, bounce, complaint = (
-        "demo-news",
+    source, bounce, complaint, grace = (
+        "demo-digest",
         "bounce@simulator.amazonses.com",
         "complaint@simulator.amazonses.com",
-    )
-    demo.events(
-        *({"type": "subscriber.subscribed", "email": e} for e in (bounce, complaint, "grace@example.com"))
-    )
-    jobs = [SendJob(email=e, template="welcome", source=source, step="news-1") for e in (bounce, complaint)]
-    enqueue(
-        [*jobs, SendJob(email="grace@example.com", template="welcome", source=source, step="news-1")],
-        demo.runtime.resources.queues["SendQueue"].url,
+        "grace@example.com",
     )
     tables = demo.runtime.resources.tables
     store = SubscriberStore(tables["table_name"], tables["events_table_name"])
@@ -244,38 +294,87 @@ def chapter_engagement(demo: Demo) -> None:
             time.sleep(0.1)
         return check()
 
-    done = wait(
-        lambda: stats.source(source).total("delivery") >= 2 and stats.source(source).total("bounce") >= 1
+    demo.console.print("  Two SES mailbox simulator addresses subscribe: onboarding welcomes them too.")
+    demo.events(*({"type": "subscriber.subscribed", "email": e} for e in (bounce, complaint)))
+    simulated = (bounce, complaint)
+    # 6 onboarding welcome mails in the story (4 in chapter 1, these 2): the bounce is not delivered
+    welcomes = (6, 5, 1, 1)  # sent, delivered, bounced, complained
+
+    def counted() -> tuple[int, ...]:
+        return tuple(stats.source("onboarding").total(m) for m in ("send", "delivery", "bounce", "complaint"))
+
+    def suppressed_and_stopped() -> bool:
+        listed = {s.email for s in Suppressions(store).list()}
+        return all(e in listed and not store.list_executions(e) for e in simulated)
+
+    done = wait(lambda: suppressed_and_stopped() and counted() == welcomes)
+    demo.expect(
+        suppressed_and_stopped(),
+        "the bounce and the complaint did not suppress both addresses and stop their onboarding",
     )
-    demo.expect(done, "the SES events of the 3 mails were not all recorded")
-    grace = next(
+    for suppressed in Suppressions(store).list():
+        demo.console.print(f"  [yellow]suppressed[/yellow] {suppressed.email} ({suppressed.reason})")
+    demo.console.print("  ... and their onboarding stopped (suppression stops every sequence).")
+    sent, delivered, bounced, complained = counted()
+    demo.console.print(
+        f"  onboarding so far: {sent} sent, {delivered} delivered, "
+        f"{bounced} bounced, {complained} complained",
+        highlight=False,
+    )
+    demo.expect(
+        done, f"onboarding counters {counted()}, expected {welcomes} (sent, delivered, bounced, complained)"
+    )
+
+    demo.console.print(f"  A digest ({source}) is queued for Grace and the two simulator addresses.")
+    enqueue(
+        [
+            SendJob(email=e, template="welcome", source=source, step="digest-1")
+            for e in (bounce, complaint, grace)
+        ],
+        demo.runtime.resources.queues["SendQueue"].url,
+    )
+
+    def skipped(email: str) -> bool:
+        return any(
+            e["type"] == "send_skipped" and e.get("source") == source and e.get("reason") == "suppressed"
+            for e in store.list_events(email)
+        )
+
+    done = wait(lambda: stats.source(source).total("delivery") >= 1 and all(skipped(e) for e in simulated))
+    demo.expect(done, "the digest was not delivered to Grace and skipped for the suppressed addresses")
+    demo.console.print("  skipped for both suppressed addresses (reason recorded: suppressed)")
+    mail = next(
         (
             m
             for m in read_outbox(demo.runtime.outbox)
-            if m["email_tags"].get("source") == source and m["destination"] == ["grace@example.com"]
+            if m["email_tags"].get("source") == source and m["destination"] == [grace]
         ),
         None,
     )
-    demo.expect(grace is not None, "no mail to Grace in the outbox")
-    if grace is not None:
+    demo.expect(mail is not None, "no digest to Grace in the outbox")
+    if mail is not None:
         from datetime import UTC, datetime, timedelta
 
         now = datetime.now(UTC)
         at = [ev.iso(now + timedelta(minutes=m)) for m in (1, 2, 3)]  # two real opens, not one redelivered
         for record in (
-            ev.open_event(grace["mail"], at[0]),
-            ev.open_event(grace["mail"], at[1]),
-            ev.click_event(grace["mail"], "https://example.com/pricing", at[2]),
+            ev.open_event(mail["mail"], at[0]),
+            ev.open_event(mail["mail"], at[1]),
+            ev.click_event(mail["mail"], "https://example.com/pricing", at[2]),
         ):
             demo.runtime.ses.emit(record)
         wait(lambda: stats.source(source).total("click") >= 1 and stats.source(source).total("open") >= 2)
-    for suppressed in Suppressions(store).list():
-        demo.console.print(f"  [yellow]suppressed[/yellow] {suppressed.email}: {suppressed.detail}")
     counters = stats.source(source)
     demo.console.print(counters_table(f"mailstep stats --broadcast {source}", counters.rows()))
-    demo.expect((counters.total("open"), counters.unique("open")) == (2, 1), "expected 2 opens, 1 unique")
     demo.expect(
-        (counters.total("bounce"), counters.total("complaint")) == (1, 1), "expected 1 bounce, 1 complaint"
+        (counters.total("send"), counters.total("delivery")) == (1, 1),
+        "expected the digest sent and delivered once (to Grace only)",
+    )
+    demo.expect((counters.total("open"), counters.unique("open")) == (2, 1), "expected 2 opens, 1 unique")
+    demo.expect(counters.total("click") == 1, "expected 1 click")
+    demo.expect(
+        (counters.total("bounce"), counters.total("complaint")) == (0, 0),
+        "the suppressed addresses must get no digest, so no bounce or complaint",
     )
     demo.expect(counters == stats.recompute(source=source), "counters differ from the events table")
 
@@ -325,6 +424,81 @@ def chapter_broadcast(demo: Demo) -> None:
     demo.expect(set(sample) <= set(recipients), f"{sample} not all in the outbox")
 
 
+def chapter_sequences(demo: Demo) -> None:
+    demo.chapter("Sequences: onboarding in virtual time")
+    import time
+
+    from cli.local.ses import read_outbox
+    from shared.aws import client
+    from shared.sender import decode_tag_value
+    from shared.store import SubscriberStore
+
+    tables = demo.runtime.resources.tables
+    store = SubscriberStore(tables["table_name"], tables["events_table_name"])
+    waiting = store.sequence_members("onboarding")
+    demo.console.print(f"  still in onboarding, at the 1-day wait: {', '.join(waiting) or 'nobody'}")
+    demo.expect(
+        sorted(waiting) == ["alan@example.com", "grace@example.com"],
+        f"expected Grace and Alan to be waiting in onboarding, found {waiting}",
+    )
+    before, started = demo.runtime.clock.advanced_s, time.monotonic()
+    demo.clock(paused=False)
+    deadline = time.monotonic() + 30
+    while store.sequence_members("onboarding") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    demo.expect(not store.sequence_members("onboarding"), "onboarding executions still running after 30 s")
+    days = (demo.runtime.clock.advanced_s - before) / 86400
+    demo.console.print(
+        f"  virtual time runs again: {days:g} days of waits passed in {time.monotonic() - started:.1f} s",
+        highlight=False,
+    )
+
+    sfn = client("stepfunctions")
+    machine = next(
+        m["stateMachineArn"]
+        for m in sfn.list_state_machines()["stateMachines"]
+        if m["name"].endswith("-seq-onboarding")
+    )
+    ended: dict[str, str] = {}  # subscriber -> execution status
+    for run in sfn.list_executions(stateMachineArn=machine)["executions"]:
+        email = json.loads(sfn.describe_execution(executionArn=run["executionArn"])["input"])["email"]
+        ended[email] = {"SUCCEEDED": "completed", "ABORTED": "stopped"}.get(run["status"], run["status"])
+    received: dict[str, list[tuple[str, str]]] = {}
+    for meta in read_outbox(demo.runtime.outbox):
+        if decode_tag_value(meta["email_tags"].get("source", "")) == "onboarding":
+            template = decode_tag_value(meta["email_tags"]["template"])
+            received.setdefault(meta["destination"][0], []).append((template, meta["subject"]))
+    branches = {"onboarding/pro-tips": "pro branch", "onboarding/upgrade": "upgrade branch"}
+    common = ["onboarding/welcome", "onboarding/tips"]
+    # subscriber -> (how the story ended their onboarding, the mails it sent them)
+    expected: dict[str, tuple[str, list[str]]] = {
+        "grace@example.com": ("completed", [*common, "onboarding/pro-tips", "onboarding/check-in"]),
+        "alan@example.com": ("completed", [*common, "onboarding/upgrade", "onboarding/check-in"]),
+        "ada@example.com": ("stopped", ["onboarding/welcome"]),
+        "linus@example.com": ("stopped", ["onboarding/welcome"]),
+        "bounce@simulator.amazonses.com": ("stopped", ["onboarding/welcome"]),
+        "complaint@simulator.amazonses.com": ("stopped", ["onboarding/welcome"]),
+    }
+    why = {
+        "ada@example.com": "by purchase.completed (exit_on)",
+        "linus@example.com": "by the unsubscribe",
+        "bounce@simulator.amazonses.com": "by the suppression (bounce)",
+        "complaint@simulator.amazonses.com": "by the suppression (complaint)",
+    }
+    for email, (end, templates) in expected.items():
+        mails = received.get(email, [])
+        status = ended.get(email, "no execution")
+        demo.console.print(f"  [bold]{email}[/bold]: {status} {why.get(email, '')}".rstrip(), highlight=False)
+        demo.expect(status == end, f"{email}: onboarding {status}, expected {end}")
+        for number, (template, subject) in enumerate(mails, start=1):
+            note = f"  ({branches[template]})" if template in branches else ""
+            demo.console.print(f"    {number}. {subject:<34.34} {template}{note}", highlight=False)
+        demo.expect(
+            [t for t, _ in mails] == templates, f"{email} got {[t for t, _ in mails]}, not {templates}"
+        )
+    demo.expect(set(received) == set(expected), f"onboarding mail went to {sorted(received)}")
+
+
 Chapter = Callable[[Demo], None]
 CHAPTERS: list[Chapter] = [
     chapter_subscribers,
@@ -334,6 +508,7 @@ CHAPTERS: list[Chapter] = [
     chapter_sending,
     chapter_engagement,
     chapter_broadcast,
+    chapter_sequences,
 ]
 FINALE: Chapter = chapter_state
 
@@ -346,10 +521,8 @@ def demo() -> None:
 
     console = Console()
     with LocalRuntime(RuntimeConfig()) as runtime:
-        console.print(
-            f"[bold]mailstep demo[/bold]: emulated AWS at {runtime.endpoint}, HTTP API at {runtime.api_url} "
-            f"(started in {runtime.started_in_s:.1f} s)"
-        )
+        console.print(f"[bold]mailstep demo[/bold]: local runtime started in {runtime.started_in_s:.1f} s")
+        console.print(f"  emulated AWS {runtime.endpoint}, HTTP API {runtime.api_url}", highlight=False)
         story = Demo(runtime=runtime, console=console)
         for chapter in [*CHAPTERS, FINALE]:
             chapter(story)

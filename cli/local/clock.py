@@ -3,13 +3,22 @@
 ``speed=None`` makes every wait instant (tests); ``speed=N`` waits ``seconds / N`` of
 wall time (``mailstep dev --speed N``). Either way the virtual time each wait stood for
 is recorded, so tests can assert that "30 days" really went by.
+
+The clock can be paused (``POST /_local/clock {"paused": true}``): virtual time stands
+still, so no Wait state and no Retry interval ends until it is resumed. A paused wait
+still ends early when its execution stops (``running`` turns false). This is how a test or the
+demo holds executions in the middle of a sequence, deterministically, even when waits are
+otherwise instant. ``held`` counts the waits the pause is holding right now.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+PAUSE_POLL_S = 0.05  # how often a held wait checks that its execution still runs
 
 
 @dataclass
@@ -17,7 +26,22 @@ class VirtualClock:
     speed: float | None = None
     advanced_s: float = 0.0  # total virtual seconds waited (sum over all waits)
     waits: list[float] = field(default_factory=list)
+    held: int = 0  # waits held by a pause right now
+    _running: threading.Event = field(default_factory=threading.Event, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
 
     def wall_seconds(self, seconds: float) -> float:
         return 0.0 if self.speed is None else max(0.0, seconds) / self.speed
@@ -27,8 +51,31 @@ class VirtualClock:
             self.advanced_s += max(0.0, seconds)
             self.waits.append(seconds)
 
-    def wait(self, seconds: float, interrupt: threading.Event | None = None) -> None:
-        """Stand for ``seconds`` of virtual time; returns early when ``interrupt`` is set."""
+    def _hold(self, running: Callable[[], bool] | None) -> bool:
+        """Block while paused; False when the execution stopped meanwhile (the wait ends unserved)."""
+        if self._running.is_set():
+            return True
+        with self._lock:
+            self.held += 1
+        try:
+            while not self._running.wait(PAUSE_POLL_S):
+                if running is not None and not running():
+                    return False
+            return True
+        finally:
+            with self._lock:
+                self.held -= 1
+
+    def wait(
+        self,
+        seconds: float,
+        interrupt: threading.Event | None = None,
+        running: Callable[[], bool] | None = None,
+    ) -> None:
+        """Stand for ``seconds`` of virtual time; returns early when ``interrupt`` is set
+        (a wall-clock wait) or ``running`` turns false (a paused wait)."""
+        if not self._hold(running):
+            return
         self.record(seconds)
         wall = self.wall_seconds(seconds)
         if wall <= 0:

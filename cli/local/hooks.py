@@ -5,7 +5,9 @@
   virtual clock (``cli.local.clock``);
 - SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
   event destinations) -> the local SES (``cli.local.ses``);
-- SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does.
+- SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
+- DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
+  :func:`_transact_write_items`).
 
 :func:`self_check` fails loudly when one of these hooks moved (a moto upgrade): the
 runtime calls it before patching, and a test calls it too.
@@ -13,6 +15,7 @@ runtime calls it before patching, and a test calls it too.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import threading
@@ -24,6 +27,16 @@ from typing import Any
 
 from moto.awslambda.models import LambdaBackend, LambdaFunction
 from moto.core.exceptions import JsonRESTError
+from moto.dynamodb import models as dynamodb_models
+from moto.dynamodb.comparisons import get_filter_expression
+from moto.dynamodb.exceptions import (
+    ConditionalCheckFailed,
+    MockValidationException,
+    MultipleTransactionsException,
+    TooManyTransactionsException,
+    TransactionCanceledException,
+    TransactWriteSingleOpException,
+)
 from moto.sesv2 import urls as sesv2_urls
 from moto.sesv2.responses import SESV2Response
 from moto.sqs.models import Queue
@@ -69,6 +82,7 @@ def self_check() -> None:
         (SESV2Response, "send_email"): ["self"],
         (SESV2Response, "dispatch"): None,
         (LambdaBackend, "create_event_source_mapping"): ["self", "spec"],
+        (dynamodb_models.DynamoDBBackend, "transact_write_items"): ["self", "transact_items"],
     }
     for (owner, name), params in expected.items():
         member = getattr(owner, name, None)
@@ -81,6 +95,8 @@ def self_check() -> None:
         problems.append("the Step Functions retrier no longer sleeps through retrier_decl.time")
     if not isinstance(getattr(sesv2_urls, "url_paths", None), dict):
         problems.append("moto.sesv2.urls.url_paths is no longer a dict")
+    if "original_table_state" not in inspect.getsource(dynamodb_models.DynamoDBBackend.transact_write_items):
+        problems.append("DynamoDB transact_write_items no longer snapshots whole tables: review the override")
     if "lambda_event_source_mappings" not in inspect.getsource(Queue.add_message):
         problems.append("SQS Queue.add_message no longer triggers event source mappings")
     if problems:
@@ -107,7 +123,7 @@ def _wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
     if clock is None:
         env.program_state_event.wait(wait_seconds)
         return
-    clock.wait(wait_seconds, env.program_state_event)
+    clock.wait(wait_seconds, env.program_state_event, running=env.is_running)
 
 
 def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
@@ -198,6 +214,88 @@ def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
     return esm
 
 
+_TRANSACTIONS = threading.Lock()
+
+
+def _transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+    """moto's TransactWriteItems with the same checks and errors, but an item-level rollback.
+
+    moto deep-copies every table a transaction names before it starts (O(table size) per
+    call, holding the GIL: the cost grows with every item the runtime stores) and, when a
+    condition fails, puts those copies back whole, losing the writes other threads made in
+    between. Here transactions run one at a time, each remembers the items it writes, and
+    a cancelled one restores exactly those items, as DynamoDB's isolation implies.
+    """
+    if len(transact_items) > 100:
+        raise TooManyTransactionsException()
+    with _TRANSACTIONS:
+        written: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
+
+        def rollback() -> None:
+            for table_name, key, attributes in reversed(written):
+                if attributes is not None:
+                    self.put_item(table_name, attributes)
+                elif self.get_item(table_name, key) is not None:
+                    self.delete_item(table_name, key)
+
+        targets: set[tuple[str, str]] = set()
+        errors: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
+        for entry in transact_items:
+            original_item: dict[str, Any] | None = None
+            if len(list(entry.keys())) > 1:
+                raise TransactWriteSingleOpException
+            try:
+                op_type, op = next(iter(entry.items()))
+                if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+                    raise ValueError("Unsupported transaction operation")
+                table_name = op["TableName"]
+                condition = op.get("ConditionExpression")
+                names = op.get("ExpressionAttributeNames")
+                values = op.get("ExpressionAttributeValues")
+                if op_type == "Put":
+                    table = self.get_table(table_name)
+                    key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
+                    if table.range_key_attr is not None:
+                        key[table.range_key_attr] = op["Item"][table.range_key_attr]
+                else:
+                    key = op["Key"]
+                target = (str(table_name), str(dict(sorted(key.items()))))
+                if target in targets:
+                    raise MultipleTransactionsException()
+                targets.add(target)
+                current = self.get_item(table_name, key)
+                holds = condition is None or get_filter_expression(condition, names, values).expr(current)
+                if not holds:
+                    if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                        original_item = current.to_json()["Attributes"]
+                    raise ConditionalCheckFailed(item=original_item)
+                if op_type != "ConditionCheck":
+                    before = None if current is None else copy.deepcopy(current.to_json()["Attributes"])
+                    written.append((table_name, key, before))
+                common = {
+                    "condition_expression": condition,
+                    "expression_attribute_names": names,
+                    "expression_attribute_values": values,
+                }
+                if op_type == "Put":
+                    self.put_item(table_name, op["Item"], **common)
+                elif op_type == "Delete":
+                    self.delete_item(table_name, key, **common)
+                elif op_type == "Update":
+                    self.update_item(table_name, key, update_expression=op["UpdateExpression"], **common)
+                errors.append((None, None, None))
+            except (MultipleTransactionsException, MockValidationException):
+                rollback()
+                raise
+            except ConditionalCheckFailed as exc:
+                errors.append(("ConditionalCheckFailed", str(exc.message), original_item))
+            except Exception as exc:  # moto reports any other failure per item, like DynamoDB
+                errors.append((type(exc).__name__, str(exc), original_item))
+        if any(code is not None for code, _, _ in errors):
+            rollback()
+            raise TransactionCanceledException(errors)
+
+
 # Routes moto's server lacks for the SES v2 operations added here.
 _DESTINATIONS = "{0}/v2/email/configuration-sets/(?P<ConfigurationSetName>[^/]+)/event-destinations"
 _SESV2_EXTRA_PATHS = {
@@ -218,6 +316,7 @@ def install() -> None:
         WaitFunction._wait_interval = _wait_interval  # type: ignore[method-assign]
         retrier_decl.time = _RetryTime()  # type: ignore[assignment]
         LambdaBackend.create_event_source_mapping = _create_event_source_mapping  # type: ignore[method-assign]
+        dynamodb_models.DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
         sesv2_urls.url_paths.update(_SESV2_EXTRA_PATHS)
         SESV2Response.send_email = _send_email  # type: ignore[method-assign]
         SESV2Response.get_account = _get_account  # type: ignore[attr-defined]

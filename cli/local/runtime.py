@@ -207,6 +207,9 @@ class LocalRuntime:
         self._write_state()
 
     def stop(self) -> None:
+        clock = getattr(self, "clock", None)
+        if clock is not None:
+            clock.resume()  # release the waits a pause holds
         for poller in self.pollers:
             poller.stop_event.set()
         for poller in self.pollers:
@@ -287,6 +290,8 @@ class LocalRuntime:
                 "advanced_s": self.clock.advanced_s,
                 "waits": len(self.clock.waits),
                 "speed": self.clock.speed,
+                "paused": self.clock.paused,
+                "held": self.clock.held,
             },
             "lambda": {"invocations": dict(STATS.invocations), "errors": dict(STATS.errors)},
             "ses": {
@@ -298,9 +303,23 @@ class LocalRuntime:
         }
 
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
-        """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send}."""
+        """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send};
+        ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry)."""
         if method == "GET" and path == "/_local/status":
             return 200, self.status()
+        if method == "POST" and path == "/_local/clock":
+            try:
+                paused = json.loads(body or b"{}")["paused"]
+                if not isinstance(paused, bool):
+                    raise TypeError("paused must be true or false")
+            except (ValueError, TypeError, KeyError) as exc:
+                message = "paused is required" if isinstance(exc, KeyError) else str(exc)
+                return 400, {"error": {"code": "invalid_request", "message": message}}
+            if paused:
+                self.clock.pause()
+            else:
+                self.clock.resume()
+            return 200, self.status()["clock"]
         if method == "POST" and path == "/_local/ses":
             try:
                 values = json.loads(body or b"{}")
