@@ -44,7 +44,7 @@ from typing import IO, Any, BinaryIO, TextIO
 from pydantic import ValidationError
 
 from shared.admin import SubscriberAdmin
-from shared.errors import InvalidInput, MailstepError
+from shared.errors import FieldProblem, InvalidInput
 from shared.models import SUBSCRIBE_EVENT, SUBSCRIBED, UNSUBSCRIBED, InboundEvent, problems_from
 from shared.observability import logger
 from shared.sequences.engine import SequenceEngine
@@ -158,7 +158,9 @@ def parse_rows(text: TextIO, extra_tags: tuple[str, ...] = ()) -> Iterator[Row |
     reader = csv.DictReader(text)
     header = [h.strip() for h in reader.fieldnames or []]
     if "email" not in header:
-        raise MailstepError("the CSV header must name an 'email' column")
+        raise InvalidInput(
+            "the CSV header must name an 'email' column", [FieldProblem("header", "no email column")]
+        )
     reader.fieldnames = header
     seen: dict[str, int] = {}
     for record in reader:

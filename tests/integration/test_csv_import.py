@@ -234,3 +234,15 @@ def test_export_streams_csv_that_imports_back_unchanged(tmp_path: Path, store: S
     path.write_text(out.getvalue())
     again = import_csv(path, store)
     assert again.unchanged == 2 and not again.rejected
+
+
+def test_a_file_without_an_email_column_is_refused_before_any_write(
+    tmp_path: Path, store: SubscriberStore
+) -> None:
+    from shared.errors import InvalidInput
+
+    source = tmp_path / "names.csv"
+    source.write_text("name,tags\nAda,pro\n")
+
+    with pytest.raises(InvalidInput, match="email"):
+        import_csv(source, store)
