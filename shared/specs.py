@@ -306,7 +306,12 @@ def stack_outputs() -> dict[str, str]:
     outputs |= {f"{s.id}Arn": s.setting for s in SECRETS}
     outputs |= {f"{q.id}Url": q.setting for q in QUEUES}
     outputs |= {f"{t.id}Arn": t.setting for t in TOPICS}
+    outputs[BROADCAST_SCHEDULE_OUTPUT] = "broadcast_schedule_arn"
     return outputs
+
+
+# The state machine that waits until a broadcast's --at time (stack output of the broadcasts construct).
+BROADCAST_SCHEDULE_OUTPUT = "BroadcastScheduleArn"
 
 
 # ----- engagement (DESIGN.md section 7) ----------------------------------------------------------

@@ -16,6 +16,7 @@ from shared import specs
 from stacks.config import MailstepConfig
 from stacks.constructs.alarms import Alarms
 from stacks.constructs.api import Api
+from stacks.constructs.broadcasts import Broadcasts
 from stacks.constructs.engagement import Engagement
 from stacks.constructs.functions import Functions
 from stacks.constructs.messaging import Messaging
@@ -74,6 +75,14 @@ class MailstepStack(Stack):
         )
         alarms = Alarms(self, "Alarms", config=config, dead_letter_queues=messaging.dead_letter_queues)
         alarms.watch_state_machines(sequences.state_machines)
+        broadcasts = Broadcasts(
+            self,
+            "Broadcasts",
+            queues=messaging.queues,
+            dead_letter_queues=messaging.dead_letter_queues,
+            log_retention=config.log_retention,
+        )
+        settings["broadcast_schedule_arn"] = broadcasts.schedule.state_machine_arn
 
         CfnOutput(self, specs.API_URL_OUTPUT, value=api.url, description="Base URL of the mailstep HTTP API")
         for key, setting in specs.stack_outputs().items():

@@ -5,8 +5,7 @@ same two states for the local runtime."""
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, CfnOutput, Duration, RemovalPolicy, Validations
-from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -16,7 +15,7 @@ from constructs import Construct
 from shared import specs
 from shared.broadcasts.schedule import START_STATE, WAIT_STATE
 
-SCHEDULE_OUTPUT = "BroadcastScheduleArn"
+SCHEDULE_OUTPUT = specs.BROADCAST_SCHEDULE_OUTPUT
 
 
 class Broadcasts(Construct):
@@ -27,6 +26,7 @@ class Broadcasts(Construct):
         *,
         queues: dict[specs.QueueSpec, sqs.Queue],
         dead_letter_queues: dict[specs.QueueSpec, sqs.Queue],
+        log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
     ) -> None:
         super().__init__(scope, construct_id)
         wait = sfn.Wait(self, WAIT_STATE, time=sfn.WaitTime.timestamp_path("$.at"))
@@ -38,7 +38,7 @@ class Broadcasts(Construct):
         )
         start.add_retry(errors=["States.ALL"], interval=Duration.seconds(5), max_attempts=8, backoff_rate=2.0)
         log_group = logs.LogGroup(
-            self, "ScheduleLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+            self, "ScheduleLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
         )
         self.schedule = sfn.StateMachine(
             self,
@@ -56,24 +56,4 @@ class Broadcasts(Construct):
                 "GetSamplingRules/GetSamplingTargets support no resource-level permissions.",
             )
         )
-        self.alarms = [
-            cloudwatch.Alarm(
-                self,
-                f"{spec.id}DeadLettersAlarm",
-                alarm_description=f"mailstep: messages in the dead-letter queue of {spec.id} (redrive them)",
-                metric=dead_letter_queues[spec].metric_approximate_number_of_messages_visible(
-                    period=Duration.minutes(5), statistic="Maximum"
-                ),
-                threshold=0,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            )
-            for spec in (specs.BROADCAST_QUEUE, specs.BROADCAST_CONTROL_QUEUE)
-        ]
-        CfnOutput(
-            self,
-            SCHEDULE_OUTPUT,
-            value=self.schedule.state_machine_arn,
-            description="settings field broadcast_schedule_arn",
-        ).override_logical_id(SCHEDULE_OUTPUT)
+

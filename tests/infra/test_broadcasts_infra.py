@@ -6,25 +6,27 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
 from aws_cdk.assertions import Match, Template
 
 from shared import specs
 from shared.broadcasts.schedule import START_STATE, WAIT_STATE, definition
-from stacks.constructs.broadcasts import SCHEDULE_OUTPUT, Broadcasts
-from stacks.constructs.messaging import Messaging
+from stacks.constructs.broadcasts import SCHEDULE_OUTPUT
+from stacks.mailstep_stack import SKIP_BUNDLING, build_app
 
 
 @pytest.fixture(scope="module")
-def template() -> Template:
-    stack = Stack(App(), "BroadcastsTest")
-    messaging = Messaging(stack, "Messaging")
-    Broadcasts(stack, "Broadcasts", queues=messaging.queues, dead_letter_queues=messaging.dead_letter_queues)
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """The app's stack: the broadcasts construct as the stack composes it."""
+    _, stack = build_app(SKIP_BUNDLING, outdir=str(tmp_path_factory.mktemp("cdk.out")))
     return Template.from_stack(stack)
 
 
 def _definition(template: Template) -> dict[str, Any]:
-    machine = next(iter(template.find_resources("AWS::StepFunctions::StateMachine").values()))
+    (machine,) = [
+        m
+        for key, m in template.find_resources("AWS::StepFunctions::StateMachine").items()
+        if key.startswith("BroadcastsSchedule")
+    ]
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
     text = "".join(p if isinstance(p, str) else "<token>" for p in parts)
     return dict(json.loads(text))
@@ -59,9 +61,13 @@ def test_schedule_may_only_send_to_the_control_queue(template: Template) -> None
 
 def test_both_broadcast_dead_letter_queues_have_an_alarm(template: Template) -> None:
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    watched = {a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms.values()}
-    assert watched == {f"{q.id}DeadLetters" for q in (specs.BROADCAST_QUEUE, specs.BROADCAST_CONTROL_QUEUE)}
-    for alarm in alarms.values():
+    by_queue = {
+        a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]: a
+        for a in alarms.values()
+        if a["Properties"].get("Namespace") == "AWS/SQS"
+    }
+    for queue in (specs.BROADCAST_QUEUE, specs.BROADCAST_CONTROL_QUEUE):
+        alarm = by_queue[f"{queue.id}DeadLetters"]
         assert alarm["Properties"]["Threshold"] == 0
         assert alarm["Properties"]["ComparisonOperator"] == "GreaterThanThreshold"
     template.has_output(SCHEDULE_OUTPUT, {"Value": {"Ref": Match.string_like_regexp("Schedule")}})
