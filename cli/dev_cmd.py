@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ def dev(
     """Run mailstep locally: emulated AWS, in-process Lambdas, local SES and the HTTP API."""
     from cli.local import LocalRuntime, RuntimeConfig
 
-    console = Console()
+    # Redirected to a file (a log), long paths and commands must stay on one line each.
+    console = Console() if sys.stdout.isatty() else Console(width=400)
     stop = threading.Event()
 
     def _stop(signum: int, frame: Any) -> None:

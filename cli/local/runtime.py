@@ -42,6 +42,9 @@ from shared.secrets import reset_cache
 
 ACCOUNT_ID = "123456789012"
 STATE_FILE = "runtime.json"
+# Concurrent batches per SQS mapping without a MaximumConcurrency (Lambda scales further;
+# two keep a laptop responsive while still exercising concurrent delivery).
+DEFAULT_MAPPING_CONCURRENCY = 2
 
 
 def free_port() -> int:
@@ -246,6 +249,7 @@ class LocalRuntime:
             "tls_cert": str(self.tls.cert),
             "api_key": self.api_key,
             "region": self.config.region,
+            "started_in_s": round(self.started_in_s, 3),
             "outbox": str(self.outbox),
             "pid": os.getpid(),
             "tables": self.resources.tables,
@@ -262,19 +266,22 @@ class LocalRuntime:
         self._backend("sns").topics[topic_arn].publish(message)
 
     def _start_poller(self, esm: Any, queue: Any) -> None:
+        """Like Lambda's SQS poller: up to MaximumConcurrency concurrent batches per mapping."""
         function = self._backend("lambda").get_function(esm.function_arn)
-        poller = SqsPoller(
-            sqs_backend=self._backend("sqs"),
-            queue_name=queue.name,
-            queue_arn=queue.queue_arn,
-            region=self.config.region,
-            function=function,
-            batch_size=int(esm.batch_size or 10),
-            counts=self.poller_counts,
-        )
-        with self._lock:
-            self.pollers.append(poller)
-        poller.start()
+        concurrency = int((esm.scaling_config or {}).get("MaximumConcurrency") or DEFAULT_MAPPING_CONCURRENCY)
+        for _ in range(concurrency):
+            poller = SqsPoller(
+                sqs_backend=self._backend("sqs"),
+                queue_name=queue.name,
+                queue_arn=queue.queue_arn,
+                region=self.config.region,
+                function=function,
+                batch_size=int(esm.batch_size or 10),
+                counts=self.poller_counts,
+            )
+            with self._lock:
+                self.pollers.append(poller)
+            poller.start()
 
     def function(self, name: str) -> Any:
         """The moto ``LambdaFunction`` of a spec'd function (by spec name) or a physical name."""

@@ -282,7 +282,7 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
     )
 
     assert answer.returncode == 0 and "scheduled" in answer.stdout, answer.stdout + answer.stderr
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while (stored := record(local, "e2e-later"))["status"] != "done":
         assert time.monotonic() < deadline, stored
         time.sleep(0.5)
