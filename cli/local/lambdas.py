@@ -154,8 +154,12 @@ class SqsPoller:
         function: Any,
         batch_size: int,
         counts: PollerCounts,
+        receive_lock: threading.Lock | None = None,
     ) -> None:
         self.sqs = sqs_backend
+        # Pollers of one mapping share a lock: moto's in-process ReceiveMessage is not atomic,
+        # and SQS never hands the same message to two concurrent receivers.
+        self.receive_lock = receive_lock or threading.Lock()
         self.queue_name = queue_name
         self.queue_arn = queue_arn
         self.region = region
@@ -175,7 +179,10 @@ class SqsPoller:
     def _run(self) -> None:
         while not self.stop_event.is_set():
             try:
-                messages = self.sqs.receive_message(self.queue_name, self.batch_size, 1, None)
+                with self.receive_lock:
+                    messages = self.sqs.receive_message(self.queue_name, self.batch_size, 0, None)
+                if not messages:
+                    self.stop_event.wait(0.2)  # long polling, without holding the lock
             except Exception:  # the queue went away (runtime stopping)
                 logger.exception("event source poll failed", queue=self.queue_name)
                 self.stop_event.wait(1)

@@ -42,9 +42,8 @@ from shared.secrets import reset_cache
 
 ACCOUNT_ID = "123456789012"
 STATE_FILE = "runtime.json"
-# Concurrent batches per SQS mapping without a MaximumConcurrency (Lambda scales further;
-# two keep a laptop responsive while still exercising concurrent delivery).
-DEFAULT_MAPPING_CONCURRENCY = 2
+# Batches in flight per SQS mapping in the local runtime (see LocalRuntime._start_poller).
+LOCAL_MAPPING_CONCURRENCY = 1
 
 
 def free_port() -> int:
@@ -266,10 +265,14 @@ class LocalRuntime:
         self._backend("sns").topics[topic_arn].publish(message)
 
     def _start_poller(self, esm: Any, queue: Any) -> None:
-        """Like Lambda's SQS poller: up to MaximumConcurrency concurrent batches per mapping."""
+        """Like Lambda's SQS poller, with LOCAL_MAPPING_CONCURRENCY batches in flight per mapping.
+
+        More concurrent pollers do not send faster here (one process, two cores, moto's global
+        request lock) but multiply SES throttling retries, so MaximumConcurrency is not modelled.
+        """
         function = self._backend("lambda").get_function(esm.function_arn)
-        concurrency = int((esm.scaling_config or {}).get("MaximumConcurrency") or DEFAULT_MAPPING_CONCURRENCY)
-        for _ in range(concurrency):
+        receive_lock = threading.Lock()
+        for _ in range(LOCAL_MAPPING_CONCURRENCY):
             poller = SqsPoller(
                 sqs_backend=self._backend("sqs"),
                 queue_name=queue.name,
@@ -278,6 +281,7 @@ class LocalRuntime:
                 function=function,
                 batch_size=int(esm.batch_size or 10),
                 counts=self.poller_counts,
+                receive_lock=receive_lock,
             )
             with self._lock:
                 self.pollers.append(poller)
