@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,6 +232,9 @@ def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
 
 
 class SubscriberAdmin:
+    # Seconds an erase waits for in-flight sequence steps before its second sweep.
+    erase_grace_s: float = 3.0
+
     def __init__(self, store: SubscriberStore, engine: SequenceEngine | None = None) -> None:
         self.store = store
         # Stopping needs no catalog: the EXEC pairs name the executions.
@@ -341,6 +345,12 @@ class SubscriberAdmin:
             raise SubscriberNotFound("no such subscriber")
         stopped = self.engine.stop_all(email, reason="erased by an operator")
         report: EraseReport = self.store.erase(email)
+        if stopped:
+            # A step already running when its execution was stopped may still finish (its
+            # send log item, its events): sweep again once such a step has had time to end.
+            time.sleep(self.erase_grace_s)
+            again = self.store.erase(email)
+            report = EraseReport(report.main_items + again.main_items, report.event_items + again.event_items)
         logger.info(
             "subscriber erased",
             subscriber=redact_email(email),
