@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
@@ -67,6 +67,9 @@ class Page:
     emails: list[str]
     cursor: str | None  # where the next page starts; None when exhausted
     evaluated: int
+    # Subscribers the filters matched but who may not get marketing mail, by reason
+    # (``suppressed``, ``unsubscribed``): recorded on the broadcast as skipped, never sent.
+    excluded: dict[str, int] = field(default_factory=dict)
 
     @property
     def exhausted(self) -> bool:
@@ -106,10 +109,12 @@ class AudienceResolver:
         position = json.loads(cursor) if cursor else {"part": 0, "key": None}
         part, start = int(position["part"]), position.get("key")
         emails: list[str] = []
+        excluded: dict[str, int] = {}
         evaluated = 0
         while part < len(parts):
             if len(emails) >= self.page_size or evaluated >= self.max_evaluated:
-                return Page(emails, json.dumps({"part": part, "key": start}, sort_keys=True), evaluated)
+                cursor = json.dumps({"part": part, "key": start}, sort_keys=True)
+                return Page(emails, cursor, evaluated, excluded)
             tag = parts[part]
             if tag is None:
                 candidates, start = self._scan_chunk(start)
@@ -118,12 +123,16 @@ class AudienceResolver:
             evaluated += len(candidates)
             earlier = set(parts[:part]) if audience.any_tags and not audience.tags else set()
             for candidate in candidates:
-                fresh = candidate.eligible and not (candidate.tags & earlier)
-                if fresh and audience.matches(candidate.tags, candidate.attributes):
+                if candidate.tags & earlier or not audience.matches(candidate.tags, candidate.attributes):
+                    continue
+                if candidate.eligible:
                     emails.append(candidate.email)
+                else:
+                    reason = "suppressed" if candidate.suppressed else "unsubscribed"
+                    excluded[reason] = excluded.get(reason, 0) + 1
             if start is None:
                 part += 1
-        return Page(emails, None, evaluated)
+        return Page(emails, None, evaluated, excluded)
 
     def iterate(self, audience: Audience) -> Iterator[str]:
         """Every recipient (the CLI's dry run and tests)."""

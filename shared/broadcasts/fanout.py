@@ -122,7 +122,9 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
             logger.info("broadcast resolve message out of order", expected=record.page, **log)
             return StepResult("stale", message.page)
         page = ctx.resolver.page(record.audience, record.cursor)
-        if ctx.records.save_page(record, message.page, page.emails, page.cursor, page.exhausted):
+        if ctx.records.save_page(
+            record, message.page, page.emails, page.cursor, page.exhausted, excluded=page.excluded
+        ):
             stored = (page.emails, page.exhausted)
         else:  # another delivery of this message checkpointed it first
             stored = ctx.records.get_page(record.id, record.round, message.page)

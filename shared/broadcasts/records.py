@@ -269,10 +269,17 @@ class BroadcastStore:
         return list(json.loads(data["emails"])), bool(data["exhausted"])
 
     def save_page(
-        self, record: Broadcast, page: int, emails: list[str], next_cursor: str | None, exhausted: bool
+        self,
+        record: Broadcast,
+        page: int,
+        emails: list[str],
+        next_cursor: str | None,
+        exhausted: bool,
+        excluded: Mapping[str, int] | None = None,
     ) -> bool:
-        """Checkpoint one page: the PAGE item, and the record's next page, cursor and audience
-        size, in one transaction conditioned on the record still expecting this page."""
+        """Checkpoint one page: the PAGE item, and the record's next page, cursor, audience
+        size and ``skipped_<reason>`` for matched subscribers who may not be mailed
+        (``excluded``), in one transaction conditioned on the record still expecting this page."""
         page_item = {
             "PK": keys.broadcast_pk(record.id),
             "SK": keys.broadcast_page_sk(record.round, page),
@@ -286,12 +293,19 @@ class BroadcastStore:
             "round": record.round,
             "page": page,
         }
+        adds = "#audience_size :size"
+        extra_names: dict[str, str] = {}
+        for i, (reason, count) in enumerate(sorted((excluded or {}).items())):
+            if count and reason in SKIP_REASONS:
+                adds += f", #x{i} :x{i}"
+                extra_names[f"#x{i}"] = f"skipped_{reason}"
+                vals[f"x{i}"] = int(count)
         if next_cursor is None:
-            expression = "SET #page = :next, #updated_at = :now REMOVE #cursor ADD #audience_size :size"
+            expression = f"SET #page = :next, #updated_at = :now REMOVE #cursor ADD {adds}"
         else:
-            expression = "SET #page = :next, #updated_at = :now, #cursor = :cursor ADD #audience_size :size"
+            expression = f"SET #page = :next, #updated_at = :now, #cursor = :cursor ADD {adds}"
             vals["cursor"] = next_cursor
-        names = _used(NAMES, expression, "#round #page")
+        names = {**_used(NAMES, expression, "#round #page"), **extra_names}
         actions = [
             {
                 "Put": {

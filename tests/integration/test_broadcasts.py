@@ -116,6 +116,13 @@ def test_a_broadcast_reaches_exactly_its_audience_once_and_a_rerun_sends_nothing
         len(expected),
         0,
     )
+    # Matched subscribers who may not get marketing mail are recorded as skipped, by reason
+    matched = [p for p in people if request.audience.matches(frozenset(p["tags"]), p["attributes"])]
+    suppressed = sum(1 for p in matched if p["suppressed"])
+    unsubscribed = sum(1 for p in matched if not p["suppressed"] and p["status"] == "unsubscribed")
+    assert suppressed + unsubscribed > 0, "the seeded data should match someone who may not be mailed"
+    expected_skips = {"suppressed": suppressed, "unsubscribed": unsubscribed}
+    assert record.skipped == {reason: n for reason, n in expected_skips.items() if n}
 
     # When the same id is sent again
     again = env.service.send(request)
