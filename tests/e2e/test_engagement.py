@@ -38,10 +38,11 @@ def run(local: Local, module: str, *args: str) -> subprocess.CompletedProcess[st
     )  # fmt: skip
 
 
-def subscribe(local: Local, email: str) -> None:
+def subscribe(local: Local, email: str, tags: list[str] | None = None) -> None:
     """Create the subscriber with an event that triggers no sequence (``subscriber.subscribed``
     would start onboarding, whose mails would mix with the ones these tests send)."""
-    code, _ = local.http("POST", "/v1/events", {"type": "contact.created", "email": email}, key=local.api_key)
+    event = {"type": "contact.created", "email": email, "tags": tags or []}
+    code, _ = local.http("POST", "/v1/events", event, key=local.api_key)
     assert code == 200
 
 
@@ -89,7 +90,8 @@ def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_t
 ) -> None:
     email = f"{local_part}+{uuid.uuid4().hex[:8]}@simulator.amazonses.com"
     source = f"e2e-{reason}"
-    subscribe(local, email)
+    audience = f"e2e-{reason}-{uuid.uuid4().hex[:6]}"  # a tag only this subscriber has
+    subscribe(local, email, tags=[audience])
     put_pair(local, email, "onboarding")
     queue_send(local, email, source, "first")
     # the event item is written last (after flag, SUPPRESSION item and stops): wait for it
@@ -106,6 +108,15 @@ def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_t
     assert skipped[0]["reason"] == "suppressed"
     listed = run(local, "cli.suppression_cmd", "list", "--json")
     assert email in [s["email"] for s in json.loads(listed.stdout)]
+    # The next broadcast to them skips them with the reason, and sends nothing
+    answer = local.cli(
+        "broadcast", "send", "--template", "newsletter/monthly", "--tag", audience, "--id", audience,
+        "--yes", "--state-dir", str(local.state_dir), timeout=150,
+    )  # fmt: skip
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    got = local.cli("broadcast", "get", audience, "--state-dir", str(local.state_dir))
+    stored = json.loads(got.stdout)
+    assert (stored["status"], stored["sent"], stored["skipped"]) == ("done", 0, {"suppressed": 1}), stored
 
 
 def test_two_opens_of_one_mail_give_total_two_unique_one_and_stats_match_the_events(local: Local) -> None:
