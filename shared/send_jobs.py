@@ -13,21 +13,18 @@ field raises :class:`InvalidInput` (the consumer fails only that record).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic import ValidationError as PydanticValidationError
 
 from shared.aws import client as aws_client
-from shared.errors import FieldProblem, InvalidInput
-from shared.models import normalise_email, problems_from, validate_data, validate_name
+from shared.envelopes import decode, encode
+from shared.models import normalise_email, validate_data, validate_name
 from shared.rendering import KEY_RE, MAX_KEY
 
 CONTRACT = "send.job"
-VERSION = 1
 STEP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 MAX_SUBJECT_TEMPLATE = 500
 SQS_BATCH = 10
@@ -90,30 +87,12 @@ class SendJob(BaseModel):
 
 def to_message(job: SendJob) -> str:
     """The queue body of ``job``."""
-    body = {"contract": CONTRACT, "version": VERSION, **job.model_dump(mode="json", by_alias=True)}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return encode(CONTRACT, job, by_alias=True)
 
 
 def from_message(body: str) -> SendJob:
     """Parse and validate a queue body; InvalidInput names what is wrong."""
-    try:
-        payload = json.loads(body)
-    except (TypeError, ValueError):
-        raise InvalidInput("body is not JSON", [FieldProblem("body", "invalid JSON")]) from None
-    if not isinstance(payload, dict):
-        raise InvalidInput("body must be a JSON object", [FieldProblem("body", "must be an object")])
-    contract, version = payload.pop("contract", None), payload.pop("version", None)
-    if contract != CONTRACT or version != VERSION:
-        raise InvalidInput(
-            f"unsupported contract {contract!r} version {version!r} (expected {CONTRACT!r} {VERSION})",
-            [FieldProblem("contract", "unsupported")],
-        )
-    try:
-        return SendJob.model_validate(payload)
-    except PydanticValidationError as exc:
-        problems = problems_from(exc)
-        first = problems[0] if problems else FieldProblem("body", "invalid")
-        raise InvalidInput(f"{first.field}: {first.message}", problems) from None
+    return decode(body, CONTRACT, SendJob)
 
 
 def enqueue(jobs: Iterable[SendJob], queue_url: str, client: Any | None = None) -> int:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from shared.envelopes import decode, encode
 from shared.errors import FieldProblem, InvalidInput
 from shared.models import ATTR_KEY_RE, problems_from, validate_name
 from shared.rendering import KEY_RE, MAX_KEY
@@ -359,7 +360,6 @@ class Broadcast:
 # ----- queue envelopes (DESIGN.md section 6b) ------------------------------------------------
 RESOLVE_CONTRACT = "broadcast.resolve"
 BATCH_CONTRACT = "broadcast.batch"
-VERSION = 1
 MAX_BATCH_EMAILS = 100
 
 
@@ -397,34 +397,12 @@ class BatchMessage(BaseModel):
 
 
 def to_body(contract: str, message: BaseModel) -> str:
-    body = {"contract": contract, "version": VERSION, **message.model_dump(mode="json")}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-
-
-def _parse(body: str, contract: str, model: type[BaseModel]) -> Any:
-    try:
-        payload = json.loads(body)
-    except (TypeError, ValueError):
-        raise InvalidInput("body is not JSON", [FieldProblem("body", "invalid JSON")]) from None
-    if not isinstance(payload, dict):
-        raise InvalidInput("body must be a JSON object", [FieldProblem("body", "must be an object")])
-    got, version = payload.pop("contract", None), payload.pop("version", None)
-    if got != contract or version != VERSION:
-        raise InvalidInput(
-            f"unsupported contract {got!r} version {version!r} (expected {contract!r} {VERSION})",
-            [FieldProblem("contract", "unsupported")],
-        )
-    try:
-        return model.model_validate(payload)
-    except PydanticValidationError as exc:
-        problems = problems_from(exc)
-        first = problems[0] if problems else FieldProblem("body", "invalid")
-        raise InvalidInput(f"{first.field}: {first.message}", problems) from None
+    return encode(contract, message)
 
 
 def parse_resolve(body: str) -> ResolveMessage:
-    return _parse(body, RESOLVE_CONTRACT, ResolveMessage)  # type: ignore[no-any-return]
+    return decode(body, RESOLVE_CONTRACT, ResolveMessage)
 
 
 def parse_batch(body: str) -> BatchMessage:
-    return _parse(body, BATCH_CONTRACT, BatchMessage)  # type: ignore[no-any-return]
+    return decode(body, BATCH_CONTRACT, BatchMessage)
