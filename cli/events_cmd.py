@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.stats_cmd import STACK, STATE_DIR, tables
+from cli.stats_cmd import tables
+from cli.target import REGION, STACK, STATE_DIR, TARGET
 
 console = Console()
 app = typer.Typer(help="A subscriber's event timeline.")
@@ -33,8 +34,10 @@ def _detail(item: dict[str, Any]) -> str:
 def events(
     email: str = typer.Argument(..., help="The subscriber's address."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    state_dir: Path = STATE_DIR,
+    target: str | None = TARGET,
     stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
 ) -> None:
     """Every event of one subscriber, oldest first."""
     import json
@@ -46,7 +49,7 @@ def events(
         address = normalise_email(email)
     except ValueError as exc:
         raise typer.BadParameter(f"email: {exc}") from None
-    store = SubscriberStore(*tables(state_dir, stack))
+    store = SubscriberStore(*tables(target, stack, state_dir, region))
     items = store.list_events(address)
     if as_json:
         console.print_json(json.dumps(items, default=str))

@@ -6,7 +6,6 @@ Works against the running local runtime (``--state-dir``, the default) or a depl
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,43 +13,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.dev_cmd import DEFAULT_STATE_DIR
+from cli.target import REGION, STACK, STATE_DIR, TARGET, select
 
 console = Console()
 app = typer.Typer(help="Engagement statistics per sequence, broadcast or template.")
 
-STATE_DIR = typer.Option(DEFAULT_STATE_DIR, help="State folder of the running `mailstep dev`.")
-STACK = typer.Option(None, help="A deployed stack's name: read it instead of the local runtime.")
 
-
-def tables(state_dir: Path, stack: str | None) -> tuple[str, str]:
-    """(main table, events table) of the target; points the AWS clients at it."""
-    from shared import specs
-    from shared.aws import client, reset_clients
-
-    if stack:
-        outputs = client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
-        found = {o["OutputKey"]: o["OutputValue"] for o in outputs}
-        names = [found.get(f"{t.id}Name") for t in (specs.MAIN_TABLE, specs.EVENTS_TABLE)]
-        if not all(names):
-            raise typer.BadParameter(f"stack {stack!r} exports no table names")
-        return str(names[0]), str(names[1])
-    from cli.local import read_state
-
-    try:
-        state = read_state(state_dir.resolve())
-    except FileNotFoundError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": state["endpoint"],
-            "AWS_DEFAULT_REGION": state["region"],
-            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "mailstep-local"),
-            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "mailstep-local"),
-        }
-    )
-    reset_clients()
-    return state["tables"][specs.MAIN_TABLE.setting], state["tables"][specs.EVENTS_TABLE.setting]
+def tables(target: str | None, stack: str | None, state_dir: Path, region: str | None) -> tuple[str, str]:
+    """(main table, events table) of the selected target (cli/target.py); points the AWS
+    clients at it."""
+    settings = select(target, stack, state_dir, region).settings
+    return settings.table_name, settings.events_table_name
 
 
 def _percent(rate: float | None) -> str:
@@ -74,8 +47,10 @@ def stats(
     template: str | None = typer.Option(None, help="A template key, e.g. onboarding/welcome."),
     since: str | None = typer.Option(None, help="Only events from this date on (2026-01-31)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    state_dir: Path = STATE_DIR,
+    target: str | None = TARGET,
     stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
 ) -> None:
     """Engagement totals, unique opens/clicks and rates; every source when none is named."""
     import json
@@ -85,7 +60,7 @@ def stats(
     chosen = [v for v in (sequence, broadcast, template) if v]
     if len(chosen) > 1:
         raise typer.BadParameter("name at most one of --sequence, --broadcast, --template")
-    store = StatsStore(*tables(state_dir, stack))
+    store = StatsStore(*tables(target, stack, state_dir, region))
     source = sequence or broadcast
     if not chosen:
         if since:

@@ -8,29 +8,32 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.stats_cmd import STACK, STATE_DIR, tables
+from cli.stats_cmd import tables
+from cli.target import REGION, STACK, STATE_DIR, TARGET
 
 console = Console()
 app = typer.Typer(help="Suppressed addresses (permanent bounces, complaints).", no_args_is_help=True)
 
 
-def _suppressions(state_dir: Path, stack: str | None):  # type: ignore[no-untyped-def]
+def _suppressions(target: str | None, stack: str | None, state_dir: Path, region: str | None):  # type: ignore[no-untyped-def]
     from shared.store import SubscriberStore
     from shared.suppression import Suppressions
 
-    return Suppressions(SubscriberStore(*tables(state_dir, stack)))
+    return Suppressions(SubscriberStore(*tables(target, stack, state_dir, region)))
 
 
 @app.command("list")
 def list_(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    state_dir: Path = STATE_DIR,
+    target: str | None = TARGET,
     stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
 ) -> None:
     """Every suppressed address with its reason."""
     import json
 
-    found = _suppressions(state_dir, stack).list()
+    found = _suppressions(target, stack, state_dir, region).list()
     if as_json:
         console.print_json(json.dumps([s.public() for s in found]))
         return
@@ -45,8 +48,10 @@ def list_(
 @app.command()
 def remove(
     email: str = typer.Argument(..., help="The address to allow mail to again."),
-    state_dir: Path = STATE_DIR,
+    target: str | None = TARGET,
     stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
 ) -> None:
     """Lift a suppression (the profile may be mailed again)."""
     from shared.models import normalise_email
@@ -55,7 +60,7 @@ def remove(
         address = normalise_email(email)
     except ValueError as exc:
         raise typer.BadParameter(f"email: {exc}") from None
-    if _suppressions(state_dir, stack).remove(address):
+    if _suppressions(target, stack, state_dir, region).remove(address):
         console.print(f"{address} is no longer suppressed")
     else:
         console.print(f"{address} was not suppressed")
