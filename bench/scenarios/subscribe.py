@@ -1,4 +1,8 @@
-"""The subscribe path: ``subscriber.subscribed`` events through POST /v1/events.
+"""The subscribe path: new subscribers (profile, two tags, two attributes) through
+POST /v1/events, as an event that triggers no sequence, so the numbers are those of
+ingestion alone (validation, the profile + TAG# transaction, the event record).
+``subscriber.subscribed`` also starts the sequences it triggers: the ``sequences``
+scenario measures that part (StartExecution, the EXEC pair, every step).
 
 Two shapes of the same 100 new subscribers: one event per request, and one request
 carrying a batch of 100. A warm-up request first, so the cold start (secret fetch,
@@ -11,13 +15,13 @@ from bench.harness import Bench
 from bench.meter import Measurement
 
 NAME = "subscribe"
-DESCRIPTION = "subscriber.subscribed via POST /v1/events: one event per request vs a batch of 100"
+DESCRIPTION = "new subscribers via POST /v1/events (no sequence triggered): one per request vs a batch of 100"
 EVENTS = 100
 
 
 def _event(prefix: str, i: int) -> dict[str, object]:
     return {
-        "type": "subscriber.subscribed",
+        "type": "contact.created",  # upserts the profile like subscriber.subscribed; triggers nothing
         "email": f"{prefix}{i}@example.com",
         "first_name": f"Reader {i}",
         "tags": {"add": ["newsletter", "trial"]},

@@ -60,9 +60,9 @@ class SequenceEngine:
     def on_event(self, event: InboundEvent, profile: Profile | None) -> tuple[list[str], list[str]]:
         """Stop what the event ends, then start what it triggers: (started, stopped) ids."""
         stopped: list[str] = []
-        if profile is not None:
-            exiting = {s.id for s in self.catalog.exiting_on(event.type)}
-            unsubscribe = event.type == UNSUBSCRIBE_EVENT
+        exiting = {s.id for s in self.catalog.exiting_on(event.type)}
+        unsubscribe = event.type == UNSUBSCRIBE_EVENT
+        if profile is not None and (exiting or unsubscribe):  # else nothing can stop: no read
             for execution in self.store.list_executions(event.email):
                 if execution.sequence_id in exiting or (unsubscribe and not execution.transactional):
                     self.stop(execution, reason=f"event {event.type}")
