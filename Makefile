@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile -m "not bench"
 
 lint: setup
 	$(BIN)/ruff check .
@@ -40,6 +40,7 @@ dev: setup
 
 bench: setup
 	$(PY) -m bench
+	$(PY) -m pytest -p no:xdist -m bench -q
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

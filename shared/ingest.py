@@ -75,10 +75,8 @@ def make_idempotency(table_name: str, ttl_seconds: int) -> tuple[IdempotencyConf
     return config, layer
 
 
-def _mark_replayed(response: Any, record: DataRecord) -> Any:
-    if isinstance(response, dict):
-        response = {**response, "replayed": True}
-    return response
+def _mark_replayed(response: dict[str, Any], idempotent_data: DataRecord) -> dict[str, Any]:
+    return {**response, "replayed": True} if isinstance(response, dict) else response
 
 
 def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:

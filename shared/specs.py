@@ -183,8 +183,13 @@ API_FUNCTION = FunctionSpec(
     routes=(RouteSpec("POST", "/v1/events"),),
 )
 # Send jobs (contract ``send.job``, DESIGN.md section 6b) consumed by the sender function.
-SEND_QUEUE = QueueSpec(id="SendQueue", local_name="mailstep-send", setting="send_queue_url",
-                       visibility_timeout_s=180, max_receives=5)
+SEND_QUEUE = QueueSpec(
+    id="SendQueue",
+    local_name="mailstep-send",
+    setting="send_queue_url",
+    visibility_timeout_s=180,
+    max_receives=5,
+)
 # Settings a function with ``mail_settings`` receives besides its tables and secrets.
 MAIL_SETTINGS = (
     "configuration_set",
@@ -318,8 +323,11 @@ BROADCAST_SCHEDULE_OUTPUT = "BroadcastScheduleArn"
 # SES event records: configuration set -> SES_EVENTS_TOPIC -> this queue (SNS envelope kept:
 # its MessageId is recorded) -> the engagement function. Malformed records end in the DLQ.
 ENGAGEMENT_QUEUE = QueueSpec(
-    id="EngagementQueue", local_name="mailstep-engagement", setting="engagement_queue_url",
-    visibility_timeout_s=180, max_receives=5,
+    id="EngagementQueue",
+    local_name="mailstep-engagement",
+    setting="engagement_queue_url",
+    visibility_timeout_s=180,
+    max_receives=5,
 )
 ENGAGEMENT_FUNCTION = FunctionSpec(
     name="engagement",
@@ -339,8 +347,11 @@ FUNCTIONS = (*FUNCTIONS, ENGAGEMENT_FUNCTION)
 # function, which parses the MIME, finds the original send and records a ``reply`` event.
 INBOUND_TOPIC = TopicSpec(id="InboundTopic", local_name="mailstep-inbound", setting="inbound_topic_arn")
 INBOUND_QUEUE = QueueSpec(
-    id="InboundQueue", local_name="mailstep-inbound", setting="inbound_queue_url",
-    visibility_timeout_s=180, max_receives=5,
+    id="InboundQueue",
+    local_name="mailstep-inbound",
+    setting="inbound_queue_url",
+    visibility_timeout_s=180,
+    max_receives=5,
 )
 INBOUND_FUNCTION = FunctionSpec(
     name="inbound",
@@ -364,12 +375,18 @@ ENV["reply_forward_to"] = "REPLY_FORWARD_TO"
 # re-enqueues itself; broadcast.batch envelopes: the workers send one batch per message. A
 # queue of their own keeps sequence and transactional mail (SEND_QUEUE) out of their backlog.
 BROADCAST_CONTROL_QUEUE = QueueSpec(
-    id="BroadcastControlQueue", local_name="mailstep-broadcast-control",
-    setting="broadcast_control_queue_url", visibility_timeout_s=180, max_receives=5,
+    id="BroadcastControlQueue",
+    local_name="mailstep-broadcast-control",
+    setting="broadcast_control_queue_url",
+    visibility_timeout_s=180,
+    max_receives=5,
 )
 BROADCAST_QUEUE = QueueSpec(
-    id="BroadcastQueue", local_name="mailstep-broadcast", setting="broadcast_queue_url",
-    visibility_timeout_s=360, max_receives=8,
+    id="BroadcastQueue",
+    local_name="mailstep-broadcast",
+    setting="broadcast_queue_url",
+    visibility_timeout_s=360,
+    max_receives=8,
 )
 BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
     name="broadcast-resolver",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -31,7 +32,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 
 @logger.inject_lambda_context
 @metrics.log_metrics
-def handler(event: dict[str, Any], lambda_context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], lambda_context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=lambda_context
     )

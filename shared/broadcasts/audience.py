@@ -106,7 +106,7 @@ class AudienceResolver:
     def page(self, audience: Audience, cursor: str | None) -> Page:
         """Resolve from ``cursor`` (None: the start) up to about ``page_size`` recipients."""
         parts = self.parts(audience)
-        position = json.loads(cursor) if cursor else {"part": 0, "key": None}
+        position: dict[str, Any] = json.loads(cursor) if cursor else {"part": 0, "key": None}
         part, start = int(position["part"]), position.get("key")
         emails: list[str] = []
         excluded: dict[str, int] = {}

@@ -107,7 +107,7 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
     record = ctx.records.get(message.broadcast_id)
     if record is None:
         raise BroadcastNotFound(f"no broadcast {message.broadcast_id!r}")
-    log = {"broadcast": record.id, "round": message.round, "page": message.page}
+    log: dict[str, Any] = {"broadcast": record.id, "round": message.round, "page": message.page}
     if message.round != record.round:
         return StepResult("stale", message.page)
     if record.status == SCHEDULED:

@@ -12,6 +12,7 @@ leaves, so concurrent workers, the resolver and the CLI never overwrite each oth
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -256,7 +257,7 @@ class BroadcastStore:
         )
 
     # ----- resolution checkpoint ------------------------------------------------------------
-    def get_page(self, broadcast_id: str, round_: int, page: int) -> tuple[list[str], bool] | None:
+    def get_page(self, broadcast_id: str, round_: int, page: int) -> tuple[builtins.list[str], bool] | None:
         response = self.client.get_item(
             TableName=self.table,
             Key=key(keys.broadcast_pk(broadcast_id), keys.broadcast_page_sk(round_, page)),
@@ -272,7 +273,7 @@ class BroadcastStore:
         self,
         record: Broadcast,
         page: int,
-        emails: list[str],
+        emails: builtins.list[str],
         next_cursor: str | None,
         exhausted: bool,
         excluded: Mapping[str, int] | None = None,

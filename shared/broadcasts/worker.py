@@ -38,7 +38,8 @@ from shared.errors import NotFound
 from shared.observability import logger
 from shared.rate import TokenPool, WindowLimiter
 from shared.send_jobs import SendJob
-from shared.send_pipeline import SendContext, SendOutcome, send
+from shared.send_pipeline import SendContext, SendOutcome
+from shared.send_pipeline import send as pipeline_send
 from shared.settings import Settings
 
 THROTTLE_RETRIES = 6
@@ -96,7 +97,7 @@ class WorkerContext:
     pools: TokenPools
     threads: int = 4
     sleep: Callable[[float], None] = time.sleep
-    send_fn: Callable[[SendJob, SendContext], SendOutcome] = send
+    send_fn: Callable[[SendJob, SendContext], SendOutcome] = pipeline_send
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:
@@ -114,15 +115,20 @@ def process_batch(message: BatchMessage, ctx: WorkerContext, *, deadline: float 
     record = ctx.records.get(message.broadcast_id)
     if record is None:
         raise BroadcastNotFound(f"no broadcast {message.broadcast_id!r}")
-    log = {"broadcast": record.id, "round": message.round, "page": message.page, "batch": message.index}
+    log: dict[str, Any] = {
+        "broadcast": record.id,
+        "round": message.round,
+        "page": message.page,
+        "batch": message.index,
+    }
     if message.round != record.round:
         logger.info("stale broadcast batch dropped", current_round=record.round, **log)
         return BatchResult(status="stale")
     if record.status in (CANCELLED, FAILED):
-        counts = {"processed": len(message.emails), "skipped_cancelled": len(message.emails)}
-        counted = ctx.records.count_batch(record, message.page, message.index, counts)
+        skipped = {"processed": len(message.emails), "skipped_cancelled": len(message.emails)}
+        counted = ctx.records.count_batch(record, message.page, message.index, skipped)
         logger.info("broadcast batch skipped", status=record.status, counted=counted, **log)
-        return BatchResult(status="cancelled" if counted else "duplicate", counts=counts)
+        return BatchResult(status="cancelled" if counted else "duplicate", counts=skipped)
 
     outcomes = _send_all(record, message, ctx, deadline)
     counts: Counter[str] = Counter()

@@ -56,4 +56,3 @@ class Broadcasts(Construct):
                 "GetSamplingRules/GetSamplingTargets support no resource-level permissions.",
             )
         )
-

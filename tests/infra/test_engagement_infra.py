@@ -213,9 +213,7 @@ def test_alarm_topic_mails_the_configured_address(built: Built) -> None:
 def test_every_state_machine_gets_a_failure_alarm_when_watched(built: Built) -> None:
     machines = built.resources("AWS::StepFunctions::StateMachine", "Sequences")
     assert len(machines) == len(list((Path(__file__).parents[2] / "sequences").glob("*.yaml")))
-    alarms = [
-        a for k, a in built.resources("AWS::CloudWatch::Alarm", "Alarms").items() if "Sequence" in k
-    ]
+    alarms = [a for k, a in built.resources("AWS::CloudWatch::Alarm", "Alarms").items() if "Sequence" in k]
     per_machine = [a["Properties"] for a in alarms if "Metrics" in a["Properties"]]
     assert len(per_machine) == len(machines)
     for props in per_machine:

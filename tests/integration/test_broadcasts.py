@@ -335,6 +335,7 @@ def _audience(store: SubscriberStore, tag: str, count: int) -> None:
         store.upsert(f"{tag}{i:04d}@example.com", add_tags=[tag])
 
 
+@pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 def test_several_workers_together_reach_90_percent_of_the_ses_rate_and_stay_under_it(env: Env, store) -> None:
     # Given SES at 50 mails/s (empty bucket: no head start), the broadcast share at 95% of it
     _audience(store, "rate", 400)
@@ -368,6 +369,7 @@ def test_throttling_is_retried_with_backoff_and_never_counted_as_failed(env: Env
     assert len(env.ses.sends) == 120
 
 
+@pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 def test_full_pipeline_with_concurrent_workers_holds_the_rate(env: Env, store) -> None:
     # Given the whole send pipeline (moto in-process) and SES at 12 mails/s
     _audience(store, "full", 90)

@@ -14,9 +14,9 @@ from shared.ingest import IngestContext, make_idempotency
 from shared.mime import message_id_for
 from shared.replies import ReplyContext, forwarder, process_notification
 from shared.sender import SendResult
-from shared.ses_events import MalformedEvent
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
+from shared.ses_events import MalformedEvent
 from shared.store import SubscriberStore
 from tests.integration.test_sequence_execution import sequence_from
 
@@ -52,7 +52,8 @@ def notification(body: str = "Yes please, tell me more", inbound_id: str = "inbo
 
 def sent_item(store: SubscriberStore) -> None:
     store.client.put_item(TableName=store.table, Item={
-        "PK": {"S": keys.sub_pk(EMAIL)}, "SK": {"S": keys.sent_sk("2026-01-01T10:00:00.000Z", "onboarding", SEND_ID)},
+        "PK": {"S": keys.sub_pk(EMAIL)},
+        "SK": {"S": keys.sent_sk("2026-01-01T10:00:00.000Z", "onboarding", SEND_ID)},
         "send_id": {"S": SEND_ID}, "source": {"S": "onboarding"}, "template": {"S": "onboarding/welcome"},
         "step": {"S": "welcome"}, "ses_message_id": {"S": "ses-1"}})  # fmt: skip
 
