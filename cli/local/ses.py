@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import threading
 import time
@@ -235,8 +236,9 @@ class LocalSes:
         )
         eml = self.outbox / f"{message_id}.eml"
         meta = self.outbox / f"{message_id}.json"
-        eml.write_bytes(mime)
-        meta.write_text(
+        _write_atomically(eml, mime)
+        _write_atomically(
+            meta,
             json.dumps(
                 {
                     "message_id": message_id,
@@ -250,7 +252,7 @@ class LocalSes:
                     "mail": mail,
                 },
                 indent=2,
-            )
+            ).encode(),
         )
         with self._lock:
             self.sends += 1
@@ -319,3 +321,10 @@ def read_outbox(outbox: Path) -> list[dict[str, Any]]:
     """Metadata of every message in the outbox, oldest first."""
     items = [json.loads(p.read_text()) for p in outbox.glob("*.json")]
     return sorted(items, key=lambda m: m["timestamp"])
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Readers of the outbox (``read_outbox``, the CLI, tests) never see a half-written file."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
