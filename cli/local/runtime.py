@@ -238,7 +238,10 @@ class LocalRuntime:
             self._tmp = None
 
     def _write_state(self) -> None:
-        (self.state_dir / STATE_FILE).write_text(json.dumps(self.describe(), indent=2))
+        # Atomically: tools poll for this file and must never read it half-written.
+        partial = self.state_dir / f".{STATE_FILE}.partial"
+        partial.write_text(json.dumps(self.describe(), indent=2))
+        os.replace(partial, self.state_dir / STATE_FILE)
 
     def describe(self) -> dict[str, Any]:
         return {
