@@ -245,21 +245,9 @@ def build_server(
     ) -> dict[str, Any]:
         """Render one template for a sample subscriber: subject, preheader, text and HTML."""
         from cli.templates_cmd import identity_from_env
-        from shared.mime import parse_mailbox
-        from shared.rendering import SenderView, SubscriberView, build_context
 
-        identity = identity_from_env()
-        name, address = parse_mailbox(identity.from_, "DEFAULT_FROM")
-        context = build_context(
-            SubscriberView(email=email, first_name=first_name),
-            SenderView(
-                name=name or address,
-                email=address,
-                postal_address=identity.postal_address,
-                reason=identity.footer_reason,
-            ),
-            unsubscribe_url=None if transactional else identity.unsubscribe_url("preview-token"),
-            data=data or {},
+        context = identity_from_env().preview_context(
+            email=email, first_name=first_name, data=data or {}, transactional=transactional
         )
         rendered = Renderer(templates_dir).render(key, context, subject=subject)
         return {

@@ -93,8 +93,7 @@ def preview(
 ) -> None:
     """Render one template: subject, preheader, text part and the HTML file."""
     from shared.errors import MailstepError
-    from shared.mime import parse_mailbox
-    from shared.rendering import SenderView, SubscriberView, build_context, timed_render
+    from shared.rendering import timed_render
 
     try:
         values = json.loads(data)
@@ -105,17 +104,8 @@ def preview(
     identity = identity_from_env()
     engine = _renderer(directory)
     try:
-        name, address = parse_mailbox(identity.from_, "DEFAULT_FROM")
-        context = build_context(
-            SubscriberView(email=email, first_name=first_name),
-            SenderView(
-                name=name or address,
-                email=address,
-                postal_address=identity.postal_address,
-                reason=identity.footer_reason,
-            ),
-            unsubscribe_url=None if transactional else identity.unsubscribe_url("preview-token"),
-            data=values,
+        context = identity.preview_context(
+            email=email, first_name=first_name, data=values, transactional=transactional
         )
         rendered = engine.render(key, context, subject=subject)
     except MailstepError as exc:

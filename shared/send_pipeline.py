@@ -99,6 +99,24 @@ class MailIdentity:
     def unsubscribe_url(self, token: str) -> str:
         return f"{self.public_base_url.rstrip('/')}/u/{token}"
 
+    def preview_context(
+        self, *, email: str, first_name: str, data: dict[str, Any], transactional: bool
+    ) -> dict[str, Any]:
+        """The template context of a preview (CLI and MCP): a sample subscriber, this sender,
+        a placeholder unsubscribe link unless transactional."""
+        name, address = parse_mailbox(self.from_, "DEFAULT_FROM")
+        return build_context(
+            SubscriberView(email=email, first_name=first_name),
+            SenderView(
+                name=name or address,
+                email=address,
+                postal_address=self.postal_address,
+                reason=self.footer_reason,
+            ),
+            unsubscribe_url=None if transactional else self.unsubscribe_url("preview-token"),
+            data=data,
+        )
+
 
 @dataclass(frozen=True)
 class SendContext:
