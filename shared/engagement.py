@@ -1,7 +1,9 @@
-"""The engagement consumer: one SES event record -> events table, counters, suppression.
+"""The engagement consumer: SES event records -> events table, counters, suppression.
 
-    SQS body -> parse (SNS envelope or raw) -> per recipient: correlate -> side effects
-             -> ONE transaction: event item (deduplicating) + counters (+ unique markers)
+    SQS batch -> per record: parse (SNS envelope or raw) -> per recipient: correlate
+              -> side effects -> an EventWrite (the event item + the counters it feeds)
+    then, once for the batch: ONE TransactWriteItems (chunked at 100 actions) holding every
+    event item (deduplicating) + ONE aggregated ADD per counters item + the new unique markers
 
 - Correlation: the EmailTags the send pipeline sets (``template``, ``source``, ``step``,
   ``send_id``, encoded by ``shared.sender.encode_tag_value``); when they are missing or
@@ -9,34 +11,67 @@
   ``mail.messageId``. Uncorrelated events are still recorded (no GSI keys, no counters).
 - Deduplication: the event item's key is derived from the SES event itself
   (``SesEvent.identity``: type, SES message id, recipient, the type object), and is put
-  with ``attribute_not_exists``. The counter ADDs and unique markers ride in the SAME
-  TransactWriteItems, so a redelivered record (by SQS, or by SNS under a new MessageId)
-  changes nothing: the transaction is cancelled by the event item's condition.
+  with ``attribute_not_exists``. A transaction's counter ADDs are exactly those of its own
+  event items, so a redelivered record (by SQS, or by SNS under a new MessageId) changes
+  nothing: its Put is cancelled by the condition, the writer drops it (a duplicate) and
+  commits the others with the amounts recomputed without it. Two records of one batch that
+  carry the same SES event (same key: DynamoDB refuses two actions on one item) are
+  written once; the copies are duplicates.
+- Counters: the events of a transaction that feed one counters item
+  (``STATS#<source>``/``COUNTERS``, ``STATS#<template>``/``TEMPLATE_COUNTERS``) become one
+  ``Update`` (``shared.stats.counter_adds``) ADDing every metric's amount.
 - Uniques: the first open/click of a subscriber per source and per template puts a marker
   (``UNIQ#...``, ``attribute_not_exists``) and ADDs ``open_unique``/``click_unique`` in that
-  same transaction; the markers are read first, and a lost race (the marker appeared in
-  between) retries without the unique ADD.
+  same transaction; the batch's markers are read first (one BatchGetItem), a marker is put
+  once per transaction however many opens share it, and a lost race (the marker appeared
+  in between) reads the markers again and retries without that unique ADD.
+- Other cancellations (``TransactionConflict``: a concurrent transaction on a counters
+  item) are retried with a short backoff, ``MAX_ATTEMPTS`` times; then the records fail
+  and SQS delivers them again (harmless: the writes are idempotent). A rejection one item
+  can cause (``ValidationException``) makes the writer retry that chunk one event per
+  transaction, so only the records of the bad items fail.
 - Permanent bounce / complaint: suppression (``shared.suppression``: flag, SUPPRESSION item,
   stop every execution) runs BEFORE the deduplicating transaction, so a crash in between is
   repaired by the redelivery. Transient/undetermined bounces and delays are only counted.
 - SES ``Subscription`` with ``unsubscribeAll``: the subscriber is unsubscribed and their
   marketing executions stopped, like mailstep's own unsubscribe link.
 
+Entry points: :class:`EngagementBatch` (the Lambda: ``add`` each SQS record, then ``flush``
+once) and :func:`process_body` / :func:`process_event` (one body written alone: a batch of
+one).
+
 Record policy (docs/engagement.md): a record that is not an SES event (bad JSON, no
 ``mail``, malformed type object) raises :class:`~shared.ses_events.MalformedEvent`: the
 handler reports it in ``batchItemFailures``, SQS retries it ``maxReceiveCount`` times and
 moves it to the dead-letter queue, whose alarm tells an operator (redrive after a fix).
-An event type this code does not know is acknowledged and logged (SES adds types).
+An event type this code does not know is acknowledged and logged (SES adds types). A
+record whose write fails is reported the same way, alone or with the records of its
+transaction.
 """
 
 from __future__ import annotations
 
+import random
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from shared import keys
-from shared.dynamo import TransactionConflict, deserialize, key, query_all, serialize, transact, values
+from shared.dynamo import (
+    TRANSACTION_LIMIT,
+    TransactionConflict,
+    deserialize,
+    key,
+    query_all,
+    serialize,
+    transact,
+    values,
+)
 from shared.models import normalise_email, validate_name
 from shared.observability import logger, redact_email
 from shared.rendering import KEY_RE, MAX_KEY
@@ -52,13 +87,51 @@ from shared.ses_events import (
     parse_body,
 )
 from shared.settings import Settings
-from shared.stats import SOURCE_SCOPE, TEMPLATE_SCOPE, UNIQUE_METRICS, counter_update, metric_of
+from shared.stats import (
+    SOURCE_SCOPE,
+    TEMPLATE_SCOPE,
+    UNIQUE_METRICS,
+    counter_adds,
+    metric_of,
+    unique_name,
+)
 from shared.store import SubscriberStore
 from shared.suppression import BOUNCE, COMPLAINT, ExecutionStopper, Suppression, Suppressions
 
 ORIGIN = "ses"
 SUFFIX_LEN = 24
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 4  # transactions of one chunk cancelled without progress (conflicts, markers)
+BACKOFF_S = 0.05  # first backoff ceiling after a conflict; doubles per attempt (full jitter)
+MARKER_READ_LIMIT = 100  # keys per BatchGetItem
+RECORDED, DUPLICATE = "recorded", "duplicate"
+CONDITION_FAILED = "ConditionalCheckFailed"
+# Codes that name something wrong with an item, not a passing conflict: the chunk is
+# written again one event per transaction so that only the bad item's record fails.
+ITEM_ERRORS = frozenset(
+    {
+        "ValidationException",
+        "ValidationError",
+        "ItemCollectionSizeLimitExceeded",
+        "ItemCollectionSizeLimitExceededException",
+    }
+)
+
+ItemKey = tuple[str, str]
+Scope = tuple[str, str, ItemKey]  # (scope, source or template, key of its counters item)
+WriteResult = str | BaseException  # RECORDED | DUPLICATE | why it failed
+
+
+class WriteConflict(RuntimeError):
+    """A chunk's transaction kept being cancelled without progress: its records fail and
+    SQS delivers them again."""
+
+
+class ItemRejected(Exception):
+    """DynamoDB refused a transaction for a reason one item can cause (``code``)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -88,6 +161,56 @@ class Outcome:
         return "recorded" if self.recorded else "duplicate" if self.duplicates else "nothing"
 
 
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one write of one batch
+class EventWrite:
+    """One recipient's event item and the counters it feeds, ready to be written."""
+
+    item: dict[str, Any]
+    email: str
+    metric: str | None
+    scopes: tuple[Scope, ...]
+    put: dict[str, Any]  # the item, serialised
+
+    @property
+    def key(self) -> ItemKey:
+        return str(self.item["PK"]), str(self.item["SK"])
+
+    @property
+    def at(self) -> str:
+        return str(self.item["at"])
+
+    def counters(self) -> list[ItemKey]:
+        return [counters for _, _, counters in self.scopes] if self.metric is not None else []
+
+    def markers(self) -> list[ItemKey]:
+        """Keys of the unique markers this write would claim (open/click), one per scope."""
+        if self.metric not in UNIQUE_METRICS:
+            return []
+        assert self.metric is not None
+        pk = keys.sub_pk(self.email)
+        return [(pk, keys.unique_marker_sk(self.metric, scope, value)) for scope, value, _ in self.scopes]
+
+
+@dataclass
+class PreparedEvent:
+    """One SES event after correlation and side effects; its writes are not written yet."""
+
+    event: SesEvent
+    outcome: Outcome
+    writes: list[EventWrite] = field(default_factory=list)
+
+
+@dataclass
+class BatchRecord:
+    record_id: str
+    prepared: PreparedEvent
+    error: BaseException | None = None  # set by EngagementBatch.flush: the write failed
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.prepared.outcome
+
+
 @dataclass(frozen=True)
 class EngagementContext:
     store: SubscriberStore
@@ -111,25 +234,60 @@ class EngagementContext:
         )
 
 
-def process_body(body: str | bytes | dict[str, Any], ctx: EngagementContext) -> Outcome:
-    """One SQS body. Raises MalformedEvent for a record that is not an SES event."""
+class EngagementBatch:
+    """The records of one SQS batch. :meth:`add` parses a record, correlates it and runs its
+    side effects (raising for that record alone); :meth:`flush` then writes every added
+    record in as few transactions as possible and says which records failed."""
+
+    def __init__(self, ctx: EngagementContext) -> None:
+        self.ctx = ctx
+        self.records: list[BatchRecord] = []
+
+    def add(self, record_id: str, body: str | bytes | dict[str, Any]) -> Outcome:
+        prepared = prepare(parse(body), self.ctx)
+        self.records.append(BatchRecord(record_id=record_id, prepared=prepared))
+        return prepared.outcome
+
+    def flush(self) -> list[BatchRecord]:
+        done, self.records = self.records, []
+        for record, error in zip(done, write_events([r.prepared for r in done], self.ctx), strict=True):
+            record.error = error
+        return done
+
+
+def parse(body: str | bytes | dict[str, Any]) -> SesEvent:
     try:
-        event = parse_body(body)
+        return parse_body(body)
     except MalformedEvent as exc:
         logger.warning("malformed SES event record", error=str(exc)[:300])
         raise
-    return process_event(event, ctx)
+
+
+def process_body(body: str | bytes | dict[str, Any], ctx: EngagementContext) -> Outcome:
+    """One SQS body, written alone. Raises MalformedEvent for a record that is not an SES event."""
+    return process_event(parse(body), ctx)
 
 
 def process_event(event: SesEvent, ctx: EngagementContext) -> Outcome:
-    outcome = Outcome(event_type=event.event_type, kind=event.kind)
+    """One SES event, written alone (a batch of one); raises when it could not be written."""
+    prepared = prepare(event, ctx)
+    (error,) = write_events([prepared], ctx)
+    if error is not None:
+        raise error
+    return prepared.outcome
+
+
+def prepare(event: SesEvent, ctx: EngagementContext) -> PreparedEvent:
+    """Correlate each recipient and run the side effects; the writes come back unwritten."""
+    prepared = PreparedEvent(event=event, outcome=Outcome(event_type=event.event_type, kind=event.kind))
+    outcome = prepared.outcome
     if event.kind is None:
         logger.warning(
             "unknown SES event type acknowledged",
             event_type=event.event_type[:60],
             ses_message_id=event.mail.message_id,
         )
-        return outcome
+        return prepared
     for raw in event.recipients():
         try:
             email = normalise_email(raw)
@@ -145,18 +303,43 @@ def process_event(event: SesEvent, ctx: EngagementContext) -> Outcome:
         if _unsubscribes(event):
             _unsubscribe(email, ctx)
             outcome.unsubscribed += 1
-        if record(event, email, correlation, ctx):
-            outcome.recorded += 1
-        else:
-            outcome.duplicates += 1
-    logger.info(
-        "SES event processed",
-        event_type=event.event_type,
-        ses_message_id=event.mail.message_id,
-        status=outcome.status,
-        correlated_via=",".join(sorted(set(outcome.correlated_via))),
-    )
-    return outcome
+        prepared.writes.append(event_write(event, email, correlation, ctx.data_ttl_days))
+    return prepared
+
+
+def write_events(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> list[BaseException | None]:
+    """Write the events of a batch once each (see the module docstring) and count them in the
+    outcomes. Returns, per prepared event, why it could not be written (None: written)."""
+    results = write_all([w for prepared in batch for w in prepared.writes], ctx.store)
+    errors: list[BaseException | None] = []
+    for prepared in batch:
+        error: BaseException | None = None
+        for write in prepared.writes:
+            result = results[write]
+            if isinstance(result, BaseException):
+                error = error or result
+            elif result == RECORDED:
+                prepared.outcome.recorded += 1
+            else:
+                prepared.outcome.duplicates += 1
+        errors.append(error)
+        event = prepared.event
+        if error is not None:
+            logger.warning(
+                "SES event not written",
+                event_type=event.event_type,
+                ses_message_id=event.mail.message_id,
+                error=f"{type(error).__name__}: {str(error)[:200]}",
+            )
+            continue
+        logger.info(
+            "SES event processed",
+            event_type=event.event_type,
+            ses_message_id=event.mail.message_id,
+            status=prepared.outcome.status,
+            correlated_via=",".join(sorted(set(prepared.outcome.correlated_via))),
+        )
+    return errors
 
 
 # ----- correlation -------------------------------------------------------------------------
@@ -263,81 +446,209 @@ def _details(event: SesEvent, email: str) -> dict[str, Any]:
     return {}
 
 
-def record(event: SesEvent, email: str, correlation: Correlation, ctx: EngagementContext) -> bool:
-    """Write the event item and its counters once. False: this event was recorded before."""
-    store = ctx.store
-    item = event_item(event, email, correlation, ctx.data_ttl_days)
+def event_write(event: SesEvent, email: str, correlation: Correlation, data_ttl_days: int) -> EventWrite:
+    item = event_item(event, email, correlation, data_ttl_days)
     metric = metric_of(item)
-    scopes = []
+    scopes: list[Scope] = []
     if metric is not None and correlation.source:
         scopes.append((SOURCE_SCOPE, correlation.source, (keys.stats_pk(correlation.source), keys.COUNTERS)))
     if metric is not None and correlation.template:
         scopes.append((TEMPLATE_SCOPE, correlation.template, keys.template_stats_key(correlation.template)))
-    put = {
-        "Put": {
-            "TableName": store.events_table,
-            "Item": serialize(item),
-            "ConditionExpression": "attribute_not_exists(PK)",
-        }
-    }
-    for _ in range(MAX_ATTEMPTS):
-        counted = _markers_present(store, email, metric, scopes) if metric in UNIQUE_METRICS else set()
-        actions = [put]
-        for scope, value, (pk, sk) in scopes:
-            first = metric in UNIQUE_METRICS and scope not in counted
-            assert metric is not None
-            actions.append(counter_update(store.table, pk, sk, metric, unique=first, at=item["at"]))
-            if first:
-                marker = {
-                    "PK": keys.sub_pk(email),
-                    "SK": keys.unique_marker_sk(metric, scope, value),
-                    "at": item["at"],
-                }
-                actions.append(
-                    {
-                        "Put": {
-                            "TableName": store.table,
-                            "Item": serialize(marker),
-                            "ConditionExpression": "attribute_not_exists(PK)",
-                        }
-                    }
-                )
-        try:
-            transact(store.client, actions)
-        except TransactionConflict as exc:
-            if exc.reasons and exc.reasons[0] == "ConditionalCheckFailed":
-                logger.info(
-                    "duplicate SES event ignored",
-                    event_type=event.event_type,
-                    ses_message_id=event.mail.message_id,
-                )
-                return False
-            continue  # a unique marker appeared meanwhile: read the markers again
-        return True
-    raise RuntimeError("the unique markers kept changing: giving up on this record for now")
+    return EventWrite(item=item, email=email, metric=metric, scopes=tuple(scopes), put=serialize(item))
 
 
-def _markers_present(
-    store: SubscriberStore, email: str, metric: str | None, scopes: list[tuple[str, str, tuple[str, str]]]
-) -> set[str]:
-    if not scopes or metric is None:
-        return set()
-    wanted = {keys.unique_marker_sk(metric, scope, value): scope for scope, value, _ in scopes}
-    request: dict[str, Any] = {
-        store.table: {
-            "Keys": [key(keys.sub_pk(email), sk) for sk in wanted],
-            "ConsistentRead": True,
-            "ProjectionExpression": "SK",
+def write_all(writes: Sequence[EventWrite], store: SubscriberStore) -> dict[EventWrite, WriteResult]:
+    """Each write's result: RECORDED, DUPLICATE (written before, or a copy of another write of
+    this batch) or the exception that kept it from being written."""
+    results: dict[EventWrite, WriteResult] = {}
+    first: dict[ItemKey, EventWrite] = {}
+    copies: list[tuple[EventWrite, EventWrite]] = []
+    for write in writes:  # one action per item: copies of one SES event are written once
+        if write.key in first:
+            copies.append((write, first[write.key]))
+        else:
+            first[write.key] = write
+    distinct = list(first.values())
+    try:
+        present = markers_present(store, [m for w in distinct for m in w.markers()])
+    except Exception as exc:  # reported per record: SQS delivers them again
+        return {w: exc for w in writes}
+    for chunk in chunks(distinct, present):
+        _write_chunk_or_each(chunk, present, store, results)
+    for copy, original in copies:
+        result = results[original]
+        results[copy] = result if isinstance(result, BaseException) else DUPLICATE
+        if results[copy] == DUPLICATE:
+            _log_duplicate(copy, "in this batch")
+    return results
+
+
+def chunks(
+    writes: Iterable[EventWrite], present: set[ItemKey], limit: int | None = None
+) -> list[list[EventWrite]]:
+    """Consecutive writes grouped so that each group's transaction holds at most ``limit``
+    actions (an event Put each, plus its counters items and the markers not ``present``)."""
+    limit = limit or TRANSACTION_LIMIT
+    groups: list[list[EventWrite]] = []
+    current: list[EventWrite] = []
+    touched: set[ItemKey] = set()  # counters items and markers of the current group
+    for write in writes:
+        needs = {*write.counters(), *(m for m in write.markers() if m not in present)}
+        if current and len(current) + 1 + len(touched | needs) > limit:
+            groups.append(current)
+            current, touched = [], set()
+        current.append(write)
+        touched |= needs
+    if current:
+        groups.append(current)
+    return groups
+
+
+def transaction(
+    writes: Sequence[EventWrite], present: set[ItemKey], table: str, events_table: str
+) -> tuple[list[dict[str, Any]], list[EventWrite | None], set[ItemKey]]:
+    """The TransactWriteItems of ``writes``: the actions; per action the write whose event
+    Put it is (None: a marker or a counters update); the markers it claims."""
+    actions: list[dict[str, Any]] = []
+    owners: list[EventWrite | None] = []
+    amounts: dict[ItemKey, Counter[str]] = {}
+    latest: dict[ItemKey, str] = {}
+    claimed: dict[ItemKey, str] = {}
+    for write in writes:
+        actions.append(_put(events_table, write.put))
+        owners.append(write)
+        if write.metric is None:
+            continue
+        for counters in write.counters():
+            amounts.setdefault(counters, Counter())[write.metric] += 1
+            latest[counters] = max(latest.get(counters, write.at), write.at)
+        for (_, _, counters), marker in zip(write.scopes, write.markers(), strict=False):
+            if marker not in present and marker not in claimed:  # the first open/click
+                claimed[marker] = write.at
+                amounts[counters][unique_name(write.metric)] += 1
+    for (pk, sk), at in claimed.items():
+        actions.append(_put(table, serialize({"PK": pk, "SK": sk, "at": at})))
+        owners.append(None)
+    for (pk, sk), adds in amounts.items():
+        actions.append(counter_adds(table, pk, sk, adds, at=latest[(pk, sk)]))
+        owners.append(None)
+    return actions, owners, set(claimed)
+
+
+def _put(table: str, item: dict[str, Any]) -> dict[str, Any]:
+    return {"Put": {"TableName": table, "Item": item, "ConditionExpression": "attribute_not_exists(PK)"}}
+
+
+def _write_chunk_or_each(
+    chunk: list[EventWrite],
+    present: set[ItemKey],
+    store: SubscriberStore,
+    results: dict[EventWrite, WriteResult],
+) -> None:
+    try:
+        _write_chunk(chunk, present, store, results)
+    except ItemRejected as exc:
+        if len(chunk) == 1:
+            results[chunk[0]] = exc
+            return
+        logger.warning(
+            "transaction rejected: writing its events one by one", code=exc.code, events=len(chunk)
+        )
+        for write in chunk:
+            if write not in results:  # not already found to be a duplicate
+                _write_chunk_or_each([write], present, store, results)
+    except Exception as exc:  # reported per record: SQS delivers them again
+        for write in chunk:
+            results.setdefault(write, exc)
+
+
+def _write_chunk(
+    chunk: list[EventWrite],
+    present: set[ItemKey],
+    store: SubscriberStore,
+    results: dict[EventWrite, WriteResult],
+) -> None:
+    """One transaction for ``chunk``, retried until every write is recorded or a duplicate."""
+    live = list(chunk)
+    attempts = 0
+    while live:
+        actions, owners, claimed = transaction(live, present, store.table, store.events_table)
+        reasons = _transact(store.client, actions)
+        if reasons is None:
+            results.update(dict.fromkeys(live, RECORDED))
+            present |= claimed
+            return
+        failed = [owners[i] for i, reason in enumerate(reasons) if reason == CONDITION_FAILED]
+        duplicates = {w for w in failed if w is not None}
+        for write in duplicates:
+            results[write] = DUPLICATE
+            _log_duplicate(write, "recorded before")
+        live = [w for w in live if w not in duplicates]
+        if len(duplicates) < len(failed):  # a unique marker appeared meanwhile
+            present |= markers_present(store, [m for w in live for m in w.markers()])
+        conflict = not reasons or any(r not in (CONDITION_FAILED, "None") for r in reasons)
+        if duplicates and not conflict:
+            continue  # progress: retry the rest at once
+        attempts += 1
+        if attempts >= MAX_ATTEMPTS:
+            raise WriteConflict(f"transaction still cancelled after {attempts} attempts: {','.join(reasons)}")
+        if conflict:
+            time.sleep(random.uniform(0, BACKOFF_S * 2 ** (attempts - 1)))
+
+
+def _transact(client: Any, actions: list[dict[str, Any]]) -> list[str] | None:
+    """None when committed; else the cancellation code of each action ([]: not known)."""
+    try:
+        transact(client, actions)
+    except TransactionConflict as exc:
+        reasons = exc.reasons
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ITEM_ERRORS:
+            raise ItemRejected(code) from exc
+        if code != "TransactionCanceledException":
+            raise
+        reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
+    else:
+        return None
+    rejected = next((r for r in reasons if r in ITEM_ERRORS), None)
+    if rejected:
+        raise ItemRejected(rejected)
+    return reasons if len(reasons) == len(actions) else []
+
+
+def _log_duplicate(write: EventWrite, why: str) -> None:
+    logger.info(
+        "duplicate SES event ignored",
+        event_type=write.item["type"],
+        ses_message_id=write.item["ses_message_id"],
+        why=why,
+    )
+
+
+def markers_present(store: SubscriberStore, markers: Iterable[ItemKey]) -> set[ItemKey]:
+    """Which of these unique markers exist (strongly consistent reads)."""
+    wanted = list(dict.fromkeys(markers))
+    present: set[ItemKey] = set()
+    for start in range(0, len(wanted), MARKER_READ_LIMIT):
+        request: dict[str, Any] = {
+            store.table: {
+                "Keys": [key(pk, sk) for pk, sk in wanted[start : start + MARKER_READ_LIMIT]],
+                "ConsistentRead": True,
+                "ProjectionExpression": "PK, SK",
+            }
         }
-    }
-    present: set[str] = set()
-    for _ in range(MAX_ATTEMPTS):
-        response = store.client.batch_get_item(RequestItems=request)
-        present |= {wanted[i["SK"]["S"]] for i in response.get("Responses", {}).get(store.table, [])}
-        request = response.get("UnprocessedKeys") or {}
-        if not request:
-            return present
-    raise RuntimeError("DynamoDB kept keys unprocessed")
+        for _ in range(MAX_ATTEMPTS):
+            response = store.client.batch_get_item(RequestItems=request)
+            present |= {
+                (i["PK"]["S"], i["SK"]["S"]) for i in response.get("Responses", {}).get(store.table, [])
+            }
+            request = response.get("UnprocessedKeys") or {}
+            if not request:
+                break
+        if request:
+            raise RuntimeError("DynamoDB kept keys unprocessed")
+    return present
 
 
 # ----- side effects ---------------------------------------------------------------------------

@@ -1,20 +1,22 @@
 """Engagement consumer: SES event records (SNS -> SQS) -> events table, counters, suppression.
 
-Partial batch responses: a record that is not an SES event fails only itself (SQS retries
-it, then moves it to the dead-letter queue); valid records in the same batch succeed.
-Redelivered records change nothing (``shared.engagement``).
+Powertools batch processing, in two steps: each record is parsed, correlated and its side
+effects run (a record that is not an SES event fails only itself), then the batch's events
+are written together (``shared.engagement.EngagementBatch``: one transaction per batch).
+Records whose write failed join ``batchItemFailures``; SQS delivers them again, and
+redelivered records change nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.engagement import EngagementContext, process_body
+from shared.engagement import EngagementBatch, EngagementContext
 from shared.observability import logger, metrics
 from shared.settings import Settings
 
@@ -23,15 +25,20 @@ context = EngagementContext.from_settings(settings)
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
-def record_handler(record: SQSRecord) -> dict[str, Any]:
-    outcome = process_body(record.body, context)
-    metrics.add_metric(name=f"SesEvent_{outcome.status}", unit="Count", value=1)
-    return {"event_type": outcome.event_type, "status": outcome.status}
-
-
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], lambda_context: LambdaContext) -> PartialItemFailureResponse:
-    return process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=lambda_context
-    )
+    batch = EngagementBatch(context)
+
+    def record_handler(record: SQSRecord) -> str:
+        return batch.add(record.message_id, record.body).status
+
+    with processor(records=event["Records"], handler=record_handler, lambda_context=lambda_context):
+        processor.process()
+    written = batch.flush()
+    for record in written:
+        if record.error is None:
+            metrics.add_metric(name=f"SesEvent_{record.outcome.status}", unit="Count", value=1)
+    failures = [*processor.response()["batchItemFailures"]]
+    failures += [{"itemIdentifier": r.record_id} for r in written if r.error is not None]
+    return {"batchItemFailures": failures}
