@@ -8,8 +8,9 @@ the runtime (SQS event source polls, SES sends, HTTP API requests, Lambda invoca
 
 DynamoDB capacity is computed from each request's items with DynamoDB's rules (writes:
 1 WRU per started KB, x2 in transactions, ConditionCheck included, +1 write per GSI the
-item is projected into; reads: 1 RRU per started 4 KB strongly consistent, half
-eventually consistent): moto's ``ConsumedCapacity`` answers are constants.
+item is projected into (x1 also for a transaction's items: DynamoDB propagates a committed
+transaction to its GSIs afterwards, as ordinary index writes); reads: 1 RRU per started
+4 KB strongly consistent, half eventually consistent): moto's ``ConsumedCapacity`` answers are constants.
 """
 
 from __future__ import annotations
@@ -126,10 +127,10 @@ def dynamodb_capacity(operation: str, params: dict[str, Any], parsed: dict[str, 
         for action in params.get("TransactItems", []):
             ((kind, body),) = action.items()
             item = body.get("Item") or body.get("Key", {})
-            units = 2 * _write_units(item_size(item))
+            units = _write_units(item_size(item))
+            wru += 2 * units
             if kind == "Put":
-                units *= 1 + _gsi_writes(body.get("TableName", ""), item)
-            wru += units
+                wru += units * _gsi_writes(body.get("TableName", ""), item)
         return wru, 0.0
     if operation == "BatchWriteItem":
         wru = 0.0

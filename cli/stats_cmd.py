@@ -36,7 +36,8 @@ def counters_table(title: str, rows: list[dict[str, Any]]) -> Table:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for row in rows:
         unique = "" if row["unique"] is None else str(row["unique"])
-        table.add_row(row["metric"], str(row["total"]), unique, _percent(row["rate"]))
+        total = "n/a" if row["total"] is None else str(row["total"])  # sends in a --since report
+        table.add_row(row["metric"], total, unique, _percent(row["rate"]))
     return table
 
 

@@ -260,6 +260,8 @@ def provision(
                 "BatchSize": source.batch_size,
                 "FunctionResponseTypes": ["ReportBatchItemFailures"],
             }
+            if source.max_batching_window_s:
+                mapping["MaximumBatchingWindowInSeconds"] = source.max_batching_window_s
             if source.max_concurrency is not None:
                 mapping["ScalingConfig"] = {"MaximumConcurrency": source.max_concurrency}
             lam.create_event_source_mapping(**mapping)

@@ -3,12 +3,23 @@
 One claim item per (subscriber, source, step): ``SK = SEND#<source>#<step>``.
 
 - ``claim`` is one conditional PutItem: it succeeds when no claim exists, or when a
-  previous claim is still ``sending`` but its lease expired (that worker crashed). A
-  claim in state ``sent`` never expires and blocks every later send of that key.
-- ``complete`` writes the ``SENT#`` item (with ``ttl``), then turns the claim ``sent``
-  (only if it is still ours).
+  previous claim's lease expired (that worker crashed, or it finished: see below).
+- ``complete`` writes the ``SENT#`` item (with ``ttl``). The ``SENT#`` item is what says
+  "sent": the claim is not written a second time, so a send costs 2 writes (claim, log).
+  A single send also ADDs 1 to ``send`` of its source and template counters in the same
+  transaction (``count=True``); a broadcast worker counts a whole batch at once instead
+  (``shared.broadcasts.records``).
+- When a claim is found taken (a redelivered job) or is taken over after its lease
+  (``ReturnValues=ALL_OLD`` shows a previous claim), the subscriber's ``SENT#`` log is read
+  for that (source, step): found -> ``already_sent``. Only these rare paths read.
 - ``release`` deletes our claim when nothing was sent (SES refused or throttled), so a
   retry can send.
+
+Crash window: a worker that dies after SES accepted the message but before ``SENT#`` was
+written leaves a claim and no log; after the lease a retry sends again (at most one
+duplicate, never a loss). ``SENT#`` items expire after ``DATA_TTL_DAYS``: a claim taken over
+after its log could have expired (``log_until`` passed) counts as sent, so an expired log
+never turns into a second send.
 
 Why not Powertools idempotency: its records are built to expire (``expires_after_seconds``)
 and are deleted when the function raises. Send-once needs a record that never stops
@@ -26,10 +37,11 @@ from botocore.exceptions import ClientError
 
 from shared import keys
 from shared.aws import client as aws_client
-from shared.dynamo import deserialize, key, serialize, values
+from shared.dynamo import deserialize, key, query_all, serialize, transact, values
+from shared.stats import send_counters
 
 SENDING = "sending"
-SENT = "sent"
+SENT = "sent"  # claims completed by versions that wrote the claim a second time
 
 ClaimStatus = Literal["claimed", "already_sent", "in_flight"]
 
@@ -66,8 +78,18 @@ class SendLog:
         return self._client or aws_client("dynamodb")
 
     def claim(
-        self, email: str, source: str, step: str, *, send_id: str, template: str, now: int, lease_seconds: int
+        self,
+        email: str,
+        source: str,
+        step: str,
+        *,
+        send_id: str,
+        template: str,
+        now: int,
+        lease_seconds: int,
+        log_until: int,
     ) -> Claim:
+        """``log_until``: when this send's ``SENT#`` item would expire (its ``ttl``)."""
         claim_id = uuid.uuid4().hex
         item = {
             "PK": keys.sub_pk(email),
@@ -75,6 +97,7 @@ class SendLog:
             "state": SENDING,
             "claim_id": claim_id,
             "lease_until": now + lease_seconds,
+            "log_until": log_until,
             "send_id": send_id,
             "template": template,
             "source": source,
@@ -82,12 +105,13 @@ class SendLog:
             "claimed_at": now,
         }
         try:
-            self.client.put_item(
+            response = self.client.put_item(
                 TableName=self.table,
                 Item=serialize(item),
                 ConditionExpression="attribute_not_exists(PK) OR (#state = :sending AND lease_until < :now)",
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues=values(sending=SENDING, now=now),
+                ReturnValues="ALL_OLD",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
@@ -97,18 +121,38 @@ class SendLog:
             current = deserialize(raw) if raw else (self._get(email, source, step) or {})
             if current.get("state") == SENT:
                 return Claim("already_sent", message_id=current.get("ses_message_id"))
+            logged = self.sent(email, source, step)
+            if logged is not None:
+                return Claim("already_sent", message_id=logged.get("ses_message_id"))
             return Claim("in_flight", lease_until=int(current.get("lease_until", 0)))
+        previous = response.get("Attributes")
+        if previous:  # we took over an expired claim: did its holder send?
+            old = deserialize(previous)
+            logged = self.sent(email, source, step)
+            if logged is not None or int(old.get("log_until", now)) < now:
+                self.release(email, source, step, claim_id, restore=previous)
+                return Claim("already_sent", message_id=(logged or {}).get("ses_message_id"))
         return Claim("claimed", claim_id=claim_id)
 
-    def complete(self, claim_id: str, record: SentRecord) -> bool:
-        """Write SENT#, then mark the claim sent. False when the lease was lost (another
-        worker took over; its own SENT# records its own send).
+    def sent(self, email: str, source: str, step: str) -> dict[str, Any] | None:
+        """The ``SENT#`` item of (source, step), if this subscriber's log holds one."""
+        for raw in query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            FilterExpression="#source = :source AND #step = :step",
+            ExpressionAttributeNames={"#source": "source", "#step": "step"},
+            ExpressionAttributeValues=values(
+                pk=keys.sub_pk(email), prefix=keys.SENT_PREFIX, source=source, step=step
+            ),
+            ConsistentRead=True,
+        ):
+            return deserialize(raw)
+        return None
 
-        Two plain writes, in this order, rather than one transaction: a crash between them
-        leaves SENT# and a ``sending`` claim, so a retry after the lease sends one duplicate
-        and logs it too; no send is ever left unlogged. It also costs 2 write units instead
-        of the 4 of a two-item transaction.
-        """
+    def complete(self, record: SentRecord, *, count: bool = True) -> None:
+        """Write ``SENT#``; with ``count``, ADD 1 to ``send`` of the source and template
+        counters in the same transaction (the count and the log never disagree)."""
         sent_item = {
             "PK": keys.sub_pk(record.email),
             "SK": keys.sent_sk(record.sent_at, record.source, record.send_id),
@@ -123,41 +167,33 @@ class SendLog:
             "sent_at": record.sent_at,
             "ttl": record.ttl,
         }
-        self.client.put_item(TableName=self.table, Item=serialize(sent_item))
-        done = {
-            "PK": keys.sub_pk(record.email),
-            "SK": keys.send_claim_sk(record.source, record.step),
-            "state": SENT,
-            "send_id": record.send_id,
-            "template": record.template,
-            "source": record.source,
-            "step": record.step,
-            "ses_message_id": record.ses_message_id,
-            "sent_at": record.sent_at,
-            "sent_sk": sent_item["SK"],
+        if not count:
+            self.client.put_item(TableName=self.table, Item=serialize(sent_item))
+            return
+        transact(
+            self.client,
+            [
+                {"Put": {"TableName": self.table, "Item": serialize(sent_item)}},
+                *send_counters(self.table, {(record.source, record.template): 1}, at=record.sent_at),
+            ],
+        )
+
+    def release(
+        self, email: str, source: str, step: str, claim_id: str, *, restore: dict[str, Any] | None = None
+    ) -> None:
+        """Drop our claim (nothing was sent); ``restore`` puts back the claim we took over
+        (its attributes as DynamoDB returned them)."""
+        condition: dict[str, Any] = {
+            "ConditionExpression": "claim_id = :cid AND #state = :sending",
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": values(cid=claim_id, sending=SENDING),
         }
         try:
-            self.client.put_item(
-                TableName=self.table,
-                Item=serialize(done),
-                ConditionExpression="claim_id = :cid",
-                ExpressionAttributeValues=values(cid=claim_id),
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
-
-    def release(self, email: str, source: str, step: str, claim_id: str) -> None:
-        try:
-            self.client.delete_item(
-                TableName=self.table,
-                Key=key(keys.sub_pk(email), keys.send_claim_sk(source, step)),
-                ConditionExpression="claim_id = :cid AND #state = :sending",
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues=values(cid=claim_id, sending=SENDING),
-            )
+            if restore is not None:
+                self.client.put_item(TableName=self.table, Item=restore, **condition)
+            else:
+                claim_key = key(keys.sub_pk(email), keys.send_claim_sk(source, step))
+                self.client.delete_item(TableName=self.table, Key=claim_key, **condition)
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise

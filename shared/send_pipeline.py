@@ -16,9 +16,12 @@ raised (:class:`SendOutcome`):
   ``invalid_message``. Permanent; recorded as a ``send_failed`` event.
 
 Crash window: the claim is held under a lease (``send_claim_lease_seconds``). If a worker
-dies after SES accepted the message but before the claim became ``sent``, the retry finds
-the claim ``sending`` until the lease expires and then sends again: at most one duplicate,
-never a loss. A ``sent`` claim never expires.
+dies after SES accepted the message but before ``SENT#`` was written, the retry finds the
+claim taken until the lease expires and then sends again: at most one duplicate, never a
+loss. A send whose ``SENT#`` exists is never sent again (``shared.send_log``).
+
+Counting: ``send`` is added to the source and template counters with the ``SENT#`` write
+(``count_sends``); a broadcast worker turns that off and counts each batch once instead.
 """
 
 from __future__ import annotations
@@ -128,6 +131,7 @@ class SendContext:
     data_ttl_days: int = 180
     token_ttl_days: int = 365
     lease_seconds: int = 300
+    count_sends: bool = True  # False: the caller counts sends (a broadcast batch)
     renderer: Renderer = field(default_factory=renderer)
 
     @classmethod
@@ -183,6 +187,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         template=job.template,
         now=int(moment.timestamp()),
         lease_seconds=ctx.lease_seconds,
+        log_until=_log_ttl(moment, ctx),
     )
     if claim.status == "already_sent":
         logger.info("send skipped", extra={**log, "reason": "already_sent"})
@@ -246,14 +251,15 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         ses_message_id=result.message_id,
         transactional=job.transactional,
         sent_at=_iso(moment),
-        ttl=int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
+        ttl=_log_ttl(moment, ctx),
     )
-    if not ctx.log.complete(claim.claim_id, record):
-        logger.warning(
-            "send claim lease lost before completion: a duplicate may have been sent", extra={**log}
-        )
+    ctx.log.complete(record, count=ctx.count_sends)
     logger.info("sent", extra={**log, "message_id": result.message_id})
     return SendOutcome(status="sent", send_id=send_id, message_id=result.message_id)
+
+
+def _log_ttl(moment: datetime, ctx: SendContext) -> int:
+    return int((moment + timedelta(days=ctx.data_ttl_days)).timestamp())
 
 
 def _ineligible(profile: Profile | None, job: SendJob) -> str | None:

@@ -9,9 +9,12 @@
   transaction as the ``ADD`` (see ``shared.engagement``). Send, delivery, bounce and
   complaint happen at most once per mail; ``unsubscribe`` is counted once per real change
   (``shared.unsubscribe``), so their totals are their unique counts.
-- The same numbers can be recomputed from the events table (GSIs ``SequenceIndex`` and
+- ``send`` is counted by the send path (:func:`send_counters`: with a single send's
+  ``SENT#`` write, or once per broadcast batch); SES Send events are not published.
+- The event metrics can be recomputed from the events table (GSIs ``SequenceIndex`` and
   ``TemplateIndex``): :meth:`StatsStore.recompute`. They agree while no event has expired
-  (``DATA_TTL_DAYS``); ``--since`` reports are always computed from the events.
+  (``DATA_TTL_DAYS``); ``--since`` reports are always computed from the events, so they have
+  no ``send`` (shown as not available, with the rates that divide by it).
 
 Rates: delivered and bounced per send; complained, opened (unique), clicked (unique) and
 unsubscribed per delivery.
@@ -49,6 +52,7 @@ METRICS = (
     "subscription",
 )
 UNIQUE_METRICS = ("open", "click")
+SEND_PATH_METRICS = frozenset({"send"})  # counted by the send path, not from events
 SOURCE_SCOPE, TEMPLATE_SCOPE = "source", "template"
 # Rows of a report: (label, metric, rate numerator, rate denominator metric).
 REPORT_ROWS = (
@@ -69,6 +73,8 @@ def unique_name(metric: str) -> str:
 def metric_of(item: Mapping[str, Any]) -> str | None:
     """The counter an events-table item feeds (None: not an engagement metric)."""
     kind = item.get("type")
+    if kind == "send":  # counted by the send path (send_counters), never from an event
+        return None
     if kind == "bounce":
         return "bounce" if item.get("bounce_type") == PERMANENT else "bounce_transient"
     return kind if kind in METRICS else None
@@ -78,9 +84,15 @@ def metric_of(item: Mapping[str, Any]) -> str | None:
 class Counters:
     totals: dict[str, int] = field(default_factory=dict)
     uniques: dict[str, int] = field(default_factory=dict)
+    unavailable: frozenset[str] = frozenset()  # metrics this view cannot know
 
     def total(self, metric: str) -> int:
         return self.totals.get(metric, 0)
+
+    def event_metrics(self) -> Counters:
+        """The part of these counters the events table can recompute (no ``send``)."""
+        totals = {m: n for m, n in self.totals.items() if m not in SEND_PATH_METRICS}
+        return Counters(totals=totals, uniques=dict(self.uniques), unavailable=SEND_PATH_METRICS)
 
     def unique(self, metric: str) -> int | None:
         """Distinct subscribers for open/click; at-most-once metrics are their own uniques."""
@@ -98,11 +110,11 @@ class Counters:
         out = []
         for label, metric, numerator, denominator in REPORT_ROWS:
             rate = None
-            if numerator and denominator and self.total(denominator):
+            known = numerator not in self.unavailable and denominator not in self.unavailable
+            if numerator and denominator and known and self.total(denominator):
                 rate = self.value(numerator) / self.total(denominator)
-            out.append(
-                {"metric": label, "total": self.total(metric), "unique": self.unique(metric), "rate": rate}
-            )
+            total = None if metric in self.unavailable else self.total(metric)
+            out.append({"metric": label, "total": total, "unique": self.unique(metric), "rate": rate})
         return out
 
     @classmethod
@@ -123,25 +135,47 @@ class Counters:
             totals[metric] += 1
             if metric in openers:
                 openers[metric].add(str(item["PK"]))
-        return cls(totals=dict(totals), uniques={m: len(s) for m, s in openers.items() if s})
+        uniques = {m: len(s) for m, s in openers.items() if s}
+        return cls(totals=dict(totals), uniques=uniques, unavailable=SEND_PATH_METRICS)
 
 
 def counter_update(table: str, pk: str, sk: str, metric: str, *, unique: bool, at: str) -> dict[str, Any]:
     """A TransactWriteItems ``Update`` that ADDs 1 to ``metric`` (and its unique count)."""
-    names = {"#m": metric}
-    expression = "ADD #m :one"
-    if unique:
-        names["#u"] = unique_name(metric)
-        expression += ", #u :one"
+    adds = {metric: 1, **({unique_name(metric): 1} if unique else {})}
+    return counter_adds(table, pk, sk, adds, at=at)
+
+
+def counter_adds(table: str, pk: str, sk: str, adds: Mapping[str, int], *, at: str) -> dict[str, Any]:
+    """A TransactWriteItems ``Update`` that ADDs several amounts to one counters item
+    (``{"delivery": 7, "open": 3, "open_unique": 2}``): a transaction may touch an item once,
+    so a batch folds all its changes to one counters item into one action."""
+    amounts = {name: int(n) for name, n in adds.items() if n}
+    if not amounts:
+        raise ValueError("nothing to add")
+    names = {f"#c{i}": name for i, name in enumerate(amounts)}
+    vals: dict[str, Any] = {f"c{i}": n for i, n in enumerate(amounts.values())}
+    expression = "ADD " + ", ".join(f"#c{i} :c{i}" for i in range(len(amounts)))
     return {
         "Update": {
             "TableName": table,
             "Key": key(pk, sk),
             "UpdateExpression": expression + " SET updated_at = :at",
             "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values(one=1, at=at),
+            "ExpressionAttributeValues": values(at=at, **vals),
         }
     }
+
+
+def send_counters(table: str, sends: Mapping[tuple[str, str], int], *, at: str) -> list[dict[str, Any]]:
+    """Updates that ADD ``send`` to the source and template counters of ``sends``
+    (``{(source, template): n}``), one action per counters item. ``send`` is counted by the
+    send path, with the ``SENT#`` log (single sends) or a broadcast batch's marker: SES
+    Send events are not published (they would repeat what the send path knows, at a cost)."""
+    per_item: Counter[tuple[str, str]] = Counter()
+    for (source, template), n in sends.items():
+        per_item[(keys.stats_pk(source), keys.COUNTERS)] += n
+        per_item[keys.template_stats_key(template)] += n
+    return [counter_adds(table, pk, sk, {"send": n}, at=at) for (pk, sk), n in per_item.items() if n]
 
 
 class StatsStore:

@@ -546,13 +546,26 @@ class SubscriberStore:
         )
 
     def list_events(self, email: str) -> list[dict[str, Any]]:
-        items = query_all(
+        """The subscriber's timeline, oldest first: the events table's items and the
+        ``SENT#`` send log (as ``type: send``: SES Send events are not published)."""
+        items = [
+            from_dynamo(deserialize(i))
+            for i in query_all(
+                self.client,
+                TableName=self.events_table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+            )
+        ]
+        for raw in query_all(
             self.client,
-            TableName=self.events_table,
-            KeyConditionExpression="PK = :pk",
-            ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
-        )
-        return [from_dynamo(deserialize(i)) for i in items]
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :sent)",
+            ExpressionAttributeValues=values(pk=keys.sub_pk(email), sent=keys.SENT_PREFIX),
+        ):
+            sent = from_dynamo(deserialize(raw))
+            items.append({**sent, "type": "send", "origin": "mailstep", "at": sent.get("sent_at", "")})
+        return sorted(items, key=lambda i: str(i.get("at", "")))
 
     # ----- helpers ------------------------------------------------------------------
     def _put_profile(self, new: Profile, current: Profile | None) -> dict[str, Any]:

@@ -155,6 +155,7 @@ class SqsPoller:
         batch_size: int,
         counts: PollerCounts,
         receive_lock: threading.Lock | None = None,
+        batching_window_s: float = 0.0,
     ) -> None:
         self.sqs = sqs_backend
         # Pollers of one mapping share a lock: moto's in-process ReceiveMessage is not atomic,
@@ -165,6 +166,7 @@ class SqsPoller:
         self.region = region
         self.function = function
         self.batch_size = batch_size
+        self.batching_window_s = batching_window_s
         self.counts = counts
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"esm-{queue_name}", daemon=True)
@@ -179,17 +181,42 @@ class SqsPoller:
     def _run(self) -> None:
         while not self.stop_event.is_set():
             try:
-                with self.receive_lock:
-                    messages = self.sqs.receive_message(self.queue_name, self.batch_size, 0, None)
+                messages = self._receive()
                 if not messages:
                     self.stop_event.wait(0.2)  # long polling, without holding the lock
+                    continue
+                messages += self._fill(messages)
+                kept = self._deliver(messages)
+                if self.batching_window_s:
+                    for message in kept:  # back at once, like the unwindowed receives below
+                        self.sqs.change_message_visibility(self.queue_name, message.receipt_handle, 0)
             except Exception:  # the queue went away (runtime stopping)
                 logger.exception("event source poll failed", queue=self.queue_name)
                 self.stop_event.wait(1)
                 continue
-            if messages:
-                self.counts.receives += 1
-                self._deliver(messages)
+
+    def _receive(self, limit: int | None = None) -> list[Any]:
+        """One ReceiveMessage (at most 10 messages, as SQS allows)."""
+        wanted = min(10, limit if limit is not None else self.batch_size)
+        # While a batch fills, its messages must stay hidden from the next receives.
+        hidden = int(self.batching_window_s) + 60 if self.batching_window_s else None
+        with self.receive_lock:
+            messages = list(self.sqs.receive_message(self.queue_name, wanted, 0, hidden))
+        if messages:
+            self.counts.receives += 1
+        return messages
+
+    def _fill(self, first: list[Any]) -> list[Any]:
+        """More messages until the batch is full or the batching window closes (as Lambda's
+        MaximumBatchingWindowInSeconds does for batches larger than one receive)."""
+        more: list[Any] = []
+        deadline = time.monotonic() + self.batching_window_s
+        while len(first) + len(more) < self.batch_size and time.monotonic() < deadline:
+            received = self._receive(self.batch_size - len(first) - len(more))
+            if not received:
+                self.stop_event.wait(0.1)
+            more += received
+        return more
 
     def _record(self, message: Any) -> dict[str, Any]:
         attributes = {
@@ -223,10 +250,11 @@ class SqsPoller:
             "awsRegion": self.region,
         }
 
-    def _deliver(self, messages: list[Any]) -> None:
+    def _deliver(self, messages: list[Any]) -> list[Any]:
+        """Invoke the function; delete what it processed; return the messages it did not."""
         payload, errored = invoke(self.function, {"Records": [self._record(m) for m in messages]})
         if errored:
-            return  # every message returns after its visibility timeout
+            return messages  # every message comes back
         failed: set[str] = set()
         if isinstance(payload, dict) and isinstance(payload.get("batchItemFailures"), list):
             failed = {
@@ -235,5 +263,5 @@ class SqsPoller:
         done = [m for m in messages if m.id not in failed]
         for message in done:
             self.sqs.delete_message(self.queue_name, message.receipt_handle)
-        if done:
-            self.counts.deletes += 1
+        self.counts.deletes += -(-len(done) // 10)  # DeleteMessageBatch takes 10 at most
+        return [m for m in messages if m.id in failed]

@@ -285,6 +285,7 @@ class LocalRuntime:
                 batch_size=int(esm.batch_size or 10),
                 counts=self.poller_counts,
                 receive_lock=receive_lock,
+                batching_window_s=float(esm.max_batch_window or 0),
             )
             with self._lock:
                 self.pollers.append(poller)

@@ -36,6 +36,7 @@ from shared.broadcasts.model import (
     iso,
 )
 from shared.dynamo import TransactionConflict, deserialize, key, serialize, transact, values
+from shared.stats import send_counters
 
 LIST_LIMIT = 50
 
@@ -350,7 +351,8 @@ class BroadcastStore:
     # ----- counting -------------------------------------------------------------------------
     def count_batch(self, record: Broadcast, page: int, index: int, counts: Mapping[str, int]) -> bool:
         """Add one batch's outcomes (``processed``, ``sent``, ``failed``, ``skipped_<reason>``)
-        exactly once: the batch marker and the ADD are one transaction. False: counted before
+        exactly once: the batch marker and the ADDs (the record's counts, and ``send`` of the
+        broadcast's and its template's engagement counters) are one transaction. False: counted before
         (a redelivered batch) or the round moved on (resumed)."""
         adds = {name: int(n) for name, n in counts.items() if n}
         marker = {
@@ -385,6 +387,8 @@ class BroadcastStore:
                 }
             },
             {"Update": update},
+            # the engagement counters' ``send`` (SES Send events are not published)
+            *send_counters(self.table, {(record.id, record.template): adds.get("sent", 0)}, at=_now()),
         ]
         try:
             transact(self.client, actions)

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -98,6 +98,11 @@ class WorkerContext:
     threads: int = 4
     sleep: Callable[[float], None] = time.sleep
     send_fn: Callable[[SendJob, SendContext], SendOutcome] = pipeline_send
+
+    def __post_init__(self) -> None:
+        # A batch counts its sends once (records.count_batch), so single sends do not.
+        if self.send.count_sends:
+            self.send = replace(self.send, count_sends=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:

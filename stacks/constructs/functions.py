@@ -201,6 +201,9 @@ def _python_function(
                 batch_size=source.batch_size,
                 report_batch_item_failures=True,
                 max_concurrency=source.max_concurrency,
+                max_batching_window=Duration.seconds(source.max_batching_window_s)
+                if source.max_batching_window_s
+                else None,
             )
         )
     _acknowledge(fn, role, spec)

@@ -245,11 +245,11 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
 @pytest.mark.parametrize(
     ("recipient", "expected"),
     [
-        ("bounce@simulator.amazonses.com", ["Send", "Bounce"]),
-        ("complaint@simulator.amazonses.com", ["Send", "Delivery", "Complaint"]),
-        ("success@simulator.amazonses.com", ["Send", "Delivery"]),
-        ("ooto@simulator.amazonses.com", ["Send", "Delivery"]),
-        ("suppressionlist@simulator.amazonses.com", ["Send", "Bounce"]),
+        ("bounce@simulator.amazonses.com", ["Bounce"]),
+        ("complaint@simulator.amazonses.com", ["Delivery", "Complaint"]),
+        ("success@simulator.amazonses.com", ["Delivery"]),
+        ("ooto@simulator.amazonses.com", ["Delivery"]),
+        ("suppressionlist@simulator.amazonses.com", ["Bounce"]),
     ],
 )
 def test_mailbox_simulator_events_arrive_through_sns(
@@ -267,7 +267,7 @@ def test_mailbox_simulator_events_arrive_through_sns(
 def test_a_bounce_event_has_the_documented_ses_format(local: Local) -> None:
     queue = events_queue(local)
     message_id = send(local, "bounce@simulator.amazonses.com")
-    records = records_for(receive_all(local.client("sqs"), queue, 2), message_id)
+    records = records_for(receive_all(local.client("sqs"), queue, 1), message_id)
     record = next(r for r in records if r["eventType"] == "Bounce")
     assert set(record) == {"eventType", "mail", "bounce"}
     bounce = record["bounce"]

@@ -33,6 +33,7 @@ from shared.provision import LocalResources, create_queue
 from shared.send_jobs import SendJob
 from shared.send_pipeline import SendContext, send, send_id_for
 from shared.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
+from shared.stats import StatsStore
 from shared.store import SubscriberStore
 from tests.integration.broadcast_support import Env, FakeSes, eligible, seed
 
@@ -264,6 +265,7 @@ def test_a_crash_after_ses_accepted_causes_one_duplicate_at_most_and_no_loss(env
         template=TEMPLATE,
         now=int(now.timestamp()),
         lease_seconds=ctx.send.lease_seconds,
+        log_until=int((now + timedelta(days=30)).timestamp()),
     )
     assert claim.status == "claimed"
     env.ses.send_email(Destination={"ToAddresses": [victim]})
@@ -292,6 +294,10 @@ def test_a_crash_after_ses_accepted_causes_one_duplicate_at_most_and_no_loss(env
     assert result.status == "counted"
     assert set(counts) == brute_force(people, record.audience)
     assert record.status == DONE and record.sent == record.audience_size
+    # and the engagement counters' sends equal the record's, counted once per batch
+    stats = StatsStore(env.table, env.events_table, client=client("dynamodb"))
+    assert stats.source("crash").total("send") == record.sent
+    assert stats.template(TEMPLATE).total("send") >= record.sent
 
 
 def _run_concurrently(env: Env, broadcast_id: str, workers: int, **worker_args: Any) -> None:

@@ -103,7 +103,14 @@ def test_retryable_outcomes_fail_the_record_and_skips_are_acknowledged(module, s
     job = _job()
     now = int(time.time())
     module.context.log.claim(
-        job.email, job.source, job.step, send_id="x", template=job.template, now=now, lease_seconds=300
+        job.email,
+        job.source,
+        job.step,
+        send_id="x",
+        template=job.template,
+        now=now,
+        lease_seconds=300,
+        log_until=now + 86400,
     )  # another worker holds the claim
     ids, failed = _run(module, [to_message(job), to_message(_job(email="gone@example.com"))])
     assert failed == [ids[0]]

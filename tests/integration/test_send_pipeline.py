@@ -15,12 +15,14 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
 from shared import keys
-from shared.aws import client
+from shared.aws import client, register_hook, unregister_hook
+from shared.dynamo import key
 from shared.provision import LocalResources
 from shared.send_jobs import SenderOverride, SendJob
 from shared.send_log import SendLog, SentRecord
 from shared.send_pipeline import MailIdentity, SendContext, send, send_id_for
 from shared.sender import SendResult, SesSender, decode_tag_value
+from shared.stats import StatsStore
 from shared.store import SubscriberStore
 from shared.tokens import verify
 from tests.integration.conftest import scan_all
@@ -63,6 +65,20 @@ def _parsed(raw: Any) -> Any:
     return BytesParser(policy=policy.default).parsebytes(raw.raw_data.encode())
 
 
+@contextlib.contextmanager
+def _counting(calls: list[str]) -> Iterator[None]:
+    """Names of the AWS operations made meanwhile (every client of ``shared.aws``)."""
+
+    def hook(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    register_hook("after-call", hook)
+    try:
+        yield
+    finally:
+        unregister_hook("after-call", hook)
+
+
 def _items(resources: LocalResources, prefix: str) -> list[dict[str, Any]]:
     return [i for i in scan_all(resources.tables["table_name"]) if i["SK"].startswith(prefix)]
 
@@ -91,14 +107,42 @@ def test_same_job_three_times_sends_once_and_records_one_sent_item(ctx, store, r
     assert now + 29 * 86400 < item["ttl"] < now + 31 * 86400
 
 
-def test_an_old_completed_claim_still_blocks_long_after(ctx, store, outbox):
+def test_an_old_completed_claim_still_blocks_long_after(ctx, store, resources, outbox):
     store.upsert("old@example.com")
     job = SendJob(email="old@example.com", template="welcome", source="onboarding", step="welcome")
     assert send(job, ctx).status == "sent"
-    later = datetime.now(UTC) + timedelta(days=400)  # beyond any lease, TTL or idempotency window
+    later = datetime.now(UTC) + timedelta(days=10)  # beyond the lease: the SENT# log answers
     outcome = send(job, ctx, now=later)
     assert (outcome.status, outcome.reason) == ("skipped", "already_sent")
+    assert outcome.message_id == _items(resources, keys.SENT_PREFIX)[0]["ses_message_id"]
+    # the SENT# log expired (TTL): the claim still blocks, it outlived its log
+    table = resources.tables["table_name"]
+    for item in _items(resources, keys.SENT_PREFIX):
+        client("dynamodb").delete_item(TableName=table, Key=key(item["PK"], item["SK"]))
+    much_later = datetime.now(UTC) + timedelta(days=400)
+    outcome = send(job, ctx, now=much_later)
+    assert (outcome.status, outcome.reason) == ("skipped", "already_sent")
     assert len(outbox) == 1
+    # and the claim taken over for the check was put back as it was
+    claim = _items(resources, keys.SEND_CLAIM_PREFIX)[0]
+    assert claim["claimed_at"] < later.timestamp()
+
+
+def test_a_send_costs_two_writes_and_a_redelivery_reads_the_log(ctx, store, resources, outbox):
+    store.upsert("count@example.com")
+    job = SendJob(email="count@example.com", template="welcome", source="onboarding", step="w")
+    calls: list[str] = []
+    with _counting(calls):
+        assert send(job, ctx).status == "sent"
+    assert [c for c in calls if c != "GetItem"] == ["PutItem", "SendEmail", "TransactWriteItems"]
+    calls.clear()
+    with _counting(calls):
+        outcome = send(job, ctx)  # redelivered while the claim's lease still runs
+    assert (outcome.status, outcome.reason) == ("skipped", "already_sent")
+    assert [c for c in calls if c != "GetItem"] == ["PutItem", "Query"]
+    counters = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
+    assert counters.source("onboarding").total("send") == 1
+    assert counters.template("welcome").total("send") == 1
 
 
 def test_marketing_mail_carries_one_click_unsubscribe_and_both_parts(ctx, store, outbox):
@@ -282,6 +326,7 @@ def test_a_crashed_claim_blocks_until_its_lease_expires_then_sends(ctx, store, r
         template=job.template,
         now=int(now.timestamp()),
         lease_seconds=ctx.lease_seconds,
+        log_until=int((now + timedelta(days=30)).timestamp()),
     )
     # When the job is retried within the lease, then it waits; after the lease it sends once
     assert send(job, ctx, now=now + timedelta(seconds=10)).reason == "in_flight"
@@ -311,7 +356,7 @@ def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_
     store.upsert("jane@example.com")
     job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
     now = datetime.now(UTC)
-    stalled = ctx.log.claim(
+    ctx.log.claim(
         job.email,
         job.source,
         job.step,
@@ -319,6 +364,7 @@ def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_
         template=job.template,
         now=int(now.timestamp()),
         lease_seconds=ctx.lease_seconds,
+        log_until=int((now + timedelta(days=30)).timestamp()),
     )
     later = now + timedelta(seconds=ctx.lease_seconds + 1)
     taken_over = send(job, ctx, now=later)
@@ -336,10 +382,11 @@ def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_
         sent_at="2026-01-01T00:00:00.000Z",
         ttl=1,
     )
-    # Then both sends are logged and the claim keeps B's message id
-    assert ctx.log.complete(stalled.claim_id, record) is False
+    ctx.log.complete(record)
+    # Then both sends are logged (and counted), and a redelivery sends nothing more
     assert sorted(i["ses_message_id"] for i in _items(resources, keys.SENT_PREFIX)) == sorted(
         ["late-a", taken_over.message_id]
     )
-    claim = _items(resources, keys.SEND_CLAIM_PREFIX)[0]
-    assert (claim["state"], claim["ses_message_id"]) == ("sent", taken_over.message_id)
+    assert StatsStore(resources.tables["table_name"], "-").source("onboarding").total("send") == 2
+    again = send(job, ctx, now=later + timedelta(seconds=ctx.lease_seconds + 1))
+    assert (again.status, again.reason) == ("skipped", "already_sent")
