@@ -110,6 +110,9 @@ def run(bench: Bench) -> list[Measurement]:
     finally:
         bench.runtime.ses.configure(max_send_rate=10_000)
     achieved = _achieved_rate(bench, "bench-rate")
-    share = service.get("bench-rate").send_rate
-    label = f"{limited.label}: achieved {achieved:.1f}/s ({achieved / RATE:.0%} of max; share {share:g}/s)"
+    record = service.get("bench-rate")
+    label = (
+        f"{limited.label}: achieved {achieved:.1f}/s ({achieved / RATE:.0%} of max; share "
+        f"{record.send_rate:g}/s); sent {record.sent}, failed {record.failed}"
+    )
     return [unlimited, replace(limited, label=label)]

@@ -186,10 +186,8 @@ class SqsPoller:
                     self.stop_event.wait(0.2)  # long polling, without holding the lock
                     continue
                 messages += self._fill(messages)
-                kept = self._deliver(messages)
-                if self.batching_window_s:
-                    for message in kept:  # back at once, like the unwindowed receives below
-                        self.sqs.change_message_visibility(self.queue_name, message.receipt_handle, 0)
+                for message in self._deliver(messages):  # not processed: back at once
+                    self.sqs.change_message_visibility(self.queue_name, message.receipt_handle, 0)
             except Exception:  # the queue went away (runtime stopping)
                 logger.exception("event source poll failed", queue=self.queue_name)
                 self.stop_event.wait(1)
@@ -198,8 +196,10 @@ class SqsPoller:
     def _receive(self, limit: int | None = None) -> list[Any]:
         """One ReceiveMessage (at most 10 messages, as SQS allows)."""
         wanted = min(10, limit if limit is not None else self.batch_size)
-        # While a batch fills, its messages must stay hidden from the next receives.
-        hidden = int(self.batching_window_s) + 60 if self.batching_window_s else None
+        # Received messages stay hidden from the other pollers (and from the next receive of a
+        # filling batch) until processed; what the function did not process is made visible
+        # again at once, so local retries do not wait out the queue's visibility timeout.
+        hidden = self.sqs.get_queue(self.queue_name).visibility_timeout
         with self.receive_lock:
             messages = list(self.sqs.receive_message(self.queue_name, wanted, 0, hidden))
         if messages:

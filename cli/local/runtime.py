@@ -42,7 +42,7 @@ from shared.secrets import reset_cache
 
 ACCOUNT_ID = "123456789012"
 STATE_FILE = "runtime.json"
-# Batches in flight per SQS mapping in the local runtime (see LocalRuntime._start_poller).
+# Batches in flight per SQS mapping without a MaximumConcurrency (LocalRuntime._start_poller).
 LOCAL_MAPPING_CONCURRENCY = 1
 
 
@@ -268,14 +268,14 @@ class LocalRuntime:
         self._backend("sns").topics[topic_arn].publish(message)
 
     def _start_poller(self, esm: Any, queue: Any) -> None:
-        """Like Lambda's SQS poller, with LOCAL_MAPPING_CONCURRENCY batches in flight per mapping.
-
-        More concurrent pollers do not send faster here (one process, two cores, moto's global
-        request lock) but multiply SES throttling retries, so MaximumConcurrency is not modelled.
-        """
+        """Like Lambda's SQS poller: as many batches in flight as the mapping's
+        MaximumConcurrency (LOCAL_MAPPING_CONCURRENCY when it sets none). Pollers share a
+        receive lock, and a received message stays hidden until its batch is processed."""
         function = self._backend("lambda").get_function(esm.function_arn)
         receive_lock = threading.Lock()
-        for _ in range(LOCAL_MAPPING_CONCURRENCY):
+        scaling = esm.scaling_config or {}
+        concurrency = int(scaling.get("MaximumConcurrency") or LOCAL_MAPPING_CONCURRENCY)
+        for _ in range(concurrency):
             poller = SqsPoller(
                 sqs_backend=self._backend("sqs"),
                 queue_name=queue.name,
