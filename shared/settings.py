@@ -42,7 +42,7 @@ class Settings(BaseModel):
     broadcast_schedule_arn: str = ""  # state machine that waits until --at, then starts resolving
     broadcast_max_send_rate: float = Field(default=0.0, ge=0)  # cap (mails/s); 0: the account's rate
     broadcast_rate_share: float = Field(default=0.95, gt=0, le=1)  # of the rate; the rest is reserved
-    broadcast_worker_threads: int = Field(default=4, ge=1, le=32)  # sends in flight per worker
+    broadcast_worker_threads: int = Field(default=8, ge=1, le=32)  # sends in flight per worker
 
     # Replies (shared/replies.py): forward every recorded reply to this address (empty: no).
     reply_forward_to: str = ""

@@ -410,7 +410,9 @@ BROADCAST_WORKER_FUNCTION = FunctionSpec(
     timeout_s=300,
     read_write_tables=(MAIN_TABLE, EVENTS_TABLE),
     read_secrets=(UNSUBSCRIBE_SECRET,),
-    event_sources=(EventSourceSpec(queue=BROADCAST_QUEUE, batch_size=2, max_concurrency=3),),
+    # One batch (50 recipients) per invocation: the last batches of a broadcast still run
+    # on every worker, so the tail of a send keeps the rate.
+    event_sources=(EventSourceSpec(queue=BROADCAST_QUEUE, batch_size=1, max_concurrency=3),),
     sends_email=True,
     mail_settings=True,
 )

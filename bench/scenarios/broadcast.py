@@ -27,6 +27,7 @@ from shared.store import Profile
 NAME = "broadcast"
 DESCRIPTION = "a broadcast to a tag audience: requests per recipient, overhead vs SES, rate vs MaxSendRate"
 RECIPIENTS = 300
+RATE_RECIPIENTS = 900  # long enough that the start and the tail of a send weigh little
 RATE = 50.0
 TEMPLATE = "newsletter/monthly"
 
@@ -94,6 +95,7 @@ def run(bench: Bench) -> list[Measurement]:
     _seed(table, "bench-warm", 10)
     _seed(table, "bench-news", RECIPIENTS)
     _seed(table, "bench-rate", RECIPIENTS)
+    _seed(table, "bench-pace", RATE_RECIPIENTS)
     service = _service(bench)
     _run(bench, service, "bench-warmup", "bench-warm")  # imports, secret, first claims
 
@@ -107,12 +109,21 @@ def run(bench: Bench) -> list[Measurement]:
             f"{RECIPIENTS} recipients at MaxSendRate {RATE:g}/s", RECIPIENTS, "email",
             lambda: _run(bench, service, "bench-rate", "bench-rate"),
         )  # fmt: skip
+        # The achieved rate is measured with the meter off: its hooks run on every request
+        # in this same process and would slow the workers they measure.
+        throttled = bench.runtime.ses.throttled
+        bench.meter.uninstall()
+        try:
+            _run(bench, service, "bench-pace", "bench-pace")
+        finally:
+            bench.meter.install()
     finally:
         bench.runtime.ses.configure(max_send_rate=10_000)
-    achieved = _achieved_rate(bench, "bench-rate")
-    record = service.get("bench-rate")
+    achieved = _achieved_rate(bench, "bench-pace")
+    record = service.get("bench-pace")
     label = (
-        f"{limited.label}: achieved {achieved:.1f}/s ({achieved / RATE:.0%} of max; share "
-        f"{record.send_rate:g}/s); sent {record.sent}, failed {record.failed}"
+        f"{limited.label}; a {RATE_RECIPIENTS}-recipient send (unmetered) achieved {achieved:.1f}/s "
+        f"({achieved / RATE:.0%} of max; share {record.send_rate:g}/s): sent {record.sent}, "
+        f"failed {record.failed}, SES throttled {bench.runtime.ses.throttled - throttled}"
     )
     return [unlimited, replace(limited, label=label)]

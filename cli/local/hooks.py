@@ -25,8 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, LambdaFunction
 from moto.core.exceptions import JsonRESTError
+from moto.core.utils import unix_time
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.comparisons import get_filter_expression
 from moto.dynamodb.exceptions import (
@@ -39,7 +41,7 @@ from moto.dynamodb.exceptions import (
 )
 from moto.sesv2 import urls as sesv2_urls
 from moto.sesv2.responses import SESV2Response
-from moto.sqs.models import Queue
+from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
@@ -325,7 +327,29 @@ def install() -> None:
         SESV2Response.update_configuration_set_event_destination = _update_event_destination  # type: ignore[attr-defined]
         SESV2Response.get_configuration_set_event_destinations = _get_event_destinations  # type: ignore[attr-defined]
         SESV2Response.delete_configuration_set_event_destination = _delete_event_destination  # type: ignore[attr-defined]
+        _serve_faster()
         _installed = True
+
+
+def _serve_faster() -> None:
+    """Costs of moto's server that grow with the request rate or the queue length, not
+    with the work:
+
+    - it lists moto's package directory (``os.listdir`` + ``isdir`` per entry) on every
+      request, under its dispatch lock, to find the backend: the list never changes while
+      the process runs, so it is computed once;
+    - SQS ReceiveMessage checks every message's retention through GetQueueAttributes, which
+      rebuilds every attribute of the queue (counting all its messages) three times: the
+      retention period is read from the queue itself.
+    """
+    modules = tuple(moto_backends.list_of_moto_modules())
+    moto_backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
+    SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
+
+
+def _retained(self: Any, queue_name: str, message: Any) -> bool:
+    period = int(self.get_queue(queue_name).message_retention_period)
+    return bool(period + message.sent_timestamp / 1000 > unix_time())
 
 
 def detach_inline_event_sources(queue: Any) -> dict[str, Any]:

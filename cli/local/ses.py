@@ -78,6 +78,7 @@ class LocalSes:
         self.max_send_rate = float(max_send_rate)
         self.max_24_hour_send = int(max_24_hour_send)
         self._tokens = self.max_send_rate
+        self.throttled = 0  # TooManyRequests answers (bench)
         self._refilled = time.monotonic()
         self._sent: deque[tuple[float, int]] = deque()  # (wall time, recipients) for 24 h
         self._lock = threading.Lock()
@@ -109,6 +110,7 @@ class LocalSes:
             if self._sent_last_24h(wall) + recipients > self.max_24_hour_send:
                 raise SesError("LimitExceededException", "Daily message quota exceeded.")
             if self._tokens < recipients:
+                self.throttled += 1
                 raise SesError("TooManyRequestsException", "Maximum sending rate exceeded.", 429)
             self._tokens -= recipients
             self._sent.append((wall, recipients))

@@ -290,3 +290,27 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
     assert local.status()["clock"]["advanced_s"] - waited_before >= 3 * 86400 - 120
     got = Counter(d for m in sent_by(local, "e2e-later") for d in m["destination"])
     assert set(got) == want and set(got.values()) == {1}
+
+
+@pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
+def test_concurrent_workers_reach_90_percent_of_max_send_rate_and_fail_nothing(local, people) -> None:
+    # Given the local SES at MaxSendRate 50/s (the mapping runs 3 workers, 4 sends in flight each)
+    want = expected(people, tags=["bcb"])
+    local.http("POST", "/_local/ses", {"max_send_rate": 50})
+    try:
+        # When a broadcast to ~900 subscribers runs to the end
+        answer = broadcast(
+            local, "send", "--template", TEMPLATE, "--tag", "bcb", "--id", "e2e-rate", "--yes", timeout=300
+        )
+        assert answer.returncode == 0, answer.stdout + answer.stderr
+    finally:
+        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
+    # Then everyone got it once, nothing failed (throttling was retried), at >= 90% of 50/s
+    stored = record(local, "e2e-rate")
+    went = sent_by(local, "e2e-rate")
+    assert stored["status"] == "done" and stored["failed"] == 0
+    assert sorted(d for m in went for d in m["destination"]) == sorted(want)
+    stamps = sorted(datetime.fromisoformat(m["timestamp"].replace("Z", "+00:00")).timestamp() for m in went)
+    achieved = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    print(f"\n{len(went)} mails at {achieved:.1f}/s ({achieved / 50:.0%} of MaxSendRate 50/s)")
+    assert achieved >= 0.9 * 50, f"achieved {achieved:.1f}/s"
