@@ -17,7 +17,16 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+# One client per service is shared by every thread of a process (a broadcast worker runs
+# BROADCAST_WORKER_THREADS sends at once): the pool holds a connection per thread, so none
+# is opened and thrown away per request (botocore's default pool is 10).
+MAX_POOL_CONNECTIONS = 50
+_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 5},
+    connect_timeout=5,
+    read_timeout=30,
+    max_pool_connections=MAX_POOL_CONNECTIONS,
+)
 
 Hook = Callable[..., Any]
 _hooks: list[tuple[str, Hook]] = []

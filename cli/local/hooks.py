@@ -342,8 +342,11 @@ def _serve_faster() -> None:
       rebuilds every attribute of the queue (counting all its messages) three times: the
       retention period is read from the queue itself.
     """
+    from werkzeug.serving import WSGIRequestHandler
+
     modules = tuple(moto_backends.list_of_moto_modules())
     moto_backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
+    WSGIRequestHandler.protocol_version = "HTTP/1.1"  # keep-alive: no connection per request
     SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
 
 
