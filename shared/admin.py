@@ -232,8 +232,9 @@ def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
 
 
 class SubscriberAdmin:
-    # Seconds an erase waits for in-flight sequence steps before its second sweep.
-    erase_grace_s: float = 3.0
+    # Seconds an erase waits for in-flight sequence steps before its second sweep: a step's
+    # send, then its SES events through the engagement queue (batching window 2 s).
+    erase_grace_s: float = 6.0
 
     def __init__(self, store: SubscriberStore, engine: SequenceEngine | None = None) -> None:
         self.store = store

@@ -15,6 +15,7 @@ runtime calls it before patching, and a test calls it too.
 
 from __future__ import annotations
 
+import base64
 import copy
 import inspect
 import json
@@ -25,10 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding
 from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, LambdaFunction
 from moto.core.exceptions import JsonRESTError
-from moto.core.utils import unix_time
+from moto.core.utils import iso_8601_datetime_with_milliseconds, unix_time
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.comparisons import get_filter_expression
 from moto.dynamodb.exceptions import (
@@ -41,6 +44,7 @@ from moto.dynamodb.exceptions import (
 )
 from moto.sesv2 import urls as sesv2_urls
 from moto.sesv2.responses import SESV2Response
+from moto.sns.models import Subscription as SnsSubscription
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
@@ -338,6 +342,7 @@ def _serve_faster() -> None:
     - it lists moto's package directory (``os.listdir`` + ``isdir`` per entry) on every
       request, under its dispatch lock, to find the backend: the list never changes while
       the process runs, so it is computed once;
+    - SNS makes a signing certificate per notification (see ``_sns_post_data``);
     - SQS ReceiveMessage checks every message's retention through GetQueueAttributes, which
       rebuilds every attribute of the queue (counting all its messages) three times: the
       retention period is read from the queue itself.
@@ -348,6 +353,47 @@ def _serve_faster() -> None:
     moto_backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
     WSGIRequestHandler.protocol_version = "HTTP/1.1"  # keep-alive: no connection per request
     SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
+    SnsSubscription.get_post_data = _sns_post_data  # type: ignore[method-assign]
+
+
+_MOTO_SNS_POST_DATA = SnsSubscription.get_post_data
+
+
+def _sns_post_data(
+    self: Any, message: str, message_id: str, subject: str | None, message_attributes: Any = None
+) -> dict[str, Any]:
+    """moto builds and signs a new X.509 signing certificate for every SNS notification (an
+    RSA signature, and a PEM kept in memory for ever). SNS signs with one certificate for a
+    long time: the first notification of a subscription makes it (moto's code), the next
+    ones reuse it and only sign the message, in the same format."""
+    cert_url = getattr(self, "_mailstep_cert_url", None)
+    if cert_url is None:
+        data = dict(_MOTO_SNS_POST_DATA(self, message, message_id, subject, message_attributes))
+        self._mailstep_cert_url = data["SigningCertURL"]
+        return data
+    timestamp = iso_8601_datetime_with_milliseconds()
+    signed = (
+        f"Message\n{message}\nMessageId\n{message_id}\nTimestamp\n{timestamp}\n"
+        f"TopicArn\n{self.topic.arn}\nType\nNotification\n"
+    )
+    signature = self.private_key().sign(signed.encode("UTF-8"), padding.PKCS1v15(), hashes.SHA256())
+    data = {
+        "Type": "Notification",
+        "MessageId": message_id,
+        "TopicArn": self.topic.arn,
+        "Message": message,
+        "Timestamp": timestamp,
+        "SignatureVersion": "2",
+        "Signature": base64.b64encode(signature).decode("utf-8"),
+        "SigningCertURL": cert_url,
+        "UnsubscribeURL": f"https://sns.{self.topic.sns_backend.region_name}.amazonaws.com/"
+        f"?Action=Unsubscribe&SubscriptionArn={self.arn}",
+    }
+    if subject:
+        data["Subject"] = subject
+    if message_attributes:
+        data["MessageAttributes"] = message_attributes
+    return data
 
 
 def _retained(self: Any, queue_name: str, message: Any) -> bool:
