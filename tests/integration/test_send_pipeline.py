@@ -313,11 +313,8 @@ def test_account_level_errors_are_retryable_and_rejections_fail(ctx, store, reso
     assert [e["reason"] for e in store.list_events("jane@example.com")] == ["rejected"]
 
 
-def test_a_crashed_claim_blocks_until_its_lease_expires_then_sends(ctx, store, resources, outbox):
-    # Given a worker that claimed the key and died before finishing
-    store.upsert("jane@example.com")
-    job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
-    now = datetime.now(UTC)
+def _claim_and_stall(ctx: SendContext, job: SendJob, now: datetime) -> None:
+    """A worker claims ``job`` at ``now`` and never gets further (crashed or stalled)."""
     ctx.log.claim(
         job.email,
         job.source,
@@ -328,6 +325,14 @@ def test_a_crashed_claim_blocks_until_its_lease_expires_then_sends(ctx, store, r
         lease_seconds=ctx.lease_seconds,
         log_until=int((now + timedelta(days=30)).timestamp()),
     )
+
+
+def test_a_crashed_claim_blocks_until_its_lease_expires_then_sends(ctx, store, resources, outbox):
+    # Given a worker that claimed the key and died before finishing
+    store.upsert("jane@example.com")
+    job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
+    now = datetime.now(UTC)
+    _claim_and_stall(ctx, job, now)
     # When the job is retried within the lease, then it waits; after the lease it sends once
     assert send(job, ctx, now=now + timedelta(seconds=10)).reason == "in_flight"
     assert outbox == []
@@ -356,16 +361,7 @@ def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_
     store.upsert("jane@example.com")
     job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
     now = datetime.now(UTC)
-    ctx.log.claim(
-        job.email,
-        job.source,
-        job.step,
-        send_id=send_id_for(job),
-        template=job.template,
-        now=int(now.timestamp()),
-        lease_seconds=ctx.lease_seconds,
-        log_until=int((now + timedelta(days=30)).timestamp()),
-    )
+    _claim_and_stall(ctx, job, now)
     later = now + timedelta(seconds=ctx.lease_seconds + 1)
     taken_over = send(job, ctx, now=later)
     assert taken_over.status == "sent"
