@@ -65,16 +65,14 @@ from shared import keys
 from shared.dynamo import (
     TRANSACTION_LIMIT,
     TransactionConflict,
-    deserialize,
     key,
-    query_all,
     serialize,
     transact,
-    values,
 )
 from shared.models import normalise_email, validate_name
 from shared.observability import logger, redact_email
 from shared.rendering import KEY_RE, MAX_KEY
+from shared.send_log import SendLog
 from shared.sender import decode_tag_value
 from shared.ses_events import (
     Bounce,
@@ -372,23 +370,16 @@ def _decoded(value: str | None) -> str | None:
 
 
 def _from_sent_log(message_id: str, email: str, store: SubscriberStore) -> Correlation | None:
-    for raw in query_all(
-        store.client,
-        TableName=store.table,
-        KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
-        FilterExpression="ses_message_id = :mid",
-        ExpressionAttributeValues=values(pk=keys.sub_pk(email), prefix=keys.SENT_PREFIX, mid=message_id),
-        ConsistentRead=True,
-    ):
-        item = deserialize(raw)
-        return Correlation(
-            template=item.get("template"),
-            source=item.get("source"),
-            step=item.get("step"),
-            send_id=item.get("send_id"),
-            via="sent_log",
-        )
-    return None
+    item = next(SendLog(store.table, client=store.client).entries(email, ses_message_id=message_id), None)
+    if item is None:
+        return None
+    return Correlation(
+        template=item.get("template"),
+        source=item.get("source"),
+        step=item.get("step"),
+        send_id=item.get("send_id"),
+        via="sent_log",
+    )
 
 
 # ----- the deduplicating write ---------------------------------------------------------------

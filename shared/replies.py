@@ -27,12 +27,11 @@ from email.message import EmailMessage
 from email.utils import parseaddr
 from typing import Any
 
-from shared import keys
 from shared.aws import client as aws_client
-from shared.dynamo import deserialize, query_all, values
 from shared.ingest import IngestContext, ingest
 from shared.models import EventBatch, InboundEvent, normalise_email
 from shared.observability import logger, redact_email
+from shared.send_log import SendLog
 from shared.ses_events import MalformedEvent, unwrap
 
 REPLY_EVENT = "reply"
@@ -108,17 +107,8 @@ def find_send(store: Any, email: str, message: EmailMessage) -> OriginalSend | N
     candidates = [local for local, _ in referenced_ids(message) if _SEND_ID.match(local)]
     if not candidates:
         return None
-    sent = {}
-    for raw in query_all(
-        store.client,
-        TableName=store.table,
-        KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
-        ExpressionAttributeValues=values(pk=keys.sub_pk(email), prefix=keys.SENT_PREFIX),
-        ProjectionExpression="send_id, #src, template, step",
-        ExpressionAttributeNames={"#src": "source"},
-    ):
-        item = deserialize(raw)
-        sent[str(item.get("send_id"))] = item
+    log = SendLog(store.table, client=store.client)
+    sent = {str(item.get("send_id")): item for item in log.entries(email)}
     for send_id in candidates:
         if send_id in sent:
             item = sent[send_id]

@@ -30,6 +30,7 @@ conditional write; a plain conditional claim does exactly that with no second re
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -136,19 +137,26 @@ class SendLog:
 
     def sent(self, email: str, source: str, step: str) -> dict[str, Any] | None:
         """The ``SENT#`` item of (source, step), if this subscriber's log holds one."""
+        return next(self.entries(email, source=source, step=step), None)
+
+    def entries(self, email: str, **match: str) -> Iterator[dict[str, Any]]:
+        """The subscriber's ``SENT#`` items, oldest first, whose attributes equal ``match``
+        (e.g. ``ses_message_id=...``): the one reader of the send log."""
+        names = {f"#a{i}": name for i, name in enumerate(match)}
+        params: dict[str, Any] = {f"v{i}": value for i, value in enumerate(match.values())}
+        query: dict[str, Any] = {}
+        if match:
+            query["FilterExpression"] = " AND ".join(f"#a{i} = :v{i}" for i in range(len(match)))
+            query["ExpressionAttributeNames"] = names
         for raw in query_all(
             self.client,
             TableName=self.table,
             KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
-            FilterExpression="#source = :source AND #step = :step",
-            ExpressionAttributeNames={"#source": "source", "#step": "step"},
-            ExpressionAttributeValues=values(
-                pk=keys.sub_pk(email), prefix=keys.SENT_PREFIX, source=source, step=step
-            ),
+            ExpressionAttributeValues=values(pk=keys.sub_pk(email), prefix=keys.SENT_PREFIX, **params),
             ConsistentRead=True,
+            **query,
         ):
-            return deserialize(raw)
-        return None
+            yield deserialize(raw)
 
     def complete(self, record: SentRecord, *, count: bool = True) -> None:
         """Write ``SENT#``; with ``count``, ADD 1 to ``send`` of the source and template

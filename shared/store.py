@@ -557,13 +557,10 @@ class SubscriberStore:
                 ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
             )
         ]
-        for raw in query_all(
-            self.client,
-            TableName=self.table,
-            KeyConditionExpression="PK = :pk AND begins_with(SK, :sent)",
-            ExpressionAttributeValues=values(pk=keys.sub_pk(email), sent=keys.SENT_PREFIX),
-        ):
-            sent = from_dynamo(deserialize(raw))
+        from shared.send_log import SendLog
+
+        for sent in SendLog(self.table, client=self.client).entries(email):
+            sent = from_dynamo(sent)
             items.append({**sent, "type": "send", "origin": "mailstep", "at": sent.get("sent_at", "")})
         return sorted(items, key=lambda i: str(i.get("at", "")))
 
