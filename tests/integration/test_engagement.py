@@ -160,23 +160,28 @@ def test_the_first_open_of_another_template_is_unique_per_template_not_per_sourc
     assert stats.template("onboarding/tips").unique("open") == 1
 
 
+def random_event(rng: random.Random, kinds: list[str], *, at: str) -> dict[str, Any]:
+    """One SES event of a random kind, subscriber (of 6), mail (of 10), template and source."""
+    kind = rng.choice(kinds)
+    changes = {"bounceType": rng.choice(["Permanent", "Transient"])} if kind == "bounce" else {}
+    return event(
+        kind,
+        email=f"s{rng.randrange(6)}@example.com",
+        message_id=f"m-{rng.randrange(10)}",
+        template=rng.choice(["onboarding/welcome", "onboarding/tips"]),
+        source=rng.choice(["onboarding", "spring-sale"]),
+        at=at,
+        **changes,
+    )
+
+
 def test_stats_equal_counts_recomputed_from_the_events_table(
     ctx: EngagementContext, stats: StatsStore
 ) -> None:
     rng = random.Random(7)
     kinds = ["send", "delivery", "open", "open", "click", "bounce", "complaint", "delivery-delay", "reject"]
     for n in range(60):
-        kind = rng.choice(kinds)
-        changes = {"bounceType": rng.choice(["Permanent", "Transient"])} if kind == "bounce" else {}
-        record = event(
-            kind,
-            email=f"s{rng.randrange(6)}@example.com",
-            message_id=f"m-{rng.randrange(10)}",
-            template=rng.choice(["onboarding/welcome", "onboarding/tips"]),
-            source=rng.choice(["onboarding", "spring-sale"]),
-            at=f"2026-01-01T10:{n:02d}:00.000Z",
-            **changes,
-        )
+        record = random_event(rng, kinds, at=f"2026-01-01T10:{n:02d}:00.000Z")
         for _ in range(rng.choice([1, 1, 2])):  # some redelivered
             process_body(sns(record), ctx)
     for source in ("onboarding", "spring-sale"):

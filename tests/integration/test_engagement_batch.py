@@ -22,7 +22,7 @@ from shared.sequences.validate import Catalog
 from shared.stats import StatsStore
 from shared.store import SubscriberStore
 from shared.suppression import Suppressions
-from tests.integration.test_engagement import EMAIL, _sqs, event, event_counts, snapshot, sns
+from tests.integration.test_engagement import EMAIL, _sqs, event, event_counts, random_event, snapshot, sns
 
 TEMPLATE, SOURCE = "onboarding/welcome", "onboarding"
 
@@ -209,17 +209,7 @@ def test_random_batches_with_redeliveries_keep_counters_equal_to_the_events(
     kinds = ["delivery", "open", "open", "click", "bounce", "complaint", "delivery-delay", "reject"]
     bodies: list[str] = []
     for n in range(80):
-        kind = rng.choice(kinds)
-        changes = {"bounceType": rng.choice(["Permanent", "Transient"])} if kind == "bounce" else {}
-        record = event(
-            kind,
-            email=f"s{rng.randrange(6)}@example.com",
-            message_id=f"m-{rng.randrange(10)}",
-            template=rng.choice(["onboarding/welcome", "onboarding/tips"]),
-            source=rng.choice(["onboarding", "spring-sale"]),
-            at=f"2026-01-01T10:{n // 60:02d}:{n % 60:02d}.000Z",
-            **changes,
-        )
+        record = random_event(rng, kinds, at=f"2026-01-01T10:{n // 60:02d}:{n % 60:02d}.000Z")
         bodies += [sns(record)] * rng.choice([1, 1, 2])  # some redelivered, maybe in one batch
     rng.shuffle(bodies)
     batches = [bodies[i : i + 10] for i in range(0, len(bodies), 10)]
