@@ -28,6 +28,13 @@ def dev(
     max_send_rate: float = typer.Option(14.0, help="SES MaxSendRate (messages per second)."),
     max_24_hour_send: int = typer.Option(50_000, help="SES Max24HourSend quota."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where runtime.json and the outbox/ live."),
+    isolate_lambdas: bool = typer.Option(
+        True,
+        "--isolate-lambdas/--in-process-lambdas",
+        help="Run SQS-polled functions (broadcast workers, sender, engagement...) in their own "
+        "processes, one per concurrent batch, like Lambda execution environments; "
+        "--in-process-lambdas runs everything in one process.",
+    ),
 ) -> None:
     """Run mailstep locally: emulated AWS, in-process Lambdas, local SES and the HTTP API."""
     from cli.local import LocalRuntime, RuntimeConfig
@@ -47,6 +54,7 @@ def dev(
         max_send_rate=max_send_rate,
         max_24_hour_send=max_24_hour_send,
         state_dir=state_dir.resolve(),
+        isolate_lambdas=isolate_lambdas,
     )
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -73,6 +81,8 @@ def _banner(runtime: Any) -> Panel:
     table.add_row("Outbox", str(runtime.outbox))
     table.add_row("Region", runtime.config.region)
     speed = runtime.clock.speed
+    isolated = runtime.config.isolate_lambdas
+    table.add_row("Lambdas", "SQS-polled functions in their own processes" if isolated else "in this process")
     table.add_row("Wait states", "instant" if speed is None else f"{speed:g}x real time")
     table.add_row("Started in", f"{runtime.started_in_s:.2f} s")
     table.add_row(

@@ -1,5 +1,22 @@
-"""The local runtime: mailstep on an embedded emulated AWS (moto), for dev, demo, tests and bench."""
+"""The local runtime: mailstep on an embedded emulated AWS (moto), for dev, demo, tests and bench.
 
-from cli.local.runtime import LocalRuntime, RuntimeConfig, read_state
+The names below load on first use, so a Lambda execution environment
+(``cli.local.environments``) starts without importing moto.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cli.local.runtime import LocalRuntime, RuntimeConfig, read_state
 
 __all__ = ["LocalRuntime", "RuntimeConfig", "read_state"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from cli.local import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

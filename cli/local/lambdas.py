@@ -80,47 +80,63 @@ def _resolve(handler_path: str, env: dict[str, str]) -> Any:
     return getattr(module, attribute)
 
 
-def invoke_in_process(function: Any, event: Any) -> tuple[str, bool, str]:
-    """Run ``function`` (a moto ``LambdaFunction``) in-process: ``(json_result, errored, logs)``.
+def run_handler(
+    handler_path: str, env: dict[str, str], event: Any, context: LambdaContext
+) -> tuple[str, bool]:
+    """Call ``module.fn`` with ``event`` and ``context``: ``(json_result, errored)``.
 
     An exception maps like AWS: the payload is ``{errorMessage, errorType, stackTrace}`` and
     the invocation is marked errored (``X-Amz-Function-Error``), so Retry/Catch work.
+    Used in this process (:func:`invoke_in_process`) and in an execution environment
+    (``cli.local.environments``).
     """
-    if isinstance(event, str | bytes):
-        event = json.loads(event or "{}")
-    name = function.function_name
-    context = LambdaContext(
-        function_name=name,
+    try:
+        handler = _resolve(handler_path, env)
+        return json.dumps(handler(event, context), default=str), False
+    except Exception as exc:  # mapped to a function error, like the Lambda service does
+        logger.warning("local lambda failed", function=context.function_name, error_type=type(exc).__name__)
+        return (
+            json.dumps(
+                {
+                    "errorMessage": str(exc),
+                    "errorType": type(exc).__name__,
+                    "stackTrace": traceback.format_tb(exc.__traceback__),
+                }
+            ),
+            True,
+        )
+
+
+def context_of(function: Any) -> LambdaContext:
+    """A fresh invocation context for a moto ``LambdaFunction``."""
+    return LambdaContext(
+        function_name=function.function_name,
         function_version=str(function.version),
         invoked_function_arn=function.function_arn,
         memory_limit_in_mb=int(function.memory_size),
         timeout_s=int(function.timeout),
     )
-    started = time.perf_counter()
-    errored = False
-    try:
-        handler = _resolve(function.handler, dict(function.environment_vars or {}))
-        result = handler(event, context)
-        payload = json.dumps(result, default=str)
-    except Exception as exc:  # mapped to a function error, like the Lambda service does
-        errored = True
-        payload = json.dumps(
-            {
-                "errorMessage": str(exc),
-                "errorType": type(exc).__name__,
-                "stackTrace": traceback.format_tb(exc.__traceback__),
-            }
-        )
-        logger.warning("local lambda failed", function=name, error_type=type(exc).__name__)
-    elapsed = time.perf_counter() - started
-    STATS.add(name, errored, elapsed, int(function.memory_size))
-    logs = (
+
+
+def report(function: Any, context: LambdaContext, errored: bool, elapsed: float) -> str:
+    """Count the invocation (:data:`STATS`) and return its START/END/REPORT log lines."""
+    STATS.add(function.function_name, errored, elapsed, int(function.memory_size))
+    return (
         f"START RequestId: {context.aws_request_id}\n"
         f"END RequestId: {context.aws_request_id}\n"
         f"REPORT RequestId: {context.aws_request_id} Duration: {elapsed * 1000:.2f} ms "
         f"Memory Size: {function.memory_size} MB"
     )
-    return payload, errored, logs
+
+
+def invoke_in_process(function: Any, event: Any) -> tuple[str, bool, str]:
+    """Run ``function`` (a moto ``LambdaFunction``) in this process: ``(json_result, errored, logs)``."""
+    if isinstance(event, str | bytes):
+        event = json.loads(event or "{}")
+    context = context_of(function)
+    started = time.perf_counter()
+    payload, errored = run_handler(function.handler, dict(function.environment_vars or {}), event, context)
+    return payload, errored, report(function, context, errored, time.perf_counter() - started)
 
 
 def invoke(function: Any, event: dict[str, Any]) -> tuple[Any, bool]:
@@ -156,8 +172,12 @@ class SqsPoller:
         counts: PollerCounts,
         receive_lock: threading.Lock | None = None,
         batching_window_s: float = 0.0,
+        environment: Any = None,
     ) -> None:
         self.sqs = sqs_backend
+        # A cli.local.environments.ExecutionEnvironment: invoke there instead of in this
+        # process. Read at each delivery, so the runtime can switch it (isolate_lambdas).
+        self.environment = environment
         # Pollers of one mapping share a lock: moto's in-process ReceiveMessage is not atomic,
         # and SQS never hands the same message to two concurrent receivers.
         self.receive_lock = receive_lock or threading.Lock()
@@ -177,6 +197,8 @@ class SqsPoller:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(timeout=5)
+        if self.environment is not None:
+            self.environment.close()
 
     def _run(self) -> None:
         while not self.stop_event.is_set():
@@ -252,7 +274,9 @@ class SqsPoller:
 
     def _deliver(self, messages: list[Any]) -> list[Any]:
         """Invoke the function; delete what it processed; return the messages it did not."""
-        payload, errored = invoke(self.function, {"Records": [self._record(m) for m in messages]})
+        event = {"Records": [self._record(m) for m in messages]}
+        environment = self.environment
+        payload, errored = environment.invoke(event) if environment else invoke(self.function, event)
         if errored:
             return messages  # every message comes back
         failed: set[str] = set()

@@ -31,6 +31,7 @@ from typing import Any
 
 from cli.local import hooks
 from cli.local.clock import VirtualClock
+from cli.local.environments import ExecutionEnvironment
 from cli.local.http_front import HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
@@ -63,6 +64,9 @@ class RuntimeConfig:
     state_dir: Path | None = None  # runtime.json + outbox/; None = a temporary folder
     api_key: str | None = None
     region: str = "us-east-1"
+    # SQS-polled functions run in child processes, one per poller (cli.local.environments);
+    # False: every Lambda runs in this process (tests that patch handler code need that).
+    isolate_lambdas: bool = False
 
 
 @dataclass
@@ -252,6 +256,7 @@ class LocalRuntime:
             "api_key": self.api_key,
             "region": self.config.region,
             "started_in_s": round(self.started_in_s, 3),
+            "isolate_lambdas": self.config.isolate_lambdas,
             "outbox": str(self.outbox),
             "pid": os.getpid(),
             "tables": self.resources.tables,
@@ -286,10 +291,22 @@ class LocalRuntime:
                 counts=self.poller_counts,
                 receive_lock=receive_lock,
                 batching_window_s=float(esm.max_batch_window or 0),
+                environment=ExecutionEnvironment(function) if self.config.isolate_lambdas else None,
             )
             with self._lock:
                 self.pollers.append(poller)
             poller.start()
+
+    def isolate_lambdas(self, enabled: bool) -> None:
+        """Switch SQS-polled functions between child processes and this process (from the
+        next batch on); the bench measures throughput isolated and requests in-process."""
+        self.config.isolate_lambdas = enabled
+        with self._lock:
+            for poller in self.pollers:
+                previous = poller.environment
+                poller.environment = ExecutionEnvironment(poller.function) if enabled else None
+                if previous is not None:
+                    previous.close()
 
     def function(self, name: str) -> Any:
         """The moto ``LambdaFunction`` of a spec'd function (by spec name) or a physical name."""

@@ -1,7 +1,10 @@
-"""Lambda handlers the e2e tests register on the local runtime (run in-process by it)."""
+"""Lambda handlers the e2e tests register on the local runtime (and the execution
+environment tests run in a child process)."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from shared.aws import client
@@ -22,6 +25,7 @@ def record(event: dict[str, Any], context: Any) -> dict[str, Any]:
                 "function": {"S": context.function_name},
                 "source": {"S": item["eventSourceARN"]},
                 "receive_count": {"S": item["attributes"]["ApproximateReceiveCount"]},
+                "pid": {"N": str(os.getpid())},
             },
         )
     return {"batchItemFailures": failures}
@@ -43,3 +47,17 @@ class PaymentDeclined(Exception):
 
 def fail(event: dict[str, Any], context: Any) -> dict[str, Any]:
     raise PaymentDeclined("card declined")
+
+
+def whoami(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The process and the environment variables the invocation ran with."""
+    return {"pid": os.getpid(), "env": os.environ.get("E2E_FLAVOUR"), "echo": event}
+
+
+def crash(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    os._exit(3)  # the execution environment dies mid-invocation
+
+
+def linger(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    time.sleep(float(event["seconds"]))
+    return {"slept": event["seconds"]}

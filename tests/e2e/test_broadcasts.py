@@ -294,7 +294,8 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
 
 @pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 def test_concurrent_workers_reach_90_percent_of_max_send_rate_and_fail_nothing(local, people) -> None:
-    # Given the local SES at MaxSendRate 50/s (the mapping runs 3 workers, 4 sends in flight each)
+    # Given the local SES at MaxSendRate 50/s (the mapping runs 3 workers, each in its own
+    # process with 8 sends in flight)
     want = expected(people, tags=["bcb"])
     local.http("POST", "/_local/ses", {"max_send_rate": 50})
     try:

@@ -233,6 +233,8 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
     assert item is not None, "the mapped handler never ran"
     assert item["function"]["S"] == function.rsplit(":", 1)[-1]
     assert item["source"]["S"] == arn
+    # `mailstep dev` runs SQS-polled functions in their own execution environments
+    assert int(item["pid"]["N"]) != local.state["pid"] and local.state["isolate_lambdas"] is True
     # the failed record is retried after its visibility timeout, then lands in the DLQ
     moved: list[dict[str, Any]] = []
     deadline = time.monotonic() + 15
