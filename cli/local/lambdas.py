@@ -4,7 +4,8 @@ moto registers the functions (from the specs) and decides when to invoke them (A
 ``Invoke``, Step Functions tasks); :func:`invoke_in_process` replaces moto's Docker path
 (see ``cli.local.hooks``). SQS event sources are polled here by :class:`SqsPoller`, which
 behaves like the Lambda service: batches, ``ReportBatchItemFailures``, failed messages
-left for the visibility timeout (and then the queue's redrive policy).
+left for the visibility timeout (and then the queue's redrive policy); a poller may invoke
+in an execution environment (a child process, ``cli.local.environments``) instead.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import traceback
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.observability import logger
+
+if TYPE_CHECKING:
+    from cli.local.environments import ExecutionEnvironment
 
 
 @dataclass
@@ -172,11 +176,11 @@ class SqsPoller:
         counts: PollerCounts,
         receive_lock: threading.Lock | None = None,
         batching_window_s: float = 0.0,
-        environment: Any = None,
+        environment: ExecutionEnvironment | None = None,
     ) -> None:
         self.sqs = sqs_backend
-        # A cli.local.environments.ExecutionEnvironment: invoke there instead of in this
-        # process. Read at each delivery, so the runtime can switch it (isolate_lambdas).
+        # Invoke there instead of in this process; read at each delivery, so the runtime
+        # can switch it (LocalRuntime.isolate_lambdas).
         self.environment = environment
         # Pollers of one mapping share a lock: moto's in-process ReceiveMessage is not atomic,
         # and SQS never hands the same message to two concurrent receivers.

@@ -5,10 +5,11 @@
 
 Starts moto's server in this process, points this process at it (``AWS_ENDPOINT_URL``
 and friends), provisions everything in ``shared.specs`` through ``shared.provision``,
-runs Lambdas in-process, Step Functions on a virtual clock, a faithful SES, and an HTTP
-front for the API routes, served twice: plain http on ``api_port`` (``api_url``) and
-https on ``public_port`` (``public_url``, the public base URL of links in mail) with a
-self-signed certificate made at start in ``<state dir>/tls/`` (``cli.local.tls``).
+runs Lambdas in-process (or, with ``isolate_lambdas``, the SQS-polled ones in execution
+environments: ``cli.local.environments``), Step Functions on a virtual clock, a faithful
+SES, and an HTTP front for the API routes, served twice: plain http on ``api_port``
+(``api_url``) and https on ``public_port`` (``public_url``, the public base URL of links
+in mail) with a self-signed certificate made at start in ``<state dir>/tls/`` (``cli.local.tls``).
 One runtime per process (moto's Step Functions engine calls Lambda back on
 ``MOTO_PORT``, a process-wide setting).
 """
