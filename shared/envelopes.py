@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from shared.errors import FieldProblem, InvalidInput
-from shared.models import problems_from
+from shared.models import invalid_input
 
 VERSION = 1
 M = TypeVar("M", bound=BaseModel)
@@ -41,6 +41,4 @@ def decode(body: str, contract: str, model: type[M]) -> M:
     try:
         return model.model_validate(payload)
     except PydanticValidationError as exc:
-        problems = problems_from(exc)
-        first = problems[0] if problems else FieldProblem("body", "invalid")
-        raise InvalidInput(f"{first.field}: {first.message}", problems) from None
+        raise invalid_input(exc, "body") from None

@@ -291,6 +291,13 @@ def problems_from(exc: PydanticValidationError) -> list[FieldProblem]:
     return problems
 
 
+def invalid_input(exc: PydanticValidationError, default_field: str) -> InvalidInput:
+    """The InvalidInput of a failed validation: every problem, the first one in the message."""
+    problems = problems_from(exc)
+    first = problems[0] if problems else FieldProblem(default_field, "invalid")
+    return InvalidInput(f"{first.field}: {first.message}", problems)
+
+
 def parse_event_body(payload: Any) -> EventBatch:
     """Validate a decoded JSON body: one event, or ``{"events": [...]}``."""
     if not isinstance(payload, dict):
@@ -309,9 +316,7 @@ def parse_event_body(payload: Any) -> EventBatch:
             return EventBatch.model_validate(payload)
         return EventBatch(events=[InboundEvent.model_validate(payload)])
     except PydanticValidationError as exc:
-        problems = problems_from(exc)
-        first = problems[0] if problems else FieldProblem("body", "invalid")
-        raise InvalidInput(f"{first.field}: {first.message}", problems) from None
+        raise invalid_input(exc, "body") from None
 
 
 EventOutcomeStatus = Literal["created", "updated", "unchanged", "recorded"]

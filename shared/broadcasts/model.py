@@ -25,7 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from shared.envelopes import decode, encode
 from shared.errors import FieldProblem, InvalidInput
-from shared.models import ATTR_KEY_RE, problems_from, validate_name
+from shared.models import ATTR_KEY_RE, invalid_input, validate_name
 from shared.rendering import KEY_RE, MAX_KEY
 
 SCHEDULED = "scheduled"
@@ -263,9 +263,7 @@ def parse_request(**values: Any) -> BroadcastRequest:
     try:
         return BroadcastRequest.model_validate(values)
     except PydanticValidationError as exc:
-        problems = problems_from(exc)
-        first = problems[0] if problems else FieldProblem("broadcast", "invalid")
-        raise InvalidInput(f"{first.field}: {first.message}", problems) from None
+        raise invalid_input(exc, "broadcast") from None
 
 
 def iso(moment: datetime) -> str:
