@@ -210,7 +210,7 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
     assert len({d for m in went for d in m["destination"]}) == len(went)
 
 
-def test_send_queue_mail_is_not_stuck_behind_a_broadcast_backlog(local, people) -> None:
+def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlog(local, people) -> None:
     local.http("POST", "/_local/ses", {"max_send_rate": 20})
     try:
         started = broadcast(
@@ -247,13 +247,31 @@ def test_send_queue_mail_is_not_stuck_behind_a_broadcast_backlog(local, people) 
             assert time.monotonic() - queued < 10, "the transactional mail waited behind the broadcast"
             time.sleep(0.1)
         waited = time.monotonic() - queued
+        # And when a sequence starts for a subscriber meanwhile (its first step sends at once)
+        customer = "bc00002@example.com"
+        shipped = {"type": "order.shipped", "email": customer, "id": f"backlog-{time.time_ns()}", "data": {}}
+        code, answer = local.http("POST", "/v1/events", shipped, local.api_key)
+        assert code == 200 and answer["results"][0]["sequences_started"] == ["order-shipped"], answer
+        triggered = time.monotonic()
+        while not _mailed(local, "order-shipped", customer):
+            assert time.monotonic() - triggered < 10, "the sequence mail waited behind the broadcast"
+            time.sleep(0.1)
+        sequence_waited = time.monotonic() - triggered
         backlog = record(local, "e2e-backlog")
     finally:
         broadcast(local, "cancel", "e2e-backlog")
         local.http("POST", "/_local/ses", {"max_send_rate": 1000})
-    # Then it went out within seconds while most of the broadcast was still waiting
-    assert waited < 10
+    # Then both went out within seconds while most of the broadcast was still waiting
+    assert waited < 10 and sequence_waited < 10
     assert backlog["audience"] - backlog["sent"] > 100
+
+
+def _mailed(local: Local, source: str, email: str) -> bool:
+    """The outbox holds a message of ``source`` (sequence, broadcast...) to ``email``."""
+    return any(
+        decode_tag_value(m.get("email_tags", {}).get("source", "")) == source and email in m["destination"]
+        for m in read_outbox(local.outbox)
+    )
 
 
 def _queue_url(local: Local) -> str:
