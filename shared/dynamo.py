@@ -1,8 +1,9 @@
-"""Small DynamoDB adapter helpers: (de)serialisation, transactions, batch deletes."""
+"""Small DynamoDB adapter helpers: (de)serialisation, transactions, batch reads and deletes."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -13,6 +14,12 @@ from botocore.exceptions import ClientError
 _SER = TypeSerializer()
 _DESER = TypeDeserializer()
 TRANSACTION_LIMIT = 100
+BATCH_GET_LIMIT = 100  # keys per BatchGetItem
+BATCH_ATTEMPTS = 8  # requests per chunk while DynamoDB leaves keys or items unprocessed
+
+
+class Unprocessed(RuntimeError):
+    """DynamoDB kept keys or items unprocessed after :data:`BATCH_ATTEMPTS` requests."""
 
 
 def to_dynamo(value: Any) -> Any:
@@ -87,17 +94,39 @@ def query_all(client: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
             return
 
 
+def batch_get(
+    client: Any, table: str, keys: Iterable[dict[str, Any]], **options: Any
+) -> Iterator[dict[str, Any]]:
+    """The raw items of ``keys`` that exist (any order): BatchGetItem, 100 keys a request,
+    unprocessed keys retried with a short backoff. ``options``: ``ConsistentRead``,
+    ``ProjectionExpression``, ``ExpressionAttributeNames``."""
+    pending = list(keys)
+    while pending:
+        chunk, pending = pending[:BATCH_GET_LIMIT], pending[BATCH_GET_LIMIT:]
+        request: dict[str, Any] = {table: {"Keys": chunk, **options}}
+        for attempt in range(BATCH_ATTEMPTS):
+            if attempt:
+                time.sleep(0.05 * attempt)
+            response = client.batch_get_item(RequestItems=request)
+            yield from response.get("Responses", {}).get(table, [])
+            request = response.get("UnprocessedKeys") or {}
+            if not request:
+                break
+        if request:
+            raise Unprocessed("DynamoDB kept keys unprocessed after retries")
+
+
 def batch_delete(client: Any, table: str, keys: Iterable[dict[str, Any]]) -> int:
     pending = list(keys)
     count = len(pending)
     while pending:
         chunk, pending = pending[:25], pending[25:]
         request: dict[str, Any] = {table: [{"DeleteRequest": {"Key": k}} for k in chunk]}
-        for _ in range(8):
+        for _ in range(BATCH_ATTEMPTS):
             response = client.batch_write_item(RequestItems=request)
             request = response.get("UnprocessedItems") or {}
             if not request:
                 break
         if request:
-            raise RuntimeError("DynamoDB kept items unprocessed after retries")
+            raise Unprocessed("DynamoDB kept items unprocessed after retries")
     return count

@@ -65,6 +65,7 @@ from shared import keys
 from shared.dynamo import (
     TRANSACTION_LIMIT,
     TransactionConflict,
+    batch_get,
     key,
     serialize,
     transact,
@@ -100,7 +101,6 @@ ORIGIN = "ses"
 SUFFIX_LEN = 24
 MAX_ATTEMPTS = 4  # transactions of one chunk cancelled without progress (conflicts, markers)
 BACKOFF_S = 0.05  # first backoff ceiling after a conflict; doubles per attempt (full jitter)
-MARKER_READ_LIMIT = 100  # keys per BatchGetItem
 RECORDED, DUPLICATE = "recorded", "duplicate"
 CONDITION_FAILED = "ConditionalCheckFailed"
 # Codes that name something wrong with an item, not a passing conflict: the chunk is
@@ -619,26 +619,9 @@ def _log_duplicate(write: EventWrite, why: str) -> None:
 
 def markers_present(store: SubscriberStore, markers: Iterable[ItemKey]) -> set[ItemKey]:
     """Which of these unique markers exist (strongly consistent reads)."""
-    wanted = list(dict.fromkeys(markers))
-    present: set[ItemKey] = set()
-    for start in range(0, len(wanted), MARKER_READ_LIMIT):
-        request: dict[str, Any] = {
-            store.table: {
-                "Keys": [key(pk, sk) for pk, sk in wanted[start : start + MARKER_READ_LIMIT]],
-                "ConsistentRead": True,
-                "ProjectionExpression": "PK, SK",
-            }
-        }
-        for _ in range(MAX_ATTEMPTS):
-            response = store.client.batch_get_item(RequestItems=request)
-            present |= {
-                (i["PK"]["S"], i["SK"]["S"]) for i in response.get("Responses", {}).get(store.table, [])
-            }
-            request = response.get("UnprocessedKeys") or {}
-            if not request:
-                break
-        if request:
-            raise RuntimeError("DynamoDB kept keys unprocessed")
+    wanted = [key(pk, sk) for pk, sk in dict.fromkeys(markers)]
+    items = batch_get(store.client, store.table, wanted, ConsistentRead=True, ProjectionExpression="PK, SK")
+    present: set[ItemKey] = {(i["PK"]["S"], i["SK"]["S"]) for i in items}
     return present
 
 

@@ -27,7 +27,9 @@ from shared import keys
 from shared.aws import client as aws_client
 from shared.dynamo import (
     TransactionConflict,
+    Unprocessed,
     batch_delete,
+    batch_get,
     deserialize,
     from_dynamo,
     key,
@@ -235,22 +237,14 @@ class SubscriberStore:
 
     def get_profiles(self, emails: Iterable[str]) -> dict[str, Profile]:
         """Profiles of ``emails`` (BatchGetItem, 100 per request); missing ones are left out."""
-        pending = [key(keys.sub_pk(e), keys.PROFILE) for e in dict.fromkeys(emails)]
+        wanted = [key(keys.sub_pk(e), keys.PROFILE) for e in dict.fromkeys(emails)]
         found: dict[str, Profile] = {}
-        while pending:
-            chunk, pending = pending[:100], pending[100:]
-            request: dict[str, Any] = {self.table: {"Keys": chunk, "ConsistentRead": True}}
-            for _ in range(MAX_ATTEMPTS):
-                response = self.client.batch_get_item(RequestItems=request)
-                for raw in response.get("Responses", {}).get(self.table, []):
-                    profile = Profile.from_item(deserialize(raw))
-                    found[profile.email] = profile
-                request = response.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-                time.sleep(0.05)
-            if request:
-                raise ConcurrentModification("DynamoDB kept keys unprocessed after retries")
+        try:
+            for raw in batch_get(self.client, self.table, wanted, ConsistentRead=True):
+                profile = Profile.from_item(deserialize(raw))
+                found[profile.email] = profile
+        except Unprocessed as exc:
+            raise ConcurrentModification(str(exc)) from None
         return found
 
     # ----- profile writes (profile + TAG# partners in one transaction) ---------------

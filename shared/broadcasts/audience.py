@@ -28,7 +28,7 @@ from typing import Any
 from shared import keys
 from shared.aws import client as aws_client
 from shared.broadcasts.model import Audience
-from shared.dynamo import deserialize, from_dynamo, key, values
+from shared.dynamo import batch_get, deserialize, from_dynamo, key, values
 from shared.models import SUBSCRIBED
 
 PAGE_SIZE = 1000  # recipients per page (a page is split into batches for the workers)
@@ -175,23 +175,13 @@ class AudienceResolver:
     def _profiles(self, emails: list[str]) -> list[Candidate]:
         if not emails:
             return []
-        request: dict[str, Any] = {
-            self.table: {
-                "Keys": [key(keys.sub_pk(e), keys.PROFILE) for e in emails],
-                "ProjectionExpression": _PROJECTION,
-                "ExpressionAttributeNames": {"#status": "status"},
-            }
-        }
         found: dict[str, Candidate] = {}
-        for _ in range(10):
-            response = self.client.batch_get_item(RequestItems=request)
-            for item in response.get("Responses", {}).get(self.table, []):
-                candidate = Candidate.from_item(item)
-                found[candidate.email] = candidate
-            request = response.get("UnprocessedKeys") or {}
-            if not request:
-                break
-        else:
-            raise RuntimeError("DynamoDB kept profile reads unprocessed after retries")
+        wanted = [key(keys.sub_pk(e), keys.PROFILE) for e in emails]
+        names = {"#status": "status"}
+        for item in batch_get(
+            self.client, self.table, wanted, ProjectionExpression=_PROJECTION, ExpressionAttributeNames=names
+        ):
+            candidate = Candidate.from_item(item)
+            found[candidate.email] = candidate
         # TAG# order (the partition's sort order) keeps pages deterministic.
         return [found[e] for e in emails if e in found]
