@@ -1,17 +1,20 @@
-"""Logger, metrics and tracer are created once, here, and imported everywhere."""
+"""Logger and metrics are created once, here, and imported everywhere.
+
+No Powertools Tracer: it imports ``aws_xray_sdk``, which the Lambda asset does not ship
+(docs/configuration.md, "Tracing").
+"""
 
 from __future__ import annotations
 
 import hashlib
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 
 SERVICE = "mailstep"
 NAMESPACE = "Mailstep"
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-tracer = Tracer(service=SERVICE, disabled=True)
 
 
 def redact_email(email: str) -> str:
