@@ -16,7 +16,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     table_name: str
-    events_table_name: str
+    # Only functions whose spec grants the events table receive it (sequence-cleanup and
+    # broadcast-resolver do not): empty means "not granted", and a DynamoDB call naming an
+    # empty table fails on parameter validation before reaching AWS.
+    events_table_name: str = ""
     api_key_secret: str = ""
     data_ttl_days: int = Field(default=180, ge=1, le=3650)
     idempotency_ttl_seconds: int = Field(default=86400, ge=60)

@@ -15,6 +15,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Node
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shared.specs import STACK_NAME
+
 PREFIX = "mailstep:"
 # A plausible address; SES verifies the real thing when it sends.
 EMAIL_RE = re.compile(r"^[^@\s<>()\[\],;:\"]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
@@ -59,6 +61,9 @@ KEYS: dict[str, str] = {
     "alarm_email": "alarmEmail",
     "mail_from_subdomain": "mailFromSubdomain",
     "inbound_domain": "inboundDomain",
+    "use_existing_identity": "useExistingIdentity",
+    "reply_forward_to": "replyForwardTo",
+    "stack_name": "stackName",
 }
 
 
@@ -100,6 +105,14 @@ class MailstepConfig(BaseModel):
     mail_from_subdomain: str = Field(default="", pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$")
     # Used by replies: the domain whose inbound mail SES receives (MX record); empty = replies off.
     inbound_domain: str = Field(default="", pattern=r"^([a-z0-9-]+(\.[a-z0-9-]+)+)?$")
+    # Used by engagement: the sesDomain identity already exists (verified outside this stack),
+    # so the stack must not create it (CloudFormation would fail on the existing identity).
+    use_existing_identity: bool = False
+    # Used by replies: forward every recorded reply to this address (REPLY_FORWARD_TO); empty = no.
+    reply_forward_to: str = ""
+    # The CloudFormation stack name; a second copy in one account/region needs another name.
+    # Sequence state machines are named "<stackName>-seq-<sequence id>".
+    stack_name: str = Field(default=STACK_NAME, pattern=r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
 
     @field_validator("log_retention_days")
     @classmethod
@@ -126,7 +139,7 @@ class MailstepConfig(BaseModel):
         _optional_email(address)
         return value.strip()
 
-    @field_validator("reply_to", "alarm_email")
+    @field_validator("reply_to", "alarm_email", "reply_forward_to")
     @classmethod
     def _email(cls, value: str) -> str:
         return _optional_email(value)
@@ -157,6 +170,19 @@ class MailstepConfig(BaseModel):
                     f"context key {PREFIX}fromAddress: {domain!r} is not on "
                     f"{PREFIX}sesDomain {self.ses_domain!r}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _existing_identity(self) -> MailstepConfig:
+        if self.use_existing_identity and not self.ses_domain:
+            raise ValueError(
+                f"context key {PREFIX}useExistingIdentity: needs {PREFIX}sesDomain (the identity to use)"
+            )
+        if self.use_existing_identity and self.mail_from_subdomain:
+            raise ValueError(
+                f"context key {PREFIX}mailFromSubdomain: the MAIL FROM domain is set on the identity, "
+                f"which {PREFIX}useExistingIdentity leaves to you; configure it on the existing identity"
+            )
         return self
 
     @property

@@ -23,14 +23,12 @@ from stacks.constructs.messaging import Messaging
 from stacks.constructs.resources import Resources
 from stacks.constructs.secrets import Secrets
 from stacks.constructs.sending import Sending
-from stacks.constructs.sequences import Sequences
+from stacks.constructs.sequences import Sequences, state_machine_arn_prefix
 from stacks.constructs.storage import Storage
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # Context that synthesizes without bundling the Lambda code (no pip, no network): tests.
 SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
-# Functions that start or stop sequence executions (events, unsubscribe, suppression, replies).
-SEQUENCE_CONTROLLERS = ("api", "unsubscribe", "engagement", "inbound")
 
 
 class MailstepStack(Stack):
@@ -51,8 +49,17 @@ class MailstepStack(Stack):
         )
         api = Api(self, "Api", config=config)
         settings = {**config.mail_settings(), "public_base_url": api.url, **resources.settings()}
+        settings["state_machine_arn_prefix"] = state_machine_arn_prefix(self)
+        if config.reply_forward_to:
+            settings["reply_forward_to"] = config.reply_forward_to
         functions = Functions(
-            self, "Functions", resources=resources, settings=settings, sending=sending, config=config
+            self,
+            "Functions",
+            resources=resources,
+            settings=settings,
+            sending=sending,
+            config=config,
+            state_machine_prefix=specs.state_machine_prefix(self.stack_name),
         )
         api.add_routes(functions.functions)
         sequences = Sequences(
@@ -60,14 +67,13 @@ class MailstepStack(Stack):
             "Sequences",
             step_function=functions.functions[specs.SEQUENCE_STEP_FUNCTION.name],
             cleanup_function=functions.functions[specs.SEQUENCE_CLEANUP_FUNCTION.name],
-            controllers=[functions.functions[name] for name in SEQUENCE_CONTROLLERS],
             log_retention=config.log_retention,
         )
         Engagement(
             self,
             "Engagement",
             config=config,
-            functions=functions.functions,
+            functions=functions,
             topics=messaging.topics,
             configuration_sets=sending.configuration_sets,
             mail_from_subdomain=config.mail_from_subdomain,
@@ -83,6 +89,10 @@ class MailstepStack(Stack):
             log_retention=config.log_retention,
         )
         settings["broadcast_schedule_arn"] = broadcasts.schedule.state_machine_arn
+        # Every granted resource is bound to its ARN; the inbound bucket exists only with replies on.
+        unbound = set(functions.unbound()) - ({specs.INBOUND_OBJECTS} if not config.inbound_domain else set())
+        if unbound:
+            raise ValueError(f"granted resources with no ARN in the stack: {sorted(unbound)}")
 
         CfnOutput(self, specs.API_URL_OUTPUT, value=api.url, description="Base URL of the mailstep HTTP API")
         for key, setting in specs.stack_outputs().items():
@@ -104,7 +114,8 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     app = App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
     for key, value in (context or {}).items():
         app.node.set_context(key, value)
-    stack = MailstepStack(app, specs.STACK_NAME, config=MailstepConfig.from_context(app.node))
+    config = MailstepConfig.from_context(app.node)
+    stack = MailstepStack(app, config.stack_name, config=config)
     Tags.of(stack).add("app", specs.APP_NAME)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack

@@ -7,10 +7,15 @@ events topic, ``ENGAGEMENT_QUEUE`` with its dead-letter queue and subscription
 This construct adds:
 
 - the domain identity (``mailstep:sesDomain``) with Easy DKIM, signing on, mailstep's
-  configuration set as its default, and an optional custom MAIL FROM subdomain;
+  configuration set as its default, and an optional custom MAIL FROM subdomain; its three
+  DKIM CNAME records are stack outputs (``DkimRecord<n>Name`` / ``DkimRecord<n>Value``) to
+  publish in DNS. With ``mailstep:useExistingIdentity`` the stack leaves an identity the
+  account already has alone (it would fail to create it again);
 - replies (opt-in, ``inbound_domain``): a bucket for received mail and an SES receipt rule
   set whose rule stores mail for that domain in the bucket and notifies ``INBOUND_TOPIC``
-  (consumed by the inbound function, which may read the bucket). SES receives mail only
+  (consumed by the inbound function, which may read the bucket). The bucket policy lets SES
+  put objects and the topic policy lets SES publish, both only for this account's receipt
+  rule set. SES receives mail only
   through the ACTIVE rule set: activate it once (``aws ses set-active-receipt-rule-set``)
   and point the domain's MX record at ``inbound-smtp.<region>.amazonaws.com``.
 """
@@ -19,9 +24,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import Acknowledgment, CfnResource, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ses as ses
 from aws_cdk import aws_ses_actions as ses_actions
@@ -30,9 +34,16 @@ from constructs import Construct
 
 from shared import specs
 from stacks.config import MailstepConfig
+from stacks.constructs.functions import Functions
 
 INBOUND_PREFIX = "inbound/"
 INBOUND_RETENTION = Duration.days(30)
+DKIM_RECORDS = 3  # Easy DKIM: three CNAME records
+
+
+def dkim_output_keys(index: int) -> tuple[str, str]:
+    """Stack output keys of the ``index``-th (1-based) DKIM CNAME record: (name, value)."""
+    return f"DkimRecord{index}Name", f"DkimRecord{index}Value"
 
 
 class Engagement(Construct):
@@ -42,7 +53,7 @@ class Engagement(Construct):
         construct_id: str,
         *,
         config: MailstepConfig,
-        functions: dict[str, lambda_.Function],
+        functions: Functions,
         topics: dict[specs.TopicSpec, sns.Topic],
         configuration_sets: dict[specs.ConfigurationSetSpec, ses.ConfigurationSet],
         mail_from_subdomain: str = "",
@@ -50,7 +61,7 @@ class Engagement(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.identity: ses.EmailIdentity | None = None
-        if config.ses_domain:
+        if config.ses_domain and not config.use_existing_identity:
             mail_from = f"{mail_from_subdomain}.{config.ses_domain}" if mail_from_subdomain else None
             self.identity = ses.EmailIdentity(
                 self,
@@ -64,12 +75,20 @@ class Engagement(Construct):
                 if mail_from
                 else None,
             )
+            records = self.identity.dkim_records
+            for index, record in enumerate(records[:DKIM_RECORDS], start=1):
+                name_key, value_key = dkim_output_keys(index)
+                stack = Stack.of(self)
+                CfnOutput(stack, name_key, value=record.name, description=f"DKIM CNAME record {index}: name")
+                CfnOutput(
+                    stack, value_key, value=record.value, description=f"DKIM CNAME record {index}: value"
+                )
         self.inbound_bucket: s3.Bucket | None = None
         self.receipt_rules: ses.ReceiptRuleSet | None = None
         if inbound_domain:
-            self._inbound(inbound_domain, functions[specs.INBOUND_FUNCTION.name], topics[specs.INBOUND_TOPIC])
+            self._inbound(inbound_domain, functions, topics[specs.INBOUND_TOPIC])
 
-    def _inbound(self, domain: str, fn: lambda_.Function, topic: sns.Topic) -> None:
+    def _inbound(self, domain: str, functions: Functions, topic: sns.Topic) -> None:
         bucket = s3.Bucket(
             self,
             "InboundMail",
@@ -98,19 +117,32 @@ class Engagement(Construct):
                 )
             ],
         )
-        # GetObject on received mail only (no List, no other prefixes).
-        fn.add_to_role_policy(
+        stack = Stack.of(self)
+        rule_arns = stack.format_arn(
+            service="ses",
+            resource="receipt-rule-set",
+            resource_name=f"{self.receipt_rules.receipt_rule_set_name}:receipt-rule/*",
+        )
+        # A topic policy replaces SNS's default policy: SES may publish for this rule set only.
+        topic.add_to_resource_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{INBOUND_PREFIX}*")]
+                sid="AllowSesReceiptRules",
+                principals=[iam.ServicePrincipal("ses.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": rule_arns},
+                },
             )
         )
-        bucket_id = Stack.of(self).get_logical_id(cast(CfnResource, bucket.node.default_child))
-        if fn.role is not None:
-            Validations.of(fn.role).acknowledge(
-                Acknowledgment(
-                    id=f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{INBOUND_PREFIX}*]",
-                    reason="Reads the received replies SES stores under the inbound/ prefix; object keys "
-                    "are SES message ids, unknown until mail arrives.",
-                )
-            )
+        # Objects only: GetObject on received mail (no List, no other prefixes).
+        bucket_id = stack.get_logical_id(cast(CfnResource, bucket.node.default_child))
+        functions.grant(
+            specs.INBOUND_OBJECTS,
+            [bucket.arn_for_objects(f"{INBOUND_PREFIX}*")],
+            nag_reason="Reads the received replies SES stores under the inbound/ prefix; object keys "
+            "are SES message ids, unknown until mail arrives.",
+            nag_resource=f"<{bucket_id}.Arn>/{INBOUND_PREFIX}*",
+        )
         self.inbound_bucket = bucket

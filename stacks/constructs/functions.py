@@ -18,17 +18,19 @@ from typing import Any
 import jsii
 from aws_cdk import (
     Acknowledgment,
+    ArnFormat,
     BundlingOptions,
     DockerImage,
     Duration,
     ILocalBundling,
     RemovalPolicy,
+    Stack,
+    Token,
     Validations,
 )
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
 from shared import specs
@@ -109,7 +111,10 @@ def function_environment(
     """The environment a function needs: only the settings its spec names, plus Powertools.
 
     ``settings`` holds every value the deployment knows (settings field -> value or token).
-    Mail settings without a deployment value keep their defaults from ``shared.settings``.
+    A function receives the names of the tables, secrets, queues and topics it is granted,
+    the state machine ARN prefix when it starts or stops sequences, and its optional
+    settings that have a value. Mail settings without a deployment value keep their
+    defaults from ``shared.settings``.
     """
     fields = [
         *(t.setting for t in spec.read_write_tables),
@@ -117,8 +122,11 @@ def function_environment(
         *(q.setting for q in spec.send_queues),
         *(t.setting for t in spec.publish_topics),
     ]
+    if spec.controls_sequences:
+        fields.append("state_machine_arn_prefix")
     if spec.mail_settings:
         fields += [f for f in specs.MAIL_SETTINGS if f in settings and f not in fields]
+    fields += [f for f in spec.optional_settings if settings.get(f) and f not in fields]
     missing = [f for f in fields if f not in specs.ENV or f not in settings]
     if missing:
         raise ValueError(f"function {spec.name!r}: settings {missing} have no variable in ENV or no value")
@@ -136,12 +144,14 @@ def function_environment(
 
 
 def _check_event_sources(spec: specs.FunctionSpec) -> None:
+    factor = specs.VISIBILITY_TIMEOUT_FACTOR
     for source in spec.event_sources:
-        if source.queue.visibility_timeout_s < spec.timeout_s:
+        if source.queue.visibility_timeout_s < factor * spec.timeout_s:
             raise ValueError(
                 f"queue {source.queue.id!r}: visibility timeout {source.queue.visibility_timeout_s}s is "
-                f"shorter than the timeout of function {spec.name!r} ({spec.timeout_s}s); "
-                "Lambda rejects the mapping"
+                f"less than {factor}x the timeout of function {spec.name!r} ({spec.timeout_s}s); AWS "
+                f"recommends at least {factor}x for SQS event sources (set it to "
+                f"{factor * spec.timeout_s}s or more in shared/specs.py)"
             )
 
 
@@ -152,10 +162,9 @@ def _python_function(
     code: lambda_.Code,
     resources: Resources,
     settings: dict[str, str],
-    sending: Sending,
     config: MailstepConfig,
 ) -> lambda_.Function:
-    """One Lambda with its own role, log group, least-privilege grants and event sources."""
+    """One Lambda with its own role, log group and event sources (grants: ``Functions.grant``)."""
     _check_event_sources(spec)
     base = _pascal(spec.name)
     log_group = logs.LogGroup(
@@ -184,33 +193,21 @@ def _python_function(
         log_group=log_group,
         reserved_concurrent_executions=spec.reserved_concurrency,
     )
-    for table in spec.read_write_tables:
-        resources.tables[table].grant_read_write_data(fn)
-    for secret in spec.read_secrets:
-        resources.secrets[secret].grant_read(fn)
-    for queue in spec.send_queues:
-        resources.queues[queue].grant_send_messages(fn)
-    for topic in spec.publish_topics:
-        resources.topics[topic].grant_publish(fn)
-    if spec.sends_email:
-        sending.grant_send(fn)
     for source in spec.event_sources:
-        fn.add_event_source(
-            SqsEventSource(
-                resources.queues[source.queue],
-                batch_size=source.batch_size,
-                report_batch_item_failures=True,
-                max_concurrency=source.max_concurrency,
-                max_batching_window=Duration.seconds(source.max_batching_window_s)
-                if source.max_batching_window_s
-                else None,
-            )
+        # A plain mapping: SqsEventSource would also grant ChangeMessageVisibility and
+        # GetQueueUrl; the queue actions come from the spec (EVENT_SOURCE_ACTIONS).
+        lambda_.EventSourceMapping(
+            scope,
+            f"{base}{source.queue.id}Source",
+            target=fn,
+            event_source_arn=resources.queues[source.queue].queue_arn,
+            batch_size=source.batch_size,
+            report_batch_item_failures=True,
+            max_concurrency=source.max_concurrency,
+            max_batching_window=Duration.seconds(source.max_batching_window_s)
+            if source.max_batching_window_s
+            else None,
         )
-    _acknowledge(fn, role, spec)
-    return fn
-
-
-def _acknowledge(fn: lambda_.Function, role: iam.Role, spec: specs.FunctionSpec) -> None:
     Validations.of(fn).acknowledge(
         Acknowledgment(
             id="AwsSolutions-L1",
@@ -218,21 +215,21 @@ def _acknowledge(fn: lambda_.Function, role: iam.Role, spec: specs.FunctionSpec)
             "css-inline) are installed for this exact Python version and the test suite runs on it.",
         )
     )
-    indexed = [t for t in spec.read_write_tables if t.gsis]
-    if indexed:
-        Validations.of(role).acknowledge(
-            *(
-                Acknowledgment(
-                    id=f"AwsSolutions-IAM5[Resource::<{t.id}.Arn>/index/*]",
-                    reason=f"Queries on the GSIs of {t.id} ({', '.join(g.name for g in t.gsis)}); "
-                    "the wildcard covers only this table's indexes.",
-                )
-                for t in indexed
-            )
-        )
+    return fn
+
+
+def _nag_arn(stack: Stack, service: str, resource: str) -> str:
+    """How cdk-nag spells an ARN of this stack's account and region in finding ids."""
+    region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+    account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+    return f"arn:<AWS::Partition>:{service}:{region}:{account}:{resource}"
 
 
 class Functions(Construct):
+    """The functions, and their IAM: each role gets exactly the grants of its spec
+    (``shared.specs.all_grants``), one statement per grant, bound to the resource ARNs by
+    :meth:`grant`. Resources made later (the inbound bucket) are bound by their construct."""
+
     def __init__(
         self,
         scope: Construct,
@@ -242,12 +239,105 @@ class Functions(Construct):
         settings: dict[str, str],
         sending: Sending,
         config: MailstepConfig,
+        state_machine_prefix: str,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.settings = settings
+        self._bound: set[str] = set()
         code = lambda_code()
         self.functions = {
             spec.name: _python_function(
-                self, spec, code=code, resources=resources, settings=settings, sending=sending, config=config
+                self, spec, code=code, resources=resources, settings=settings, config=config
             )
             for spec in specs.FUNCTIONS
         }
+        stack = Stack.of(self)
+        for table_spec, table in resources.tables.items():
+            self.grant(table_spec, [table.table_arn])
+            for gsi in table_spec.gsis:
+                self.grant(specs.TableIndex(table_spec, gsi.name), [f"{table.table_arn}/index/{gsi.name}"])
+        for secret_spec, secret in resources.secrets.items():
+            self.grant(secret_spec, [secret.secret_arn])
+        for queue_spec, queue in resources.queues.items():
+            self.grant(queue_spec, [queue.queue_arn])
+        for topic_spec, topic in resources.topics.items():
+            self.grant(topic_spec, [topic.topic_arn])
+        for set_spec, configuration_set in sending.configuration_sets.items():
+            arn = stack.format_arn(
+                service="ses",
+                resource="configuration-set",
+                resource_name=configuration_set.configuration_set_name,
+            )
+            self.grant(set_spec, [arn])
+        identity = config.ses_domain or "*"
+        self.grant(
+            specs.SES_IDENTITY,
+            [stack.format_arn(service="ses", resource="identity", resource_name=identity)],
+            nag_reason=None
+            if config.ses_domain
+            else "No mailstep:sesDomain is configured, so the sending identity is not known at synth "
+            "time; set mailstep:sesDomain to scope SendEmail to that one identity.",
+            nag_resource=_nag_arn(stack, "ses", "identity/*"),
+        )
+        self.grant(
+            specs.SEQUENCE_MACHINES,
+            [f"{settings['state_machine_arn_prefix']}*"],
+            nag_reason="Starts executions of this stack's sequence state machines (name prefix "
+            f"{state_machine_prefix}); the machines are generated from sequences/ at synth time.",
+            nag_resource=_nag_arn(stack, "states", f"stateMachine:{state_machine_prefix}*"),
+        )
+        executions = stack.format_arn(
+            service="states",
+            resource="execution",
+            resource_name=f"{state_machine_prefix}*:*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        self.grant(
+            specs.SEQUENCE_EXECUTIONS,
+            [executions],
+            nag_reason="Stops/describes executions of this stack's sequence state machines (name "
+            "prefix); execution names are generated per subscriber and event.",
+            nag_resource=_nag_arn(stack, "states", f"execution:{state_machine_prefix}*:*"),
+        )
+
+    def grant(
+        self,
+        resource: specs.Resource,
+        arns: list[str],
+        *,
+        nag_reason: str | None = None,
+        nag_resource: str = "",
+    ) -> None:
+        """Give every function whose spec grants ``resource`` exactly those actions on ``arns``.
+
+        ``nag_reason``: the resource ARN holds a wildcard (cdk-nag AwsSolutions-IAM5); the
+        reason is recorded on each role that receives it.
+        """
+        key = specs.resource_key(resource)
+        self._bound.add(key)
+        for spec in specs.FUNCTIONS:
+            fn = self.functions[spec.name]
+            actions = sorted(
+                {
+                    action
+                    for g in specs.all_grants(spec, self.settings)
+                    if specs.resource_key(g.resource) == key
+                    for action in g.actions
+                }
+            )
+            if not actions:
+                continue
+            fn.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=arns))
+            if nag_reason and fn.role is not None:
+                Validations.of(fn.role).acknowledge(
+                    Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_resource}]", reason=nag_reason)
+                )
+
+    def unbound(self) -> list[str]:
+        """Granted resources no construct bound to an ARN (they would silently be missing)."""
+        keys = {
+            specs.resource_key(g.resource)
+            for spec in specs.FUNCTIONS
+            for g in specs.all_grants(spec, self.settings)
+        }
+        return sorted(keys - self._bound)

@@ -1,11 +1,8 @@
 """Sending: SES configuration sets (``shared.specs.CONFIGURATION_SETS``) publishing their
-sending events to SNS topics, and the SES permission of functions that send mail."""
+sending events to SNS topics (the functions' SES permission: ``shared.specs`` grants)."""
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Stack, Validations
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ses as ses
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -13,8 +10,6 @@ from constructs import Construct
 from shared import specs
 from stacks.config import MailstepConfig
 from stacks.constructs.resources import pin_logical_id
-
-SES_SEND_ACTIONS = ("ses:SendEmail", "ses:SendRawEmail")
 
 
 class Sending(Construct):
@@ -43,24 +38,3 @@ class Sending(Construct):
             events=[ses.EmailSendingEvent(e) for e in spec.event_types],
         )
         return configuration_set
-
-    def grant_send(self, fn: lambda_.Function) -> None:
-        """SendEmail/SendRawEmail through mailstep's configuration sets from the configured domain."""
-        stack = Stack.of(self)
-        identity = self.config.ses_domain or "*"
-        resources = [stack.format_arn(service="ses", resource="identity", resource_name=identity)]
-        resources += [
-            stack.format_arn(
-                service="ses", resource="configuration-set", resource_name=c.configuration_set_name
-            )
-            for c in self.configuration_sets.values()
-        ]
-        fn.add_to_role_policy(iam.PolicyStatement(actions=list(SES_SEND_ACTIONS), resources=resources))
-        if not self.config.ses_domain:
-            Validations.of(fn.role).acknowledge(
-                Acknowledgment(
-                    id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ses:<AWS::Region>:<AWS::AccountId>:identity/*]",
-                    reason="No mailstep:sesDomain is configured, so the sending identity is not known at "
-                    "synth time; set mailstep:sesDomain to scope SendEmail to that one identity.",
-                )
-            )

@@ -3,23 +3,23 @@
 - definitions come from the one compiler (``shared.sequences.compiler``); the step function
   ARN is a definition substitution; invalid YAML fails synthesis with the validator's
   file:line:step message (``SequenceInvalid``);
-- names are ``STATE_MACHINE_PREFIX + sequence id``, so the dispatcher derives every ARN
-  from one setting (``state_machine_arn_prefix``) without a lookup;
+- names are ``state_machine_prefix(<stack name>) + sequence id`` (``<stack name>-seq-<id>``,
+  at most 80 characters), so two copies of the stack in one account and region do not
+  collide and the dispatcher derives every ARN from one setting (``state_machine_arn_prefix``)
+  without a lookup;
 - each machine logs ALL events to its own log group (execution data excluded: it holds
   the subscriber's address) and has a role that may invoke only the step function;
 - an EventBridge rule sends FAILED / TIMED_OUT / ABORTED executions of these machines to
   the cleanup function, which removes the EXEC pair;
-- ``controllers`` (functions that start or stop executions: the events API, engagement,
-  unsubscribe) get the ARN prefix in their environment and exactly the states actions
-  they need on these machines and their executions.
+- the functions that start or stop executions get the ARN prefix in their environment and
+  exactly the states actions their spec grants (``stacks.constructs.functions``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Seq
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -41,21 +41,30 @@ def _pascal(name: str) -> str:
     return "".join(part.capitalize() for part in name.replace(".", "-").replace("_", "-").split("-"))
 
 
-def _nag_arn(stack: Stack, resource: str) -> str:
-    """How cdk-nag spells ``<resource>:<prefix>`` ARNs of this stack in finding ids."""
-    region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
-    account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
-    return f"arn:<AWS::Partition>:states:{region}:{account}:{resource}:{specs.STATE_MACHINE_PREFIX}"
+class StateMachineNameTooLong(ValueError):
+    """A sequence's state machine name would exceed the Step Functions limit."""
 
 
 def state_machine_arn_prefix(scope: Construct) -> str:
-    """``arn:<partition>:states:<region>:<account>:stateMachine:<prefix>`` (+ sequence id)."""
-    return Stack.of(scope).format_arn(
+    """``arn:<partition>:states:<region>:<account>:stateMachine:<stack name>-seq-`` (+ sequence id)."""
+    stack = Stack.of(scope)
+    return stack.format_arn(
         service="states",
         resource="stateMachine",
-        resource_name=specs.STATE_MACHINE_PREFIX,
+        resource_name=specs.state_machine_prefix(stack.stack_name),
         arn_format=ArnFormat.COLON_RESOURCE_NAME,
     )
+
+
+def state_machine_name(stack_name: str, sequence_id: str) -> str:
+    name = f"{specs.state_machine_prefix(stack_name)}{sequence_id}"
+    if len(name) > specs.STATE_MACHINE_NAME_MAX:
+        raise StateMachineNameTooLong(
+            f"state machine name {name!r} of sequence {sequence_id!r} has {len(name)} characters; "
+            f"Step Functions allows {specs.STATE_MACHINE_NAME_MAX}: shorten the stack name "
+            f"(mailstep:stackName) or the sequence id"
+        )
+    return name
 
 
 class Sequences(Construct):
@@ -66,7 +75,6 @@ class Sequences(Construct):
         *,
         step_function: lambda_.IFunction,
         cleanup_function: lambda_.IFunction,
-        controllers: Seq[lambda_.Function] = (),
         sequences_dir: Path = SEQUENCES_DIR,
         templates_dir: Path = TEMPLATES_DIR,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
@@ -74,43 +82,12 @@ class Sequences(Construct):
         super().__init__(scope, construct_id)
         catalog = require_catalog(sequences_dir, templates_dir)  # raises: synth fails with file:line
         self.arn_prefix = state_machine_arn_prefix(self)
+        self.stack_name = Stack.of(self).stack_name
         self.state_machines: dict[str, sfn.CfnStateMachine] = {}
         for sequence in catalog:
             self.state_machines[sequence.id] = self._machine(
                 sequence.id, definition_json(sequence), step_function, log_retention
             )
-
-        stack = Stack.of(self)
-        executions = stack.format_arn(
-            service="states",
-            resource="execution",
-            resource_name=f"{specs.STATE_MACHINE_PREFIX}*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        machines = f"{self.arn_prefix}*"
-        for fn in controllers:
-            fn.add_environment(specs.ENV["state_machine_arn_prefix"], self.arn_prefix)
-            fn.add_to_role_policy(
-                iam.PolicyStatement(actions=["states:StartExecution"], resources=[machines])
-            )
-            fn.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["states:StopExecution", "states:DescribeExecution"],
-                    resources=[f"{executions}:*"],
-                )
-            )
-            if fn.role is not None:
-                Validations.of(fn.role).acknowledge(
-                    Acknowledgment(
-                        id=f"AwsSolutions-IAM5[Resource::{_nag_arn(stack, 'stateMachine')}*]",
-                        reason="Starts executions of mailstep's own sequence machines (name prefix).",
-                    ),
-                    Acknowledgment(
-                        id=f"AwsSolutions-IAM5[Resource::{_nag_arn(stack, 'execution')}*:*]",
-                        reason="Stops/describes executions of mailstep's sequence machines (name prefix); "
-                        "execution names are generated per subscriber and event.",
-                    ),
-                )
 
         self.cleanup_rule = events.Rule(
             self,
@@ -168,7 +145,7 @@ class Sequences(Construct):
         machine = sfn.CfnStateMachine(
             scope,
             "StateMachine",
-            state_machine_name=f"{specs.STATE_MACHINE_PREFIX}{sequence_id}",
+            state_machine_name=state_machine_name(self.stack_name, sequence_id),
             state_machine_type="STANDARD",
             role_arn=role.role_arn,
             definition_string=definition,

@@ -141,7 +141,7 @@ EXTRA_QUEUE = specs.QueueSpec(
     id="ExampleQueue",
     local_name="mailstep-example",
     setting="example_queue_url",
-    visibility_timeout_s=120,
+    visibility_timeout_s=360,  # 6x the example worker's timeout
     max_receives=3,
 )
 EXTRA_TOPIC = specs.TopicSpec(id="ExampleTopic", local_name="mailstep-example", setting="example_topic_arn")
@@ -151,11 +151,13 @@ EXTRA_FUNCTION = specs.FunctionSpec(
     description="Example consumer",
     memory_mb=256,
     timeout_s=60,
-    read_write_tables=(specs.MAIN_TABLE,),
+    grants=(
+        specs.Grant(specs.MAIN_TABLE, ("dynamodb:GetItem",)),
+        specs.Grant(EXTRA_QUEUE, ("sqs:SendMessage",)),
+        specs.Grant(EXTRA_TOPIC, ("sns:Publish",)),
+    ),
     routes=(specs.RouteSpec("GET", "/v1/example/{id}"),),
     event_sources=(specs.EventSourceSpec(queue=EXTRA_QUEUE, batch_size=5, max_concurrency=3),),
-    send_queues=(EXTRA_QUEUE,),
-    publish_topics=(EXTRA_TOPIC,),
     reserved_concurrency=4,
 )
 CONTEXT = {
