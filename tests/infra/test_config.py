@@ -86,6 +86,10 @@ def test_mail_settings_come_from_context() -> None:
         ("alarmEmail", "ops"),
         ("sesDomain", "not_a_domain"),
         ("postalAddress", "1 Road\x00"),
+        ("replyForwardTo", "me@"),
+        ("stackName", "1stack"),
+        ("stackName", "my_stack"),
+        ("useExistingIdentity", "maybe"),
     ],
 )
 def test_bad_values_fail_naming_the_key(key: str, value: object) -> None:
@@ -108,3 +112,27 @@ def test_unknown_keys_are_rejected() -> None:
 def test_a_bad_value_fails_synthesis(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mailstep:logRetentionDays"):
         build_app({**SKIP_BUNDLING, "mailstep:logRetentionDays": 42}, outdir=str(tmp_path))
+
+
+def test_existing_identity_needs_the_domain_and_leaves_mail_from_to_the_user() -> None:
+    with pytest.raises(ConfigError, match=f"{PREFIX}useExistingIdentity: needs {PREFIX}sesDomain"):
+        config_from({f"{PREFIX}useExistingIdentity": True})
+    with pytest.raises(ConfigError, match=f"{PREFIX}mailFromSubdomain"):
+        config_from(
+            {
+                f"{PREFIX}useExistingIdentity": "true",
+                f"{PREFIX}sesDomain": "mail.example.com",
+                f"{PREFIX}mailFromSubdomain": "bounce",
+            }
+        )
+    config = config_from({f"{PREFIX}useExistingIdentity": "true", f"{PREFIX}sesDomain": "mail.example.com"})
+    assert config.use_existing_identity is True
+
+
+def test_reply_forwarding_and_stack_name_come_from_context() -> None:
+    config = config_from(
+        {f"{PREFIX}replyForwardTo": " me@example.com ", f"{PREFIX}stackName": "MailstepStaging"}
+    )
+    assert config.reply_forward_to == "me@example.com"
+    assert config.stack_name == "MailstepStaging"
+    assert config_from({}).stack_name == "Mailstep"

@@ -1,5 +1,6 @@
 """The Sequences construct: one logged, least-privilege state machine per YAML file, the
-cleanup rule, controller grants; invalid YAML fails synthesis with the validator's message."""
+cleanup rule; machine names carry the stack name; invalid YAML or a name over the Step
+Functions limit fails synthesis with a message that says what to change."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from shared.sequences.compiler import STEP_FUNCTION_PLACEHOLDER, SUBSTITUTION_KE
 from shared.sequences.loader import SequenceInvalid
 from shared.sequences.structure import structural_problems
 from shared.sequences.validate import require_catalog
-from stacks.constructs.sequences import Sequences
+from stacks.constructs.sequences import Sequences, StateMachineNameTooLong
 
 
 def _fn(stack: Stack, name: str) -> lambda_.Function:
@@ -39,22 +40,18 @@ def _fn(stack: Stack, name: str) -> lambda_.Function:
     )
 
 
-def _build(app: App, sequences_dir: Path = SEQUENCES_DIR) -> Stack:
-    stack = Stack(app, "SeqTest", env={"account": "111111111111", "region": "eu-west-1"})
-    step, cleanup, api = _fn(stack, "Step"), _fn(stack, "Cleanup"), _fn(stack, "Api")
-    Sequences(
-        stack,
-        "Sequences",
-        step_function=step,
-        cleanup_function=cleanup,
-        controllers=[api],
-        sequences_dir=sequences_dir,
-    )
+STACK = "SeqTest"
+
+
+def _build(app: App, sequences_dir: Path = SEQUENCES_DIR, stack_name: str = STACK) -> Stack:
+    stack = Stack(app, stack_name, env={"account": "111111111111", "region": "eu-west-1"})
+    step, cleanup = _fn(stack, "Step"), _fn(stack, "Cleanup")
+    Sequences(stack, "Sequences", step_function=step, cleanup_function=cleanup, sequences_dir=sequences_dir)
     return stack
 
 
-def _synth(sequences_dir: Path = SEQUENCES_DIR) -> tuple[Template, Stack]:
-    stack = _build(App(), sequences_dir)
+def _synth(sequences_dir: Path = SEQUENCES_DIR, stack_name: str = STACK) -> tuple[Template, Stack]:
+    stack = _build(App(), sequences_dir, stack_name)
     return Template.from_stack(stack), stack
 
 
@@ -74,7 +71,7 @@ def test_one_state_machine_per_yaml_file_with_the_compiled_definition(synth: tup
     assert len(machines) == len(catalog) >= 2
     by_name = {m["Properties"]["StateMachineName"]: m["Properties"] for m in machines.values()}
     for sequence in catalog:
-        props = by_name[f"{specs.STATE_MACHINE_PREFIX}{sequence.id}"]
+        props = by_name[f"{specs.state_machine_prefix(STACK)}{sequence.id}"]
         assert props["DefinitionString"] == definition_json(sequence)
         assert STEP_FUNCTION_PLACEHOLDER in props["DefinitionString"]
         assert props["DefinitionSubstitutions"] == {
@@ -130,27 +127,22 @@ def test_cleanup_rule_targets_ended_executions_of_these_machines(synth: tuple[Te
     )
 
 
-def test_controllers_get_the_arn_prefix_and_scoped_states_permissions(synth: tuple[Template, Stack]) -> None:
+def test_cleanup_rule_matches_only_this_stacks_machines(synth: tuple[Template, Stack]) -> None:
     template, _ = synth
-    api = next(v for k, v in template.find_resources("AWS::Lambda::Function").items() if k.startswith("Api"))
-    env = api["Properties"]["Environment"]["Variables"]
-    prefix = json.dumps(env["STATE_MACHINE_ARN_PREFIX"])
-    assert "stateMachine:mailstep-seq-" in prefix
-    statements = [
-        s
-        for p in template.find_resources("AWS::IAM::Policy").values()
-        for s in p["Properties"]["PolicyDocument"]["Statement"]
-        if any(
-            str(a).startswith("states:")
-            for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
-        )
-    ]
-    actions = sorted(
-        a for s in statements for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
-    )
-    assert actions == ["states:DescribeExecution", "states:StartExecution", "states:StopExecution"]
-    for statement in statements:
-        assert "mailstep-seq-" in json.dumps(statement["Resource"])
+    (rule,) = template.find_resources("AWS::Events::Rule").values()
+    prefix = json.dumps(rule["Properties"]["EventPattern"]["detail"]["stateMachineArn"][0]["prefix"])
+    assert prefix.endswith(f':stateMachine:{STACK}-seq-"]]}}')
+
+
+def test_a_state_machine_name_over_80_characters_fails_synthesis() -> None:
+    longest = max(len(s.id) for s in require_catalog(SEQUENCES_DIR))
+    too_long = "S" * (specs.STATE_MACHINE_NAME_MAX - longest - len("-seq-") + 1)
+    with pytest.raises(StateMachineNameTooLong, match=r"Step Functions allows 80: shorten the stack name"):
+        _synth(stack_name=too_long)
+    fits = too_long[:-1]
+    template, _ = _synth(stack_name=fits)
+    names = [m["Properties"]["StateMachineName"] for m in _machines(template).values()]
+    assert max(len(n) for n in names) == specs.STATE_MACHINE_NAME_MAX
 
 
 def test_invalid_yaml_fails_synthesis_with_the_validator_message(tmp_path: Path) -> None:
@@ -183,5 +175,5 @@ def test_cdk_nag_finds_nothing_in_the_sequences_construct(tmp_path: Path) -> Non
     ]
     # the findings that remain belong to the inline test functions only
     assert paths <= {
-        f"SeqTest/{n}/{r}" for n in ("Step", "Cleanup", "Api") for r in ("Resource", "ServiceRole/Resource")
+        f"SeqTest/{n}/{r}" for n in ("Step", "Cleanup") for r in ("Resource", "ServiceRole/Resource")
     }
