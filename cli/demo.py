@@ -520,14 +520,21 @@ def demo() -> None:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     from cli.local import LocalRuntime, RuntimeConfig
+    from cli.local.artifact import ArtifactError
 
     console = Console()
-    with LocalRuntime(RuntimeConfig()) as runtime:
-        console.print(f"[bold]mailstep demo[/bold]: local runtime started in {runtime.started_in_s:.1f} s")
-        console.print(f"  emulated AWS {runtime.endpoint}, HTTP API {runtime.api_url}", highlight=False)
-        story = Demo(runtime=runtime, console=console)
-        for chapter in [*CHAPTERS, FINALE]:
-            chapter(story)
+    try:
+        with LocalRuntime(RuntimeConfig()) as runtime:
+            console.print(f"[bold]mailstep demo[/bold]: local runtime started in {runtime.started_in_s:.1f} s")
+            console.print(f"  emulated AWS {runtime.endpoint}, HTTP API {runtime.api_url}", highlight=False)
+            if runtime.artifact is not None:
+                console.print(f"  functions run from {runtime.artifact.asset_dir} (Python 3.12, IAM enforced)")
+            story = Demo(runtime=runtime, console=console)
+            for chapter in [*CHAPTERS, FINALE]:
+                chapter(story)
+    except ArtifactError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
     if story.failures:
         console.print(f"[red]{len(story.failures)} unexpected outcome(s)[/red]")
         raise typer.Exit(1)

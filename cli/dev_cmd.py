@@ -28,15 +28,14 @@ def dev(
     max_send_rate: float = typer.Option(14.0, help="SES MaxSendRate (messages per second)."),
     max_24_hour_send: int = typer.Option(50_000, help="SES Max24HourSend quota."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where runtime.json and the outbox/ live."),
-    isolate_lambdas: bool = typer.Option(
-        True,
-        "--isolate-lambdas/--in-process-lambdas",
-        help="Run SQS-polled functions (broadcast workers, sender, engagement...) in their own "
-        "processes, one per concurrent batch, like Lambda execution environments; "
-        "--in-process-lambdas runs everything in one process.",
+    in_process: bool = typer.Option(
+        False,
+        "--in-process-lambdas",
+        help="Run every function in this process from the source tree (fast to restart, no IAM "
+        "checks) instead of from the synthesized artifact on Python 3.12 with its IAM policy.",
     ),
 ) -> None:
-    """Run mailstep locally: emulated AWS, in-process Lambdas, local SES and the HTTP API."""
+    """Run mailstep locally: emulated AWS, the deployed artifact's Lambdas, local SES and the HTTP API."""
     from cli.local import LocalRuntime, RuntimeConfig
 
     # Redirected to a file (a log), long paths and commands must stay on one line each.
@@ -54,8 +53,10 @@ def dev(
         max_send_rate=max_send_rate,
         max_24_hour_send=max_24_hour_send,
         state_dir=state_dir.resolve(),
-        isolate_lambdas=isolate_lambdas,
+        artifact=not in_process,
     )
+    from cli.local.artifact import ArtifactError
+
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with LocalRuntime(config) as runtime:
@@ -63,6 +64,9 @@ def dev(
             while not stop.wait(0.5):
                 pass
             console.print("[bold]stopping[/bold] ...")
+    except ArtifactError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -81,8 +85,11 @@ def _banner(runtime: Any) -> Panel:
     table.add_row("Outbox", str(runtime.outbox))
     table.add_row("Region", runtime.config.region)
     speed = runtime.clock.speed
-    isolated = runtime.config.isolate_lambdas
-    table.add_row("Lambdas", "SQS-polled functions in their own processes" if isolated else "in this process")
+    if runtime.artifact is not None:
+        table.add_row("Lambdas", f"from {runtime.artifact.asset_dir} on Python 3.12, IAM enforced")
+        table.add_row("Function logs", f"{runtime.logs_dir}/<function>.log")
+    else:
+        table.add_row("Lambdas", "in this process, from the source tree (no IAM checks)")
     table.add_row("Wait states", "instant" if speed is None else f"{speed:g}x real time")
     table.add_row("Started in", f"{runtime.started_in_s:.2f} s")
     table.add_row(

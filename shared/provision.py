@@ -188,13 +188,20 @@ def local_function_name(spec: FunctionSpec) -> str:
 
 
 def provision(
-    api_key: str | None = None, *, functions: bool = False, settings: dict[str, str] | None = None
+    api_key: str | None = None,
+    *,
+    functions: bool = False,
+    settings: dict[str, str] | None = None,
+    messaging: bool | None = None,
 ) -> LocalResources:
     """Create every resource named in the specs; returns names, URLs, ARNs and the API key.
 
-    ``functions=True`` also registers every function with its event source mappings
-    (the local runtime does; plain integration tests only need the data resources);
-    ``settings`` (Settings field -> value) are given to every function.
+    ``messaging`` (default: ``functions``) creates the queues, topics, subscriptions and
+    configuration sets; ``functions=True`` also registers every function from its spec with
+    its event source mappings and deploys the sequence state machines (the fast in-process
+    mode; the local runtime's artifact mode registers them from the synthesized template
+    instead, ``cli.local.deployment``). ``settings`` (Settings field -> value) are given to
+    every function.
     """
     tables = {spec.setting: create_table(spec) for spec in specs.TABLES}
     sm = aws_client("secretsmanager")
@@ -205,7 +212,7 @@ def provision(
         value = key if secret is specs.API_KEY_SECRET else _secrets.token_urlsafe(32)
         sm.create_secret(Name=secret.local_name, SecretString=value, Description=secret.description)
         secret_names[secret.setting] = secret.local_name
-    if not functions:
+    if not (functions if messaging is None else messaging):
         return LocalResources(tables=tables, secrets=secret_names, api_key=key)
 
     queues = {q.id: create_queue(q) for q in all_queues()}
@@ -234,6 +241,15 @@ def provision(
             },
         )
         configuration_sets[config.setting] = config.local_name
+    if not functions:
+        return LocalResources(
+            tables=tables,
+            secrets=secret_names,
+            api_key=key,
+            queues=queues,
+            topics=topics,
+            configuration_sets=configuration_sets,
+        )
 
     role = _lambda_role()
     lam = aws_client("lambda")

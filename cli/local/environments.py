@@ -1,21 +1,27 @@
-"""Lambda execution environments in child processes, for the functions SQS event sources invoke.
+"""Lambda execution environments: each function runs from its deployment artifact, in its own
+Python 3.12 process, one invocation at a time, with its role policy enforced.
 
-The Lambda service runs each concurrent invocation of a function in its own execution
-environment: a separate process that imports the handler once (the cold start) and then
-takes one invocation at a time. :class:`ExecutionEnvironment` is that, locally: a child
-Python process (``python -m cli.local.environments``) that runs the same handler code
-(:func:`cli.local.lambdas.run_handler`) with the function's environment variables and
-talks to the emulated AWS over its HTTP endpoint, like any other AWS client.
+The Lambda service runs each concurrent invocation of a function in an execution
+environment: a process that imports the handler once (the cold start, its init phase) and
+then takes one invocation at a time; concurrent invocations get more environments, up to
+the function's concurrency. Locally:
 
-Why: every Lambda, moto's server and the local SES otherwise share one interpreter, and on
-a 2-core laptop that one core is the ceiling of a broadcast's send rate. With the busiest
-functions (SQS-polled: broadcast workers, sender, engagement) in their own processes, the
-emulator keeps one core and the handlers use the others.
+- :class:`ExecutionEnvironment` is one child process, ``python3.12 -I -S -u -B
+  cli/local/bootstrap.py``, whose import path holds only the function's code asset and the
+  boto3/botocore of the Lambda runtime (``cli.local.artifact``), whose environment variables
+  are the template's (resolved to the local resources, ``cli.local.template``) plus the ones
+  Lambda sets itself, and whose AWS requests are checked against the role policy of the
+  template (``cli.local.bootstrap.Guard``);
+- :class:`FunctionPool` hands an invocation to an idle environment or starts another one
+  (up to the function's reserved concurrency, else :data:`DEFAULT_CONCURRENCY`);
+- :class:`Environments` holds one pool per function and is what moto's Lambda invoke path
+  calls (``cli.local.hooks``): API Gateway routes, SQS event sources and Step Functions
+  tasks all land here.
 
-Protocol: one JSON line per request on one pipe, one JSON line per reply on another; the
-child's stdout and stderr are the runtime's (its logs appear where in-process logs do). A
-child that exits or outlives the function's timeout makes the invocation fail like Lambda
-does (the SQS batch comes back) and is replaced on the next invocation.
+A child's stdout and stderr go to ``<logs>/<function name>.log`` (its CloudWatch log group,
+unbuffered, so a killed environment's last lines are kept). A child that exits, or does not
+answer within the function timeout, fails that invocation (``Runtime.ExitError``; an SQS
+batch comes back) and is replaced at the next one.
 """
 
 from __future__ import annotations
@@ -24,44 +30,221 @@ import contextlib
 import json
 import os
 import select
-import signal
 import subprocess
-import sys
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from cli.local.lambdas import LambdaContext, context_of, report, run_handler
+from cli.local.lambdas import context_of, report
 
-_ROOT = Path(__file__).resolve().parents[2]  # the folder holding cli/, shared/, functions/
-# A reply may come this much later than the function's timeout: a cold start imports the
-# handler first (Lambda gives its init phase a separate allowance, too).
-INIT_ALLOWANCE_S = 3
+BOOTSTRAP = Path(__file__).resolve().with_name("bootstrap.py")
+DEFAULT_CONCURRENCY = 8
+INIT_TIMEOUT_S = 30  # Lambda allows an init phase of 10 s; a loaded laptop needs more
+STOP_GRACE_S = 1.0
 
 
 class EnvironmentLost(RuntimeError):
-    """The child process exited or did not answer within the function's timeout."""
+    """The child process exited or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """What every execution environment of one function is started with."""
+
+    function_name: str
+    handler: str
+    python: Path
+    import_path: list[str]
+    environment: dict[str, str]  # the template's variables + what Lambda sets + the local endpoint
+    policy: list[dict[str, Any]] | None  # role policy statements; None: not enforced
+    role_arn: str
+    region: str
+    account: str
+    timeout_s: int
+    memory_mb: int
+    log_file: Path
+    max_environments: int = DEFAULT_CONCURRENCY
 
 
 class ExecutionEnvironment:
-    """One execution environment of ``function`` (a moto ``LambdaFunction``): one child
-    process, started at the first invocation, one invocation at a time."""
+    """One child process: started (and initialised) at its first invocation."""
 
-    def __init__(self, function: Any) -> None:
-        self.function = function
-        self.cold_starts = 0
+    def __init__(self, spec: EnvironmentSpec) -> None:
+        self.spec = spec
         self._process: subprocess.Popen[bytes] | None = None
         self._requests: IO[bytes] | None = None
         self._replies: IO[bytes] | None = None
-        self._lock = threading.Lock()
 
-    def invoke(self, event: dict[str, Any]) -> tuple[Any, bool]:
-        """Run one invocation: ``(payload, errored)``, like :func:`cli.local.lambdas.invoke`."""
-        context = context_of(self.function)
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def invoke(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One invocation: the bootstrap's reply (``payload``, ``errored``, ``calls``)."""
+        if not self.alive:
+            self._start()
+        try:
+            return self._call(request, timeout_s=self.spec.timeout_s)
+        except EnvironmentLost:
+            self.close(kill=True)  # like Lambda: a timed-out or crashed environment is not reused
+            raise
+
+    def _call(self, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        assert self._requests is not None and self._replies is not None
+        try:
+            self._requests.write(json.dumps(request, default=str).encode() + b"\n")
+            self._requests.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise EnvironmentLost(f"execution environment exited: {exc}") from exc
+        ready, _, _ = select.select([self._replies], [], [], timeout_s)
+        if not ready:
+            raise EnvironmentLost(f"Task timed out after {timeout_s:.2f} seconds")
+        line = self._replies.readline()
+        if not line:
+            raise EnvironmentLost("Runtime exited without providing a reason")
+        return dict(json.loads(line))
+
+    def _start(self) -> None:
+        self.close()
+        spec = self.spec
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        spec.log_file.parent.mkdir(parents=True, exist_ok=True)
+        log = spec.log_file.open("ab", buffering=0)
+        try:
+            self._process = subprocess.Popen(  # noqa: S603 - the Lambda interpreter, our bootstrap
+                [
+                    str(spec.python),
+                    "-I",
+                    "-S",
+                    "-u",
+                    "-B",
+                    str(BOOTSTRAP),
+                    str(request_read),
+                    str(reply_write),
+                ],
+                pass_fds=(request_read, reply_write),
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=spec.import_path[0],
+                start_new_session=True,  # Ctrl-C stops the runtime, which ends its environments
+            )
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+            log.close()
+        self._requests = os.fdopen(request_write, "wb")
+        self._replies = os.fdopen(reply_read, "rb")
+        init = {
+            "type": "init",
+            "path": spec.import_path,
+            "env": spec.environment,
+            "handler": spec.handler,
+            "policy": spec.policy,
+            "role_arn": spec.role_arn,
+            "region": spec.region,
+            "account": spec.account,
+            "function_name": spec.function_name,
+        }
+        try:
+            self._call(init, timeout_s=INIT_TIMEOUT_S)
+        except EnvironmentLost:
+            self.close(kill=True)
+            raise
+
+    def close(self, *, kill: bool = False) -> None:
+        for stream in (self._requests, self._replies):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._requests = self._replies = None
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if kill:
+            process.kill()
+        try:
+            process.wait(timeout=STOP_GRACE_S)  # reads EOF and exits
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class FunctionPool:
+    """The execution environments of one function."""
+
+    spec: EnvironmentSpec
+    idle: list[ExecutionEnvironment] = field(default_factory=list)
+    busy: int = 0
+    started: int = 0  # cold starts
+    closed: bool = False
+    _condition: threading.Condition = field(default_factory=threading.Condition)
+
+    def acquire(self) -> ExecutionEnvironment:
+        with self._condition:
+            while not self.idle and self.busy >= self.spec.max_environments and not self.closed:
+                self._condition.wait(0.5)
+            if self.closed:
+                raise EnvironmentLost("the local runtime is stopping")
+            self.busy += 1
+            if self.idle:
+                return self.idle.pop()
+        self.started += 1
+        return ExecutionEnvironment(self.spec)
+
+    def release(self, environment: ExecutionEnvironment) -> None:
+        with self._condition:
+            self.busy -= 1
+            if environment.alive and not self.closed:
+                self.idle.append(environment)
+            self._condition.notify()
+        if self.closed:
+            environment.close()
+
+    def close(self) -> None:
+        with self._condition:
+            self.closed = True
+            environments, self.idle = self.idle, []
+            self._condition.notify_all()
+        for environment in environments:
+            environment.close()
+
+
+@dataclass
+class Environments:
+    """Every function's pool; moto's Lambda invoke path calls :meth:`invoke`."""
+
+    specs: dict[str, EnvironmentSpec]  # physical function name -> spec
+    # The spec of a function that is not in ``specs`` (created through the Lambda API).
+    other: Callable[[Any], EnvironmentSpec] | None = None
+    pools: dict[str, FunctionPool] = field(default_factory=dict)
+    calls: Counter[tuple[str, str, str, bool]] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pool(self, function: Any) -> FunctionPool:
+        name = function.function_name
+        with self._lock:
+            if name not in self.pools:
+                if name not in self.specs and self.other is not None:
+                    self.specs[name] = self.other(function)
+                self.pools[name] = FunctionPool(self.specs[name])
+            return self.pools[name]
+
+    def invoke(self, function: Any, event: Any) -> tuple[str, bool, str]:
+        """Run ``function`` (a moto ``LambdaFunction``): ``(json_result, errored, logs)``."""
+        if isinstance(event, str | bytes):
+            event = json.loads(event or "{}")
+        context = context_of(function)
+        pool = self.pool(function)
+        started = time.perf_counter()
         request = {
-            "handler": self.function.handler,
-            "env": dict(self.function.environment_vars or {}),
             "event": event,
             "context": {
                 "function_name": context.function_name,
@@ -72,95 +255,48 @@ class ExecutionEnvironment:
                 "aws_request_id": context.aws_request_id,
             },
         }
-        started = time.perf_counter()
-        with self._lock:
-            try:
-                reply = self._call(request, timeout_s=context.timeout_s + INIT_ALLOWANCE_S)
-                text, errored = str(reply["payload"]), bool(reply["errored"])
-            except EnvironmentLost as exc:
-                self._discard(kill=True)  # like Lambda: a timed-out environment is not reused
-                text = json.dumps({"errorMessage": str(exc), "errorType": "Runtime.ExitError"})
-                errored = True
-        report(self.function, context, errored, time.perf_counter() - started)
         try:
-            return json.loads(text), errored
-        except json.JSONDecodeError:
-            return text, errored
+            environment = pool.acquire()
+        except EnvironmentLost as exc:  # stopping: the invocation fails, its batch comes back
+            return self._lost(exc), True, ""
+        try:
+            reply = environment.invoke(request)
+            payload, errored = str(reply["payload"]), bool(reply["errored"])
+            self._record(function.function_name, reply.get("calls") or [])
+        except EnvironmentLost as exc:
+            payload, errored = self._lost(exc), True
+        finally:
+            pool.release(environment)
+        return payload, errored, report(function, context, errored, time.perf_counter() - started)
+
+    @staticmethod
+    def _lost(exc: EnvironmentLost) -> str:
+        return json.dumps({"errorMessage": str(exc), "errorType": "Runtime.ExitError"})
+
+    def _record(self, function_name: str, calls: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for call in calls:
+                self.calls[(function_name, call["action"], call["resource"], bool(call["allowed"]))] += 1
+
+    def recorded(self) -> list[dict[str, Any]]:
+        """Every AWS request the functions made: function, IAM action, resource, allowed, count."""
+        with self._lock:
+            return [
+                {"function": f, "action": a, "resource": r, "allowed": ok, "count": n}
+                for (f, a, r, ok), n in sorted(self.calls.items())
+            ]
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {
+            name: {"cold_starts": pool.started, "busy": pool.busy, "idle": len(pool.idle)}
+            for name, pool in self.pools.items()
+        }
 
     def close(self) -> None:
         with self._lock:
-            self._discard()
-
-    # ----- the child ---------------------------------------------------------------------
-    def _call(self, request: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        if self._process is None or self._process.poll() is not None:
-            self._start()
-        assert self._requests is not None and self._replies is not None
-        try:
-            self._requests.write(json.dumps(request, default=str).encode() + b"\n")
-            self._requests.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise EnvironmentLost(f"execution environment exited: {exc}") from exc
-        ready, _, _ = select.select([self._replies], [], [], timeout_s)
-        if not ready:
-            raise EnvironmentLost(f"Task timed out after {timeout_s:.0f} seconds")
-        line = self._replies.readline()
-        if not line:
-            raise EnvironmentLost("execution environment exited")
-        return dict(json.loads(line))
-
-    def _start(self) -> None:
-        self._discard()
-        request_read, request_write = os.pipe()
-        reply_read, reply_write = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
-        try:
-            self._process = subprocess.Popen(  # noqa: S603 - this interpreter, this module
-                [sys.executable, "-m", "cli.local.environments", str(request_read), str(reply_write)],
-                pass_fds=(request_read, reply_write),
-                env=env,
-                start_new_session=True,  # Ctrl-C stops the runtime, which closes the pipes
-            )
-        finally:
-            os.close(request_read)
-            os.close(reply_write)
-        self._requests = os.fdopen(request_write, "wb")
-        self._replies = os.fdopen(reply_read, "rb")
-        self.cold_starts += 1
-
-    def _discard(self, *, kill: bool = False) -> None:
-        for stream in (self._requests, self._replies):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        self._requests = self._replies = None
-        process, self._process = self._process, None
-        if process is not None:
-            if kill:
-                process.kill()
-            try:
-                process.wait(timeout=5)  # reads EOF and exits
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
-    """The child's loop: one request line in, one reply line out, until the pipe closes."""
-    for line in requests:
-        request = json.loads(line)
-        context = LambdaContext(**request["context"])
-        payload, errored = run_handler(request["handler"], request["env"], request["event"], context)
-        replies.write(json.dumps({"payload": payload, "errored": errored}).encode() + b"\n")
-        replies.flush()
-
-
-def main(argv: list[str]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this ends
-    with os.fdopen(int(argv[0]), "rb") as requests, os.fdopen(int(argv[1]), "wb") as replies:
-        serve(requests, replies)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+            pools = list(self.pools.values())
+        threads = [threading.Thread(target=pool.close) for pool in pools]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()

@@ -1,6 +1,8 @@
 """Every patch of moto's private internals, in one place (moto is pinned exactly).
 
-- ``LambdaFunction._invoke_lambda`` -> the real handler, in-process (``cli.local.lambdas``);
+- ``LambdaFunction._invoke_lambda`` -> the function's execution environments
+  (``ACTIVE.invoker``: ``cli.local.environments``), or the handler in this process
+  (``cli.local.lambdas``) when no invoker is set;
 - ``WaitFunction._wait_interval`` and the ``time`` of the Step Functions retrier -> the
   virtual clock (``cli.local.clock``);
 - SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
@@ -61,6 +63,7 @@ class HookDrift(RuntimeError):
 
 
 SqsMappingHandler = Callable[[Any, Any], None]  # (event source mapping, moto queue)
+Invoker = Callable[[Any, Any], tuple[str, bool, str]]  # (moto LambdaFunction, event) -> result
 
 
 @dataclass
@@ -68,6 +71,7 @@ class _Active:
     clock: VirtualClock | None = None
     ses: LocalSes | None = None
     on_sqs_mapping: SqsMappingHandler | None = None
+    invoker: Invoker | None = None
 
 
 ACTIVE = _Active()
@@ -133,7 +137,8 @@ def _wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
 
 
 def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
-    return invoke_in_process(self, event)
+    invoker = ACTIVE.invoker
+    return invoker(self, event) if invoker is not None else invoke_in_process(self, event)
 
 
 def _ses_error(exc: SesError) -> JsonRESTError:

@@ -1,11 +1,13 @@
-"""Lambda functions run in-process: the real handler, the function's environment, a context.
+"""Lambda invocations of the local runtime.
 
-moto registers the functions (from the specs) and decides when to invoke them (API
-``Invoke``, Step Functions tasks); :func:`invoke_in_process` replaces moto's Docker path
-(see ``cli.local.hooks``). SQS event sources are polled here by :class:`SqsPoller`, which
-behaves like the Lambda service: batches, ``ReportBatchItemFailures``, failed messages
-left for the visibility timeout (and then the queue's redrive policy); a poller may invoke
-in an execution environment (a child process, ``cli.local.environments``) instead.
+moto registers the functions and decides when to invoke them (API ``Invoke``, API Gateway
+routes through :func:`invoke`, Step Functions tasks); ``cli.local.hooks`` replaces moto's
+Docker path with the execution environments of ``cli.local.environments`` (the deployed
+artifact, one process per concurrent invocation) or, in the fast in-process mode that
+integration tests use, with :func:`invoke_in_process` (the handler from the source tree).
+SQS event sources are polled here by :class:`SqsPoller`, which behaves like the Lambda
+service: batches, ``ReportBatchItemFailures``, failed messages left for the visibility
+timeout (and then the queue's redrive policy).
 """
 
 from __future__ import annotations
@@ -15,39 +17,12 @@ import json
 import os
 import threading
 import time
-import traceback
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cli.local.bootstrap import LambdaContext, call_handler
 from shared.observability import logger
-
-if TYPE_CHECKING:
-    from cli.local.environments import ExecutionEnvironment
-
-
-@dataclass
-class LambdaContext:
-    """The attributes of the AWS Lambda context object that handlers use."""
-
-    function_name: str
-    function_version: str
-    invoked_function_arn: str
-    memory_limit_in_mb: int
-    timeout_s: int
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = ""
-    log_stream_name: str = ""
-    _deadline: float = 0.0
-
-    def __post_init__(self) -> None:
-        self._deadline = time.monotonic() + self.timeout_s
-        self.log_group_name = self.log_group_name or f"/aws/lambda/{self.function_name}"
-        self.log_stream_name = self.log_stream_name or f"local/[{self.function_version}]{self.aws_request_id}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
 @dataclass
@@ -87,28 +62,12 @@ def _resolve(handler_path: str, env: dict[str, str]) -> Any:
 def run_handler(
     handler_path: str, env: dict[str, str], event: Any, context: LambdaContext
 ) -> tuple[str, bool]:
-    """Call ``module.fn`` with ``event`` and ``context``: ``(json_result, errored)``.
-
-    An exception maps like AWS: the payload is ``{errorMessage, errorType, stackTrace}`` and
-    the invocation is marked errored (``X-Amz-Function-Error``), so Retry/Catch work.
-    Used in this process (:func:`invoke_in_process`) and in an execution environment
-    (``cli.local.environments``).
-    """
+    """Call ``module.fn`` in this process: ``(json_result, errored)`` (errors map like AWS)."""
     try:
         handler = _resolve(handler_path, env)
-        return json.dumps(handler(event, context), default=str), False
-    except Exception as exc:  # mapped to a function error, like the Lambda service does
-        logger.warning("local lambda failed", function=context.function_name, error_type=type(exc).__name__)
-        return (
-            json.dumps(
-                {
-                    "errorMessage": str(exc),
-                    "errorType": type(exc).__name__,
-                    "stackTrace": traceback.format_tb(exc.__traceback__),
-                }
-            ),
-            True,
-        )
+    except Exception as exc:  # an import error is a function error, too
+        return json.dumps({"errorMessage": str(exc), "errorType": "Runtime.ImportModuleError"}), True
+    return call_handler(handler, event, context)
 
 
 def context_of(function: Any) -> LambdaContext:
@@ -176,12 +135,8 @@ class SqsPoller:
         counts: PollerCounts,
         receive_lock: threading.Lock | None = None,
         batching_window_s: float = 0.0,
-        environment: ExecutionEnvironment | None = None,
     ) -> None:
         self.sqs = sqs_backend
-        # Invoke there instead of in this process; read at each delivery, so the runtime
-        # can switch it (LocalRuntime.isolate_lambdas).
-        self.environment = environment
         # Pollers of one mapping share a lock: moto's in-process ReceiveMessage is not atomic,
         # and SQS never hands the same message to two concurrent receivers.
         self.receive_lock = receive_lock or threading.Lock()
@@ -201,8 +156,6 @@ class SqsPoller:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(timeout=5)
-        if self.environment is not None:
-            self.environment.close()
 
     def _run(self) -> None:
         while not self.stop_event.is_set():
@@ -279,8 +232,7 @@ class SqsPoller:
     def _deliver(self, messages: list[Any]) -> list[Any]:
         """Invoke the function; delete what it processed; return the messages it did not."""
         event = {"Records": [self._record(m) for m in messages]}
-        environment = self.environment
-        payload, errored = environment.invoke(event) if environment else invoke(self.function, event)
+        payload, errored = invoke(self.function, event)
         if errored:
             return messages  # every message comes back
         failed: set[str] = set()

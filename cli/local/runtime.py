@@ -5,8 +5,11 @@
 
 Starts moto's server in this process, points this process at it (``AWS_ENDPOINT_URL``
 and friends), provisions everything in ``shared.specs`` through ``shared.provision``,
-runs Lambdas in-process (or, with ``isolate_lambdas``, the SQS-polled ones in execution
-environments: ``cli.local.environments``), Step Functions on a virtual clock, a faithful
+runs every Lambda from the deployment artifact (``cli.local.artifact``: the synthesized
+template and the bundled code asset) in execution environments of its own on Python 3.12
+with the template's environment and IAM (``cli.local.deployment``, ``cli.local.environments``),
+or, with ``RuntimeConfig(artifact=False)``, in this process from the source tree (the fast
+mode of the integration tests), Step Functions on a virtual clock, a faithful
 SES, and an HTTP front for the API routes, served twice: plain http on ``api_port``
 (``api_url``) and https on ``public_port`` (``public_url``, the public base URL of links
 in mail) with a self-signed certificate made at start in ``<state dir>/tls/`` (``cli.local.tls``).
@@ -16,6 +19,7 @@ One runtime per process (moto's Step Functions engine calls Lambda back on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,11 +35,15 @@ from types import TracebackType
 from typing import Any
 
 from cli.local import hooks
+from cli.local.artifact import Artifact, build
+from cli.local.cfn_stack import local_outputs, local_stack_resources, register_stack
 from cli.local.clock import VirtualClock
-from cli.local.environments import ExecutionEnvironment
+from cli.local.deployment import Deployment, bind, deploy, uploaded_function
+from cli.local.environments import Environments
 from cli.local.http_front import HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
+from cli.local.template import LocalTemplate
 from cli.local.tls import TlsFiles, client_context, ensure_certificate, server_context
 from shared import specs
 from shared.aws import reset_clients
@@ -65,9 +73,14 @@ class RuntimeConfig:
     state_dir: Path | None = None  # runtime.json + outbox/; None = a temporary folder
     api_key: str | None = None
     region: str = "us-east-1"
-    # SQS-polled functions run in child processes, one per poller (cli.local.environments);
-    # False: every Lambda runs in this process (tests that patch handler code need that).
-    isolate_lambdas: bool = False
+    # True: every function runs from the synthesized artifact in its own Python 3.12
+    # execution environments (what `cdk deploy` ships); False: in this process from the
+    # source tree, with environments built from the specs (fast; tests that patch handlers).
+    artifact: bool = True
+    # Check every AWS request of a function against its role policy in the template.
+    enforce_iam: bool = True
+    # A synthesized template to run instead of this checkout's (tests: a modified copy).
+    template_override: dict[str, Any] | None = None
 
 
 @dataclass
@@ -80,6 +93,9 @@ class LocalRuntime:
     public_front: HttpFront = field(init=False)
     tls: TlsFiles = field(init=False)
     pollers: list[SqsPoller] = field(default_factory=list, init=False)
+    artifact: Artifact | None = field(default=None, init=False)
+    deployment: Deployment | None = field(default=None, init=False)
+    environments: Environments | None = field(default=None, init=False)
     poller_counts: PollerCounts = field(default_factory=PollerCounts, init=False)
     started_in_s: float = field(default=0.0, init=False)
     _server: Any = field(default=None, init=False)
@@ -142,6 +158,10 @@ class LocalRuntime:
 
         started = time.perf_counter()
         config = self.config
+        if config.artifact:  # first: a fresh checkout synthesizes and bundles (pip) here
+            self.artifact = build()
+            if config.template_override is not None:
+                self.artifact = dataclasses.replace(self.artifact, template=config.template_override)
         config.port = config.port or free_port()
         if config.state_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="mailstep-local-")
@@ -195,7 +215,11 @@ class LocalRuntime:
             "public_base_url": f"https://127.0.0.1:{config.public_port}",
             "state_machine_arn_prefix": arn_prefix,
         }
-        self.resources = provision(config.api_key, functions=True, settings=public)
+        if self.artifact is None:
+            self.resources = provision(config.api_key, functions=True, settings=public)
+        else:
+            self.resources = provision(config.api_key, messaging=True)
+            self._deploy_artifact(self.artifact, public["public_base_url"])
         self._set_env({**self.resources.env(), specs.ENV["state_machine_arn_prefix"]: arn_prefix})
 
         self.front = HttpFront(specs.routes(), self.invoke_spec, port=config.api_port, control=self._control)
@@ -210,8 +234,51 @@ class LocalRuntime:
         )
         self.front.start()
         self.public_front.start()
+        # The runtime as a stack, before runtime.json (tools wait for it); outputs first (schedule machine).
+        resources = (
+            self.deployment.template.stack_resources()
+            if self.deployment
+            else local_stack_resources(self.resources)
+        )
+        register_stack(specs.STACK_NAME, self.stack_outputs(), resources)
         self.started_in_s = time.perf_counter() - started
         self._write_state()
+
+    def _deploy_artifact(self, artifact: Artifact, public_url: str) -> None:
+        """Functions, roles, mappings and state machines from the synthesized template."""
+        template = LocalTemplate(
+            artifact.template, region=self.config.region, account=ACCOUNT_ID, stack_name=specs.STACK_NAME
+        )
+        bind(template, self.resources, public_url)
+        # Everything moto invokes (routes, SQS mappings, Step Functions tasks) runs in the
+        # environments; set before deploy() creates the mappings that start polling.
+        self.environments = Environments(
+            {},
+            other=lambda function: uploaded_function(
+                function,
+                artifact,
+                endpoint=self.endpoint,
+                region=self.config.region,
+                account=ACCOUNT_ID,
+                logs_dir=self.logs_dir,
+            ),
+        )
+        hooks.ACTIVE.invoker = self.environments.invoke
+        self.deployment = deploy(
+            template,
+            self.resources,
+            artifact,
+            endpoint=self.endpoint,
+            logs_dir=self.logs_dir,
+            enforce_iam=self.config.enforce_iam,
+        )
+        self.environments.specs.update(self.deployment.environments)
+        self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
+
+    @property
+    def logs_dir(self) -> Path:
+        """One log file per function (its CloudWatch log group): ``<state dir>/logs/<name>.log``."""
+        return self.state_dir / "logs"
 
     def stop(self) -> None:
         clock = getattr(self, "clock", None)
@@ -219,6 +286,8 @@ class LocalRuntime:
             clock.resume()  # release the waits a pause holds
         for poller in self.pollers:
             poller.stop_event.set()
+        if self.environments is not None:
+            self.environments.close()  # in-flight invocations fail fast; children exit on EOF
         for poller in self.pollers:
             poller.stop()
         self.pollers.clear()
@@ -229,7 +298,7 @@ class LocalRuntime:
         if self._server is not None:
             self._server.stop()
             self._server = None
-        hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = None
+        hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = hooks.ACTIVE.invoker = None
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -241,6 +310,15 @@ class LocalRuntime:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    def stack_outputs(self) -> dict[str, str]:
+        """Outputs of the stack the runtime registers as ``specs.STACK_NAME`` (cli.local.cfn_stack):
+        ``specs.stack_outputs()`` keys and ``specs.API_URL_OUTPUT`` (the https front), local values."""
+        if self.deployment is not None:  # the synthesized template's outputs, resolved locally
+            return self.deployment.template.outputs()
+        return local_outputs(
+            self.resources, api_url=self.public_url, region=self.config.region, account_id=ACCOUNT_ID
+        )
 
     def _write_state(self) -> None:
         # Atomically: tools poll for this file and must never read it half-written.
@@ -257,7 +335,9 @@ class LocalRuntime:
             "api_key": self.api_key,
             "region": self.config.region,
             "started_in_s": round(self.started_in_s, 3),
-            "isolate_lambdas": self.config.isolate_lambdas,
+            "lambdas": "artifact" if self.artifact else "in-process",
+            "template": str(self.artifact.template_path) if self.artifact else None,
+            "logs": str(self.logs_dir),
             "outbox": str(self.outbox),
             "pid": os.getpid(),
             "tables": self.resources.tables,
@@ -292,22 +372,10 @@ class LocalRuntime:
                 counts=self.poller_counts,
                 receive_lock=receive_lock,
                 batching_window_s=float(esm.max_batch_window or 0),
-                environment=ExecutionEnvironment(function) if self.config.isolate_lambdas else None,
             )
             with self._lock:
                 self.pollers.append(poller)
             poller.start()
-
-    def isolate_lambdas(self, enabled: bool) -> None:
-        """Switch SQS-polled functions between child processes and this process (from the
-        next batch on); the bench measures throughput isolated and requests in-process."""
-        self.config.isolate_lambdas = enabled
-        with self._lock:
-            for poller in self.pollers:
-                previous = poller.environment
-                poller.environment = ExecutionEnvironment(poller.function) if enabled else None
-                if previous is not None:
-                    previous.close()
 
     def function(self, name: str) -> Any:
         """The moto ``LambdaFunction`` of a spec'd function (by spec name) or a physical name."""
@@ -326,7 +394,11 @@ class LocalRuntime:
                 "paused": self.clock.paused,
                 "held": self.clock.held,
             },
-            "lambda": {"invocations": dict(STATS.invocations), "errors": dict(STATS.errors)},
+            "lambda": {
+                "invocations": dict(STATS.invocations),
+                "errors": dict(STATS.errors),
+                "environments": self.environments.stats() if self.environments else {},
+            },
             "ses": {
                 "sends": self.ses.sends,
                 "events": len(self.ses.events),
@@ -340,6 +412,8 @@ class LocalRuntime:
         ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry)."""
         if method == "GET" and path == "/_local/status":
             return 200, self.status()
+        if method == "GET" and path == "/_local/iam":
+            return 200, {"calls": self.environments.recorded() if self.environments else []}
         if method == "POST" and path == "/_local/clock":
             try:
                 paused = json.loads(body or b"{}")["paused"]

@@ -1,13 +1,19 @@
-"""Lambda handlers the e2e tests register on the local runtime (and the execution
-environment tests run in a child process)."""
+"""Lambda handlers the e2e tests deploy on the local runtime (uploaded as this one file in a
+code zip, like any function created through the Lambda API) and the execution environment
+tests run. Standard library and boto3 only: what the Lambda Python runtime provides."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import platform
+import sys
 import time
 from typing import Any
 
-from shared.aws import client
+import boto3
+
+IMPORTABLE = ("boto3", "moto", "shared", "pydantic")
 
 
 def record(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -17,7 +23,7 @@ def record(event: dict[str, Any], context: Any) -> dict[str, Any]:
         if item["body"] == "fail":
             failures.append({"itemIdentifier": item["messageId"]})
             continue
-        client("dynamodb").put_item(
+        boto3.client("dynamodb").put_item(
             TableName="mailstep-main",
             Item={
                 "PK": {"S": f"E2E#{item['body']}"},
@@ -50,12 +56,26 @@ def fail(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def whoami(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """The process and the environment variables the invocation ran with."""
-    return {"pid": os.getpid(), "env": os.environ.get("E2E_FLAVOUR"), "echo": event}
+    """The process, interpreter, import path and environment variables the invocation ran with."""
+    return {
+        "pid": os.getpid(),
+        "python": platform.python_version(),
+        "path": sys.path,
+        "importable": {name: importlib.util.find_spec(name) is not None for name in IMPORTABLE},
+        "env": os.environ.get("E2E_FLAVOUR"),
+        "echo": event,
+    }
 
 
 def crash(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    print("about to crash")
     os._exit(3)  # the execution environment dies mid-invocation
+
+
+def get_item(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return dict(
+        boto3.client("dynamodb").get_item(TableName=event["table"], Key={"PK": {"S": "x"}, "SK": {"S": "y"}})
+    )
 
 
 def linger(event: dict[str, Any], context: Any) -> dict[str, Any]:

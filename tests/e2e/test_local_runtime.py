@@ -32,8 +32,8 @@ def create_function(local: Local, handler: str, env: dict[str, str] | None = Non
     import zipfile
 
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("README.txt", "runs in-process")
+    with zipfile.ZipFile(buffer, "w") as archive:  # the function's code: one file, boto3 only
+        archive.write(Path(__file__).with_name("handlers.py"), "handlers.py")
     return str(
         local.client("lambda").create_function(
             FunctionName=unique("e2e"),
@@ -167,8 +167,8 @@ def test_a_30_day_wait_completes_in_well_under_a_second(local: Local) -> None:
 
 
 def test_a_task_gets_the_lambda_result_and_retry_catch_work(local: Local) -> None:
-    echo = create_function(local, "tests.e2e.handlers.echo")
-    fail = create_function(local, "tests.e2e.handlers.fail")
+    echo = create_function(local, "handlers.echo")
+    fail = create_function(local, "handlers.fail")
     definition = {
         "StartAt": "Echo",
         "States": {
@@ -212,7 +212,7 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
         },
     )["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    function = create_function(local, "tests.e2e.handlers.record")
+    function = create_function(local, "handlers.record")
     lam.create_event_source_mapping(
         FunctionName=function,
         EventSourceArn=arn,
@@ -233,8 +233,8 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
     assert item is not None, "the mapped handler never ran"
     assert item["function"]["S"] == function.rsplit(":", 1)[-1]
     assert item["source"]["S"] == arn
-    # `mailstep dev` runs SQS-polled functions in their own execution environments
-    assert int(item["pid"]["N"]) != local.state["pid"] and local.state["isolate_lambdas"] is True
+    # `mailstep dev` runs functions in their own execution environments, from their code
+    assert int(item["pid"]["N"]) != local.state["pid"] and local.state["lambdas"] == "artifact"
     # the failed record is retried after its visibility timeout, then lands in the DLQ
     moved: list[dict[str, Any]] = []
     deadline = time.monotonic() + 15

@@ -1,0 +1,346 @@
+"""The runtime interface of a local Lambda execution environment (standard library only).
+
+The local runtime starts one process per execution environment:
+
+    python3.12 -I -S -u -B cli/local/bootstrap.py <requests fd> <replies fd>
+
+``-I -S`` keep the development virtualenv, ``PYTHONPATH`` and site-packages out: the first
+request (``init``) names the import path, which holds only the function's code asset (what
+``cdk deploy`` uploads) and the boto3/botocore that the Lambda Python runtime provides. The
+process then imports the handler once (the cold start) and takes one invocation at a time,
+like Lambda.
+
+Every AWS request the handler makes is checked against the function's role policy (the
+statements of the synthesized template, resolved to the local resources) before it is
+sent: a request the policy does not allow fails with ``AccessDeniedException`` as it does
+in AWS (:class:`RolePolicy`, :func:`authorize`). Each reply lists the requests made
+(``calls``: IAM action, resource, allowed) so the runtime can record them.
+
+This module is also imported by the local runtime itself (``cli.local.lambdas``) for the
+in-process mode: :class:`LambdaContext` and :func:`call_handler` are the one definition.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of the AWS Lambda context object that handlers use."""
+
+    function_name: str
+    function_version: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_s: int
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = ""
+    _deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_s
+        self.log_group_name = self.log_group_name or f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = self.log_stream_name or f"local/[{self.function_version}]{self.aws_request_id}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def call_handler(handler: Any, event: Any, context: LambdaContext) -> tuple[str, bool]:
+    """``(json_result, errored)``; an exception maps like AWS: ``{errorMessage, errorType,
+    stackTrace}`` and the invocation is marked errored (``X-Amz-Function-Error``)."""
+    try:
+        return json.dumps(handler(event, context), default=str), False
+    except Exception as exc:  # a function error, like the Lambda service reports it
+        print(
+            json.dumps({"level": "ERROR", "message": "function error", "errorType": type(exc).__name__}),
+            file=sys.stderr,
+        )
+        return (
+            json.dumps(
+                {
+                    "errorMessage": str(exc),
+                    "errorType": type(exc).__name__,
+                    "stackTrace": traceback.format_tb(exc.__traceback__),
+                }
+            ),
+            True,
+        )
+
+
+# ----- IAM: identity-based policy evaluation -------------------------------------------------
+def _matches(pattern: str, value: str, *, case_sensitive: bool) -> bool:
+    """IAM wildcards: ``*`` any run of characters, ``?`` one character."""
+    if not case_sensitive:
+        pattern, value = pattern.lower(), value.lower()
+    return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+class RolePolicy:
+    """The statements of a role's identity-based policies (resolved to strings).
+
+    Evaluated as IAM does for one account: an explicit Deny wins, then an Allow, otherwise
+    the implicit deny. A statement with a ``Condition`` applies only when every condition
+    can be evaluated and holds (the request context knows ``aws:SecureTransport``,
+    ``aws:RequestedRegion`` and ``aws:SourceAccount``-free keys only), so an Allow that the
+    local runtime cannot prove never grants.
+    """
+
+    def __init__(self, statements: list[dict[str, Any]], context: dict[str, str] | None = None) -> None:
+        self.statements = statements
+        self.context = context or {}
+
+    def _applies(self, statement: dict[str, Any], action: str, resource: str) -> bool:
+        if "Action" in statement:
+            if not any(_matches(a, action, case_sensitive=False) for a in _as_list(statement["Action"])):
+                return False
+        elif any(_matches(a, action, case_sensitive=False) for a in _as_list(statement.get("NotAction", []))):
+            return False
+        if "Resource" in statement:
+            if not any(_matches(r, resource, case_sensitive=True) for r in _as_list(statement["Resource"])):
+                return False
+        elif any(
+            _matches(r, resource, case_sensitive=True) for r in _as_list(statement.get("NotResource", []))
+        ):
+            return False
+        return self._conditions_hold(statement.get("Condition") or {})
+
+    def _conditions_hold(self, conditions: dict[str, Any]) -> bool:
+        for operator, tests in conditions.items():
+            for key, expected in tests.items():
+                actual = self.context.get(key.lower())
+                if actual is None:
+                    return False
+                wanted = [str(v) for v in _as_list(expected)]
+                if operator in ("StringEquals", "ArnEquals", "Bool"):
+                    ok = (
+                        actual in wanted
+                        if operator != "Bool"
+                        else actual.lower() in [w.lower() for w in wanted]
+                    )
+                elif operator in ("StringLike", "ArnLike"):
+                    ok = any(_matches(w, actual, case_sensitive=True) for w in wanted)
+                elif operator == "StringNotEquals":
+                    ok = actual not in wanted
+                else:
+                    return False  # an operator the local runtime does not evaluate never holds
+                if not ok:
+                    return False
+        return True
+
+    def decide(self, action: str, resource: str) -> bool:
+        applying = [s for s in self.statements if self._applies(s, action, resource)]
+        if any(s.get("Effect") == "Deny" for s in applying):
+            return False
+        return any(s.get("Effect") == "Allow" for s in applying)
+
+
+# ----- IAM: what a request is (action + resources) ---------------------------------------------
+_TRANSACT_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+_SQS_BATCH = {
+    "SendMessageBatch": "SendMessage",
+    "DeleteMessageBatch": "DeleteMessage",
+    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+}
+
+
+def requests_for(
+    prefix: str, operation: str, params: dict[str, Any], region: str, account: str
+) -> list[tuple[str, str]]:
+    """The (IAM action, resource ARN) pairs AWS authorizes for one API request.
+
+    ``prefix`` is the service's IAM prefix (botocore's signing name: ``dynamodb``, ``sqs``,
+    ``sns``, ``states``, ``secretsmanager``, ``ses`` for SES v1 and v2, ``s3``). Requests
+    whose resource this function does not know are checked against ``*``.
+    """
+    arn = f"arn:aws:{prefix}:{region}:{account}"
+    if prefix == "dynamodb":
+
+        def table(name: str, index: str | None = None) -> str:
+            return f"{arn}:table/{name}" + (f"/index/{index}" if index else "")
+
+        if operation in ("TransactWriteItems", "TransactGetItems"):
+            found = []
+            for item in params.get("TransactItems", []):
+                ((kind, body),) = item.items()
+                found.append((f"dynamodb:{_TRANSACT_ACTIONS[kind]}", table(body["TableName"])))
+            return found
+        if operation in ("BatchGetItem", "BatchWriteItem"):
+            return [(f"dynamodb:{operation}", table(name)) for name in params.get("RequestItems", {})]
+        if "TableName" in params:
+            return [(f"dynamodb:{operation}", table(params["TableName"], params.get("IndexName")))]
+    elif prefix == "sqs" and "QueueUrl" in params:
+        name = urlparse(params["QueueUrl"]).path.rstrip("/").rsplit("/", 1)[-1]
+        return [(f"sqs:{_SQS_BATCH.get(operation, operation)}", f"{arn}:{name}")]
+    elif prefix == "sns":
+        topic = params.get("TopicArn") or params.get("TargetArn")
+        if topic:
+            return [(f"sns:{operation}", str(topic))]
+    elif prefix == "states":
+        resource = params.get("stateMachineArn") or params.get("executionArn")
+        if resource:
+            return [(f"states:{operation}", str(resource))]
+    elif prefix == "secretsmanager" and "SecretId" in params:
+        secret = str(params["SecretId"])
+        return [
+            (f"secretsmanager:{operation}", secret if secret.startswith("arn:") else f"{arn}:secret:{secret}")
+        ]
+    elif prefix == "ses" and operation in ("SendEmail", "SendRawEmail"):
+        return _ses_send(operation, params, arn)
+    elif prefix == "s3" and "Bucket" in params:
+        key = params.get("Key")
+        resource = f"arn:aws:s3:::{params['Bucket']}" + (f"/{unquote(str(key))}" if key else "")
+        return [(f"s3:{operation}", resource)]
+    return [(f"{prefix}:{operation}", "*")]
+
+
+def _ses_send(operation: str, params: dict[str, Any], arn: str) -> list[tuple[str, str]]:
+    """SES authorizes a send on the sending identity and on the configuration set it names."""
+    sender = str(params.get("FromEmailAddress") or params.get("Source") or "")
+    address = sender.rsplit("<", 1)[-1].rstrip(">").strip()
+    domain = address.rsplit("@", 1)[-1]
+    # Either identity may be the verified one: the address, or (usually) its domain.
+    found = [(f"ses:{operation}", f"{arn}:identity/{domain}|{arn}:identity/{address}")]
+    configuration_set = params.get("ConfigurationSetName")
+    if configuration_set:
+        found.append((f"ses:{operation}", f"{arn}:configuration-set/{configuration_set}"))
+    return found
+
+
+@dataclass
+class Guard:
+    """Checks each request of this process against the role policy; records what it saw."""
+
+    policy: RolePolicy
+    region: str
+    account: str
+    role_arn: str
+    function_name: str
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def authorize(self, prefix: str, operation: str, params: dict[str, Any]) -> tuple[str, str] | None:
+        """The first (action, resource) the policy denies, else None; every pair is recorded."""
+        denied = None
+        for action, resources in requests_for(prefix, operation, params, self.region, self.account):
+            allowed = any(self.policy.decide(action, r) for r in resources.split("|"))
+            self.calls.append({"action": action, "resource": resources.split("|")[0], "allowed": allowed})
+            if not allowed and denied is None:
+                denied = (action, resources.split("|")[0])
+        return denied
+
+    def install(self) -> None:
+        """Wrap botocore's request path (every client, whoever created it)."""
+        from botocore.client import BaseClient
+        from botocore.exceptions import ClientError
+
+        original = BaseClient._make_api_call
+        guard = self
+
+        def _make_api_call(client: Any, operation_name: str, api_params: dict[str, Any]) -> Any:
+            prefix = client.meta.service_model.signing_name
+            denied = guard.authorize(prefix, operation_name, api_params)
+            if denied is not None:
+                action, resource = denied
+                role = guard.role_arn.rsplit("/", 1)[-1]
+                message = (
+                    f"User: arn:aws:sts::{guard.account}:assumed-role/{role}/{guard.function_name} is not "
+                    f"authorized to perform: {action} on resource: {resource} because no identity-based "
+                    f"policy allows the {action} action"
+                )
+                raise ClientError(
+                    {
+                        "Error": {"Code": "AccessDeniedException", "Message": message},
+                        "ResponseMetadata": {"HTTPStatusCode": 400},
+                    },
+                    operation_name,
+                )
+            return original(client, operation_name, api_params)
+
+        BaseClient._make_api_call = _make_api_call  # type: ignore[method-assign]
+
+
+# ----- the process ---------------------------------------------------------------------------
+def _init(request: dict[str, Any]) -> tuple[Any, Guard | None]:
+    sys.path[:0] = [str(p) for p in request["path"]]
+    os.environ.clear()
+    os.environ.update({k: str(v) for k, v in request["env"].items()})
+    if hasattr(time, "tzset"):
+        time.tzset()
+    guard = None
+    if request.get("policy") is not None:
+        guard = Guard(
+            policy=RolePolicy(request["policy"]),
+            region=request["region"],
+            account=request["account"],
+            role_arn=request["role_arn"],
+            function_name=request["function_name"],
+        )
+        guard.install()
+    module_name, _, attribute = str(request["handler"]).rpartition(".")
+    return getattr(importlib.import_module(module_name), attribute), guard
+
+
+def serve(requests: Any, replies: Any) -> None:
+    """One JSON line in, one JSON line out. The first line is ``init``; an import error is
+    reported on every invocation (Lambda's ``Runtime.ImportModuleError``)."""
+    handler: Any = None
+    guard: Guard | None = None
+    init_error: dict[str, Any] | None = None
+    for line in requests:
+        request = json.loads(line)
+        if request.get("type") == "init":
+            try:
+                handler, guard = _init(request)
+            except Exception as exc:  # reported like Lambda: Runtime.ImportModuleError
+                traceback.print_exc()
+                init_error = {
+                    "errorMessage": f"Unable to import module '{request['handler']}': {exc}",
+                    "errorType": "Runtime.ImportModuleError",
+                    "stackTrace": traceback.format_tb(exc.__traceback__),
+                }
+            reply: dict[str, Any] = {"init": init_error is None, "error": init_error}
+        elif init_error is not None:
+            reply = {"payload": json.dumps(init_error), "errored": True, "calls": []}
+        else:
+            context = LambdaContext(**request["context"])
+            payload, errored = call_handler(handler, request["event"], context)
+            calls = guard.calls if guard else []
+            if guard:
+                guard.calls = []
+            reply = {"payload": payload, "errored": errored, "calls": calls}
+        replies.write(json.dumps(reply).encode() + b"\n")
+        replies.flush()
+
+
+def main(argv: list[str]) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runtime decides when this ends
+    with os.fdopen(int(argv[0]), "rb") as requests, os.fdopen(int(argv[1]), "wb") as replies:
+        serve(requests, replies)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

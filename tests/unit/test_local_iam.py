@@ -1,0 +1,106 @@
+"""The local runtime's IAM check: which (action, resource) a request is, and how a role's
+identity-based policy decides it (explicit Deny wins, then Allow, else the implicit deny)."""
+
+from __future__ import annotations
+
+from cli.local.bootstrap import Guard, RolePolicy, requests_for
+
+ACCOUNT, REGION = "123456789012", "us-east-1"
+MAIN = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/mailstep-main"
+EVENTS = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/mailstep-events"
+
+
+def requests(prefix: str, operation: str, **params: object) -> list[tuple[str, str]]:
+    return requests_for(prefix, operation, dict(params), REGION, ACCOUNT)
+
+
+def test_a_transaction_is_authorized_item_by_item() -> None:
+    items = [
+        {"Put": {"TableName": "mailstep-main", "Item": {}}},
+        {"Update": {"TableName": "mailstep-events", "Key": {}}},
+        {"ConditionCheck": {"TableName": "mailstep-main", "Key": {}}},
+        {"Delete": {"TableName": "mailstep-main", "Key": {}}},
+    ]
+    assert requests("dynamodb", "TransactWriteItems", TransactItems=items) == [
+        ("dynamodb:PutItem", MAIN),
+        ("dynamodb:UpdateItem", EVENTS),
+        ("dynamodb:ConditionCheckItem", MAIN),
+        ("dynamodb:DeleteItem", MAIN),
+    ]
+
+
+def test_index_queries_batches_queues_and_secrets_name_their_resources() -> None:
+    assert requests("dynamodb", "Query", TableName="mailstep-events", IndexName="TemplateIndex") == [
+        ("dynamodb:Query", f"{EVENTS}/index/TemplateIndex")
+    ]
+    assert requests("dynamodb", "BatchGetItem", RequestItems={"mailstep-main": {}}) == [
+        ("dynamodb:BatchGetItem", MAIN)
+    ]
+    url = f"http://127.0.0.1:4566/{ACCOUNT}/mailstep-send"
+    assert requests("sqs", "SendMessageBatch", QueueUrl=url) == [
+        ("sqs:SendMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:mailstep-send")
+    ]
+    assert requests("states", "StopExecution", executionArn="arn:x") == [("states:StopExecution", "arn:x")]
+    assert requests("s3", "GetObject", Bucket="b", Key="inbound/abc") == [
+        ("s3:GetObject", "arn:aws:s3:::b/inbound/abc")
+    ]
+    assert requests("sqs", "ListQueues") == [("sqs:ListQueues", "*")]
+
+
+def test_an_ses_send_needs_the_identity_and_the_configuration_set() -> None:
+    found = requests(
+        "ses", "SendEmail", FromEmailAddress="Acme <hello@acme.test>", ConfigurationSetName="mailstep"
+    )
+    assert found == [
+        (
+            "ses:SendEmail",
+            f"arn:aws:ses:{REGION}:{ACCOUNT}:identity/acme.test|arn:aws:ses:{REGION}:{ACCOUNT}:identity/hello@acme.test",
+        ),
+        ("ses:SendEmail", f"arn:aws:ses:{REGION}:{ACCOUNT}:configuration-set/mailstep"),
+    ]
+
+
+def test_allow_with_wildcards_explicit_deny_wins_and_anything_else_is_denied() -> None:
+    policy = RolePolicy(
+        [
+            {
+                "Effect": "Allow",
+                "Action": ["dynamodb:Get*", "dynamodb:PutItem"],
+                "Resource": [MAIN, f"{EVENTS}*"],
+            },
+            {"Effect": "Deny", "Action": "dynamodb:PutItem", "Resource": f"{EVENTS}/index/*"},
+        ]
+    )
+    assert policy.decide("dynamodb:GetItem", MAIN)
+    assert policy.decide("DynamoDB:getitem", MAIN)  # actions are case-insensitive
+    assert policy.decide("dynamodb:PutItem", EVENTS)
+    assert not policy.decide("dynamodb:PutItem", f"{EVENTS}/index/TemplateIndex")  # explicit deny
+    assert not policy.decide("dynamodb:Scan", MAIN)  # implicit deny
+    assert not policy.decide("dynamodb:GetItem", MAIN.upper())  # resources are case-sensitive
+
+
+def test_an_allow_whose_condition_cannot_be_shown_to_hold_grants_nothing() -> None:
+    conditional = {
+        "Effect": "Allow",
+        "Action": "sns:Publish",
+        "Resource": "*",
+        "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}},
+    }
+    assert not RolePolicy([conditional]).decide("sns:Publish", "arn:t")
+    assert RolePolicy([conditional], {"aws:sourceaccount": ACCOUNT}).decide("sns:Publish", "arn:t")
+
+
+def test_the_guard_records_every_pair_and_names_the_first_denied() -> None:
+    guard = Guard(
+        policy=RolePolicy([{"Effect": "Allow", "Action": "dynamodb:PutItem", "Resource": MAIN}]),
+        region=REGION,
+        account=ACCOUNT,
+        role_arn=f"arn:aws:iam::{ACCOUNT}:role/r",
+        function_name="f",
+    )
+    items = [{"Put": {"TableName": "mailstep-main"}}, {"Update": {"TableName": "mailstep-main"}}]
+    assert guard.authorize("dynamodb", "TransactWriteItems", {"TransactItems": items}) == (
+        "dynamodb:UpdateItem",
+        MAIN,
+    )
+    assert [c["allowed"] for c in guard.calls] == [True, False]
