@@ -38,3 +38,42 @@ def test_settings_read_only_declared_variables() -> None:
     env = {"TABLE_NAME": "t", "EVENTS_TABLE_NAME": "e", "UNRELATED": "x", "DATA_TTL_DAYS": "30"}
     settings = Settings.from_env(env)
     assert settings.table_name == "t" and settings.data_ttl_days == 30
+
+
+def test_settings_validate_from_the_variables_each_spec_names() -> None:
+    """What the stack passes a function (its tables, secrets, queues, topics) is enough for
+    ``Settings`` at import: no function needs a table it is not granted."""
+    for spec in specs.FUNCTIONS:
+        names = [t.setting for t in spec.read_write_tables] + [s.setting for s in spec.read_secrets]
+        names += [q.setting for q in spec.send_queues] + [t.setting for t in spec.publish_topics]
+        settings = Settings.from_env({specs.ENV[n]: f"value-{n}" for n in names})
+        assert settings.table_name == "value-table_name", spec.name
+        granted = specs.EVENTS_TABLE in spec.read_write_tables
+        assert settings.events_table_name == ("value-events_table_name" if granted else ""), spec.name
+
+
+def test_state_machine_prefix_carries_the_stack_name() -> None:
+    assert specs.state_machine_prefix("MailstepStaging") == "MailstepStaging-seq-"
+    assert specs.state_machine_prefix(specs.STACK_NAME) == specs.STATE_MACHINE_PREFIX
+    assert specs.stack_outputs()[specs.STATE_MACHINE_ARN_PREFIX_OUTPUT] == "state_machine_arn_prefix"
+
+
+def test_granted_actions_map_each_iam_action_to_resource_keys() -> None:
+    for spec in specs.FUNCTIONS:
+        granted = specs.granted_actions(spec)
+        assert granted and all(":" in action and "*" not in action for action in granted)
+        assert all(isinstance(keys, frozenset) and keys for keys in granted.values())
+        for source in spec.event_sources:
+            for action in specs.EVENT_SOURCE_ACTIONS:
+                assert specs.resource_key(source.queue) in granted[action]
+    api = specs.granted_actions(specs.API_FUNCTION)
+    assert api["dynamodb:PutItem"] == {"table/MainTable", "table/EventsTable"}
+    assert api["states:StartExecution"] == {specs.SEQUENCE_MACHINES}
+    index = specs.TableIndex(specs.EVENTS_TABLE, "TemplateIndex")
+    assert specs.resource_key(index) == "table/EventsTable/index/TemplateIndex"
+
+
+def test_visibility_timeouts_are_6x_the_consumer_timeout() -> None:
+    for spec in specs.FUNCTIONS:
+        for source in spec.event_sources:
+            assert source.queue.visibility_timeout_s >= specs.VISIBILITY_TIMEOUT_FACTOR * spec.timeout_s
