@@ -441,3 +441,16 @@ def test_docs_describe_the_first_deploy_in_order() -> None:
     assert positions == sorted(positions)
     config = (ROOT / "docs" / "configuration.md").read_text()
     assert "aws_xray_sdk" in config and json.dumps("mailstep:useExistingIdentity")[1:-1] in config
+
+
+# ----- 6. reply forwarding reaches the inbound function only -------------------------------------
+
+
+def test_reply_forward_to_reaches_the_inbound_function_only(synth: Synth, full: Synth) -> None:
+    for fn_spec in specs.FUNCTIONS:
+        _, fn = function_by_handler(full, fn_spec.handler)
+        variable = fn["Properties"]["Environment"]["Variables"].get("REPLY_FORWARD_TO")
+        expected = FULL["mailstep:replyForwardTo"] if fn_spec is specs.INBOUND_FUNCTION else None
+        assert variable == expected, fn_spec.name
+    _, inbound = function_by_handler(synth, specs.INBOUND_FUNCTION.handler)
+    assert "REPLY_FORWARD_TO" not in inbound["Properties"]["Environment"]["Variables"]
