@@ -1,8 +1,10 @@
-"""``mailstep broadcast send | list | get | cancel | resume`` against the running local runtime.
+"""``mailstep broadcast send | list | get | cancel | resume`` against a deployed stack or the
+local runtime (``--stack`` / ``--target`` / ``--region`` / ``--state-dir``, as every operator
+command: ``cli.target``).
 
-The commands call ``shared.broadcasts.service`` with settings built from the runtime's
-``runtime.json`` (endpoint, table names) and its queues; the work itself happens in the
-resolver and worker Lambdas, exactly as in the cloud.
+The commands call ``shared.broadcasts.service`` with the target's settings (tables, the
+broadcast queues and the schedule state machine, from the stack outputs); the work itself
+happens in the resolver and worker Lambdas of that target.
 """
 
 from __future__ import annotations
@@ -20,51 +22,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli.dev_cmd import DEFAULT_STATE_DIR
+from cli.target import REGION, STACK, STATE_DIR, TARGET, select
 
 app = typer.Typer(
     help="Broadcasts: one template to a filtered audience, at the SES rate, exactly once.",
     no_args_is_help=True,
 )
 console = Console()
-STATE_DIR = typer.Option(DEFAULT_STATE_DIR, help="State folder of the running `mailstep dev`.")
 ID = typer.Argument(..., help="Broadcast id.")
 FINAL = ("done", "cancelled", "failed")
 
 
-def _service(state_dir: Path) -> Any:
-    """The broadcast service wired to the running local runtime."""
-    from cli.local import read_state
-    from shared import specs
-    from shared.aws import client, reset_clients
-    from shared.broadcasts.schedule import ensure_local_state_machine
+def _service(settings: Any) -> Any:
+    """The broadcast service wired to a target's settings (``cli.target.select``)."""
     from shared.broadcasts.service import Broadcasts
-    from shared.provision import LOCAL_ROLE_NAME
     from shared.settings import Settings
 
-    state = read_state(state_dir.resolve())
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": state["endpoint"],
-            "AWS_DEFAULT_REGION": state["region"],
-            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "mailstep-local"),
-            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "mailstep-local"),
-        }
-    )
-    reset_clients()
-    sqs = client("sqs")
-    control = sqs.get_queue_url(QueueName=specs.BROADCAST_CONTROL_QUEUE.local_name)["QueueUrl"]
-    batches = sqs.get_queue_url(QueueName=specs.BROADCAST_QUEUE.local_name)["QueueUrl"]
-    role = client("iam").get_role(RoleName=LOCAL_ROLE_NAME)["Role"]["Arn"]
-    settings = Settings(
-        table_name=state["tables"]["table_name"],
-        events_table_name=state["tables"]["events_table_name"],
-        broadcast_queue_url=batches,
-        broadcast_control_queue_url=control,
-        broadcast_schedule_arn=ensure_local_state_machine(control, role),
-        **_rate_overrides(),
-    )
-    return Broadcasts.from_settings(settings)
+    return Broadcasts.from_settings(Settings.model_validate(settings.model_dump() | _rate_overrides()))
 
 
 def _rate_overrides() -> dict[str, Any]:
@@ -106,6 +80,9 @@ def send(
     no_wait: bool = typer.Option(
         False, "--no-wait", help="Return once started instead of following progress."
     ),
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    region: str | None = REGION,
     state_dir: Path = STATE_DIR,
 ) -> None:
     """Send (or schedule) a broadcast and follow its progress."""
@@ -120,7 +97,8 @@ def send(
             audience={"tags": tag, "any_tags": any_tag, "exclude_tags": exclude_tag, "where": where},
             at=at,
         )
-        service = _service(state_dir)
+        chosen = select(target, stack, state_dir, region)
+        service = _service(chosen.settings)
         service.check(request)
     except InvalidInput as exc:
         _fail(_option_message(exc))
@@ -129,13 +107,18 @@ def send(
         _report_existing(service.send(request))
         return
     size, sample = service.preview(request)
-    console.print(f"audience: [bold]{size}[/bold] subscriber(s) ({request.audience.describe()})")
+    console.print(
+        f"audience: [bold]{size}[/bold] subscriber(s) ({request.audience.describe()}) on {chosen.label}",
+        highlight=False,
+    )
     if sample:
         console.print("sample: " + ", ".join(sample))
     if dry_run:
         return
     when = f" at {request.at.isoformat()}" if request.at else " now"
-    if not yes and not typer.confirm(f"Send {request.template} to {size} subscriber(s){when}?"):
+    if not yes and not typer.confirm(
+        f"Send {request.template} to {size} subscriber(s) on {chosen.label}{when}?"
+    ):
         raise typer.Exit(1)
     answer = service.send(request)
     record = answer.record
@@ -203,12 +186,17 @@ def _summary(record: Any) -> str:
 
 
 @app.command("list")
-def list_(state_dir: Path = STATE_DIR) -> None:
+def list_(
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
+) -> None:
     """Broadcasts, newest first."""
     table = Table(title="Broadcasts")
     for column in ("id", "status", "template", "audience", "sent", "skipped", "failed", "created", "at"):
         table.add_column(column)
-    for record in _service(state_dir).list():
+    for record in _service(select(target, stack, state_dir, region).settings).list():
         table.add_row(
             record.id, record.status, record.template, str(record.audience_size), str(record.sent),
             str(sum(record.skipped.values())), str(record.failed), record.created_at[:19], record.at or "",
@@ -217,12 +205,18 @@ def list_(state_dir: Path = STATE_DIR) -> None:
 
 
 @app.command()
-def get(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
+def get(
+    broadcast_id: str = ID,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
+) -> None:
     """One broadcast: its record merged with its engagement counters (STATS)."""
     from shared.errors import NotFound
 
     try:
-        details = _service(state_dir).details(broadcast_id)
+        details = _service(select(target, stack, state_dir, region).settings).details(broadcast_id)
     except NotFound as exc:
         _fail(str(exc), 1)
         return
@@ -230,12 +224,18 @@ def get(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
 
 
 @app.command()
-def cancel(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
+def cancel(
+    broadcast_id: str = ID,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
+) -> None:
     """Stop a scheduled or running broadcast (batches already in a worker's hands finish)."""
     from shared.errors import NotFound
 
     try:
-        record, changed = _service(state_dir).cancel(broadcast_id)
+        record, changed = _service(select(target, stack, state_dir, region).settings).cancel(broadcast_id)
     except NotFound as exc:
         _fail(str(exc), 1)
         return
@@ -246,12 +246,18 @@ def cancel(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
 
 
 @app.command()
-def resume(broadcast_id: str = ID, state_dir: Path = STATE_DIR) -> None:
+def resume(
+    broadcast_id: str = ID,
+    target: str | None = TARGET,
+    stack: str | None = STACK,
+    region: str | None = REGION,
+    state_dir: Path = STATE_DIR,
+) -> None:
     """Resume a cancelled or failed broadcast: whoever has not received it yet gets it."""
     from shared.errors import Conflict, NotFound
 
     try:
-        record = _service(state_dir).resume(broadcast_id)
+        record = _service(select(target, stack, state_dir, region).settings).resume(broadcast_id)
     except (NotFound, Conflict) as exc:
         _fail(str(exc), 1)
         return

@@ -8,7 +8,6 @@ would publish them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,9 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
     from cli.local import read_state
     from cli.local import ses_events as ev
-    from shared.aws import client, reset_clients
+    from cli.target import select
+    from shared.aws import client
+    from shared.targets import LOCAL
 
     state = read_state(state_dir)
     message = find_message(Path(state["outbox"]), target)
@@ -59,15 +60,7 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
         record = ev.bounce_event(mail, recipients)
     else:
         record = ev.complaint_event(mail, recipients)
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": state["endpoint"],
-            "AWS_DEFAULT_REGION": state["region"],
-            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "mailstep-local"),
-            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "mailstep-local"),
-        }
-    )
-    reset_clients()
+    select(LOCAL, None, state_dir)  # points the AWS clients at the running runtime
     configuration_set = message.get("configuration_set")
     if not configuration_set:
         raise typer.BadParameter("the message was sent without a configuration set: SES publishes no events")

@@ -8,7 +8,6 @@ notification with the content inline, to the inbound topic of the running runtim
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from email import message_from_bytes, policy
 from email.message import EmailMessage
@@ -86,21 +85,15 @@ def received_notification(reply: EmailMessage, topic_arn: str, message_id: str) 
 def publish_reply(state_dir: Path, target: str, body: str) -> dict[str, Any]:
     from cli.local import read_state
     from cli.local.ses_events import feedback_id
+    from cli.target import select
     from shared import specs
-    from shared.aws import client, reset_clients
+    from shared.aws import client
+    from shared.targets import LOCAL
 
     state = read_state(state_dir)
     message = find_message(Path(state["outbox"]), target)
     eml = Path(state["outbox"]) / f"{message['message_id']}.eml"
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": state["endpoint"],
-            "AWS_DEFAULT_REGION": state["region"],
-            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "mailstep-local"),
-            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "mailstep-local"),
-        }
-    )
-    reset_clients()
+    select(LOCAL, None, state_dir)  # points the AWS clients at the running runtime
     sns = client("sns")
     topics = [t["TopicArn"] for t in sns.list_topics()["Topics"]]
     topic = next((t for t in topics if t.rsplit(":", 1)[-1] == specs.INBOUND_TOPIC.local_name), None)

@@ -1,4 +1,4 @@
-"""Target selection for every operator command: the local runtime or a deployed stack.
+"""Target selection for every operator command: the local runtime or a stack, one resolution.
 
     mailstep subscribers list                      # the running `mailstep dev` (.mailstep/)
     mailstep subscribers list --stack Mailstep     # a deployed stack, found by name
@@ -7,10 +7,14 @@
 
 Rules: ``--target local`` uses the local runtime (an error when none is running);
 ``--target stack`` or a stack name (``--stack`` / ``MAILSTEP_STACK``) uses that stack
-(default name ``Mailstep``) with the usual AWS credentials and region (``--region`` /
-``AWS_REGION``); with neither, the local runtime is used when one is running, otherwise
-the command stops and says how to choose. Resolving also points the process's AWS
-clients at the target (the local runtime's endpoint, or the stack's region).
+(default name ``Mailstep``) with the usual AWS credentials, region (``--region`` /
+``AWS_REGION``) and endpoint (``AWS_ENDPOINT_URL`` when set); with neither, the local runtime
+is used when one is running, otherwise the command stops and says how to choose.
+
+Both end in ``shared.targets.stack_target``: the local runtime registers itself in its
+emulated CloudFormation as the stack ``Mailstep`` (``cli.local.cfn_stack``), so choosing it
+only points the AWS clients at its endpoint first. This module is the only one of the CLI
+that writes ``os.environ`` (where boto3 reads endpoint, region and credentials).
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ def quiet_logs() -> None:
 
 def resolve(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
     """Resolve the options to a ``shared.targets.Target`` and point the AWS clients at it."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from shared import specs, targets
     from shared.aws import reset_clients
 
@@ -97,21 +103,35 @@ def resolve(target: str | None, stack: str | None, state_dir: Path, region: str 
     if target not in (None, targets.LOCAL, targets.STACK):
         raise TargetError(f"--target must be 'local' or 'stack', not {target!r}")
     state_dir = state_dir.resolve()
-    if target == targets.LOCAL or (target is None and not stack):
+    local = target == targets.LOCAL or (target is None and not stack)
+    if local:
         state = local_state(state_dir)
         if state is None:
             hint = "start `mailstep dev`, or choose a deployed stack with --stack NAME (or MAILSTEP_STACK)"
             raise TargetError(f"no running local runtime in {state_dir}: {hint}")
         _point_at_local(state)
-        reset_clients()
-        return targets.local_target(state, str(state_dir))
-    os.environ.pop("AWS_ENDPOINT_URL", None)
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if not region:
-        raise TargetError("no AWS region: pass --region or set AWS_REGION")
-    os.environ["AWS_REGION"] = os.environ["AWS_DEFAULT_REGION"] = region
+        region = str(state["region"])
+    else:
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region:
+            raise TargetError("no AWS region: pass --region or set AWS_REGION")
+        os.environ["AWS_REGION"] = os.environ["AWS_DEFAULT_REGION"] = region
     reset_clients()
-    return targets.stack_target(stack or specs.STACK_NAME, region)
+    name = specs.STACK_NAME if local else stack or specs.STACK_NAME
+    try:
+        if local:
+            return targets.local_target(str(state_dir), region)
+        return targets.stack_target(name, region)
+    except targets.StackNotFound as exc:
+        if local:
+            raise TargetError(
+                f"the local runtime in {state_dir} registered no stack {name!r}: restart it"
+            ) from None
+        where = f" at {os.environ['AWS_ENDPOINT_URL']}" if os.environ.get("AWS_ENDPOINT_URL") else ""
+        hint = "check --stack (or MAILSTEP_STACK), --region (or AWS_REGION) and your credentials' account"
+        raise TargetError(f"{exc} ({region}{where}): {hint}") from None
+    except (BotoCoreError, ClientError) as exc:
+        raise TargetError(f"cannot read stack {name!r} in {region}: {exc}") from None
 
 
 def select(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:

@@ -1,20 +1,20 @@
-"""Where the operator commands act: a deployed stack (by name) or the local runtime.
+"""Where the operator commands act: a stack, found by its name through CloudFormation.
 
-A deployed stack is found by its name through CloudFormation: ``describe_stacks`` gives
-the outputs, and ``shared.specs.stack_outputs()`` says which Settings field each output
-carries, so the CLI and the MCP server rebuild exactly the settings the Lambdas get from
-their environment. ``list_stack_resources`` finds what the outputs do not name (queues and
-their DLQs, the SES configuration set, alarms) for ``mailstep doctor``.
+A deployed stack and the local runtime resolve the same way. ``describe_stacks`` gives the
+outputs, and ``shared.specs.stack_outputs()`` says which Settings field each output carries,
+so the CLI and the MCP server rebuild exactly the settings the Lambdas get from their
+environment; ``list_stack_resources`` finds what the outputs do not name (queues and their
+DLQs, the SES configuration set, alarms, functions, state machines) for ``mailstep doctor``.
 
-The local runtime's settings come from its ``runtime.json`` and the local names in the
-specs (the local runtime provisions from the same specs).
+The local runtime registers itself in its emulated CloudFormation as a stack named
+``specs.STACK_NAME`` (``cli.local.cfn_stack``): :func:`local_target` is :func:`stack_target`
+against the runtime's endpoint, labelled as the local runtime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from botocore.exceptions import ClientError
 
@@ -93,80 +93,43 @@ def stack_resources(stack_name: str) -> dict[str, tuple[str, ...]]:
             return {k: tuple(v) for k, v in found.items()}
 
 
-def state_machine_arn_prefix(region: str) -> str:
-    """``arn:aws:states:<region>:<account>:stateMachine:<STATE_MACHINE_PREFIX>``."""
+def state_machine_arn_prefix(region: str, stack_name: str = specs.STACK_NAME) -> str:
+    """``arn:aws:states:<region>:<account>:stateMachine:<stack name>-seq-`` for stacks that
+    predate the ``StateMachineArnPrefix`` output."""
     account = aws_client("sts").get_caller_identity()["Account"]
-    return f"arn:aws:states:{region}:{account}:stateMachine:{specs.STATE_MACHINE_PREFIX}"
+    return f"arn:aws:states:{region}:{account}:stateMachine:{specs.state_machine_prefix(stack_name)}"
 
 
 def stack_target(stack_name: str, region: str) -> Target:
+    """The target of the stack named ``stack_name`` in the account and region of the clients."""
     outputs = stack_outputs(stack_name)
     fields = specs.stack_outputs()
     values = {fields[k]: v for k, v in outputs.items() if k in fields}
-    values["state_machine_arn_prefix"] = state_machine_arn_prefix(region)
-    values.setdefault("broadcast_schedule_arn", broadcast_schedule_arn())
-    settings = _settings_from(values, f"stack {stack_name!r}")
+    if not values.get("state_machine_arn_prefix"):
+        values["state_machine_arn_prefix"] = state_machine_arn_prefix(region, stack_name)
+    resources = stack_resources(stack_name)
+    if not values.get("configuration_set") and len(resources["configuration_sets"]) == 1:
+        values["configuration_set"] = resources["configuration_sets"][0]  # what the senders name
     return Target(
         kind=STACK,
         name=stack_name,
         region=region,
-        settings=settings,
+        settings=_settings_from(values, f"stack {stack_name!r}"),
         api_url=outputs.get(specs.API_URL_OUTPUT, ""),
-        resources=stack_resources(stack_name),
+        resources=resources,
     )
 
 
-def local_queue_settings() -> dict[str, str]:
-    """Settings field -> URL of every spec'd queue of the local runtime (by local name)."""
-    from shared.provision import all_queues
-
-    sqs = aws_client("sqs")
-    found = {}
-    for spec in all_queues():
-        try:
-            found[spec.setting] = str(sqs.get_queue_url(QueueName=spec.local_name)["QueueUrl"])
-        except ClientError:
-            continue
-    return found
+def local_target(state_dir: str, region: str) -> Target:
+    """The running local runtime (the clients point at its endpoint): the stack it registered
+    under ``specs.STACK_NAME``, labelled with its state folder."""
+    return replace(stack_target(specs.STACK_NAME, region), kind=LOCAL, name=state_dir)
 
 
-def broadcast_schedule_arn() -> str:
-    """The broadcast schedule state machine's ARN when one is deployed under its name, else ''."""
-    from shared.broadcasts.schedule import STATE_MACHINE_NAME
-
-    return next(
-        (arn for arn in _state_machines(STATE_MACHINE_NAME) if arn.endswith(f":{STATE_MACHINE_NAME}")), ""
-    )
-
-
-def local_resources() -> dict[str, tuple[str, ...]]:
-    """The local runtime's queues (with DLQs), configuration sets and state machines, by the
-    local names in the specs (``shared.provision`` creates them from the same specs)."""
-    from shared.provision import all_queues
-
-    sqs = aws_client("sqs")
-    queues: list[str] = []
-    for spec in all_queues():
-        for name in (spec.local_name, _dlq_name(spec.local_name)):
-            try:
-                queues.append(sqs.get_queue_url(QueueName=name)["QueueUrl"])
-            except ClientError:
-                continue
-    machines = _state_machines(specs.STATE_MACHINE_PREFIX)
-    return {
-        "queues": tuple(queues),
-        "configuration_sets": tuple(c.local_name for c in specs.CONFIGURATION_SETS),
-        "alarms": (),
-        "state_machines": tuple(machines),
-        "functions": (),
-    }
-
-
-def _dlq_name(name: str) -> str:
-    from shared.provision import DLQ_SUFFIX
-
-    fifo = name.endswith(".fifo")
-    return f"{name.removesuffix('.fifo')}{DLQ_SUFFIX}" + (".fifo" if fifo else "")
+def state_machine_name_prefix(arn_prefix: str) -> str:
+    """``<stack name>-seq-`` from ``settings.state_machine_arn_prefix`` (the default stack's
+    prefix when it is empty)."""
+    return arn_prefix.rpartition(":stateMachine:")[2] if arn_prefix else specs.STATE_MACHINE_PREFIX
 
 
 def _state_machines(prefix: str) -> list[str]:
@@ -181,28 +144,10 @@ def _state_machines(prefix: str) -> list[str]:
             return found
 
 
-def local_target(state: Mapping[str, Any], state_dir: str) -> Target:
-    """The target of a running local runtime described by its ``runtime.json``."""
-    region = str(state["region"])
-    values: dict[str, str] = dict(state.get("tables", {}))
-    values |= {s.setting: s.local_name for s in specs.SECRETS}
-    values |= {c.setting: c.local_name for c in specs.CONFIGURATION_SETS}
-    values |= local_queue_settings()
-    values["state_machine_arn_prefix"] = state_machine_arn_prefix(region)
-    values["broadcast_schedule_arn"] = broadcast_schedule_arn()
-    return Target(
-        kind=LOCAL,
-        name=state_dir,
-        region=region,
-        settings=_settings_from(values, f"the local runtime in {state_dir}"),
-        api_url=str(state.get("api_url", "")),
-        resources=local_resources(),
-    )
-
-
-def sequence_state_machines() -> dict[str, str]:
-    """Sequence id -> state machine ARN of the machines named ``STATE_MACHINE_PREFIX + id``
-    (listed live: the local runtime deploys sequences after it started)."""
-    arns = _state_machines(specs.STATE_MACHINE_PREFIX)
-    marker = f":stateMachine:{specs.STATE_MACHINE_PREFIX}"
-    return {arn.split(marker, 1)[1]: arn for arn in arns if marker in arn}
+def sequence_state_machines(arn_prefix: str = "") -> dict[str, str]:
+    """Sequence id -> state machine ARN of the target's sequence machines, named
+    ``<stack name>-seq-<id>``; ``arn_prefix`` is the target's ``settings.state_machine_arn_prefix``
+    (listed live: sequences are deployed after the stack)."""
+    prefix = state_machine_name_prefix(arn_prefix)
+    marker = f":stateMachine:{prefix}"
+    return {arn.split(marker, 1)[1]: arn for arn in _state_machines(prefix) if marker in arn}

@@ -1,5 +1,6 @@
-"""Target selection by stack name (CloudFormation outputs and resources, on moto) and the
-doctor checks against a deployed-stack target."""
+"""Target selection by stack name (CloudFormation outputs and resources, on moto), the local
+runtime's registration as a stack (cli.local.cfn_stack) and the doctor checks against a
+deployed-stack target."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
+from cli.local import cfn_stack
 from shared import doctor, specs
 from shared.aws import client
 from shared.errors import InvalidInput
 from shared.provision import LocalResources
-from shared.targets import STACK, StackNotFound, stack_target
+from shared.targets import LOCAL, STACK, StackNotFound, local_target, sequence_state_machines, stack_target
 
 REGION = "us-east-1"
 
@@ -60,7 +62,10 @@ def test_stack_target_reads_settings_from_outputs_and_resources(
     assert target.settings.table_name == resources.tables["table_name"]
     assert target.settings.events_table_name == resources.tables["events_table_name"]
     assert target.api_url == "https://api.example.com"
-    assert target.settings.state_machine_arn_prefix.endswith(f":stateMachine:{specs.STATE_MACHINE_PREFIX}")
+    # (no StateMachineArnPrefix output: computed from the stack's name)
+    assert target.settings.state_machine_arn_prefix == (
+        f"arn:aws:states:{REGION}:123456789012:stateMachine:{specs.state_machine_prefix(stack)}"
+    )
     assert sorted(url.rsplit("/", 1)[1] for url in target.resources["queues"]) == ["t-work", "t-work-dlq"]
     assert target.resources["alarms"] == ()  # (moto's CloudFormation skips alarms: see the doctor test)
 
@@ -75,6 +80,104 @@ def test_unknown_or_foreign_stack_is_refused(resources: LocalResources) -> None:
             stack_target("Foreign", REGION)
     finally:
         cfn.delete_stack(StackName="Foreign")
+
+
+def local_outputs(resources: LocalResources) -> dict[str, str]:
+    """Every stack output, with made-up local values (the tables are real)."""
+    values = {field: f"local-{field}" for field in specs.stack_outputs().values()}
+    values |= resources.tables
+    values["state_machine_arn_prefix"] = "arn:aws:states:us-east-1:123456789012:stateMachine:Local-seq-"
+    outputs = {key: values[field] for key, field in specs.stack_outputs().items()}
+    return outputs | {specs.API_URL_OUTPUT: "https://127.0.0.1:9443"}
+
+
+@pytest.fixture
+def registered(resources: LocalResources) -> Iterator[list[cfn_stack.Resource]]:
+    sqs = client("sqs")
+    urls = [sqs.create_queue(QueueName=name)["QueueUrl"] for name in ("r-work", "r-work-dlq")]
+    found = [
+        ("WorkQueue", "AWS::SQS::Queue", urls[0]),
+        ("WorkQueueDlq", "AWS::SQS::Queue", urls[1]),
+        ("ConfigurationSet", "AWS::SES::ConfigurationSet", "r-config"),
+        ("SenderFunction", "AWS::Lambda::Function", "r-sender"),
+        ("MainTable", "AWS::DynamoDB::Table", resources.tables["table_name"]),
+    ]
+    cfn_stack.register_stack("LocalTest", local_outputs(resources), found)
+    yield found
+    client("cloudformation").delete_stack(StackName="LocalTest")
+    for url in urls:
+        sqs.delete_queue(QueueUrl=url)
+
+
+def test_the_local_runtime_registers_as_a_stack_that_resolves_like_a_deployed_one(
+    registered: list[cfn_stack.Resource], resources: LocalResources
+) -> None:
+    # Given the local runtime's outputs and resources registered under a stack name
+    # When the stack is resolved by that name, exactly as a deployed stack is
+    target = stack_target("LocalTest", REGION)
+
+    # Then the settings come from the outputs, the resources from ListStackResources
+    assert target.kind == STACK and target.api_url == "https://127.0.0.1:9443"
+    assert target.settings.table_name == resources.tables["table_name"]
+    assert target.settings.broadcast_queue_url == "local-broadcast_queue_url"
+    assert target.settings.broadcast_schedule_arn == "local-broadcast_schedule_arn"
+    assert target.settings.state_machine_arn_prefix.endswith(":stateMachine:Local-seq-")  # the output
+    assert target.settings.configuration_set == "r-config"  # the stack's one configuration set
+    assert sorted(u.rsplit("/", 1)[1] for u in target.resources["queues"]) == ["r-work", "r-work-dlq"]
+    assert target.resources["functions"] == ("r-sender",)
+    listed = client("cloudformation").list_stack_resources(StackName="LocalTest")["StackResourceSummaries"]
+    assert {(r["LogicalResourceId"], r["ResourceType"], r["PhysicalResourceId"]) for r in listed} >= set(
+        registered
+    )
+
+
+def test_registering_again_replaces_the_stack(registered: list[cfn_stack.Resource], resources) -> None:
+    outputs = local_outputs(resources) | {specs.API_URL_OUTPUT: "https://127.0.0.1:9444"}
+
+    cfn_stack.register_stack("LocalTest", outputs, registered[:1])
+
+    target = stack_target("LocalTest", REGION)
+    assert target.api_url == "https://127.0.0.1:9444"
+    assert len(target.resources["queues"]) == 1 and target.resources["functions"] == ()
+    assert [s["StackName"] for s in client("cloudformation").describe_stacks()["Stacks"]].count(
+        "LocalTest"
+    ) == 1
+
+
+def test_local_target_is_the_registered_default_stack_labelled_local(resources: LocalResources) -> None:
+    cfn_stack.register_stack(specs.STACK_NAME, local_outputs(resources), [])
+    try:
+        target = local_target("/tmp/dev-state", REGION)
+        as_stack = stack_target(specs.STACK_NAME, REGION)
+    finally:
+        client("cloudformation").delete_stack(StackName=specs.STACK_NAME)
+
+    assert target.kind == LOCAL and target.label == "local runtime (/tmp/dev-state)"
+    assert (target.settings, target.resources) == (as_stack.settings, as_stack.resources)  # one resolution
+    assert target.settings.table_name == resources.tables["table_name"]
+
+
+def test_the_moto_internals_the_registration_uses_are_where_it_expects_them() -> None:
+    cfn_stack.self_check()
+
+
+def test_sequence_state_machines_are_the_targets_by_its_arn_prefix(aws: None) -> None:
+    sfn = client("stepfunctions")
+    role = "arn:aws:iam::123456789012:role/r-sfn"
+    definition = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}})
+    arns = [
+        sfn.create_state_machine(name=name, definition=definition, roleArn=role)["stateMachineArn"]
+        for name in ("Blue-seq-welcome", "Blue-seq-nurture", "Green-seq-welcome")
+    ]
+    try:
+        blue = sequence_state_machines("arn:aws:states:us-east-1:123456789012:stateMachine:Blue-seq-")
+        green = sequence_state_machines("arn:aws:states:us-east-1:123456789012:stateMachine:Green-seq-")
+    finally:
+        for arn in arns:
+            sfn.delete_state_machine(stateMachineArn=arn)
+
+    assert blue == {"welcome": arns[0], "nurture": arns[1]}
+    assert green == {"welcome": arns[2]}
 
 
 def checks_by_name(report: doctor.Report) -> dict[str, doctor.Check]:
