@@ -1,7 +1,9 @@
 """One local runtime (``mailstep dev``, instant virtual clock) for the whole e2e session.
 
 It runs in a subprocess: its emulated account and environment never mix with the
-in-process moto of the integration tests. Tests talk to it like a user does: HTTP,
+in-process moto of the integration tests. Like `mailstep dev`, it runs every function from
+the deployment artifact (the synthesized template and its bundled code asset) on Python 3.12
+with the template's IAM enforced. Tests talk to it like a user does: HTTP,
 boto3 against the endpoint, and the CLI.
 """
 
@@ -143,7 +145,16 @@ class Local:
 
 
 @pytest.fixture(scope="session")
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+def artifact() -> Any:
+    """The deployment artifact (synthesized template + bundled asset), built once here so that
+    `mailstep dev` starts within its start timeout (the build is cached and shared by workers)."""
+    from cli.local.artifact import build
+
+    return build()
+
+
+@pytest.fixture(scope="session")
+def local(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
     state_dir = tmp_path_factory.mktemp("mailstep-dev")
     process = start_dev(state_dir, "--max-send-rate", "1000")
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from shared.send_jobs import SendJob, to_message
+from shared.specs import STATE_MACHINE_PREFIX
 from shared.stats import StatsStore
 from tests.e2e.conftest import ROOT, Local, subprocess_env
 
@@ -73,7 +74,9 @@ def item(local: Local, pk: str, sk: str) -> dict[str, Any] | None:
 
 
 def put_pair(local: Local, email: str, sequence: str) -> None:
-    arn = f"arn:aws:states:us-east-1:123456789012:execution:mailstep-seq-{sequence}:{uuid.uuid4().hex}"
+    arn = (
+        f"arn:aws:states:us-east-1:123456789012:execution:{STATE_MACHINE_PREFIX}{sequence}:{uuid.uuid4().hex}"
+    )
     body = {
         "execution_arn": {"S": arn},
         "started_at": {"S": "2026-01-01T00:00:00Z"},

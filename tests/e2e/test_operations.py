@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared.specs import STATE_MACHINE_PREFIX
 from tests.e2e.conftest import Local
 
 
@@ -156,7 +157,7 @@ def test_executions_failed_lists_failed_sequence_executions(local: Local) -> Non
     )["Role"]["Arn"]
     definition = {"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "E2E", "Cause": "test"}}}
     machine = sfn.create_state_machine(
-        name="mailstep-seq-ops-e2e-fail", definition=json.dumps(definition), roleArn=role
+        name=f"{STATE_MACHINE_PREFIX}ops-e2e-fail", definition=json.dumps(definition), roleArn=role
     )["stateMachineArn"]
     sfn.start_execution(stateMachineArn=machine, name="ops-e2e-1", input="{}")
     deadline = time.monotonic() + 20
@@ -236,7 +237,9 @@ def test_import_starts_sequences_only_with_trigger_and_only_once(local: Local, t
 
     def started() -> int:
         machines = [
-            m for m in sfn.list_state_machines()["stateMachines"] if m["name"].startswith("mailstep-seq-")
+            m
+            for m in sfn.list_state_machines()["stateMachines"]
+            if m["name"].startswith(STATE_MACHINE_PREFIX)
         ]
         return sum(
             len(sfn.list_executions(stateMachineArn=m["stateMachineArn"])["executions"]) for m in machines

@@ -27,6 +27,7 @@ import pytest
 from shared.sender import decode_tag_value
 from shared.sequences.engine import execution_name
 from shared.sfn import execution_arn
+from shared.specs import STATE_MACHINE_PREFIX
 from tests.e2e.conftest import Local
 
 MAIN = "mailstep-main"
@@ -94,7 +95,7 @@ def machine_arn(local: Local, sequence_id: str) -> str:
     if endpoint not in _MACHINES:
         machines = aws(local, "stepfunctions").list_state_machines()["stateMachines"]
         _MACHINES[endpoint] = {m["name"]: m["stateMachineArn"] for m in machines}
-    return _MACHINES[endpoint][f"mailstep-seq-{sequence_id}"]
+    return _MACHINES[endpoint][f"{STATE_MACHINE_PREFIX}{sequence_id}"]
 
 
 def run_arn(local: Local, sequence_id: str, email: str, event_id: str) -> str:
