@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -28,6 +29,12 @@ def dev(
     max_send_rate: float = typer.Option(14.0, help="SES MaxSendRate (messages per second)."),
     max_24_hour_send: int = typer.Option(50_000, help="SES Max24HourSend quota."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where runtime.json and the outbox/ live."),
+    template: Path | None = typer.Option(
+        None,
+        "--template",
+        help="Run this synthesized template (JSON) instead of the one synthesized from this checkout "
+        "(e.g. to try a policy change); the code asset is still this checkout's.",
+    ),
     in_process: bool = typer.Option(
         False,
         "--in-process-lambdas",
@@ -54,6 +61,7 @@ def dev(
         max_24_hour_send=max_24_hour_send,
         state_dir=state_dir.resolve(),
         artifact=not in_process,
+        template_override=json.loads(template.read_text()) if template else None,
     )
     from cli.local.artifact import ArtifactError
 

@@ -232,7 +232,12 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
                 detail=result.detail,
             )
         reason = "account" if result.status == "account" else "throttled"
-        logger.warning("send deferred", extra={**log, "reason": reason, "error_code": result.error_code})
+        # An account problem (a missing permission, sending paused) needs the operator: SES's
+        # message names the action or the state (never a recipient), so it is logged too.
+        detail = {"detail": result.detail} if reason == "account" else {}
+        logger.warning(
+            "send deferred", extra={**log, "reason": reason, "error_code": result.error_code, **detail}
+        )
         return SendOutcome(
             status="retryable",
             send_id=send_id,
@@ -366,5 +371,6 @@ class RetryableSend(Exception):
     """Raised by queue consumers to fail a record whose outcome is retryable."""
 
     def __init__(self, outcome: SendOutcome) -> None:
-        super().__init__(f"send deferred: {outcome.reason} ({outcome.error_code or '-'})")
+        detail = f": {outcome.detail}" if outcome.reason == "account" and outcome.detail else ""
+        super().__init__(f"send deferred: {outcome.reason} ({outcome.error_code or '-'}){detail}")
         self.outcome = outcome
