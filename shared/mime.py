@@ -166,6 +166,8 @@ class Envelope:
 
 
 def message_id_for(send_id: str, from_email: str) -> str:
+    """The message's own Message-ID (RFC 5322). SES replaces it with its own when it sends,
+    so replies quote SES's id, never this one (``shared.replies``, docs/sending.md)."""
     return f"<{send_id}@{from_email.rsplit('@', 1)[1]}>"
 
 

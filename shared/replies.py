@@ -4,11 +4,16 @@ A sender opts in by giving its mail a ``reply_to`` on the domain whose SES recei
 stores incoming mail in S3 and notifies ``INBOUND_TOPIC`` (docs/engagement.md). Then:
 
     SNS notification ("Received": S3 action, or SNS action with inline content)
-      -> the MIME -> the subscriber (From) and the original send (In-Reply-To/References:
-         every mail carries ``Message-ID: <send id@sender domain>``, ``shared.mime``)
+      -> the MIME -> the subscriber (From) and the original send: SES gives every message
+         it sends ``Message-ID: <SES message id@...amazonses.com>`` (whatever we set), so
+         In-Reply-To/References quote SES's id, which the subscriber's ``SENT#`` items
+         keep as ``ses_message_id`` (one query of their send log)
       -> ``shared.ingest`` as an InboundEvent of type ``reply`` (so ``exit_on: [reply]``
          stops sequences and ``trigger: reply`` starts them, exactly like an API event),
          idempotent on the inbound message id -> optional forwarding.
+
+The subscriber is the reply's From: a reply from another address than the one mailed
+(an alias, a forwarded copy) belongs to that address, or to nobody, and is not matched.
 
 Mail from addresses that are not subscribers is acknowledged and logged (no profile is
 created from a stranger's mail), as is mail whose spam or virus verdict is FAIL.
@@ -37,8 +42,8 @@ from shared.ses_events import MalformedEvent, unwrap
 REPLY_EVENT = "reply"
 MAX_SNIPPET = 500
 MAX_RAW_BYTES = 10 * 1024 * 1024
-_MESSAGE_ID = re.compile(r"<([^<>@\s]+)@([^<>\s]+)>")
-_SEND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# SES's Message-ID: <id@email.amazonses.com> (us-east-1), <id@eu-west-1.amazonses.com>...
+_SES_MESSAGE_ID = re.compile(r"<([^<>@\s]+)@(?:[A-Za-z0-9-]+\.)*amazonses\.com>", re.IGNORECASE)
 
 Fetch = Callable[[str, str], bytes]  # (bucket, key) -> raw MIME
 
@@ -91,29 +96,33 @@ def raw_message(record: dict[str, Any], fetch: Fetch) -> bytes:
     raise MalformedEvent("inbound notification without content and without an S3 location")
 
 
-def referenced_ids(message: EmailMessage) -> list[tuple[str, str]]:
-    """(local part, domain) of In-Reply-To then References (newest first), deduplicated."""
-    found: list[tuple[str, str]] = []
+def referenced_ses_ids(message: EmailMessage) -> list[str]:
+    """The SES message ids that In-Reply-To, then References (newest first), quote; deduplicated."""
+    found: list[str] = []
     for header in ("In-Reply-To", "References"):
-        ids = _MESSAGE_ID.findall(str(message.get(header, "")))
-        for pair in ids if header == "In-Reply-To" else reversed(ids):
-            if pair not in found:
-                found.append(pair)
+        ids = _SES_MESSAGE_ID.findall(str(message.get(header, "")))
+        for ses_id in ids if header == "In-Reply-To" else reversed(ids):
+            if ses_id not in found:
+                found.append(ses_id)
     return found
 
 
-def find_send(store: Any, email: str, message: EmailMessage) -> OriginalSend | None:
-    """The SENT# item of ``email`` whose send id a referenced Message-ID names."""
-    candidates = [local for local, _ in referenced_ids(message) if _SEND_ID.match(local)]
-    if not candidates:
+def find_send(log: SendLog, email: str, message: EmailMessage) -> OriginalSend | None:
+    """The ``SENT#`` item of ``email`` whose ``ses_message_id`` the reply quotes (In-Reply-To
+    first): one query of the subscriber's send log, however many ids are quoted."""
+    wanted = referenced_ses_ids(message)
+    if not wanted:
         return None
-    log = SendLog(store.table, client=store.client)
-    sent = {str(item.get("send_id")): item for item in log.entries(email)}
-    for send_id in candidates:
-        if send_id in sent:
-            item = sent[send_id]
-            return OriginalSend(item.get("source"), item.get("template"), send_id, item.get("step"))
-    return None
+    sent = {
+        str(item["ses_message_id"]): item
+        for item in log.entries(email)
+        if item.get("ses_message_id") in wanted
+    }
+    ses_id = next((i for i in wanted if i in sent), None)
+    if ses_id is None:
+        return None
+    item = sent[ses_id]
+    return OriginalSend(item.get("source"), item.get("template"), str(item.get("send_id")), item.get("step"))
 
 
 def process_notification(body: str | bytes | dict[str, Any], ctx: ReplyContext) -> ReplyOutcome:
@@ -137,7 +146,7 @@ def process_notification(body: str | bytes | dict[str, Any], ctx: ReplyContext) 
     if store.get_profile(email) is None:
         logger.info("inbound mail from a non-subscriber ignored", sender=redact_email(email))
         return ReplyOutcome("ignored", reason="not_a_subscriber")
-    original = find_send(store, email, message)
+    original = find_send(SendLog(store.table, client=store.client), email, message)
     inbound_id = str(record["mail"].get("messageId") or message.get("Message-ID") or "")
     data: dict[str, Any] = {
         "subject": str(message.get("Subject", ""))[:200],

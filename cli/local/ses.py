@@ -6,7 +6,9 @@ never publishes events. :class:`LocalSes` takes over ``SendEmail`` (see
 
 - every accepted message lands in ``<outbox>/<message-id>.eml`` (the MIME as sent; Simple
   content becomes equivalent MIME) plus ``<message-id>.json`` (configuration set,
-  EmailTags, from, destination, timestamp and the SES ``mail`` object);
+  EmailTags, from, destination, timestamp and the SES ``mail`` object); like SES, the
+  message's ``Message-ID`` is SES's own, ``<message-id@region.amazonses.com>``, whatever
+  the caller set (replies quote that one);
 - events are published in the SES event-publishing format to the SNS topics of the
   configuration set's event destinations: Send, then Delivery/Bounce/Complaint as the
   mailbox simulator says;
@@ -213,17 +215,17 @@ class LocalSes:
 
         self._take(len(recipients))
         message_id = ev.feedback_id()
-        added: list[tuple[str, str]] = []  # SES adds these when the message lacks them
-        if message.get("Message-ID") is None:
-            added.append(("Message-ID", f"<{message_id}@email.amazonses.com>"))
+        # SES replaces any Message-ID the caller set with its own (see ses_message_id_header)
+        del message["Message-ID"]
+        added = [("Message-ID", ses_message_id_header(message_id, self.region))]
         if message.get("Date") is None:
             added.append(("Date", formatdate(usegmt=True)))
         for name, value in added:
             message[name] = value
         if raw is None:
             mime = message.as_bytes()
-        else:  # byte-exact: the message as sent, with SES's added headers in front
-            mime = b"".join(f"{n}: {v}\r\n".encode() for n, v in added) + raw
+        else:  # byte-exact: the message as sent, without its Message-ID, SES's headers in front
+            mime = b"".join(f"{n}: {v}\r\n".encode() for n, v in added) + _without_header(raw, "Message-ID")
         timestamp = ev.iso()
         mail = ev.mail_object(
             message_id=message_id,
@@ -276,6 +278,38 @@ class LocalSes:
             self.emit(ev.bounce_event(mail, suppressed, sub_type="OnAccountSuppressionList"))
         if complained:
             self.emit(ev.complaint_event(mail, complained))
+
+
+def ses_message_id_header(message_id: str, region: str) -> str:
+    """The ``Message-ID`` SES gives a message it accepted, replacing the caller's.
+
+    AWS documents only that SES overrides a ``Message-ID`` header with its own value
+    ("Amazon SES header fields"). Messages SES delivers carry
+    ``<{MessageId}@{region}.amazonses.com>`` with the MessageId that ``SendEmail`` returned
+    and that events carry as ``mail.messageId``; us-east-1, SES's first region, uses
+    ``email.amazonses.com`` instead (e.g. ``<0100018288804c9f-...-000000@email.amazonses.com>``
+    next to ``Feedback-ID: 1.us-east-1...``, and ``<0102...-000000@eu-west-1.amazonses.com>``).
+    """
+    domain = "email" if region == "us-east-1" else region
+    return f"<{message_id}@{domain}.amazonses.com>"
+
+
+def _without_header(raw: bytes, name: str) -> bytes:
+    """``raw`` without the header field ``name`` (with its folded lines); the rest byte-exact."""
+    ends = [i + len(sep) // 2 for sep in (b"\r\n\r\n", b"\n\n") if (i := raw.find(sep)) >= 0]
+    end = min(ends, default=len(raw))  # the header block with its last line's line break
+    prefix = name.lower().encode() + b":"
+    kept: list[bytes] = []
+    dropping = False
+    for line in raw[:end].splitlines(keepends=True):
+        if line[:1] in (b" ", b"\t"):  # a folded continuation of the field above
+            if not dropping:
+                kept.append(line)
+            continue
+        dropping = line.lower().startswith(prefix)
+        if not dropping:
+            kept.append(line)
+    return b"".join(kept) + raw[end:]
 
 
 def _recipients(destination: dict[str, Any], message: Message) -> list[str]:
