@@ -78,7 +78,7 @@ RESOURCE_TYPES = {
 
 
 def stack_resources(stack_name: str) -> dict[str, tuple[str, ...]]:
-    """Physical ids of the stack's queues, configuration sets, alarms and state machines."""
+    """Physical ids of the stack's queues, configuration sets, alarms, state machines and functions."""
     found: dict[str, list[str]] = {kind: [] for kind in RESOURCE_TYPES.values()}
     cfn = aws_client("cloudformation")
     token: str | None = None
