@@ -28,8 +28,8 @@ def failed(
     from shared.admin import failed_executions
 
     with errors_to_exit():
-        select(target, stack, state_dir, region)
-        found = failed_executions(sequence)
+        resolved = select(target, stack, state_dir, region)
+        found = failed_executions(sequence, arn_prefix=resolved.settings.state_machine_arn_prefix)
     if as_json:
         typer.echo(json.dumps([f.public() for f in found], indent=2))
         return

@@ -173,7 +173,9 @@ def build_server(
     @tool
     def failed_sequence_executions(sequence_id: str | None = None) -> list[dict[str, Any]]:
         """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines, newest first."""
-        return [f.public() for f in failed_executions(sequence_id)]
+        return [
+            f.public() for f in failed_executions(sequence_id, arn_prefix=settings.state_machine_arn_prefix)
+        ]
 
     # ----- events and stats ----------------------------------------------------------------
     @tool

@@ -378,13 +378,16 @@ class FailedExecution:
         return dict(self.__dict__)
 
 
-def failed_executions(sequence: str | None = None, sfn: StepFunctions | None = None) -> list[FailedExecution]:
-    """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines (named
-    ``STATE_MACHINE_PREFIX + sequence id``), newest first; one sequence with ``sequence``."""
+def failed_executions(
+    sequence: str | None = None, sfn: StepFunctions | None = None, arn_prefix: str = ""
+) -> list[FailedExecution]:
+    """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines (named after
+    the target's ``state_machine_arn_prefix`` + sequence id), newest first; one sequence with
+    ``sequence``."""
     from shared.targets import sequence_state_machines
 
     sfn = sfn or StepFunctions()
-    machines = sequence_state_machines()
+    machines = sequence_state_machines(arn_prefix)
     if sequence is not None:
         try:
             sequence = validate_name(sequence, "sequence id")

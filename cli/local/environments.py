@@ -286,6 +286,29 @@ class Environments:
                 for (f, a, r, ok), n in sorted(self.calls.items())
             ]
 
+    def unused_grants(self, ignore: tuple[str, ...] = ()) -> list[dict[str, str]]:
+        """Every (function, action, resource) an Allow of a function's role policy grants that no
+        recorded request used. ``ignore``: action patterns used by services on the function's
+        behalf (log delivery, event source polling), never by its code."""
+        from cli.local.bootstrap import RolePolicy, _as_list, _matches
+
+        with self._lock:
+            used = [(f, a, r) for (f, a, r, ok), n in self.calls.items() if ok]
+            specs = dict(self.specs)
+        unused = []
+        for name, spec in sorted(specs.items()):
+            for statement in spec.policy or []:
+                if statement.get("Effect") != "Allow":
+                    continue
+                for action in _as_list(statement.get("Action", [])):
+                    if any(_matches(pattern, action, case_sensitive=False) for pattern in ignore):
+                        continue
+                    for resource in _as_list(statement.get("Resource", [])):
+                        grant = RolePolicy([{"Effect": "Allow", "Action": action, "Resource": resource}])
+                        if not any(f == name and grant.decide(a, r) for f, a, r in used):
+                            unused.append({"function": name, "action": action, "resource": resource})
+        return unused
+
     def stats(self) -> dict[str, dict[str, int]]:
         return {
             name: {"cold_starts": pool.started, "busy": pool.busy, "idle": len(pool.idle)}

@@ -407,13 +407,25 @@ class LocalRuntime:
             "http": {"requests": self.front.stats.requests},
         }
 
+    def iam_report(self) -> dict[str, Any]:
+        """The AWS requests the functions made (IAM action, resource, allowed, count) and the
+        grants of the template's role policies that none of them used so far."""
+        if self.environments is None:
+            return {"calls": [], "unused_grants": []}
+        # Used by services for the function, not by its code: log delivery, SQS event sources.
+        service_actions = ("logs:*", *specs.EVENT_SOURCE_ACTIONS)
+        return {
+            "calls": self.environments.recorded(),
+            "unused_grants": self.environments.unused_grants(ignore=service_actions),
+        }
+
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send};
         ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry)."""
         if method == "GET" and path == "/_local/status":
             return 200, self.status()
         if method == "GET" and path == "/_local/iam":
-            return 200, {"calls": self.environments.recorded() if self.environments else []}
+            return 200, self.iam_report()
         if method == "POST" and path == "/_local/clock":
             try:
                 paused = json.loads(body or b"{}")["paused"]

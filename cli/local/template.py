@@ -11,6 +11,7 @@ rebuilt from the specs.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,8 @@ class LocalTemplate:
     account: str
     stack_name: str
     physical: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The value of a reference nothing was bound to (tests: a placeholder); None: an error.
+    fallback: Callable[[str, str], str] | None = None
 
     @property
     def resources(self) -> dict[str, dict[str, Any]]:
@@ -93,6 +96,8 @@ class LocalTemplate:
         try:
             return self.physical[logical_id][attribute]
         except KeyError:
+            if self.fallback is not None and logical_id in self.resources:
+                return self.fallback(logical_id, attribute)
             cfn_type = self.resources.get(logical_id, {}).get("Type", "unknown")
             raise UnresolvedReference(
                 f"{attribute} of {logical_id} ({cfn_type}) has no local value"

@@ -160,6 +160,11 @@ def local(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[L
     try:
         state = wait_for_state(state_dir, process, START_TIMEOUT_S)
         yield Local(state=state, state_dir=state_dir)
+        code, report = Local(state=state, state_dir=state_dir).http("GET", "/_local/iam")
+        if code == 200:
+            folder = iam_reports(tmp_path_factory)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json").write_text(json.dumps(report))
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -179,3 +184,75 @@ def receive_all(sqs: Any, queue_url: str, want: int, timeout_s: float = 10) -> l
             records.append(json.loads(json.loads(message["Body"])["Message"]))
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
     return records
+
+
+# ----- grants the e2e run never used -----------------------------------------------------------
+GRANTS_CHECK = "MAILSTEP_GRANTS_CHECK"  # set by `make test`: the whole suite runs
+# Grants the e2e run does not reach, each with the path that uses it and where it is tested.
+# Every other grant of the template must be used by a recorded request, or the run fails.
+NOT_REACHED_BY_E2E = {
+    ("mailstep-broadcast-resolver", "dynamodb:Scan"): "audience without a tag filter (profile Scan); "
+    "tests/integration/test_broadcasts.py",
+    ("mailstep-broadcast-worker", "dynamodb:DeleteItem"): "a send claim released after SES refused a send; "
+    "tests/integration/test_send_pipeline.py",
+    (
+        "mailstep-broadcast-worker",
+        "dynamodb:PutItem",
+    ): "a send_failed event in the events table (SES rejected); tests/integration/test_send_pipeline.py",
+    ("mailstep-sender", "dynamodb:DeleteItem"): "a send claim released after SES refused a send; "
+    "tests/integration/test_send_handler.py",
+    ("mailstep-sequence-step", "dynamodb:PutItem"): "the fail step's sequence_failed event; "
+    "tests/integration/test_sequence_execution.py",
+    ("mailstep-sequence-step", "dynamodb:Query"): "if: {opened|clicked: template} reads the events table; "
+    "tests/integration/test_sequence_execution.py",
+    ("mailstep-sequence-cleanup", "dynamodb:DeleteItem"): "EventBridge delivers FAILED/TIMED_OUT/ABORTED "
+    "executions, which the local runtime does not emulate; tests/integration/test_sequence_execution.py",
+    (
+        "mailstep-inbound",
+        "dynamodb:ConditionCheckItem",
+    ): "a reply that changes tags (ingest's pair transaction); tests/integration/test_engagement_replies.py",
+    (
+        "mailstep-inbound",
+        "states:StartExecution",
+    ): "a sequence with trigger: reply (none ships)",
+    ("mailstep-inbound", "states:DescribeExecution"): "stopping an execution that already ended",
+}
+
+
+def iam_reports(factory: pytest.TempPathFactory) -> Path:
+    """Where each session runtime leaves its IAM report (shared by the xdist workers)."""
+    base = factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "iam-reports"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With the whole suite run (``MAILSTEP_GRANTS_CHECK=1``): every grant of every function's
+    role policy in the template was used by some request of the e2e run, and no request of a
+    template function was denied. A grant nothing uses is broader than the code needs."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get(GRANTS_CHECK):
+        return
+    folder = iam_reports(session.config._tmp_path_factory)  # type: ignore[attr-defined]
+    reports = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+    if not reports:
+        return
+    key = ("function", "action", "resource")
+    unused = set.intersection(*({tuple(g[k] for k in key) for g in r["unused_grants"]} for r in reports))
+    template_functions = {g["function"] for r in reports for g in r["unused_grants"]} | {
+        c["function"] for r in reports for c in r["calls"] if c["function"].startswith("mailstep-")
+    }
+    denied = {
+        (c["function"], c["action"], c["resource"])
+        for r in reports
+        for c in r["calls"]
+        if not c["allowed"] and c["function"] in template_functions
+    }
+    unused = {g for g in unused if (g[0], g[1]) not in NOT_REACHED_BY_E2E}
+    problems = [f"granted but never used by the e2e run: {g}" for g in sorted(unused)]
+    problems += [f"denied during the e2e run: {d}" for d in sorted(denied)]
+    if problems:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "IAM grants check failed", red=True)
+            for problem in problems:
+                reporter.write_line(problem)

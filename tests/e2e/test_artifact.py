@@ -1,0 +1,74 @@
+"""The deployment artifact itself: what `cdk deploy` would upload must import and start on the
+Lambda runtime (Python 3.12, only the code asset and the runtime's boto3 on the path, the
+template's environment), whatever the development virtualenv holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cli.local.deployment import lambda_environment
+from cli.local.environments import EnvironmentSpec, ExecutionEnvironment
+from cli.local.template import LocalTemplate
+from shared import specs
+
+
+def placeholder(logical_id: str, attribute: str) -> str:
+    if attribute == "Arn" or logical_id.endswith("Secret"):
+        return f"arn:aws:local:us-east-1:123456789012:{logical_id}"
+    return (
+        f"https://{logical_id.lower()}.example"
+        if "Url" in attribute or "Endpoint" in attribute
+        else logical_id
+    )
+
+
+def test_every_function_imports_from_its_asset_with_the_template_environment(
+    artifact: Any, tmp_path: Path
+) -> None:
+    template = LocalTemplate(
+        artifact.template,
+        region="us-east-1",
+        account="123456789012",
+        stack_name="Mailstep",
+        fallback=placeholder,
+    )
+    functions = template.functions()
+    assert {spec.handler for spec in specs.FUNCTIONS} == set(functions)
+    imported = []
+    for handler, config in sorted(functions.items()):
+        assert config.runtime == specs.LAMBDA_RUNTIME
+        environment = ExecutionEnvironment(
+            EnvironmentSpec(
+                function_name=handler,
+                handler=handler,
+                python=artifact.python,
+                import_path=artifact.import_path,
+                environment=lambda_environment(
+                    config.environment,
+                    name=handler,
+                    handler=handler,
+                    memory_mb=config.memory_mb,
+                    artifact=artifact,
+                    endpoint="http://127.0.0.1:9",
+                    region="us-east-1",
+                ),
+                policy=config.policy,
+                role_arn=config.role_arn,
+                region="us-east-1",
+                account="123456789012",
+                timeout_s=config.timeout_s,
+                memory_mb=config.memory_mb,
+                log_file=tmp_path / f"{handler}.log",
+            )
+        )
+        try:
+            environment._start()  # the init phase: imports the handler like Lambda's cold start
+            imported.append(handler)
+        except Exception as exc:  # report every function, not just the first
+            log = (tmp_path / f"{handler}.log").read_text() if (tmp_path / f"{handler}.log").exists() else ""
+            imported.append(f"FAILED {handler}: {exc}: {log[-2000:]}")
+        finally:
+            environment.close()
+    assert imported == sorted(functions), json.dumps(imported, indent=1)
