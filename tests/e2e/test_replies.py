@@ -59,6 +59,17 @@ def test_a_reply_to_a_sequence_mail_quotes_ses_s_message_id_and_is_matched_to_it
         assert answered.returncode == 0, answered.stdout + answered.stderr
         # Then the reply event names the send it answers
         (reply,) = replies_of(local, email)
+        # ... and, as onboarding has `exit_on: [reply]`, the reply ends its execution
+        ddb = local.client("dynamodb")
+        wait_for(
+            lambda: (
+                "Item"
+                not in ddb.get_item(
+                    TableName=MAIN, Key={"PK": {"S": f"SUB#{email}"}, "SK": {"S": "EXEC#onboarding"}}
+                )
+            ),
+            what="the onboarding execution to stop",
+        )
     data = reply["data"]
     assert (data["source"], data["template"]) == ("onboarding", "onboarding/welcome")
     assert (data["send_id"], data["step"]) == (send_id, logged["step"])
