@@ -138,13 +138,11 @@ def create_queue(spec: QueueSpec) -> LocalQueue:
     return LocalQueue(url=url, arn=arn, dlq_url=dlq_url, dlq_arn=dlq_arn)
 
 
-def _code_zip() -> bytes:
-    """Lambda code placeholder: the local runtime runs the real handler in-process."""
+def placeholder_code(where: str = "in-process from the source tree") -> bytes:
+    """The code zip the emulated Lambda is given: the local runtime runs the real handler ``where``."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr(
-            "README.txt", "mailstep local runtime: handlers run in-process from the source tree\n"
-        )
+        archive.writestr("README.txt", f"mailstep local runtime: handlers run {where}\n")
     return buffer.getvalue()
 
 
@@ -253,7 +251,7 @@ def provision(
 
     role = _lambda_role()
     lam = aws_client("lambda")
-    code = _code_zip()
+    code = placeholder_code()
     registered: dict[str, LocalFunction] = {}
     for spec in specs.FUNCTIONS:
         env = function_env(spec, tables, secret_names, queues, topics, configuration_sets, settings)

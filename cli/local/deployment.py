@@ -29,7 +29,7 @@ from cli.local.environments import DEFAULT_CONCURRENCY, EnvironmentSpec
 from cli.local.template import LocalTemplate
 from shared import specs
 from shared.aws import client as aws_client
-from shared.provision import LocalFunction, LocalResources, local_function_name
+from shared.provision import LocalFunction, LocalResources, local_function_name, placeholder_code
 
 LAMBDA_RESERVED_ENV = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_REGION", "_HANDLER", "LAMBDA_TASK_ROOT")
 
@@ -94,15 +94,6 @@ def bind(template: LocalTemplate, resources: LocalResources, public_url: str) ->
         name = f"{template.stack_name}-{logical_id}".lower()[:63]
         aws_client("s3").create_bucket(Bucket=name)
         template.bind(logical_id, Ref=name, Arn=f"arn:aws:s3:::{name}", DomainName=f"{name}.s3.amazonaws.com")
-
-
-def _code_zip() -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr(
-            "README.txt", "mailstep local runtime: this function runs from the cdk.out code asset\n"
-        )
-    return buffer.getvalue()
 
 
 def _roles(template: LocalTemplate) -> None:
@@ -226,7 +217,7 @@ def deploy(
             Runtime=config.runtime,
             Role=config.role_arn,
             Handler=config.handler,
-            Code={"ZipFile": _code_zip()},
+            Code={"ZipFile": placeholder_code("from the cdk.out code asset")},
             Description=spec.description,
             Timeout=config.timeout_s,
             MemorySize=config.memory_mb,

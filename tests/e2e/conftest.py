@@ -166,12 +166,17 @@ def local(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[L
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json").write_text(json.dumps(report))
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_dev(process)
+
+
+def stop_dev(process: subprocess.Popen[str]) -> None:
+    """Ctrl-C, as a user stops it; killed if it does not end within 15 s."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def receive_all(sqs: Any, queue_url: str, want: int, timeout_s: float = 10) -> list[dict[str, Any]]:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from shared import specs
-from tests.e2e.conftest import start_dev, wait_for_state
+from tests.e2e.conftest import start_dev, stop_dev, wait_for_state
 
 
 def without_action(template: dict[str, Any], handler: str, action: str) -> dict[str, Any]:
@@ -70,8 +68,4 @@ def test_a_missing_grant_fails_the_flow_with_access_denied(tmp_path: Path, artif
         assert denied == {("mailstep-sequence-step", "ses:SendEmail")}
         assert not list(Path(state["outbox"]).glob("*.eml"))  # nothing was sent
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_dev(process)
