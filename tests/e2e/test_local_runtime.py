@@ -149,6 +149,31 @@ def test_post_events_creates_a_subscriber_visible_through_the_endpoint(local: Lo
     assert ("TAG#pro", f"SUB#{email}") in keys
 
 
+def test_concurrent_requests_each_get_an_execution_environment_of_their_own(local: Local) -> None:
+    """Like Lambda, one environment handles one invocation at a time: concurrent requests with
+    distinct idempotency keys never see another request's in-progress record, and every log
+    line of the API function carries its own name."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = unique("burst")
+
+    def subscribe(n: int) -> tuple[int, Any]:
+        body = {"type": "subscriber.subscribed", "email": f"{run}-{n}@example.com", "id": f"{run}-{n}"}
+        return local.http("POST", "/v1/events", body, key=local.api_key)
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(subscribe, range(12)))
+    assert [code for code, _ in answers] == [200] * 12, answers
+    environments = local.status()["lambda"]["environments"]["mailstep-api"]
+    assert environments["cold_starts"] >= 2 and environments["busy"] == 0
+    names = {
+        json.loads(line).get("function_name")
+        for line in (Path(local.state["logs"]) / "mailstep-api.log").read_text().splitlines()
+        if line.startswith("{")
+    }
+    assert names - {None} == {"mailstep-api"}
+
+
 def test_a_wrong_key_gets_401_and_writes_nothing(local: Local) -> None:
     email = f"{unique('eve')}@example.com"
     status, answer = local.http(
