@@ -109,6 +109,10 @@ def self_check() -> None:
         problems.append("DynamoDB transact_write_items no longer snapshots whole tables: review the override")
     if "lambda_event_source_mappings" not in inspect.getsource(Queue.add_message):
         problems.append("SQS Queue.add_message no longer triggers event source mappings")
+    from moto.stepfunctions import responses as sfn_responses
+
+    if not callable(getattr(sfn_responses, "get_backend", None)):  # read by the EventBridge watcher
+        problems.append("moto.stepfunctions.responses.get_backend is missing")
     if problems:
         raise HookDrift("local runtime hooks drifted from moto: " + "; ".join(problems))
 

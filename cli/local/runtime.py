@@ -40,6 +40,7 @@ from cli.local.cfn_stack import local_outputs, local_stack_resources, register_s
 from cli.local.clock import VirtualClock
 from cli.local.deployment import Deployment, bind, deploy, uploaded_function
 from cli.local.environments import Environments
+from cli.local.eventbridge import ExecutionStatusRules, rules_of
 from cli.local.http_front import HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
@@ -96,6 +97,7 @@ class LocalRuntime:
     artifact: Artifact | None = field(default=None, init=False)
     deployment: Deployment | None = field(default=None, init=False)
     environments: Environments | None = field(default=None, init=False)
+    eventbridge: ExecutionStatusRules | None = field(default=None, init=False)
     poller_counts: PollerCounts = field(default_factory=PollerCounts, init=False)
     started_in_s: float = field(default=0.0, init=False)
     _server: Any = field(default=None, init=False)
@@ -273,6 +275,15 @@ class LocalRuntime:
             enforce_iam=self.config.enforce_iam,
         )
         self.environments.specs.update(self.deployment.environments)
+        # The template's EventBridge rules on execution status changes (sequence cleanup).
+        self.eventbridge = ExecutionStatusRules(
+            rules_of(template),
+            self._invoke_function,
+            self._execution_statuses,
+            region=self.config.region,
+            account=ACCOUNT_ID,
+        )
+        self.eventbridge.start()
         self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
 
     @property
@@ -286,6 +297,8 @@ class LocalRuntime:
             clock.resume()  # release the waits a pause holds
         for poller in self.pollers:
             poller.stop_event.set()
+        if self.eventbridge is not None:
+            self.eventbridge.stop()
         if self.environments is not None:
             self.environments.close()  # in-flight invocations fail fast; children exit on EOF
         for poller in self.pollers:
@@ -382,6 +395,16 @@ class LocalRuntime:
         spec = next((f for f in specs.FUNCTIONS if f.name == name), None)
         return self._backend("lambda").get_function(local_function_name(spec) if spec else name)
 
+    def _execution_statuses(self) -> list[tuple[str, str]]:
+        from moto.stepfunctions.responses import get_backend  # the one the server's API uses
+
+        machines = list(get_backend(ACCOUNT_ID, self.config.region).state_machines)
+        return [(e.execution_arn, str(e.status)) for m in machines for e in list(m.executions)]
+
+    def _invoke_function(self, name: str, event: dict[str, Any]) -> bool:
+        """Invoke a function by physical name (EventBridge targets): True when it errored."""
+        return invoke(self._backend("lambda").get_function(name), event)[1]
+
     def invoke_spec(self, spec: specs.FunctionSpec, event: dict[str, Any]) -> tuple[Any, bool]:
         return invoke(self.function(spec.name), event)
 
@@ -399,6 +422,7 @@ class LocalRuntime:
                 "errors": dict(STATS.errors),
                 "environments": self.environments.stats() if self.environments else {},
             },
+            "eventbridge": {"delivered": self.eventbridge.delivered if self.eventbridge else 0},
             "ses": {
                 "sends": self.ses.sends,
                 "events": len(self.ses.events),

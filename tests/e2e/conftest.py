@@ -210,8 +210,6 @@ NOT_REACHED_BY_E2E = {
     "tests/integration/test_sequence_execution.py",
     ("mailstep-sequence-step", "dynamodb:Query"): "if: {opened|clicked: template} reads the events table; "
     "tests/integration/test_sequence_execution.py",
-    ("mailstep-sequence-cleanup", "dynamodb:DeleteItem"): "EventBridge delivers FAILED/TIMED_OUT/ABORTED "
-    "executions, which the local runtime does not emulate; tests/integration/test_sequence_execution.py",
     (
         "mailstep-inbound",
         "dynamodb:ConditionCheckItem",

@@ -1,0 +1,168 @@
+"""EventBridge, for the rules of the template that the local runtime can deliver.
+
+In AWS, Step Functions sends a "Step Functions Execution Status Change" event to the default
+event bus whenever an execution changes status, and every rule whose pattern matches sends
+it to its targets. mailstep's stack has one such rule (``stacks/constructs/sequences.py``):
+FAILED, TIMED_OUT and ABORTED executions of its sequence machines go to the cleanup function.
+
+:class:`ExecutionStatusRules` reads the ``AWS::Events::Rule`` resources of the template whose
+pattern names ``aws.states`` and whose targets are Lambda functions, watches the emulated Step
+Functions for executions that reached a terminal status, builds the event EventBridge would
+deliver, and invokes each matching target like EventBridge does (asynchronously, retried on a
+function error). Other rules and other event sources are not delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cli.local.template import LocalTemplate
+from shared.aws import client as aws_client
+from shared.observability import logger
+
+SOURCE = "aws.states"
+DETAIL_TYPE = "Step Functions Execution Status Change"
+TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+POLL_S = 0.5
+ATTEMPTS = 3  # Lambda retries a failed asynchronous invocation twice
+
+Invoke = Callable[[str, dict[str, Any]], bool]  # (function name, event) -> errored
+Statuses = Callable[[], Iterable[tuple[str, str]]]  # -> (execution ARN, status) of every execution
+
+
+@dataclass(frozen=True)
+class Rule:
+    logical_id: str
+    pattern: dict[str, Any]
+    functions: tuple[str, ...]  # physical names of the Lambda targets
+
+
+def matches(pattern: Any, value: Any) -> bool:
+    """EventBridge pattern matching for the forms the stack uses: lists of exact values or
+    ``{"prefix": ...}``, nested objects; a key the event lacks does not match."""
+    if isinstance(pattern, dict):
+        if not isinstance(value, dict):
+            return False
+        return all(key in value and matches(inner, value[key]) for key, inner in pattern.items())
+    candidates = value if isinstance(value, list) else [value]
+    for allowed in pattern:
+        for candidate in candidates:
+            if isinstance(allowed, dict):
+                if (
+                    "prefix" in allowed
+                    and isinstance(candidate, str)
+                    and candidate.startswith(allowed["prefix"])
+                ):
+                    return True
+            elif allowed == candidate:
+                return True
+    return False
+
+
+def rules_of(template: LocalTemplate) -> list[Rule]:
+    """The template's enabled rules on ``aws.states`` events with Lambda targets."""
+    functions = {
+        template.physical[logical_id]["Arn"]: template.physical[logical_id]["Ref"]
+        for logical_id in template.of_type("AWS::Lambda::Function")
+    }
+    found = []
+    for logical_id, resource in template.of_type("AWS::Events::Rule").items():
+        properties = resource["Properties"]
+        pattern = template.resolve(properties.get("EventPattern") or {})
+        if properties.get("State", "ENABLED") != "ENABLED" or SOURCE not in pattern.get("source", []):
+            continue
+        targets = [str(template.resolve(t["Arn"])) for t in properties.get("Targets", [])]
+        found.append(Rule(logical_id, pattern, tuple(functions[a] for a in targets if a in functions)))
+    return found
+
+
+def _millis(value: Any) -> int | None:
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else None
+
+
+class ExecutionStatusRules:
+    """Delivers execution status changes to the rules' Lambda targets (one watcher thread)."""
+
+    def __init__(
+        self, rules: list[Rule], invoke: Invoke, statuses: Statuses, *, region: str, account: str
+    ) -> None:
+        self.rules = rules
+        self.invoke = invoke
+        self.statuses = statuses  # read in process: listing through the API costs the emulator
+        self.region = region
+        self.account = account
+        self.delivered = 0
+        self._seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="eventbridge-states", daemon=True)
+
+    def start(self) -> None:
+        if self.rules:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            try:
+                self.poll()
+            except Exception:  # the endpoint went away (stopping)
+                logger.exception("eventbridge poll failed")
+
+    def poll(self) -> int:
+        """Deliver every execution that reached a terminal status since the last poll."""
+        ended = [arn for arn, status in self.statuses() if status in TERMINAL and arn not in self._seen]
+        delivered = 0
+        for arn in ended:
+            self._seen.add(arn)
+            delivered += self._deliver(aws_client("stepfunctions").describe_execution(executionArn=arn))
+        self.delivered += delivered
+        return delivered
+
+    def event(self, execution: dict[str, Any]) -> dict[str, Any]:
+        """The event Step Functions puts on the default bus for ``execution``."""
+        return {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": DETAIL_TYPE,
+            "source": SOURCE,
+            "account": self.account,
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": self.region,
+            "resources": [execution["executionArn"]],
+            "detail": {
+                "executionArn": execution["executionArn"],
+                "stateMachineArn": execution["stateMachineArn"],
+                "name": execution.get("name"),
+                "status": execution["status"],
+                "startDate": _millis(execution.get("startDate")),
+                "stopDate": _millis(execution.get("stopDate")),
+                "input": execution.get("input"),
+                "output": execution.get("output"),
+                "inputDetails": {"included": True},
+                "error": execution.get("error"),
+                "cause": execution.get("cause"),
+            },
+        }
+
+    def _deliver(self, execution: dict[str, Any]) -> int:
+        event = self.event(execution)
+        sent = 0
+        for rule in self.rules:
+            if not matches(rule.pattern, event):
+                continue
+            for function in rule.functions:
+                for _ in range(ATTEMPTS):
+                    if not self.invoke(function, json.loads(json.dumps(event))):
+                        break
+                sent += 1
+        return sent
