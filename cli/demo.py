@@ -525,10 +525,14 @@ def demo() -> None:
     console = Console()
     try:
         with LocalRuntime(RuntimeConfig()) as runtime:
-            console.print(f"[bold]mailstep demo[/bold]: local runtime started in {runtime.started_in_s:.1f} s")
+            console.print(
+                f"[bold]mailstep demo[/bold]: local runtime started in {runtime.started_in_s:.1f} s"
+            )
             console.print(f"  emulated AWS {runtime.endpoint}, HTTP API {runtime.api_url}", highlight=False)
             if runtime.artifact is not None:
-                console.print(f"  functions run from {runtime.artifact.asset_dir} (Python 3.12, IAM enforced)")
+                console.print(
+                    f"  functions run from {runtime.artifact.asset_dir} (Python 3.12, IAM enforced)"
+                )
             story = Demo(runtime=runtime, console=console)
             for chapter in [*CHAPTERS, FINALE]:
                 chapter(story)
