@@ -77,9 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; known: {sorted(SCENARIOS)}")
-    # In-process: the meter counts requests with botocore hooks in this process. The request
-    # counts are those of the same code paths the artifact runs (docs/bench.md).
-    with LocalRuntime(RuntimeConfig(max_send_rate=10_000, artifact=False)) as runtime:
+    # The deployed shape: every function from the artifact in its own execution environments,
+    # which report each request to the meter; the runtime's own requests reach its hooks.
+    with LocalRuntime(RuntimeConfig(max_send_rate=10_000)) as runtime:
+        assert runtime.environments is not None
+        runtime.environments.on_request = meter.record
         bench = Bench(runtime=runtime, meter=meter)
         for name in names:
             scenario = SCENARIOS[name]

@@ -100,12 +100,16 @@ class Meter:
         context["bench_params"] = dict(params)
 
     def _after_call(self, model: Any, context: dict[str, Any], parsed: dict[str, Any], **_: Any) -> None:
-        service = model.service_model.service_name
+        self.record(model.service_model.service_name, model.name, context.get("bench_params", {}), parsed)
+
+    def record(self, service: str, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
+        """One request: in this process (botocore hooks) or reported by a function's execution
+        environment (``LocalRuntime.environments.on_request``)."""
         wru = rru = 0.0
         if service == "dynamodb":
-            wru, rru = dynamodb_capacity(model.name, context.get("bench_params", {}), parsed)
+            wru, rru = dynamodb_capacity(operation, params, parsed)
         with self._lock:
-            self.usage.requests[(service, model.name)] += 1
+            self.usage.requests[(service, operation)] += 1
             self.usage.wru += wru
             self.usage.rru += rru
 

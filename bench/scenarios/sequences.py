@@ -13,6 +13,7 @@ first, then StartExecution); the profiles are created before the measurement sta
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +23,6 @@ from bench.meter import Measurement
 from shared import specs
 from shared.aws import client
 from shared.models import InboundEvent
-from shared.provision import LOCAL_ROLE_NAME
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.deploy import deploy_state_machines
 from shared.sequences.engine import SequenceEngine
@@ -56,7 +56,12 @@ def run(bench: Bench) -> list[Measurement]:
     runtime = bench.runtime
     region = runtime.config.region
     account = client("sts").get_caller_identity()["Account"]
-    role = client("iam").get_role(RoleName=LOCAL_ROLE_NAME)["Role"]["Arn"]
+    # The bench's own machines (a linear drip beside the shipped sequences) get a role of theirs.
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+             "Principal": {"Service": "states.amazonaws.com"}}]}  # fmt: skip
+    role = client("iam").create_role(RoleName="bench-sequences", AssumeRolePolicyDocument=json.dumps(trust))[
+        "Role"
+    ]["Arn"]
     step_arn = runtime.resources.functions[specs.SEQUENCE_STEP_FUNCTION.name].arn
     prefix = f"arn:aws:states:{region}:{account}:stateMachine:{specs.STATE_MACHINE_PREFIX}"
     tables = runtime.resources.tables

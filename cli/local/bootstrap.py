@@ -239,6 +239,10 @@ class Guard:
     role_arn: str
     function_name: str
     calls: list[dict[str, Any]] = field(default_factory=list)
+    # With ``meter``: every request that was sent, with its parameters and parsed answer
+    # (the bench computes DynamoDB capacity from them).
+    meter: bool = False
+    metered: list[dict[str, Any]] = field(default_factory=list)
 
     def authorize(self, prefix: str, operation: str, params: dict[str, Any]) -> tuple[str, str] | None:
         """The first (action, resource) the policy denies, else None; every pair is recorded."""
@@ -276,7 +280,13 @@ class Guard:
                     },
                     operation_name,
                 )
-            return original(client, operation_name, api_params)
+            parsed = original(client, operation_name, api_params)
+            if guard.meter:
+                service = client.meta.service_model.service_name
+                guard.metered.append(
+                    {"service": service, "operation": operation_name, "params": api_params, "parsed": parsed}
+                )
+            return parsed
 
         BaseClient._make_api_call = _make_api_call  # type: ignore[method-assign]
 
@@ -296,6 +306,7 @@ def _init(request: dict[str, Any]) -> tuple[Any, Guard | None]:
             account=request["account"],
             role_arn=request["role_arn"],
             function_name=request["function_name"],
+            meter=bool(request.get("meter")),
         )
         guard.install()
     module_name, _, attribute = str(request["handler"]).rpartition(".")
@@ -326,11 +337,12 @@ def serve(requests: Any, replies: Any) -> None:
         else:
             context = LambdaContext(**request["context"])
             payload, errored = call_handler(handler, request["event"], context)
-            calls = guard.calls if guard else []
+            reply = {"payload": payload, "errored": errored, "calls": guard.calls if guard else []}
             if guard:
-                guard.calls = []
-            reply = {"payload": payload, "errored": errored, "calls": calls}
-        replies.write(json.dumps(reply).encode() + b"\n")
+                if guard.meter:
+                    reply["metered"] = guard.metered
+                guard.calls, guard.metered = [], []
+        replies.write(json.dumps(reply, default=str).encode() + b"\n")
         replies.flush()
 
 

@@ -27,6 +27,7 @@ batch comes back) and is replaced at the next one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -68,6 +69,7 @@ class EnvironmentSpec:
     memory_mb: int
     log_file: Path
     max_environments: int = DEFAULT_CONCURRENCY
+    meter: bool = False  # report every request with its parameters and answer (the bench)
 
 
 class ExecutionEnvironment:
@@ -151,6 +153,7 @@ class ExecutionEnvironment:
             "region": spec.region,
             "account": spec.account,
             "function_name": spec.function_name,
+            "meter": spec.meter,
         }
         try:
             self._call(init, timeout_s=INIT_TIMEOUT_S)
@@ -224,6 +227,9 @@ class Environments:
     specs: dict[str, EnvironmentSpec]  # physical function name -> spec
     # The spec of a function that is not in ``specs`` (created through the Lambda API).
     other: Callable[[Any], EnvironmentSpec] | None = None
+    # Told of every request a function sent: (service, operation, params, parsed answer).
+    # Set it before the first invocation: environments report requests from their start.
+    on_request: Callable[[str, str, dict[str, Any], dict[str, Any]], None] | None = None
     pools: dict[str, FunctionPool] = field(default_factory=dict)
     calls: Counter[tuple[str, str, str, bool]] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -234,7 +240,10 @@ class Environments:
             if name not in self.pools:
                 if name not in self.specs and self.other is not None:
                     self.specs[name] = self.other(function)
-                self.pools[name] = FunctionPool(self.specs[name])
+                spec = self.specs[name]
+                if self.on_request is not None:
+                    spec = dataclasses.replace(spec, meter=True)
+                self.pools[name] = FunctionPool(spec)
             return self.pools[name]
 
     def invoke(self, function: Any, event: Any) -> tuple[str, bool, str]:
@@ -263,6 +272,14 @@ class Environments:
             reply = environment.invoke(request)
             payload, errored = str(reply["payload"]), bool(reply["errored"])
             self._record(function.function_name, reply.get("calls") or [])
+            if self.on_request is not None:
+                for request_made in reply.get("metered") or []:
+                    self.on_request(
+                        request_made["service"],
+                        request_made["operation"],
+                        request_made["params"],
+                        request_made["parsed"],
+                    )
         except EnvironmentLost as exc:
             payload, errored = self._lost(exc), True
         finally:
