@@ -196,8 +196,6 @@ GRANTS_CHECK = "MAILSTEP_GRANTS_CHECK"  # set by `make test`: the whole suite ru
 # Grants the e2e run does not reach, each with the path that uses it and where it is tested.
 # Every other grant of the template must be used by a recorded request, or the run fails.
 NOT_REACHED_BY_E2E = {
-    ("mailstep-broadcast-resolver", "dynamodb:Scan"): "audience without a tag filter (profile Scan); "
-    "tests/integration/test_broadcasts.py",
     ("mailstep-broadcast-worker", "dynamodb:DeleteItem"): "a send claim released after SES refused a send; "
     "tests/integration/test_send_pipeline.py",
     (

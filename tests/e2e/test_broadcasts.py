@@ -170,6 +170,27 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
     assert len(sent_by(local, "e2e-spring")) == len(want)
 
 
+def test_an_audience_without_a_tag_is_read_by_scan_and_filtered_by_attributes(local, people) -> None:
+    want = expected(people, where=["plan=team", "seats=7"])
+    answer = broadcast(
+        local,
+        "send",
+        "--template",
+        TEMPLATE,
+        "--where",
+        "plan=team",
+        "--where",
+        "seats=7",
+        "--id",
+        "e2e-all",
+        "--yes",
+    )
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert "e2e-all: done" in answer.stdout
+    got = Counter(d for m in sent_by(local, "e2e-all") for d in m["destination"])
+    assert want and set(got) == want and set(got.values()) == {1}
+
+
 def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, people) -> None:
     want = expected(people, any_tags=["bcc", "bcb"])
     local.http("POST", "/_local/ses", {"max_send_rate": 20})

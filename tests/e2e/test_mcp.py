@@ -12,6 +12,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.e2e.conftest import ROOT, Local, subprocess_env
+from tests.e2e.test_sequences import paused_clock
 
 EXPECTED_TOOLS = {
     "subscriber_get",
@@ -149,7 +150,12 @@ def test_subscriber_tools_match_the_store(local: Local) -> None:
 
 
 def test_sequence_template_stats_suppression_and_doctor_tools(local: Local) -> None:
-    subscribe(local, "mcp-seq@example.com")
+    with paused_clock(local):  # onboarding stays active (at its first Wait) while it is counted
+        subscribe(local, "mcp-seq@example.com")
+        _sequence_template_stats_suppression_and_doctor_tools(local)
+
+
+def _sequence_template_stats_suppression_and_doctor_tools(local: Local) -> None:
 
     async def body(tools: Tools) -> None:
         sequences = await tools.call("sequences_list")
