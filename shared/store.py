@@ -143,8 +143,16 @@ Mutation = Callable[[Profile | None, str], Profile | None]
 class SubscriberStore:
     def __init__(self, table_name: str, events_table_name: str, client: Any | None = None) -> None:
         self.table = table_name
-        self.events_table = events_table_name
+        self._events_table = events_table_name
         self._client = client
+
+    @property
+    def events_table(self) -> str:
+        """The events table; a function whose spec grants none has no name for it (empty
+        ``EVENTS_TABLE_NAME``), and reaching for it is a wiring error, said plainly."""
+        if not self._events_table:
+            raise RuntimeError("no events table configured (EVENTS_TABLE_NAME is empty for this function)")
+        return self._events_table
 
     @property
     def client(self) -> Any:
