@@ -96,6 +96,10 @@ def decode_json_body(body: str | None, max_bytes: int) -> Any:
         raise PayloadTooLarge(f"request body exceeds {max_bytes} bytes")
     try:
         return json.loads(body, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidInput(
+            "body nests objects or arrays too deeply", [FieldProblem("body", "nested too deeply")]
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInput(
             f"body is not valid JSON (line {exc.lineno}, column {exc.colno})"

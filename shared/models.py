@@ -12,9 +12,12 @@ Rules (documented in docs/data-model.md):
 from __future__ import annotations
 
 import json
+import math
 import re
+from decimal import Decimal, DecimalException
 from typing import Any, Literal
 
+from boto3.dynamodb.types import DYNAMODB_CONTEXT
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
@@ -107,15 +110,44 @@ def validate_name(value: Any, what: str = "name") -> str:
     return value
 
 
-def _depth(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects/arrays nest more than ``limit`` levels (``{}`` is one level), walked
+    level by level so that no depth can exhaust the stack."""
+    level, depth = [value], 0
+    while any(isinstance(item, dict | list) for item in level):
+        depth += 1
+        if depth > limit:
+            return True
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+    return False
 
 
-def _check_strings(value: Any, limit: int, path: str) -> None:
+def _check_number(value: int | float, path: str) -> None:
+    """A number the store can write, else a ValueError naming ``path``. Numbers go to
+    DynamoDB through boto3's serializer, which refuses what DynamoDB cannot hold exactly: NaN
+    and infinities, more than 38 significant digits (an integer's trailing zeros count), and
+    magnitudes outside 1E-130 .. 9.9E+125."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path}: {value} is not a number DynamoDB can store")
+    try:
+        number = DYNAMODB_CONTEXT.create_decimal(Decimal(repr(value) if isinstance(value, float) else value))
+        if not number.is_zero() and not -130 <= number.adjusted() <= 125:
+            raise DecimalException  # DynamoDB's own range is narrower than the serializer's
+    except DecimalException:
+        raise ValueError(
+            f"{path}: DynamoDB stores numbers of at most 38 significant digits between 1E-130 and "
+            "9.9E+125 in magnitude"
+        ) from None
+
+
+def _check_values(value: Any, limit: int, path: str) -> None:
+    """Strings within ``limit``, string keys, numbers DynamoDB can store (NaN, infinities,
+    more than 38 digits and magnitudes outside its range are refused), at any depth."""
     if isinstance(value, str):
         if len(value) > limit:
             raise ValueError(f"{path}: string longer than {limit} characters")
@@ -123,12 +155,12 @@ def _check_strings(value: Any, limit: int, path: str) -> None:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ValueError(f"{path}: keys must be strings")
-            _check_strings(v, limit, f"{path}.{k}")
+            _check_values(v, limit, f"{path}.{k}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _check_strings(v, limit, f"{path}[{i}]")
-    elif isinstance(value, float) and value != value:  # NaN
-        raise ValueError(f"{path}: NaN is not allowed")
+            _check_values(v, limit, f"{path}[{i}]")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        _check_number(value, path)
 
 
 def validate_attributes(value: Any) -> dict[str, Any]:
@@ -141,9 +173,9 @@ def validate_attributes(value: Any) -> dict[str, Any]:
             raise ValueError(f"attribute name {key[:70]!r} must match [A-Za-z_][A-Za-z0-9_]* (<= 64 chars)")
         if key.lower() in RESERVED_ATTRIBUTES:
             raise ValueError(f"attribute name {key!r} is reserved")
-        if _depth(item) > MAX_ATTRIBUTE_DEPTH:
+        if _deeper_than(item, MAX_ATTRIBUTE_DEPTH):
             raise ValueError(f"attribute {key!r} is nested deeper than {MAX_ATTRIBUTE_DEPTH} levels")
-        _check_strings(item, MAX_ATTRIBUTE_STRING, key)
+        _check_values(item, MAX_ATTRIBUTE_STRING, key)
     if len(json.dumps(value, separators=(",", ":"))) > MAX_ATTRIBUTES_BYTES:
         raise ValueError(f"attributes exceed {MAX_ATTRIBUTES_BYTES} bytes")
     return value
@@ -152,9 +184,9 @@ def validate_attributes(value: Any) -> dict[str, Any]:
 def validate_data(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("must be an object")
-    if _depth(value) > MAX_DATA_DEPTH:
+    if _deeper_than(value, MAX_DATA_DEPTH):
         raise ValueError(f"is nested deeper than {MAX_DATA_DEPTH} levels")
-    _check_strings(value, MAX_DATA_BYTES, "data")
+    _check_values(value, MAX_DATA_BYTES, "data")
     if len(json.dumps(value, separators=(",", ":"))) > MAX_DATA_BYTES:
         raise ValueError(f"exceeds {MAX_DATA_BYTES} bytes")
     return value

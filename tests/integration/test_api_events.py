@@ -140,6 +140,26 @@ HOSTILE: list[tuple[str, object, bool, str]] = [
     ("attribute-bad-name", ok(attributes={"bad-name": 1}), False, "attributes"),
     ("attributes-wrong-type", ok(attributes=["a"]), False, "attributes"),
     ("data-depth", ok(data=json.loads('{"a":' * 8 + "1" + "}" * 8)), False, "data"),
+    (
+        "data-depth-100000",
+        '{"type":"x","email":"a@b.co","data":{"a":' + "[" * 99_000 + "]" * 99_000 + "}}",
+        True,
+        "body",
+    ),
+    ("attribute-infinity", '{"type":"x","email":"a@b.co","attributes":{"n":1e400}}', True, "attributes"),
+    ("data-negative-infinity", '{"type":"x","email":"a@b.co","data":{"n":-1e400}}', True, "data"),
+    ("data-infinity-literal", '{"type":"x","email":"a@b.co","data":{"n":Infinity}}', True, "body"),
+    ("attribute-60-digit-integer", ok(attributes={"n": 10**59 + 7}), False, "attributes"),
+    ("attribute-39-digit-integer", ok(attributes={"n": 10**38}), False, "attributes"),
+    ("data-underflow", '{"type":"x","email":"a@b.co","data":{"n":1e-200}}', True, "data"),
+    ("data-overflow", '{"type":"x","email":"a@b.co","data":{"n":1e200}}', True, "data"),
+    ("data-nested-huge-number", ok(data={"a": [{"b": 10**45}]}), False, "data.a[0].b"),
+    (
+        "batch-second-event-unstorable",
+        {"events": [ok("a@example.com"), ok("b@example.com", data={"n": 10**60})]},
+        False,
+        "events[1].data",
+    ),
     ("unknown-top-level-key", ok(extra=1), False, "extra"),
     ("id-wrong-type", ok(id=123), False, "id"),
     ("id-too-long", ok(id="x" * 129), False, "id"),
@@ -169,6 +189,19 @@ def test_hostile_body_gets_400_naming_the_problem_and_writes_nothing(
     assert error["code"] == "invalid_request"
     assert field in error.get("field", "") or field in error["message"], error
     assert scan_all(MAIN) == [] and scan_all(EVENTS) == []
+
+
+def test_numbers_dynamodb_can_hold_are_accepted(api: ApiClient, store) -> None:
+    limits = {
+        "zero": -0.0,
+        "digits38": 10**38 - 1,
+        "negative38": -(10**38 - 1),
+        "big": 9.9e125,
+        "tiny": 1e-130,
+    }
+    status, response = api.post("/v1/events", ok(attributes=limits))
+    assert status == 200, response
+    assert store.get_profile("ann@example.com").attributes["digits38"] == 10**38 - 1
 
 
 @pytest.mark.parametrize(
