@@ -54,4 +54,5 @@ class AlreadyEntered(Conflict):
 
 
 class ConcurrentModification(MailstepError):
-    """Optimistic concurrency gave up after several retries (a server-side fault)."""
+    """Optimistic concurrency gave up after several retries: answered 503 with Retry-After
+    (``shared/http.py``); the same request succeeds when retried."""

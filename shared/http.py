@@ -10,6 +10,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 
 from shared.errors import (
+    ConcurrentModification,
     Conflict,
     FieldProblem,
     InvalidInput,
@@ -26,7 +27,11 @@ STATUS: dict[type[MailstepError], tuple[int, str]] = {
     NotFound: (404, "not_found"),
     Conflict: (409, "conflict"),
     PayloadTooLarge: (413, "payload_too_large"),
+    # Contention on one subscriber outlasted the store's retries: not the client's fault and
+    # not a server fault either; the same request (same event ``id``) succeeds when retried.
+    ConcurrentModification: (503, "busy"),
 }
+RETRY_AFTER_S = 1  # the Retry-After of a 503 "busy"
 
 
 def status_for(exc: MailstepError) -> tuple[int, str]:
@@ -44,6 +49,8 @@ def error_response(
         body["error"]["field"] = problems[0].field
         body["error"]["problems"] = [{"field": p.field, "message": p.message} for p in problems]
     headers = {"WWW-Authenticate": 'Bearer realm="mailstep"'} if status == 401 else None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
     return Response(
         status_code=status,
         content_type=content_types.APPLICATION_JSON,
@@ -56,6 +63,9 @@ def register_error_handlers(app: APIGatewayHttpResolver) -> None:
     @app.exception_handler(MailstepError)
     def _domain(exc: MailstepError) -> Response:
         status, code = status_for(exc)
+        if status == 503:
+            logger.warning("request gave up under contention", error=type(exc).__name__)
+            return error_response(503, code, "the subscriber is busy with concurrent changes: retry")
         if status >= 500:
             logger.exception("unexpected domain error")
             return error_response(500, code, "internal error")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.integration.conftest import ApiClient, scan_all
+from tests.integration.conftest import API_KEY, ApiClient, scan_all
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
 
@@ -234,3 +234,29 @@ def test_oversize_body_gets_413_and_writes_nothing(api: ApiClient) -> None:
 def test_unknown_route_is_404(api: ApiClient) -> None:
     status, response = api.post("/v1/nope", ok())
     assert status == 404
+
+
+def test_contention_that_outlasts_the_retries_is_a_503_to_retry_and_the_retry_succeeds(
+    api: ApiClient, store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shared.store
+    from shared.apigw import LambdaContext, http_api_event
+    from shared.dynamo import TransactionConflict
+
+    def always_conflicting(client: object, actions: object) -> None:
+        raise TransactionConflict("another writer won")
+
+    body = json.dumps(ok(id="contended-1"))
+    headers = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
+    with monkeypatch.context() as patch:
+        patch.setattr(shared.store, "transact", always_conflicting)
+        response = api.module.handler(
+            http_api_event("POST", "/v1/events", body=body, headers=headers), LambdaContext("api")
+        )
+    assert response["statusCode"] == 503 and response["headers"]["Retry-After"] == "1"
+    assert json.loads(response["body"])["error"]["code"] == "busy"
+    assert store.get_profile("ann@example.com") is None  # nothing half-written
+
+    status, answer = api.post("/v1/events", ok(id="contended-1"))  # the client retries as told
+
+    assert status == 200 and answer["results"][0]["subscriber"] == "created"
