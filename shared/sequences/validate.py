@@ -4,7 +4,9 @@ function and the events dispatch all load sequences through :func:`load_catalog`
 Checks beyond the per-file parse (loader.py): templates exist (``templates/<key>.md`` or
 ``.html``) and, through the renderer's own check, use no undefined variable; steps after an
 ``exit`` are unreachable; sequence ids are unique; a sequence does not exit on its own
-trigger. Every problem names file, line and step.
+trigger; no path through the steps can outlast a Step Functions standard execution (one
+year: the waits plus, per send, the longest time a send window can hold it). Every problem
+names file, line and step.
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ from shared.sequences.loader import (
     sequence_id_of,
     step_label,
 )
-from shared.sequences.model import ExitStep, IfStep, SendStep, Sequence, Step
+from shared.sequences.model import (
+    MAX_WAIT_SECONDS,
+    WEEKDAYS,
+    ExitStep,
+    IfStep,
+    SendStep,
+    SendWindow,
+    Sequence,
+    Step,
+    WaitStep,
+)
 
 SEQUENCE_SUFFIXES = (".yaml", ".yml")
 
@@ -101,6 +113,7 @@ def check_sequence(sequence: Sequence, source: Source, templates: TemplateCheck)
     if sequence.trigger_event in sequence.exit_on:
         add(("exit_on",), f"exit_on names the trigger event {sequence.trigger_event!r}")
     _unreachable(sequence.steps, ("steps",), add)
+    _longest_path(sequence.steps, ("steps",), 0, window_hold_s(sequence.send_window), add)
     for path, step in walk(sequence.steps):
         if isinstance(step, SendStep):
             found = templates(step.send, step.subject)
@@ -123,6 +136,64 @@ def _unreachable(steps: list[Step], path: Path_, add: Callable[[Path_, str], Non
         if isinstance(step, IfStep):
             _unreachable(step.then, (*path, index, "then"), add)
             _unreachable(step.else_, (*path, index, "else"), add)
+
+
+EXECUTION_LIMIT_S = MAX_WAIT_SECONDS  # a standard workflow execution ends after one year
+DST_SLACK_S = 3600  # a window in a zone with daylight saving time can close an hour longer
+
+
+def window_hold_s(window: SendWindow | None) -> int:
+    """The longest a send can wait for ``window`` to open: its longest closed stretch in a week."""
+    if window is None:
+        return 0
+
+    def minutes(hhmm: str) -> int:
+        hours, mins = hhmm.split(":")
+        return int(hours) * 60 + int(mins)
+
+    week = 7 * 1440
+    spans = sorted(
+        (WEEKDAYS.index(day) * 1440 + minutes(window.start), WEEKDAYS.index(day) * 1440 + minutes(window.end))
+        for day in window.days
+    )
+    gaps = [
+        spans[(i + 1) % len(spans)][0] + (week if i + 1 == len(spans) else 0) - spans[i][1]
+        for i in range(len(spans))
+    ]
+    longest = max(0, *gaps) * 60
+    return longest + DST_SLACK_S if longest else 0
+
+
+def _longest_path(
+    steps: list[Step], path: Path_, elapsed: int, hold: int, add: Callable[[Path_, str], None]
+) -> int | None:
+    """Walk the longest path; report (once) the step where it passes the execution limit and
+    return None then, else the worst-case time at the end of ``steps``."""
+    for index, step in enumerate(steps):
+        here = (*path, index)
+        if isinstance(step, ExitStep):
+            return elapsed
+        if isinstance(step, WaitStep):
+            elapsed += step.wait
+        elif isinstance(step, SendStep):
+            elapsed += hold
+        elif isinstance(step, IfStep):
+            branches = [
+                _longest_path(step.then, (*here, "then"), elapsed, hold, add),
+                _longest_path(step.else_, (*here, "else"), elapsed, hold, add),
+            ]
+            if None in branches:
+                return None
+            elapsed = max(b for b in branches if b is not None)
+        if elapsed > EXECUTION_LIMIT_S:
+            add(
+                here,
+                f"the longest path reaches {elapsed / 86400:.1f} days here (its waits, plus "
+                f"{hold / 3600:g} h per send for the send window), past the 365 days a Step "
+                "Functions standard execution may run: shorten the waits",
+            )
+            return None
+    return elapsed
 
 
 def sequence_files(sequences_dir: Path) -> list[Path]:

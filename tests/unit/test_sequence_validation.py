@@ -50,6 +50,20 @@ INVALID: dict[str, tuple[str, int, str | None, str]] = {
         "steps[0]",
         "unknown condition 'haz_tag'",
     ),
+    "400-days-of-waits": (
+        f"trigger: go\nsteps:\n{OK_SEND}  - wait: 52w\n{OK_SEND}  - wait: 4w\n{OK_SEND}",
+        8,
+        "steps[3]",
+        "longest path reaches 392.0 days",
+    ),
+    "longest-branch-plus-send-windows": (
+        "trigger: go\nsend_window: {days: [mon], start: '09:00', end: '10:00'}\nsteps:\n"
+        f"  - wait: 50w\n  - if: {{tag: pro}}\n    then:\n      - wait: 2w\n    else:\n"
+        f"      - send: onboarding/tips\n        subject: Tips\n      - wait: 1d\n{OK_SEND}",
+        12,
+        "steps[2]",
+        "past the 365 days",
+    ),
     "hash-in-tag": (f"trigger: go\nsteps:\n{OK_SEND}  - tag: {{add: ['vip#1']}}\n", 5, "steps[1]", "no '#'"),
     "unreachable-after-exit": (
         f"trigger: go\nsteps:\n  - exit\n{OK_SEND}",
