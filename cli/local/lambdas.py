@@ -165,8 +165,9 @@ class SqsPoller:
                     self.stop_event.wait(0.2)  # long polling, without holding the lock
                     continue
                 messages += self._fill(messages)
-                for message in self._deliver(messages):  # not processed: back at once
-                    self.sqs.change_message_visibility(self.queue_name, message.receipt_handle, 0)
+                # What the function did not process stays hidden for the rest of the queue's
+                # visibility timeout, then comes back (and after maxReceiveCount, the DLQ).
+                self._deliver(messages)
             except Exception:  # the queue went away (runtime stopping)
                 logger.exception("event source poll failed", queue=self.queue_name)
                 self.stop_event.wait(1)
@@ -175,9 +176,8 @@ class SqsPoller:
     def _receive(self, limit: int | None = None) -> list[Any]:
         """One ReceiveMessage (at most 10 messages, as SQS allows)."""
         wanted = min(10, limit if limit is not None else self.batch_size)
-        # Received messages stay hidden from the other pollers (and from the next receive of a
-        # filling batch) until processed; what the function did not process is made visible
-        # again at once, so local retries do not wait out the queue's visibility timeout.
+        # Received messages stay hidden for the queue's visibility timeout, like SQS: from the
+        # other pollers, and, if the function does not process them, until it ends.
         hidden = self.sqs.get_queue(self.queue_name).visibility_timeout
         with self.receive_lock:
             messages = list(self.sqs.receive_message(self.queue_name, wanted, 0, hidden))

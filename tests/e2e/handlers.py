@@ -17,10 +17,12 @@ IMPORTABLE = ("boto3", "moto", "shared", "pydantic")
 
 
 def record(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """SQS consumer: stores each body under PK ``E2E#<body>``; a body ``fail`` is reported failed."""
+    """SQS consumer: stores each body under PK ``E2E#<body>``; a body ``fail`` is reported
+    failed, a body ``once-...`` is reported failed at its first receive only."""
     failures = []
     for item in event["Records"]:
-        if item["body"] == "fail":
+        first = item["attributes"]["ApproximateReceiveCount"] == "1"
+        if item["body"] == "fail" or (item["body"].startswith("once-") and first):
             failures.append({"itemIdentifier": item["messageId"]})
             continue
         boto3.client("dynamodb").put_item(
@@ -32,6 +34,7 @@ def record(event: dict[str, Any], context: Any) -> dict[str, Any]:
                 "source": {"S": item["eventSourceARN"]},
                 "receive_count": {"S": item["attributes"]["ApproximateReceiveCount"]},
                 "pid": {"N": str(os.getpid())},
+                "stored_at": {"N": str(time.time())},
             },
         )
     return {"batchItemFailures": failures}

@@ -258,7 +258,7 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
     url = sqs.create_queue(
         QueueName=unique("jobs"),
         Attributes={
-            "VisibilityTimeout": "1",
+            "VisibilityTimeout": "3",
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
         },
     )["QueueUrl"]
@@ -270,9 +270,11 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
         BatchSize=10,
         FunctionResponseTypes=["ReportBatchItemFailures"],
     )
-    body = unique("job")
+    body, retried = unique("job"), unique("once")
+    sent_at = time.time()
     sqs.send_message(QueueUrl=url, MessageBody=body)
     sqs.send_message(QueueUrl=url, MessageBody="fail")
+    sqs.send_message(QueueUrl=url, MessageBody=retried)
     ddb = local.client("dynamodb")
     deadline = time.monotonic() + 10
     item = None
@@ -286,7 +288,17 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
     assert item["source"]["S"] == arn
     # `mailstep dev` runs functions in their own execution environments, from their code
     assert int(item["pid"]["N"]) != local.state["pid"] and local.state["lambdas"] == "artifact"
-    # the failed record is retried after its visibility timeout, then lands in the DLQ
+    # a record the function failed comes back only after the queue's visibility timeout (3 s)
+    deadline = time.monotonic() + 15
+    again = None
+    while again is None and time.monotonic() < deadline:
+        again = ddb.get_item(
+            TableName="mailstep-main", Key={"PK": {"S": f"E2E#{retried}"}, "SK": {"S": "SQS"}}
+        ).get("Item")
+        time.sleep(0.1)
+    assert again is not None and again["receive_count"]["S"] == "2"
+    assert float(again["stored_at"]["N"]) - sent_at >= 2.5
+    # the record that always fails lands in the DLQ after maxReceiveCount
     moved: list[dict[str, Any]] = []
     deadline = time.monotonic() + 15
     while not moved and time.monotonic() < deadline:
