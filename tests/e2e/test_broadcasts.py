@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +14,6 @@ import pytest
 
 from cli.local.ses import read_outbox
 from shared import keys
-from shared.broadcasts.model import Audience
 from shared.dynamo import serialize
 from shared.send_jobs import SendJob, to_message
 from shared.sender import decode_tag_value
@@ -72,9 +72,11 @@ def people(local: Local) -> list[dict[str, Any]]:
     return seeded
 
 
-def expected(people: list[dict[str, Any]], **filters: Any) -> set[str]:
-    audience = Audience.model_validate(filters)
-    return {p["email"] for p in people if p["eligible"] and audience.matches(p["tags"], p["attributes"])}
+def expected(
+    people: list[dict[str, Any]], wanted: Callable[[frozenset[str], dict[str, Any]], bool]
+) -> set[str]:
+    """The audience by a filter written in the test, not by the product's ``Audience.matches``."""
+    return {p["email"] for p in people if p["eligible"] and wanted(p["tags"], p["attributes"])}
 
 
 def sent_by(local: Local, broadcast_id: str) -> list[dict[str, Any]]:
@@ -100,7 +102,7 @@ def record(local: Local, broadcast_id: str) -> dict[str, Any]:
 
 
 def test_dry_run_and_bad_arguments(local: Local, people) -> None:
-    want = expected(people, tags=["bca"], exclude_tags=["bcb"], where=["plan=pro"])
+    want = expected(people, lambda t, a: "bca" in t and "bcb" not in t and a["plan"] == "pro")
     answer = broadcast(
         local,
         "send",
@@ -133,7 +135,7 @@ def test_dry_run_and_bad_arguments(local: Local, people) -> None:
 def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_nothing(
     local, people
 ) -> None:
-    want = expected(people, tags=["bca"], exclude_tags=["bcb"], where=["plan=pro"])
+    want = expected(people, lambda t, a: "bca" in t and "bcb" not in t and a["plan"] == "pro")
     args = (
         "send",
         "--template",
@@ -171,7 +173,7 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
 
 
 def test_an_audience_without_a_tag_is_read_by_scan_and_filtered_by_attributes(local, people) -> None:
-    want = expected(people, where=["plan=team", "seats=7"])
+    want = expected(people, lambda t, a: a["plan"] == "team" and a["seats"] == 7)
     answer = broadcast(
         local,
         "send",
@@ -192,7 +194,7 @@ def test_an_audience_without_a_tag_is_read_by_scan_and_filtered_by_attributes(lo
 
 
 def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, people) -> None:
-    want = expected(people, any_tags=["bcc", "bcb"])
+    want = expected(people, lambda t, a: bool(t & {"bcc", "bcb"}))
     local.http("POST", "/_local/ses", {"max_send_rate": 20})
     try:
         started = broadcast(
@@ -300,7 +302,7 @@ def _queue_url(local: Local) -> str:
 
 
 def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Local, people) -> None:
-    want = expected(people, tags=["bcc"], where=["seats>=8"])
+    want = expected(people, lambda t, a: "bcc" in t and a["seats"] >= 8)
     at = (datetime.now(UTC) + timedelta(days=3)).isoformat(timespec="seconds")
     waited_before = local.status()["clock"]["advanced_s"]
 
@@ -335,7 +337,7 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
 def test_concurrent_workers_reach_90_percent_of_max_send_rate_and_fail_nothing(local, people) -> None:
     # Given the local SES at MaxSendRate 50/s (the mapping runs 3 workers, each in its own
     # process with 8 sends in flight)
-    want = expected(people, tags=["bcb"])
+    want = expected(people, lambda t, a: "bcb" in t)
     local.http("POST", "/_local/ses", {"max_send_rate": 50})
     try:
         # When a broadcast to ~900 subscribers runs to the end
