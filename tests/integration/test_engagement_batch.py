@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import random
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from shared.apigw import LambdaContext
 from shared.aws import client, register_hook, unregister_hook
 from shared.engagement import EngagementBatch, EngagementContext, WriteConflict, process_body
 from shared.provision import LocalResources
+from shared.sender import decode_tag_value
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
 from shared.stats import StatsStore
@@ -208,8 +210,10 @@ def test_random_batches_with_redeliveries_keep_counters_equal_to_the_events(
     rng = random.Random(11)
     kinds = ["delivery", "open", "open", "click", "bounce", "complaint", "delivery-delay", "reject"]
     bodies: list[str] = []
+    distinct: Counter[tuple[str, str]] = Counter()  # (source, SES event type), each event once
     for n in range(80):
         record = random_event(rng, kinds, at=f"2026-01-01T10:{n // 60:02d}:{n % 60:02d}.000Z")
+        distinct[(decode_tag_value(record["mail"]["tags"]["source"][0]), record["eventType"])] += 1
         bodies += [sns(record)] * rng.choice([1, 1, 2])  # some redelivered, maybe in one batch
     rng.shuffle(bodies)
     batches = [bodies[i : i + 10] for i in range(0, len(bodies), 10)]
@@ -218,6 +222,10 @@ def test_random_batches_with_redeliveries_keep_counters_equal_to_the_events(
     assert len(transactions) < len(bodies) / 4
     for source in ("onboarding", "spring-sale"):
         assert event_counts(stats.source(source)) == event_counts(stats.recompute(source=source))
+        # and against the events the test sent, each counted once however often it arrived
+        counters = stats.source(source)
+        for event_type, metric in (("Delivery", "delivery"), ("Open", "open"), ("Click", "click")):
+            assert counters.total(metric) == distinct[(source, event_type)], (source, metric)
     for template in ("onboarding/welcome", "onboarding/tips"):
         assert event_counts(stats.template(template)) == event_counts(stats.recompute(template=template))
     assert sum(stats.source(s).total("open") for s in ("onboarding", "spring-sale")) > 0
