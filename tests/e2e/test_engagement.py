@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from shared.send_jobs import SendJob, to_message
-from shared.specs import STATE_MACHINE_PREFIX
 from shared.stats import StatsStore
 from tests.e2e.conftest import ROOT, Local, subprocess_env
+from tests.e2e.test_sequences import paused_clock
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
 
@@ -73,20 +73,6 @@ def item(local: Local, pk: str, sk: str) -> dict[str, Any] | None:
     )
 
 
-def put_pair(local: Local, email: str, sequence: str) -> None:
-    arn = (
-        f"arn:aws:states:us-east-1:123456789012:execution:{STATE_MACHINE_PREFIX}{sequence}:{uuid.uuid4().hex}"
-    )
-    body = {
-        "execution_arn": {"S": arn},
-        "started_at": {"S": "2026-01-01T00:00:00Z"},
-        "transactional": {"BOOL": False},
-    }
-    ddb = local.client("dynamodb")
-    ddb.put_item(TableName=MAIN, Item={"PK": {"S": f"SUB#{email}"}, "SK": {"S": f"EXEC#{sequence}"}, **body})
-    ddb.put_item(TableName=MAIN, Item={"PK": {"S": f"EXEC#{sequence}"}, "SK": {"S": f"SUB#{email}"}, **body})
-
-
 @pytest.mark.parametrize(("local_part", "reason"), [("bounce", "bounce"), ("complaint", "complaint")])
 def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_the_next_send(
     local: Local, local_part: str, reason: str
@@ -94,16 +80,26 @@ def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_t
     email = f"{local_part}+{uuid.uuid4().hex[:8]}@simulator.amazonses.com"
     source = f"e2e-{reason}"
     audience = f"e2e-{reason}-{uuid.uuid4().hex[:6]}"  # a tag only this subscriber has
-    subscribe(local, email, tags=[audience])
-    put_pair(local, email, "onboarding")
-    queue_send(local, email, source, "first")
-    # the event item is written last (after flag, SUPPRESSION item and stops): wait for it
-    wait_for(lambda: any(e["type"] == reason for e in events_of(local, email)), what=f"the {reason} event")
-    assert item(local, f"SUB#{email}", "SUPPRESSION") is not None
-    profile = item(local, f"SUB#{email}", "PROFILE")
-    assert profile is not None and profile["suppressed"]["BOOL"] is True
-    assert item(local, f"SUB#{email}", "EXEC#onboarding") is None
-    assert item(local, "EXEC#onboarding", f"SUB#{email}") is None
+    with paused_clock(local):  # onboarding waits after its welcome mail, a running execution
+        event = {"type": "subscriber.subscribed", "email": email, "tags": [audience]}
+        code, answer = local.http("POST", "/v1/events", event, key=local.api_key)
+        assert code == 200 and answer["results"][0]["sequences_started"] == ["onboarding"]
+        running = item(local, f"SUB#{email}", "EXEC#onboarding")
+        assert running is not None
+        # the welcome mail reaches the simulator, whose bounce/complaint comes back through SES
+        # events; the event item is written last (after flag, SUPPRESSION item and stops)
+        wait_for(
+            lambda: any(e["type"] == reason for e in events_of(local, email)), what=f"the {reason} event"
+        )
+        assert item(local, f"SUB#{email}", "SUPPRESSION") is not None
+        profile = item(local, f"SUB#{email}", "PROFILE")
+        assert profile is not None and profile["suppressed"]["BOOL"] is True
+        assert item(local, f"SUB#{email}", "EXEC#onboarding") is None
+        assert item(local, "EXEC#onboarding", f"SUB#{email}") is None
+        execution = local.client("stepfunctions").describe_execution(
+            executionArn=running["execution_arn"]["S"]
+        )
+        assert execution["status"] == "ABORTED"  # the real execution stopped, not just its pair
     queue_send(local, email, source, "second")
     skipped = wait_for(
         lambda: [e for e in events_of(local, email) if e["type"] == "send_skipped"], what="the skipped send"
