@@ -8,6 +8,7 @@ should hold.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from dataclasses import replace
 
@@ -195,3 +196,38 @@ def test_erase_removes_every_item_and_partner(resources, store: SubscriberStore)
     for item in scan_all(MAIN_TABLE.local_name):
         counts[item["PK"].split("#")[0]] += 1
     assert counts == {"SUB": 1, "TAG": 1}
+
+
+WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
+
+
+def test_a_failure_after_the_first_write_of_a_change_leaves_nothing_half_visible(
+    resources, store: SubscriberStore
+) -> None:
+    """Fault injection in the real request path: the first DynamoDB write of a change goes
+    through, any further write of the same change fails. A store that writes a profile and its
+    TAG# partners in one transaction shows all of the change or none of it; one that writes
+    them separately is caught with a profile whose tags have no partners (or the reverse)."""
+    from shared.aws import register_hook, unregister_hook
+
+    _clear()
+    store.upsert("ann@example.com", add_tags=["pro", "beta"])
+    writes: list[str] = []
+
+    def fail_after_first_write(model: object, **_: object) -> None:
+        name = getattr(model, "name", "")
+        if name in WRITES:
+            writes.append(name)
+            if len(writes) > 1:
+                raise RuntimeError(f"injected failure before write #{len(writes)} ({name})")
+
+    register_hook("before-call.dynamodb", fail_after_first_write)
+    try:
+        with contextlib.suppress(RuntimeError):  # the injected failure, if the change had a second write
+            store.upsert("ann@example.com", add_tags=["trial", "vip.1"], remove_tags=["beta"])
+    finally:
+        unregister_hook("before-call.dynamodb", fail_after_first_write)
+
+    check_pairs()  # every profile tag has its TAG# partner and every TAG# item its profile tag
+    profile = store.get_profile("ann@example.com")
+    assert profile is not None and set(profile.tags) in ({"pro", "beta"}, {"pro", "trial", "vip.1"})
