@@ -504,8 +504,9 @@ def test_mailstep_dev_serves_within_10_s_and_stops_on_sigint(tmp_path: Path, art
             urllib.request.urlopen(request, timeout=5)
         except urllib.error.HTTPError as exc:
             assert exc.code == 401
+        served = time.monotonic() - started  # measured from outside: spawn to the first answer
         assert state["started_in_s"] < 10
-        assert time.monotonic() - started < 30
+        assert served < 20, f"first answer {served:.1f} s after spawning mailstep dev"
     finally:
         stopping = time.monotonic()
         process.send_signal(signal.SIGINT)
