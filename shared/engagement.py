@@ -240,9 +240,23 @@ class EngagementBatch:
     def __init__(self, ctx: EngagementContext) -> None:
         self.ctx = ctx
         self.records: list[BatchRecord] = []
+        self.erased: set[str] | None = None  # addresses erased (see preload); None: look up per event
+
+    def preload(self, bodies: Iterable[str | bytes | dict[str, Any]]) -> None:
+        """Read, for every recipient of the batch at once, whether the address was erased:
+        one BatchGetItem instead of a lookup per event. Bodies that do not parse are left to
+        :meth:`add`, which reports them."""
+        recipients: set[str] = set()
+        for body in bodies:
+            try:
+                event = parse_body(body)
+            except MalformedEvent:
+                continue
+            recipients |= _normalised(event)
+        self.erased = self.ctx.store.erased_among(recipients)
 
     def add(self, record_id: str, body: str | bytes | dict[str, Any]) -> Outcome:
-        prepared = prepare(parse(body), self.ctx)
+        prepared = prepare(parse(body), self.ctx, erased=self.erased)
         self.records.append(BatchRecord(record_id=record_id, prepared=prepared))
         return prepared.outcome
 
@@ -268,15 +282,29 @@ def process_body(body: str | bytes | dict[str, Any], ctx: EngagementContext) -> 
 
 def process_event(event: SesEvent, ctx: EngagementContext) -> Outcome:
     """One SES event, written alone (a batch of one); raises when it could not be written."""
-    prepared = prepare(event, ctx)
+    prepared = prepare(event, ctx, erased=None)
     (error,) = write_events([prepared], ctx)
     if error is not None:
         raise error
     return prepared.outcome
 
 
-def prepare(event: SesEvent, ctx: EngagementContext) -> PreparedEvent:
-    """Correlate each recipient and run the side effects; the writes come back unwritten."""
+def _normalised(event: SesEvent) -> set[str]:
+    found = set()
+    for raw in event.recipients():
+        try:
+            found.add(normalise_email(raw))
+        except ValueError:
+            continue
+    return found
+
+
+def prepare(event: SesEvent, ctx: EngagementContext, erased: set[str] | None = None) -> PreparedEvent:
+    """Correlate each recipient and run the side effects; the writes come back unwritten.
+
+    A recipient whose address was erased (``erased``; None: looked up here) is dropped: no
+    event item, counter, marker, suppression or unsubscribe is written for it, so an SES
+    event that arrives after an erase leaves nothing that names the address."""
     prepared = PreparedEvent(event=event, outcome=Outcome(event_type=event.event_type, kind=event.kind))
     outcome = prepared.outcome
     if event.kind is None:
@@ -286,12 +314,18 @@ def prepare(event: SesEvent, ctx: EngagementContext) -> PreparedEvent:
             ses_message_id=event.mail.message_id,
         )
         return prepared
+    if erased is None:
+        erased = ctx.store.erased_among(_normalised(event))
     for raw in event.recipients():
         try:
             email = normalise_email(raw)
         except ValueError:
             outcome.skipped_recipients += 1
             logger.warning("SES event names an invalid recipient", event_type=event.event_type)
+            continue
+        if email in erased:
+            outcome.skipped_recipients += 1
+            logger.info("SES event for an erased address dropped", event_type=event.event_type)
             continue
         correlation = correlate(event, email, ctx.store)
         outcome.correlated_via.append(correlation.via or "none")

@@ -20,6 +20,7 @@ PROFILE = "PROFILE"
 SUPPRESSION = "SUPPRESSION"
 COUNTERS = "COUNTERS"
 BROADCAST = "BROADCAST"
+ERASED = "ERASED"
 IDEMPOTENCY_PK = "IDEMPOTENCY#events"
 
 
@@ -43,6 +44,14 @@ def email_from_sub(key: str) -> str:
     if not key.startswith(prefix):
         raise KeyError_(f"not a subscriber key: {key[:20]}")
     return key[len(prefix) :]
+
+
+def erased_pk(email: str) -> str:
+    """``ERASED#<sha256 of the address>``: remembers that an address was erased without naming
+    it, so SES events that arrive after the erase leave nothing behind (shared.engagement)."""
+    import hashlib
+
+    return f"{ERASED}{SEP}{hashlib.sha256(email.encode()).hexdigest()}"
 
 
 def tag_pk(tag: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared import keys
@@ -46,8 +46,12 @@ from shared.errors import (
     SubscriberNotFound,
 )
 from shared.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
+from shared.specs import TTL_ATTRIBUTE
 
 MAX_ATTEMPTS = 8
+# How long an erase is remembered: SES events (an open, a click, a late complaint) of mail sent
+# before the erase can still arrive; after this, the tombstone expires (DynamoDB TTL).
+ERASED_MEMORY_DAYS = 400
 
 
 def utc_now() -> str:
@@ -481,6 +485,7 @@ class SubscriberStore:
         ``put_execution`` requires the profile); then each execution pair in its own
         transaction; then the remaining items (send log, suppression) and the events.
         """
+        self.remember_erased(email)
         main_items = 0
         for _ in range(MAX_ATTEMPTS):
             current = self.get_profile(email)
@@ -537,6 +542,41 @@ class SubscriberStore:
         ]
         event_items = batch_delete(self.client, self.events_table, events)
         return EraseReport(main_items=main_items, event_items=event_items)
+
+    def remember_erased(self, email: str, days: int = ERASED_MEMORY_DAYS) -> None:
+        """The erase tombstone (no address in it, only its hash), expiring after ``days``."""
+        at = datetime.now(UTC)
+        self.client.put_item(
+            TableName=self.table,
+            Item=serialize(
+                {
+                    "PK": keys.erased_pk(email),
+                    "SK": keys.ERASED,
+                    "at": at.isoformat(timespec="seconds"),
+                    TTL_ATTRIBUTE: int((at + timedelta(days=days)).timestamp()),
+                }
+            ),
+        )
+
+    def erased_among(self, emails: Iterable[str]) -> set[str]:
+        """Which of ``emails`` were erased and have not subscribed again since (a tombstone and
+        no profile): one strongly consistent BatchGetItem per 50 addresses."""
+        wanted = sorted(set(emails))
+        if not wanted:
+            return set()
+        keys_ = [key(keys.erased_pk(e), keys.ERASED) for e in wanted]
+        keys_ += [key(keys.sub_pk(e), keys.PROFILE) for e in wanted]
+        found = {
+            (i["PK"]["S"], i["SK"]["S"])
+            for i in batch_get(
+                self.client, self.table, keys_, ConsistentRead=True, ProjectionExpression="PK, SK"
+            )
+        }
+        return {
+            e
+            for e in wanted
+            if (keys.erased_pk(e), keys.ERASED) in found and (keys.sub_pk(e), keys.PROFILE) not in found
+        }
 
     # ----- events table -------------------------------------------------------------
     def record_event(self, email: str, item: dict[str, Any]) -> None:

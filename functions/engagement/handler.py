@@ -29,6 +29,7 @@ processor = BatchProcessor(event_type=EventType.SQS)
 @metrics.log_metrics
 def handler(event: dict[str, Any], lambda_context: LambdaContext) -> PartialItemFailureResponse:
     batch = EngagementBatch(context)
+    batch.preload(record["body"] for record in event["Records"])
 
     def record_handler(record: SQSRecord) -> str:
         return batch.add(record.message_id, record.body).status

@@ -339,3 +339,46 @@ def test_settings_build_a_working_context(resources: LocalResources) -> None:
     ctx = EngagementContext.from_settings(settings)
     assert ctx.store.table == resources.tables["table_name"] and ctx.data_ttl_days == settings.data_ttl_days
     assert client("dynamodb") is ctx.store.client
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "batch"])
+def test_ses_events_after_an_erase_leave_nothing_naming_the_address_and_resubscribing_works(
+    ctx: EngagementContext, store: SubscriberStore, batched: bool
+) -> None:
+    from shared.engagement import EngagementBatch
+
+    # Given a subscriber who got a mail and was then erased
+    store.upsert(EMAIL, add_tags=["pro"])
+    process_body(sns(event("delivery")), ctx)
+    store.erase(EMAIL)
+    assert not [
+        i
+        for t in (store.table, store.events_table)
+        for i in scan_all(t)
+        if EMAIL in json.dumps(i, default=str)
+    ]
+
+    # When that mail's later SES events arrive (an open, a click, a complaint, a delivery again)
+    late = [sns(event(kind, at=f"2026-01-02T10:00:0{n}.000Z")) for n, kind in enumerate(KINDS_AFTER_ERASE)]
+    if batched:
+        batch = EngagementBatch(ctx)
+        batch.preload(late)
+        outcomes = [batch.add(f"r{n}", body) for n, body in enumerate(late)]
+        assert all(r.error is None for r in batch.flush())
+    else:
+        outcomes = [process_body(body, ctx) for body in late]
+
+    # Then nothing in either table names the address (no event, marker, suppression, profile)
+    assert [o.skipped_recipients for o in outcomes] == [1] * len(late)
+    assert not [
+        i
+        for t in (store.table, store.events_table)
+        for i in scan_all(t)
+        if EMAIL in json.dumps(i, default=str)
+    ]
+    # and the address can subscribe again, after which its events count as before
+    store.upsert(EMAIL)
+    assert process_body(sns(event("open", at="2026-01-03T10:00:00.000Z")), ctx).status == "recorded"
+
+
+KINDS_AFTER_ERASE = ("open", "click", "complaint", "delivery")
