@@ -8,6 +8,7 @@ picked up with no change to this module.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import secrets as _secrets
@@ -239,15 +240,16 @@ def provision(
             },
         )
         configuration_sets[config.setting] = config.local_name
+    resources = LocalResources(
+        tables=tables,
+        secrets=secret_names,
+        api_key=key,
+        queues=queues,
+        topics=topics,
+        configuration_sets=configuration_sets,
+    )
     if not functions:
-        return LocalResources(
-            tables=tables,
-            secrets=secret_names,
-            api_key=key,
-            queues=queues,
-            topics=topics,
-            configuration_sets=configuration_sets,
-        )
+        return resources
 
     role = _lambda_role()
     lam = aws_client("lambda")
@@ -282,12 +284,4 @@ def provision(
         registered[spec.name] = LocalFunction(name=name, arn=arn, spec=spec, env=env)
     # One state machine per sequence file, calling the step function (as the CDK construct does).
     deploy_state_machines(registered[specs.SEQUENCE_STEP_FUNCTION.name].arn, role)
-    return LocalResources(
-        tables=tables,
-        secrets=secret_names,
-        api_key=key,
-        queues=queues,
-        topics=topics,
-        configuration_sets=configuration_sets,
-        functions=registered,
-    )
+    return dataclasses.replace(resources, functions=registered)

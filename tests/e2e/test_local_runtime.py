@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.e2e.conftest import Local, receive_all, start_dev, wait_for_state
+from tests.e2e.conftest import Local, receive_all, start_dev, stop_dev, wait_for_state
 
 THIRTY_DAYS_S = 30 * 86400
 ROLE_NAME = "e2e-handlers"
@@ -514,6 +514,25 @@ def test_mailstep_dev_serves_within_10_s_and_stops_on_sigint(tmp_path: Path, art
     assert time.monotonic() - stopping < 8  # ~2 s alone; CI runs another test worker beside it
     log = (tmp_path / "dev" / "dev.log").read_text()
     assert state["api_key"] in log and "stopped." in log
+
+
+def test_the_fast_in_process_mode_still_serves_the_api(tmp_path: Path) -> None:
+    """`mailstep dev --in-process-lambdas` (no synth, no IAM checks) stays usable."""
+    process = start_dev(tmp_path / "dev", "--in-process-lambdas")
+    try:
+        state = wait_for_state(tmp_path / "dev", process, 60)
+        assert state["lambdas"] == "in-process"
+        body = json.dumps({"type": "subscriber.subscribed", "email": "fast@example.com"}).encode()
+        request = urllib.request.Request(
+            state["api_url"] + "/v1/events",
+            data=body,
+            method="POST",
+            headers={"authorization": f"Bearer {state['api_key']}", "content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.loads(answer.read())["results"][0]["subscriber"] == "created"
+    finally:
+        stop_dev(process)
 
 
 def test_the_moto_hooks_are_where_the_runtime_expects_them() -> None:
