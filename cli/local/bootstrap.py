@@ -81,14 +81,14 @@ def call_handler(handler: Any, event: Any, context: LambdaContext) -> tuple[str,
 
 
 # ----- IAM: identity-based policy evaluation -------------------------------------------------
-def _matches(pattern: str, value: str, *, case_sensitive: bool) -> bool:
+def matches(pattern: str, value: str, *, case_sensitive: bool) -> bool:
     """IAM wildcards: ``*`` any run of characters, ``?`` one character."""
     if not case_sensitive:
         pattern, value = pattern.lower(), value.lower()
     return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
 
 
-def _as_list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
@@ -108,15 +108,15 @@ class RolePolicy:
 
     def _applies(self, statement: dict[str, Any], action: str, resource: str) -> bool:
         if "Action" in statement:
-            if not any(_matches(a, action, case_sensitive=False) for a in _as_list(statement["Action"])):
+            if not any(matches(a, action, case_sensitive=False) for a in as_list(statement["Action"])):
                 return False
-        elif any(_matches(a, action, case_sensitive=False) for a in _as_list(statement.get("NotAction", []))):
+        elif any(matches(a, action, case_sensitive=False) for a in as_list(statement.get("NotAction", []))):
             return False
         if "Resource" in statement:
-            if not any(_matches(r, resource, case_sensitive=True) for r in _as_list(statement["Resource"])):
+            if not any(matches(r, resource, case_sensitive=True) for r in as_list(statement["Resource"])):
                 return False
         elif any(
-            _matches(r, resource, case_sensitive=True) for r in _as_list(statement.get("NotResource", []))
+            matches(r, resource, case_sensitive=True) for r in as_list(statement.get("NotResource", []))
         ):
             return False
         return self._conditions_hold(statement.get("Condition") or {})
@@ -127,7 +127,7 @@ class RolePolicy:
                 actual = self.context.get(key.lower())
                 if actual is None:
                     return False
-                wanted = [str(v) for v in _as_list(expected)]
+                wanted = [str(v) for v in as_list(expected)]
                 if operator in ("StringEquals", "ArnEquals", "Bool"):
                     ok = (
                         actual in wanted
@@ -135,7 +135,7 @@ class RolePolicy:
                         else actual.lower() in [w.lower() for w in wanted]
                     )
                 elif operator in ("StringLike", "ArnLike"):
-                    ok = any(_matches(w, actual, case_sensitive=True) for w in wanted)
+                    ok = any(matches(w, actual, case_sensitive=True) for w in wanted)
                 elif operator == "StringNotEquals":
                     ok = actual not in wanted
                 else:

@@ -31,8 +31,6 @@ from shared import specs
 from shared.aws import client as aws_client
 from shared.provision import LocalFunction, LocalResources, local_function_name, placeholder_code
 
-LAMBDA_RESERVED_ENV = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_REGION", "_HANDLER", "LAMBDA_TASK_ROOT")
-
 
 @dataclass(frozen=True)
 class Deployment:

@@ -307,7 +307,7 @@ class Environments:
         """Every (function, action, resource) an Allow of a function's role policy grants that no
         recorded request used. ``ignore``: action patterns used by services on the function's
         behalf (log delivery, event source polling), never by its code."""
-        from cli.local.bootstrap import RolePolicy, _as_list, _matches
+        from cli.local.bootstrap import RolePolicy, as_list, matches
 
         with self._lock:
             used = [(f, a, r) for (f, a, r, ok), n in self.calls.items() if ok]
@@ -317,10 +317,10 @@ class Environments:
             for statement in spec.policy or []:
                 if statement.get("Effect") != "Allow":
                     continue
-                for action in _as_list(statement.get("Action", [])):
-                    if any(_matches(pattern, action, case_sensitive=False) for pattern in ignore):
+                for action in as_list(statement.get("Action", [])):
+                    if any(matches(pattern, action, case_sensitive=False) for pattern in ignore):
                         continue
-                    for resource in _as_list(statement.get("Resource", [])):
+                    for resource in as_list(statement.get("Resource", [])):
                         grant = RolePolicy([{"Effect": "Allow", "Action": action, "Resource": resource}])
                         if not any(f == name and grant.decide(a, r) for f, a, r in used):
                             unused.append({"function": name, "action": action, "resource": resource})

@@ -229,12 +229,13 @@ class SqsPoller:
             "awsRegion": self.region,
         }
 
-    def _deliver(self, messages: list[Any]) -> list[Any]:
-        """Invoke the function; delete what it processed; return the messages it did not."""
+    def _deliver(self, messages: list[Any]) -> None:
+        """Invoke the function and delete what it processed; the rest stays hidden until the
+        visibility timeout ends (then SQS hands it out again, or moves it to the DLQ)."""
         event = {"Records": [self._record(m) for m in messages]}
         payload, errored = invoke(self.function, event)
         if errored:
-            return messages  # every message comes back
+            return  # every message comes back
         failed: set[str] = set()
         if isinstance(payload, dict) and isinstance(payload.get("batchItemFailures"), list):
             failed = {
@@ -244,4 +245,3 @@ class SqsPoller:
         for message in done:
             self.sqs.delete_message(self.queue_name, message.receipt_handle)
         self.counts.deletes += -(-len(done) // 10)  # DeleteMessageBatch takes 10 at most
-        return [m for m in messages if m.id in failed]

@@ -169,6 +169,19 @@ def local(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[L
         stop_dev(process)
 
 
+def post_events(state: dict[str, Any], body: Any, timeout: float = 60) -> Any:
+    """POST ``body`` to ``/v1/events`` of the `mailstep dev` that ``state`` (runtime.json)
+    describes, with its API key; the JSON answer (an HTTP error raises)."""
+    request = urllib.request.Request(
+        state["api_url"] + "/v1/events",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"authorization": f"Bearer {state['api_key']}", "content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return json.loads(answer.read())
+
+
 def stop_dev(process: subprocess.Popen[str]) -> None:
     """Ctrl-C, as a user stops it; killed if it does not end within 15 s."""
     process.send_signal(signal.SIGINT)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import specs
-from tests.e2e.conftest import start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import post_events, start_dev, stop_dev, wait_for_state
 
 
 def without_action(template: dict[str, Any], handler: str, action: str) -> dict[str, Any]:
@@ -45,15 +45,8 @@ def test_a_missing_grant_fails_the_flow_with_access_denied(tmp_path: Path, artif
     process = start_dev(state_dir, "--template", str(template))
     try:
         state = wait_for_state(state_dir, process, 60)
-        body = json.dumps({"type": "subscriber.subscribed", "email": "denied@example.com"}).encode()
-        request = urllib.request.Request(
-            state["api_url"] + "/v1/events",
-            data=body,
-            method="POST",
-            headers={"authorization": f"Bearer {state['api_key']}", "content-type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as answer:  # the API may still do its part
-            assert json.loads(answer.read())["results"][0]["sequences_started"] == ["onboarding"]
+        answer = post_events(state, {"type": "subscriber.subscribed", "email": "denied@example.com"})
+        assert answer["results"][0]["sequences_started"] == ["onboarding"]  # the API still does its part
         log = Path(state["logs"]) / "mailstep-sequence-step.log"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "AccessDeniedException" not in (

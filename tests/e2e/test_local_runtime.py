@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.e2e.conftest import Local, receive_all, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import Local, post_events, receive_all, start_dev, stop_dev, wait_for_state
 
 THIRTY_DAYS_S = 30 * 86400
 ROLE_NAME = "e2e-handlers"
@@ -191,6 +191,9 @@ def test_a_bad_request_gets_400_naming_the_field(local: Local) -> None:
     )
     assert status == 400
     assert answer["error"]["field"] == "email"
+    event = {"type": "trial.started", "email": "huge@example.com", "data": {"n": 10**60}}
+    status, answer = local.http("POST", "/v1/events", event, local.api_key)
+    assert status == 400 and answer["error"]["field"].startswith("data"), answer
 
 
 def test_unknown_routes_get_404(local: Local) -> None:
@@ -276,26 +279,26 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
     sqs.send_message(QueueUrl=url, MessageBody="fail")
     sqs.send_message(QueueUrl=url, MessageBody=retried)
     ddb = local.client("dynamodb")
-    deadline = time.monotonic() + 10
-    item = None
-    while item is None and time.monotonic() < deadline:
-        item = ddb.get_item(
-            TableName="mailstep-main", Key={"PK": {"S": f"E2E#{body}"}, "SK": {"S": "SQS"}}
-        ).get("Item")
-        time.sleep(0.05)
+
+    def stored(message_body: str, timeout_s: float) -> dict[str, Any] | None:
+        """The item the handler wrote for ``message_body``, once it is there."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            key = {"PK": {"S": f"E2E#{message_body}"}, "SK": {"S": "SQS"}}
+            found = ddb.get_item(TableName="mailstep-main", Key=key).get("Item")
+            if found is not None:
+                return dict(found)
+            time.sleep(0.05)
+        return None
+
+    item = stored(body, 10)
     assert item is not None, "the mapped handler never ran"
     assert item["function"]["S"] == function.rsplit(":", 1)[-1]
     assert item["source"]["S"] == arn
     # `mailstep dev` runs functions in their own execution environments, from their code
     assert int(item["pid"]["N"]) != local.state["pid"] and local.state["lambdas"] == "artifact"
     # a record the function failed comes back only after the queue's visibility timeout (3 s)
-    deadline = time.monotonic() + 15
-    again = None
-    while again is None and time.monotonic() < deadline:
-        again = ddb.get_item(
-            TableName="mailstep-main", Key={"PK": {"S": f"E2E#{retried}"}, "SK": {"S": "SQS"}}
-        ).get("Item")
-        time.sleep(0.1)
+    again = stored(retried, 15)
     assert again is not None and again["receive_count"]["S"] == "2"
     assert float(again["stored_at"]["N"]) - sent_at >= 2.5
     # the record that always fails lands in the DLQ after maxReceiveCount
@@ -522,15 +525,8 @@ def test_the_fast_in_process_mode_still_serves_the_api(tmp_path: Path) -> None:
     try:
         state = wait_for_state(tmp_path / "dev", process, 60)
         assert state["lambdas"] == "in-process"
-        body = json.dumps({"type": "subscriber.subscribed", "email": "fast@example.com"}).encode()
-        request = urllib.request.Request(
-            state["api_url"] + "/v1/events",
-            data=body,
-            method="POST",
-            headers={"authorization": f"Bearer {state['api_key']}", "content-type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            assert json.loads(answer.read())["results"][0]["subscriber"] == "created"
+        answer = post_events(state, {"type": "subscriber.subscribed", "email": "fast@example.com"})
+        assert answer["results"][0]["subscriber"] == "created"
     finally:
         stop_dev(process)
 
