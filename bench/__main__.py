@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-# Before anything imports shared.observability: the bench prints tables, not handler logs.
+# Before anything imports shared.core.observability: the bench prints tables, not handler logs.
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.meter import Measurement, Meter
 from cli.local.lambdas import STATS
-from shared.aws import client
+from shared.core.aws import client
 
 
 def state_transitions() -> int:

@@ -2,7 +2,7 @@
 Lambda invocations and GB-seconds, Step Functions state transitions, SES sends, HTTP
 API requests, with DESIGN.md section 9 prices.
 
-Requests are counted with botocore event hooks on every client of ``shared.aws`` (the
+Requests are counted with botocore event hooks on every client of ``shared.core.aws`` (the
 product's only client factory); requests the platform makes on its own are counted by
 the runtime (SQS event source polls, SES sends, HTTP API requests, Lambda invocations).
 
@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import specs
-from shared.aws import register_hook, unregister_hook
+from shared.core import specs
+from shared.core.aws import register_hook, unregister_hook
 
 # DESIGN.md section 9, USD per unit.
 PRICES = {

@@ -2,7 +2,7 @@
 local runtime (``--stack`` / ``--target`` / ``--region`` / ``--state-dir``, as every operator
 command: ``cli.target``).
 
-The commands call ``shared.broadcasts.service`` with the target's settings (tables, the
+The commands call ``ops.broadcasts`` with the target's settings (tables, the
 broadcast queues and the schedule state machine, from the stack outputs); the work itself
 happens in the resolver and worker Lambdas of that target.
 """
@@ -35,14 +35,14 @@ FINAL = ("done", "cancelled", "failed")
 
 def _service(settings: Any) -> Any:
     """The broadcast service wired to a target's settings (``cli.target.select``)."""
-    from shared.broadcasts.service import Broadcasts
-    from shared.settings import Settings
+    from ops.broadcasts import Broadcasts
+    from shared.core.settings import Settings
 
     return Broadcasts.from_settings(Settings.model_validate(settings.model_dump() | _rate_overrides()))
 
 
 def _rate_overrides() -> dict[str, Any]:
-    from shared.specs import ENV
+    from shared.core.specs import ENV
 
     fields = ("broadcast_max_send_rate", "broadcast_rate_share")
     return {f: os.environ[ENV[f]] for f in fields if ENV[f] in os.environ}
@@ -87,7 +87,7 @@ def send(
 ) -> None:
     """Send (or schedule) a broadcast and follow its progress."""
     from shared.broadcasts.model import parse_request
-    from shared.errors import InvalidInput
+    from shared.core.errors import InvalidInput
 
     try:
         request = parse_request(
@@ -213,7 +213,7 @@ def get(
     state_dir: Path = STATE_DIR,
 ) -> None:
     """One broadcast: its record merged with its engagement counters (STATS)."""
-    from shared.errors import NotFound
+    from shared.core.errors import NotFound
 
     try:
         details = _service(select(target, stack, state_dir, region).settings).details(broadcast_id)
@@ -232,7 +232,7 @@ def cancel(
     state_dir: Path = STATE_DIR,
 ) -> None:
     """Stop a scheduled or running broadcast (batches already in a worker's hands finish)."""
-    from shared.errors import NotFound
+    from shared.core.errors import NotFound
 
     try:
         record, changed = _service(select(target, stack, state_dir, region).settings).cancel(broadcast_id)
@@ -254,7 +254,7 @@ def resume(
     state_dir: Path = STATE_DIR,
 ) -> None:
     """Resume a cancelled or failed broadcast: whoever has not received it yet gets it."""
-    from shared.errors import Conflict, NotFound
+    from shared.core.errors import Conflict, NotFound
 
     try:
         record = _service(select(target, stack, state_dir, region).settings).resume(broadcast_id)

@@ -174,8 +174,8 @@ def chapter_state(demo: Demo) -> None:
     demo.chapter("What is in DynamoDB and the outbox now")
     from cli.local.ses import read_outbox
     from cli.local_cmd import outbox_table
-    from shared.aws import client
-    from shared.dynamo import deserialize
+    from shared.core.aws import client
+    from shared.store.dynamo import deserialize
 
     table_name = demo.runtime.resources.tables["table_name"]
     items = [deserialize(i) for i in client("dynamodb").scan(TableName=table_name)["Items"]]
@@ -221,8 +221,8 @@ def chapter_sending(demo: Demo) -> None:
     from email.parser import BytesParser
 
     from cli.local.ses import read_outbox
-    from shared.aws import client
-    from shared.send_jobs import SendJob, enqueue
+    from shared.core.aws import client
+    from shared.sending.jobs import SendJob, enqueue
 
     job = SendJob(email="ada@example.com", template="welcome", source="demo", step="welcome")
     enqueue([job, job, job], demo.runtime.resources.queues["SendQueue"].url)
@@ -273,10 +273,10 @@ def chapter_engagement(demo: Demo) -> None:
     from cli.local import ses_events as ev
     from cli.local.ses import read_outbox
     from cli.stats_cmd import counters_table
-    from shared.send_jobs import SendJob, enqueue
-    from shared.stats import StatsStore
-    from shared.store import SubscriberStore
-    from shared.suppression import Suppressions
+    from shared.engagement.suppression import Suppressions
+    from shared.sending.jobs import SendJob, enqueue
+    from shared.store.stats import StatsStore
+    from shared.store.subscribers import SubscriberStore
 
     source, bounce, complaint, grace = (
         "demo-digest",
@@ -386,10 +386,10 @@ def chapter_broadcast(demo: Demo) -> None:
     import time
 
     from cli.local.ses import read_outbox
-    from shared import specs
+    from ops.broadcasts import Broadcasts
     from shared.broadcasts.model import parse_request
-    from shared.broadcasts.service import Broadcasts
-    from shared.settings import Settings
+    from shared.core import specs
+    from shared.core.settings import Settings
 
     resources = demo.runtime.resources
     service = Broadcasts.from_settings(
@@ -431,9 +431,9 @@ def chapter_sequences(demo: Demo) -> None:
     import time
 
     from cli.local.ses import read_outbox
-    from shared.aws import client
-    from shared.sender import decode_tag_value
-    from shared.store import SubscriberStore
+    from shared.core.aws import client
+    from shared.sending.sender import decode_tag_value
+    from shared.store.subscribers import SubscriberStore
 
     tables = demo.runtime.resources.tables
     store = SubscriberStore(tables["table_name"], tables["events_table_name"])

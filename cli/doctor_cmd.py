@@ -23,7 +23,7 @@ def doctor(
     region: str | None = REGION,
 ) -> None:
     """Check a deployment's health: each check passes or fails with a hint; exit 1 when one fails."""
-    from shared import doctor as checks
+    from ops import doctor as checks
 
     with errors_to_exit():
         report = checks.run(select(target, stack, state_dir, region))

@@ -42,8 +42,8 @@ def events(
     """Every event of one subscriber, oldest first."""
     import json
 
-    from shared.models import normalise_email
-    from shared.store import SubscriberStore
+    from shared.core.models import normalise_email
+    from shared.store.subscribers import SubscriberStore
 
     try:
         address = normalise_email(email)

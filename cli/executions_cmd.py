@@ -25,7 +25,7 @@ def failed(
     region: str | None = REGION,
 ) -> None:
     """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines, newest first."""
-    from shared.admin import failed_executions
+    from ops.admin import failed_executions
 
     with errors_to_exit():
         resolved = select(target, stack, state_dir, region)

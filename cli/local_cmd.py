@@ -45,8 +45,8 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
     from cli.local import read_state
     from cli.local import ses_events as ev
     from cli.target import select
-    from shared.aws import client
-    from shared.targets import LOCAL
+    from ops.targets import LOCAL
+    from shared.core.aws import client
 
     state = read_state(state_dir)
     message = find_message(Path(state["outbox"]), target)

@@ -3,21 +3,21 @@
 Each tool parses its arguments and calls THE SAME shared logic as the matching CLI command,
 then returns plain JSON:
 
-- subscriber_get/list/update/unsubscribe/resubscribe/erase: ``shared.admin.SubscriberAdmin``
+- subscriber_get/list/update/unsubscribe/resubscribe/erase: ``ops.admin.SubscriberAdmin``
   (``mailstep subscribers``);
 - sequences_list, sequence_subscribers: ``shared.sequences.validate.load_catalog`` and
   ``SubscriberStore.sequence_members`` (``mailstep sequences list|subscribers``);
-- failed_sequence_executions: ``shared.admin.failed_executions`` (``mailstep executions failed``);
+- failed_sequence_executions: ``ops.admin.failed_executions`` (``mailstep executions failed``);
 - events_by_subscriber: ``SubscriberStore.list_events`` (``mailstep events``);
   events_by_template, events_by_sequence: ``StatsStore.events`` (the events table GSIs
   TemplateIndex and SequenceIndex, as ``mailstep stats --since`` reads them);
-- stats: ``shared.stats.report`` and ``StatsStore.sources`` (``mailstep stats``);
-- templates_list/validate/preview: ``shared.rendering.Renderer`` (``mailstep templates``);
-- suppression_list/remove: ``shared.suppression.Suppressions`` (``mailstep suppression``);
+- stats: ``shared.store.stats.report`` and ``StatsStore.sources`` (``mailstep stats``);
+- templates_list/validate/preview: ``shared.sending.rendering.Renderer`` (``mailstep templates``);
+- suppression_list/remove: ``shared.engagement.suppression.Suppressions`` (``mailstep suppression``);
 - broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send:
-  ``shared.broadcasts.service.Broadcasts`` list/details/check+preview/send with
+  ``ops.broadcasts.Broadcasts`` list/details/check+preview/send with
   ``shared.broadcasts.model.parse_request`` (``mailstep broadcast list|get|send [--dry-run]``);
-- doctor: ``shared.doctor.run`` (``mailstep doctor``).
+- doctor: ``ops.doctor.run`` (``mailstep doctor``).
 
 Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send). Domain errors become tool
 errors with the message (``isError``), never a crash of the server. Logs go to stderr:
@@ -35,14 +35,14 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from shared.admin import SubscriberAdmin, email_arg, failed_executions, make_update
-from shared.errors import MailstepError
-from shared.rendering import TEMPLATES_DIR, Renderer
+from ops.admin import SubscriberAdmin, email_arg, failed_executions, make_update
+from ops.targets import Target
+from shared.core.errors import MailstepError
+from shared.engagement.suppression import Suppressions
+from shared.sending.rendering import TEMPLATES_DIR, Renderer
 from shared.sequences import SEQUENCES_DIR
-from shared.stats import StatsStore
-from shared.store import SubscriberStore
-from shared.suppression import Suppressions
-from shared.targets import Target
+from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore
 
 INSTRUCTIONS = """mailstep: self-hosted email (subscribers, sequences, engagement) on AWS.
 Tools read and change the live data of one deployment ({label}). Emails are normalised
@@ -69,7 +69,7 @@ def _tool_errors(fn: F) -> F:
 
 def _plain(value: Any) -> Any:
     """Events-table items -> JSON (Decimal, sets)."""
-    from shared.dynamo import from_dynamo
+    from shared.store.dynamo import from_dynamo
 
     return json.loads(json.dumps(from_dynamo(value), default=str))
 
@@ -202,7 +202,7 @@ def build_server(
     ) -> dict[str, Any]:
         """Engagement: totals, unique opens/clicks and rates of a sequence, broadcast or
         template (every source when none is named)."""
-        from shared.stats import report
+        from shared.store.stats import report
 
         chosen = [v for v in (sequence, broadcast, template) if v]
         if len(chosen) > 1:
@@ -261,7 +261,7 @@ def build_server(
 
     # ----- broadcasts -----------------------------------------------------------------------
     def broadcasts() -> Any:
-        from shared.broadcasts.service import Broadcasts
+        from ops.broadcasts import Broadcasts
 
         return Broadcasts.from_settings(settings)
 
@@ -357,7 +357,7 @@ def build_server(
     @tool
     def doctor() -> dict[str, Any]:
         """Health checks: SES identity/DKIM, sandbox, quota, configuration set, alarms, DLQs."""
-        from shared.doctor import run
+        from ops.doctor import run
 
         return run(target).public()
 
@@ -373,7 +373,7 @@ def _new_broadcast_id() -> str:
 
 
 def _sequence_arg(value: str) -> str:
-    from shared.models import validate_name
+    from shared.core.models import validate_name
 
     return validate_name(value, "sequence id")
 
@@ -381,7 +381,7 @@ def _sequence_arg(value: str) -> str:
 def _events(stats_store: StatsStore, *, limit: int, since: str | None, **scope: str) -> list[dict[str, Any]]:
     from itertools import islice
 
-    from shared.stats import parse_since
+    from shared.store.stats import parse_since
 
     if not 1 <= limit <= 1000:
         raise ValueError("limit must be 1..1000")

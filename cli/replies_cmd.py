@@ -86,9 +86,9 @@ def publish_reply(state_dir: Path, target: str, body: str) -> dict[str, Any]:
     from cli.local import read_state
     from cli.local.ses_events import feedback_id
     from cli.target import select
-    from shared import specs
-    from shared.aws import client
-    from shared.targets import LOCAL
+    from ops.targets import LOCAL
+    from shared.core import specs
+    from shared.core.aws import client
 
     state = read_state(state_dir)
     message = find_message(Path(state["outbox"]), target)

@@ -31,8 +31,8 @@ def send_test(
     region: str | None = REGION,
 ) -> None:
     """Send one template to one address through the real pipeline (local runtime or stack)."""
-    from shared.send_jobs import SendJob
-    from shared.send_pipeline import TEST_SOURCE, SendContext, outcome_dict, send
+    from shared.sending.jobs import SendJob
+    from shared.sending.pipeline import TEST_SOURCE, SendContext, outcome_dict, send
 
     try:
         values = json.loads(data)

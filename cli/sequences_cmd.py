@@ -143,8 +143,8 @@ def subscribers(
     state_dir: Path = STATE_DIR,
 ) -> None:
     """Subscribers with an active execution of the sequence (its EXEC pairs)."""
-    from shared.models import validate_name
-    from shared.store import SubscriberStore
+    from shared.core.models import validate_name
+    from shared.store.subscribers import SubscriberStore
 
     chosen = select(target, stack, state_dir, region)
     with errors_to_exit():
@@ -175,7 +175,7 @@ def reconcile(
     """Remove EXEC pairs whose execution is no longer running (a crash between steps)."""
     from shared.sequences.engine import SequenceEngine
     from shared.sequences.validate import Catalog
-    from shared.store import SubscriberStore
+    from shared.store.subscribers import SubscriberStore
 
     chosen = select(target, stack, state_dir, region)
     with errors_to_exit():

@@ -1,7 +1,7 @@
 """``mailstep stats``: sent, delivered, opened, clicked, bounced, complained, unsubscribed.
 
 Works against the running local runtime (``--state-dir``, the default) or a deployed stack
-(``--stack``). The numbers come from ``shared.stats``; this module only formats them.
+(``--stack``). The numbers come from ``shared.store.stats``; this module only formats them.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def stats(
     """Engagement totals, unique opens/clicks and rates; every source when none is named."""
     import json
 
-    from shared.stats import StatsStore, report
+    from shared.store.stats import StatsStore, report
 
     chosen = [v for v in (sequence, broadcast, template) if v]
     if len(chosen) > 1:

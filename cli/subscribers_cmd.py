@@ -1,6 +1,6 @@
 """``mailstep subscribers ...``: look up, change, erase, import and export subscribers.
 
-Parsing and formatting only: the logic is ``shared.admin`` and ``shared.csv_io``. Every
+Parsing and formatting only: the logic is ``ops.admin`` and ``ops.csv_io``. Every
 command takes the target options of ``cli.target`` (local runtime or ``--stack NAME``).
 """
 
@@ -30,7 +30,7 @@ AS_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
 def _admin(target: str | None, stack: str | None, state_dir: Path, region: str | None) -> Any:
-    from shared.admin import SubscriberAdmin
+    from ops.admin import SubscriberAdmin
 
     return SubscriberAdmin.from_settings(select(target, stack, state_dir, region).settings)
 
@@ -127,7 +127,7 @@ def update(
     region: str | None = REGION,
 ) -> None:
     """Change an existing subscriber's tags, attributes or first name."""
-    from shared.admin import parse_update
+    from ops.admin import parse_update
 
     with errors_to_exit():
         change = parse_update(tag, attr, first_name)
@@ -219,9 +219,9 @@ def import_(
     region: str | None = REGION,
 ) -> None:
     """Import subscribers from CSV: streamed, validated, idempotent, resumable."""
-    from shared.admin import tag_arg
-    from shared.csv_io import SequenceTrigger, checkpoint_path, import_csv
-    from shared.store import SubscriberStore
+    from ops.admin import tag_arg
+    from ops.csv_io import SequenceTrigger, checkpoint_path, import_csv
+    from shared.store.subscribers import SubscriberStore
 
     with errors_to_exit():
         tags = tuple(tag_arg(t) for t in tag)
@@ -296,7 +296,7 @@ def export(
     region: str | None = REGION,
 ) -> None:
     """Write subscribers as CSV to stdout (streamed): `mailstep subscribers export > list.csv`."""
-    from shared.csv_io import export_csv
+    from ops.csv_io import export_csv
 
     with errors_to_exit():
         count = export_csv(_admin(target, stack, state_dir, region), sys.stdout, tag=tag, status=status)

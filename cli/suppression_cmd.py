@@ -16,8 +16,8 @@ app = typer.Typer(help="Suppressed addresses (permanent bounces, complaints).", 
 
 
 def _suppressions(target: str | None, stack: str | None, state_dir: Path, region: str | None):  # type: ignore[no-untyped-def]
-    from shared.store import SubscriberStore
-    from shared.suppression import Suppressions
+    from shared.engagement.suppression import Suppressions
+    from shared.store.subscribers import SubscriberStore
 
     return Suppressions(SubscriberStore(*tables(target, stack, state_dir, region)))
 
@@ -54,7 +54,7 @@ def remove(
     state_dir: Path = STATE_DIR,
 ) -> None:
     """Lift a suppression (the profile may be mailed again)."""
-    from shared.models import normalise_email
+    from shared.core.models import normalise_email
 
     try:
         address = normalise_email(email)

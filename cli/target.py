@@ -11,7 +11,7 @@ Rules: ``--target local`` uses the local runtime (an error when none is running)
 ``AWS_REGION``) and endpoint (``AWS_ENDPOINT_URL`` when set); with neither, the local runtime
 is used when one is running, otherwise the command stops and says how to choose.
 
-Both end in ``shared.targets.stack_target``: the local runtime registers itself in its
+Both end in ``ops.targets.stack_target``: the local runtime registers itself in its
 emulated CloudFormation as the stack ``Mailstep`` (``cli.local.cfn_stack``), so choosing it
 only points the AWS clients at its endpoint first. This module is the only one of the CLI
 that writes ``os.environ`` (where boto3 reads endpoint, region and credentials).
@@ -33,7 +33,7 @@ import typer
 from cli.dev_cmd import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
-    from shared.targets import Target
+    from ops.targets import Target
 
 TARGET = typer.Option(None, "--target", help="local | stack (default: local when `mailstep dev` runs).")
 STACK = typer.Option(None, "--stack", envvar="MAILSTEP_STACK", help="Name of a deployed stack.")
@@ -83,7 +83,7 @@ def quiet_logs() -> None:
     import logging
     import sys
 
-    from shared.observability import SERVICE
+    from shared.core.observability import SERVICE
 
     log = logging.getLogger(SERVICE)
     for handler in log.handlers:
@@ -93,11 +93,12 @@ def quiet_logs() -> None:
 
 
 def resolve(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
-    """Resolve the options to a ``shared.targets.Target`` and point the AWS clients at it."""
+    """Resolve the options to a ``ops.targets.Target`` and point the AWS clients at it."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from shared import specs, targets
-    from shared.aws import reset_clients
+    from ops import targets
+    from shared.core import specs
+    from shared.core.aws import reset_clients
 
     quiet_logs()
     if target not in (None, targets.LOCAL, targets.STACK):
@@ -136,7 +137,7 @@ def resolve(target: str | None, stack: str | None, state_dir: Path, region: str 
 
 def select(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
     """:func:`resolve` for typer commands: a problem becomes a clean exit with code 2."""
-    from shared.errors import MailstepError
+    from shared.core.errors import MailstepError
 
     try:
         return resolve(target, stack, state_dir, region)
@@ -148,7 +149,7 @@ def select(target: str | None, stack: str | None, state_dir: Path, region: str |
 @contextmanager
 def errors_to_exit() -> Iterator[None]:
     """Domain errors become one line on stderr: exit 1 (not found, conflict), 2 (bad input)."""
-    from shared.errors import InvalidInput, MailstepError
+    from shared.core.errors import InvalidInput, MailstepError
 
     try:
         yield

@@ -1,7 +1,7 @@
 """``mailstep templates list | validate | preview``: the renderer of the Lambdas, on a laptop.
 
 Preview renders with a sample subscriber and the sending identity from the environment
-(``DEFAULT_FROM``, ``POSTAL_ADDRESS``, ``PUBLIC_BASE_URL``... as in ``shared.specs.ENV``);
+(``DEFAULT_FROM``, ``POSTAL_ADDRESS``, ``PUBLIC_BASE_URL``... as in ``shared.core.specs.ENV``);
 the unsubscribe link in a preview is a placeholder.
 """
 
@@ -26,15 +26,15 @@ DIR = typer.Option(None, "--dir", help="Templates folder (default: the project's
 
 
 def _renderer(directory: Path | None) -> Any:
-    from shared.rendering import TEMPLATES_DIR, Renderer
+    from shared.sending.rendering import TEMPLATES_DIR, Renderer
 
     return Renderer(directory or TEMPLATES_DIR)
 
 
 def identity_from_env() -> Any:
     """The sending identity from the environment (defaults where unset)."""
-    from shared.send_pipeline import MailIdentity
-    from shared.specs import ENV
+    from shared.core.specs import ENV
+    from shared.sending.pipeline import MailIdentity
 
     defaults = MailIdentity()
     fields = {
@@ -92,8 +92,8 @@ def preview(
     directory: Path | None = DIR,
 ) -> None:
     """Render one template: subject, preheader, text part and the HTML file."""
-    from shared.errors import MailstepError
-    from shared.rendering import timed_render
+    from shared.core.errors import MailstepError
+    from shared.sending.rendering import timed_render
 
     try:
         values = json.loads(data)

@@ -1,4 +1,6 @@
-"""mailstep runtime library shared by the Lambdas, the CLI and the local runtime.
+"""mailstep's runtime library: exactly what the Lambdas import (and the CLI reuses).
 
-This package is the only place that talks to boto3 (see ``shared/aws.py``).
+Domain packages, lowest first (docs/architecture.md, "Package layout"; checked by
+tests/unit/test_import_contract.py): ``core`` <- ``store`` <- ``sending`` <- ``sequences``
+<- ``broadcasts`` / ``web`` <- ``engagement``. Only adapters touch boto3 clients.
 """

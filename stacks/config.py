@@ -15,7 +15,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Node
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shared.specs import STACK_NAME
+from shared.core.specs import STACK_NAME
 
 PREFIX = "mailstep:"
 # A plausible address; SES verifies the real thing when it sends.
@@ -190,7 +190,7 @@ class MailstepConfig(BaseModel):
         return RETENTION_DAYS[self.log_retention_days]
 
     def mail_settings(self) -> dict[str, str]:
-        """Settings fields (``shared.settings``) for functions that send mail; unset keys keep defaults."""
+        """Settings fields (``shared.core.settings``) of functions that send mail; unset keys: defaults."""
         values = {
             "default_from": self.from_address,
             "default_reply_to": self.reply_to,

@@ -1,5 +1,5 @@
 """The mailstep stack: one stack composed of one construct per capability, all driven by
-``shared.specs``; and ``build_app()``, which ``app.py`` and the infra tests share."""
+``shared.core.specs``; and ``build_app()``, which ``app.py`` and the infra tests share."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from aws_cdk import App, CfnOutput, Stack, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.config import MailstepConfig
 from stacks.constructs.alarms import Alarms
 from stacks.constructs.api import Api

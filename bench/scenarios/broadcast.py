@@ -15,14 +15,14 @@ from datetime import UTC, datetime
 from bench.harness import Bench
 from bench.meter import Measurement
 from cli.local.ses import read_outbox
-from shared import keys, specs
-from shared.aws import client
+from ops.broadcasts import Broadcasts
 from shared.broadcasts.model import parse_request
-from shared.broadcasts.service import Broadcasts
-from shared.dynamo import serialize
-from shared.sender import decode_tag_value
-from shared.settings import Settings
-from shared.store import Profile
+from shared.core import specs
+from shared.core.aws import client
+from shared.core.settings import Settings
+from shared.sending.sender import decode_tag_value
+from shared.store.dynamo import serialize
+from shared.store.subscribers import Profile, keys
 
 NAME = "broadcast"
 DESCRIPTION = "a broadcast to a tag audience: requests per recipient, overhead vs SES, rate vs MaxSendRate"

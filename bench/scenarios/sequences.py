@@ -20,14 +20,14 @@ from pathlib import Path
 
 from bench.harness import Bench
 from bench.meter import Measurement
-from shared import specs
-from shared.aws import client
-from shared.models import InboundEvent
+from cli.local.sequence_machines import deploy_state_machines
+from shared.core import specs
+from shared.core.aws import client
+from shared.core.models import InboundEvent
 from shared.sequences import SEQUENCES_DIR
-from shared.sequences.deploy import deploy_state_machines
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import require_catalog
-from shared.store import SubscriberStore
+from shared.store.subscribers import SubscriberStore
 
 NAME = "sequences"
 DESCRIPTION = "emails sent by sequence state machines: a linear 5-mail drip and the onboarding example"

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from shared import specs
+from shared.core import specs
 
 ROOT = Path(__file__).resolve().parents[2]
 LAMBDA_PYTHON_VERSION = specs.LAMBDA_RUNTIME.removeprefix("python")  # "3.12"

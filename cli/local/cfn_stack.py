@@ -1,8 +1,8 @@
 """The local runtime as a CloudFormation stack, so operator commands resolve it like a deployment.
 
 ``register_stack`` puts a stack into the emulated CloudFormation under the deployed stack's
-name (``shared.specs.STACK_NAME``): its Outputs are the stack outputs with local values and
-``ListStackResources`` answers with the local resources. ``shared.targets.stack_target``
+name (``shared.core.specs.STACK_NAME``): its Outputs are the stack outputs with local values and
+``ListStackResources`` answers with the local resources. ``ops.targets.stack_target``
 then reads the local runtime exactly as it reads a deployed stack: one code path for
 ``--stack Mailstep`` and for ``mailstep dev``.
 
@@ -32,9 +32,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from shared import specs
-from shared.aws import client as aws_client
-from shared.provision import LocalResources, all_queues, all_topics
+from cli.local.provision import LocalResources, all_queues, all_topics
+from shared.core import specs
+from shared.core.aws import client as aws_client
 
 # Logical id of the template's one placeholder resource (the stack needs one).
 PLACEHOLDER = "LocalRuntime"
@@ -194,9 +194,9 @@ def local_outputs(
 ) -> dict[str, str]:
     """The stack outputs (``specs.stack_outputs()`` keys and ``specs.API_URL_OUTPUT``) with the
     values of the local resources. Deploys the broadcast schedule state machine (in the cloud
-    the stack owns it; ``shared.provision`` creates none)."""
+    the stack owns it; ``cli.local.provision`` creates none)."""
+    from cli.local.provision import LOCAL_ROLE_NAME
     from shared.broadcasts.schedule import ensure_local_state_machine
-    from shared.provision import LOCAL_ROLE_NAME
 
     queues = {
         spec.setting: resources.queues[spec.id].url for spec in all_queues() if spec.id in resources.queues

@@ -1,6 +1,6 @@
 """Deploy the synthesized template's compute onto the emulated account, as CloudFormation would.
 
-The data and messaging resources come from the specs (``shared.provision``: moto's
+The data and messaging resources come from the specs (``cli.local.provision``: moto's
 CloudFormation skips too many resource types to deploy the template itself); an infra test
 proves specs and template agree. Everything that decides how the code runs comes from the
 template, resolved to those resources (``cli.local.template``):
@@ -26,10 +26,10 @@ from typing import Any
 
 from cli.local.artifact import Artifact
 from cli.local.environments import DEFAULT_CONCURRENCY, EnvironmentSpec
+from cli.local.provision import LocalFunction, LocalResources, local_function_name, placeholder_code
 from cli.local.template import LocalTemplate
-from shared import specs
-from shared.aws import client as aws_client
-from shared.provision import LocalFunction, LocalResources, local_function_name, placeholder_code
+from shared.core import specs
+from shared.core.aws import client as aws_client
 
 
 @dataclass(frozen=True)

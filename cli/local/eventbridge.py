@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cli.local.template import LocalTemplate
-from shared.aws import client as aws_client
-from shared.observability import logger
+from shared.core.aws import client as aws_client
+from shared.core.observability import logger
 
 SOURCE = "aws.states"
 DETAIL_TYPE = "Step Functions Execution Status Change"

@@ -1,6 +1,6 @@
 """The local API Gateway (HTTP API, payload format 2.0) in front of the in-process Lambdas.
 
-Every route in ``shared.specs.routes()`` is served; a request becomes the v2 event API
+Every route in ``shared.core.specs.routes()`` is served; a request becomes the v2 event API
 Gateway would send (``version``, ``routeKey``, ``rawPath``, lower-cased headers,
 ``pathParameters``, ``requestContext.http``...), the function is invoked through the same
 in-process Lambda path moto uses, and the result is mapped back like API Gateway does
@@ -29,8 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from shared.apigw import http_api_event
-from shared.specs import FunctionSpec, RouteSpec
+from cli.local.apigw import http_api_event
+from shared.core.specs import FunctionSpec, RouteSpec
 
 Invoke = Callable[[FunctionSpec, dict[str, Any]], tuple[Any, bool]]
 # Local-only control endpoints under CONTROL_PREFIX: (method, path, body) -> (status, JSON body)

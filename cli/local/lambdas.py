@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.local.bootstrap import LambdaContext, call_handler
-from shared.observability import logger
+from shared.core.observability import logger
 
 
 @dataclass

@@ -4,7 +4,7 @@
         rt.endpoint, rt.api_url, rt.public_url, rt.api_key, rt.outbox
 
 Starts moto's server in this process, points this process at it (``AWS_ENDPOINT_URL``
-and friends), provisions everything in ``shared.specs`` through ``shared.provision``,
+and friends), provisions everything in ``shared.core.specs`` through ``cli.local.provision``,
 runs every Lambda from the deployment artifact (``cli.local.artifact``: the synthesized
 template and the bundled code asset) in execution environments of its own on Python 3.12
 with the template's environment and IAM (``cli.local.deployment``, ``cli.local.environments``),
@@ -43,13 +43,13 @@ from cli.local.environments import Environments
 from cli.local.eventbridge import ExecutionStatusRules, rules_of
 from cli.local.http_front import HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
+from cli.local.provision import LocalResources, local_function_name, provision
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
 from cli.local.template import LocalTemplate
 from cli.local.tls import TlsFiles, client_context, ensure_certificate, server_context
-from shared import specs
-from shared.aws import reset_clients
-from shared.provision import LocalResources, local_function_name, provision
-from shared.secrets import reset_cache
+from shared.core import specs
+from shared.core.aws import reset_clients
+from shared.core.secrets import reset_cache
 
 ACCOUNT_ID = "123456789012"
 STATE_FILE = "runtime.json"

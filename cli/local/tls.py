@@ -1,6 +1,6 @@
 """A self-signed certificate for the local runtime's https front (``127.0.0.1``/``localhost``).
 
-Unsubscribe links must be https everywhere (``shared.mime``), so the local runtime serves
+Unsubscribe links must be https everywhere (``shared.sending.mime``), so the local runtime serves
 its HTTP front over TLS too, with a certificate made here at start-up into
 ``<state dir>/tls/``. An existing pair is reused while it is valid for more than a week,
 so a client that trusts it (``curl --cacert``, a browser exception) keeps trusting it

@@ -9,14 +9,14 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.http import decode_json_body, register_error_handlers, require_bearer
-from shared.ingest import IngestContext, ingest, make_idempotency
-from shared.models import parse_event_body
-from shared.observability import logger, metrics
-from shared.secrets import get_secret
-from shared.sequences.deploy import engine_from_settings
-from shared.settings import Settings
-from shared.store import SubscriberStore
+from shared.core.models import parse_event_body
+from shared.core.observability import logger, metrics
+from shared.core.secrets import get_secret
+from shared.core.settings import Settings
+from shared.sequences.engine import engine_from_settings
+from shared.store.subscribers import SubscriberStore
+from shared.web.http import decode_json_body, register_error_handlers, require_bearer
+from shared.web.ingest import IngestContext, ingest, make_idempotency
 
 settings = Settings.from_env()
 idempotency, persistence = make_idempotency(settings.table_name, settings.idempotency_ttl_seconds)

@@ -16,8 +16,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.broadcasts.fanout import FanoutContext, resolve_step
 from shared.broadcasts.model import parse_resolve
-from shared.observability import logger, metrics
-from shared.settings import Settings
+from shared.core.observability import logger, metrics
+from shared.core.settings import Settings
 
 settings = Settings.from_env()
 context = FanoutContext.from_settings(settings)

@@ -17,8 +17,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.broadcasts.model import parse_batch
 from shared.broadcasts.worker import SAFETY_MARGIN_S, WorkerContext, process_batch
-from shared.observability import logger, metrics
-from shared.settings import Settings
+from shared.core.observability import logger, metrics
+from shared.core.settings import Settings
 
 settings = Settings.from_env()
 context = WorkerContext.from_settings(settings)

@@ -2,7 +2,7 @@
 
 Powertools batch processing, in two steps: each record is parsed, correlated and its side
 effects run (a record that is not an SES event fails only itself), then the batch's events
-are written together (``shared.engagement.EngagementBatch``: one transaction per batch).
+are written together (``shared.engagement.consumer.EngagementBatch``: one transaction per batch).
 Records whose write failed join ``batchItemFailures``; SQS delivers them again, and
 redelivered records change nothing.
 """
@@ -16,9 +16,9 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.engagement import EngagementBatch, EngagementContext
-from shared.observability import logger, metrics
-from shared.settings import Settings
+from shared.core.observability import logger, metrics
+from shared.core.settings import Settings
+from shared.engagement.consumer import EngagementBatch, EngagementContext
 
 settings = Settings.from_env()
 context = EngagementContext.from_settings(settings)

@@ -1,4 +1,4 @@
-"""Replies: SES inbound notifications (SNS -> SQS) -> ``reply`` events (``shared.replies``).
+"""Replies: SES inbound notifications (SNS -> SQS) -> ``reply`` events (``shared.engagement.replies``).
 
 Partial batch responses: a notification that is not SES inbound JSON fails only itself
 (retried, then the dead-letter queue). A redelivered notification changes nothing: the
@@ -14,9 +14,9 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.observability import logger, metrics
-from shared.replies import context_from_settings, process_notification
-from shared.settings import Settings
+from shared.core.observability import logger, metrics
+from shared.core.settings import Settings
+from shared.engagement.replies import context_from_settings, process_notification
 
 settings = Settings.from_env()
 context = context_from_settings(settings)

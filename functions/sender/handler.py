@@ -14,10 +14,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.observability import logger, metrics
-from shared.send_jobs import from_message
-from shared.send_pipeline import RetryableSend, SendContext, outcome_dict, send
-from shared.settings import Settings
+from shared.core.observability import logger, metrics
+from shared.core.settings import Settings
+from shared.sending.jobs import from_message
+from shared.sending.pipeline import RetryableSend, SendContext, outcome_dict, send
 
 settings = Settings.from_env()
 context = SendContext.from_settings(settings)

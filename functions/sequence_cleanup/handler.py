@@ -11,10 +11,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.observability import logger
+from shared.core.observability import logger
+from shared.core.settings import Settings
 from shared.sequences.engine import cleanup_execution
-from shared.settings import Settings
-from shared.store import SubscriberStore
+from shared.store.subscribers import SubscriberStore
 
 settings = Settings.from_env()
 store = SubscriberStore(settings.table_name, settings.events_table_name)

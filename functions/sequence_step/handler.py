@@ -11,11 +11,11 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.observability import logger, metrics
-from shared.send_pipeline import SendContext, send
+from shared.core.observability import logger, metrics
+from shared.core.settings import Settings
+from shared.sending.pipeline import SendContext, send
 from shared.sequences.steps import StepDeps, parse_request, run_step
-from shared.settings import Settings
-from shared.store import SubscriberStore
+from shared.store.subscribers import SubscriberStore
 
 settings = Settings.from_env()
 store = SubscriberStore(settings.table_name, settings.events_table_name)

@@ -9,12 +9,12 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.observability import logger, metrics
-from shared.secrets import get_secret
-from shared.sequences.deploy import engine_from_settings
-from shared.settings import Settings
-from shared.store import SubscriberStore
-from shared.unsubscribe_web import UnsubscribePages
+from shared.core.observability import logger, metrics
+from shared.core.secrets import get_secret
+from shared.core.settings import Settings
+from shared.sequences.engine import engine_from_settings
+from shared.store.subscribers import SubscriberStore
+from shared.web.pages import UnsubscribePages
 
 settings = Settings.from_env()
 store = SubscriberStore(settings.table_name, settings.events_table_name)

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import keys
-from shared.aws import client as aws_client
 from shared.broadcasts.model import Audience
-from shared.dynamo import batch_get, deserialize, from_dynamo, key, values
-from shared.models import SUBSCRIBED
+from shared.core.aws import client as aws_client
+from shared.core.models import SUBSCRIBED
+from shared.store import keys
+from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, values
 
 PAGE_SIZE = 1000  # recipients per page (a page is split into batches for the workers)
 CHUNK = 100  # keys per Query/BatchGetItem round trip

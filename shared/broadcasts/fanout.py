@@ -23,7 +23,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.aws import client as aws_client
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.model import (
     BATCH_CONTRACT,
@@ -37,8 +36,9 @@ from shared.broadcasts.model import (
 )
 from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.worker import BroadcastNotFound
-from shared.observability import logger
-from shared.settings import Settings
+from shared.core.aws import client as aws_client
+from shared.core.observability import logger
+from shared.core.settings import Settings
 
 BATCH_SIZE = 50  # recipients per broadcast.batch (also the cancel granularity per worker)
 SQS_BATCH = 10

@@ -23,10 +23,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from shared.envelopes import decode, encode
-from shared.errors import FieldProblem, InvalidInput
-from shared.models import ATTR_KEY_RE, invalid_input, validate_name
-from shared.rendering import KEY_RE, MAX_KEY
+from shared.core.envelopes import decode, encode
+from shared.core.errors import FieldProblem, InvalidInput
+from shared.core.models import ATTR_KEY_RE, invalid_input, validate_name
+from shared.sending.rendering import KEY_RE, MAX_KEY
 
 SCHEDULED = "scheduled"
 RESOLVING = "resolving"

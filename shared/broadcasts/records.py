@@ -20,8 +20,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shared import keys
-from shared.aws import client as aws_client
 from shared.broadcasts.model import (
     ACTIVE,
     CANCELLED,
@@ -35,8 +33,10 @@ from shared.broadcasts.model import (
     BroadcastRequest,
     iso,
 )
-from shared.dynamo import TransactionConflict, deserialize, key, serialize, transact, values
-from shared.stats import send_counters
+from shared.core.aws import client as aws_client
+from shared.store import keys
+from shared.store.dynamo import TransactionConflict, deserialize, key, serialize, transact, values
+from shared.store.stats import send_counters
 
 LIST_LIMIT = 50
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.broadcasts.model import Broadcast
-from shared.sfn import StepFunctions
+from shared.sequences.sfn import StepFunctions
 
 STATE_MACHINE_NAME = "mailstep-broadcast-schedule"
 WAIT_STATE = "WaitUntilSendTime"

@@ -4,7 +4,7 @@ pipeline, within the shared send rate, counted exactly once.
 Per batch:
 1. load the record; a batch of an earlier round (the broadcast was resumed) is dropped; a
    cancelled broadcast's batch is counted as ``skipped_cancelled`` and nothing is sent;
-2. every recipient: a token from the shared window limiter (``shared.rate``), then
+2. every recipient: a token from the shared window limiter (``shared.sending.rate``), then
    ``send_pipeline.send`` with source = broadcast id and step ``broadcast`` (send-once key
    (broadcast, subscriber)); up to ``threads`` sends in flight;
 3. SES throttling (a reserved share used by other mail, a burst elsewhere) is retried here
@@ -34,13 +34,13 @@ from pydantic import ValidationError
 
 from shared.broadcasts.model import CANCELLED, FAILED, STEP, BatchMessage, Broadcast
 from shared.broadcasts.records import BroadcastStore
-from shared.errors import NotFound
-from shared.observability import logger
-from shared.rate import TokenPool, WindowLimiter
-from shared.send_jobs import SendJob
-from shared.send_pipeline import SendContext, SendOutcome
-from shared.send_pipeline import send as pipeline_send
-from shared.settings import Settings
+from shared.core.errors import NotFound
+from shared.core.observability import logger
+from shared.core.settings import Settings
+from shared.sending.jobs import SendJob
+from shared.sending.pipeline import SendContext, SendOutcome
+from shared.sending.pipeline import send as pipeline_send
+from shared.sending.rate import TokenPool, WindowLimiter
 
 THROTTLE_RETRIES = 6
 BACKOFF_BASE_S = 0.2

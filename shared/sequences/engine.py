@@ -24,17 +24,20 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from shared.errors import AlreadyEntered, ExecutionAlreadyActive, SubscriberNotFound
-from shared.models import UNSUBSCRIBE_EVENT, UNSUBSCRIBED, InboundEvent
-from shared.observability import logger, redact_email
+from shared.core.errors import AlreadyEntered, ExecutionAlreadyActive, SubscriberNotFound
+from shared.core.models import UNSUBSCRIBE_EVENT, UNSUBSCRIBED, InboundEvent
+from shared.core.observability import logger, redact_email
+from shared.core.settings import Settings
+from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import tag_key
 from shared.sequences.evaluate import evaluate
 from shared.sequences.model import Sequence
-from shared.sequences.validate import Catalog
-from shared.sfn import RUNNING, StepFunctions, execution_arn
-from shared.store import Execution, Profile, SubscriberStore
+from shared.sequences.sfn import RUNNING, StepFunctions, execution_arn
+from shared.sequences.validate import Catalog, require_catalog
+from shared.store.subscribers import Execution, Profile, SubscriberStore
 
 STOP_ERROR = "mailstep.stopped"
 STALE_PAIR_AGE = timedelta(minutes=5)  # reconcile leaves younger orphan pairs alone (a start in flight)
@@ -218,3 +221,16 @@ def _parse_ts(value: str) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def engine_from_settings(
+    settings: Settings, store: SubscriberStore | None = None, sequences_dir: Path = SEQUENCES_DIR
+) -> SequenceEngine | None:
+    """The engine the events dispatch uses; None when no state machine prefix is configured."""
+    if not settings.state_machine_arn_prefix:
+        return None
+    return SequenceEngine(
+        catalog=require_catalog(sequences_dir),
+        arn_prefix=settings.state_machine_arn_prefix,
+        store=store or SubscriberStore(settings.table_name, settings.events_table_name),
+    )

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from shared.errors import InvalidInput
+from shared.core.errors import InvalidInput
 from shared.sequences.model import (
     MAX_STEPS,
     STEP_KEYS,
@@ -289,7 +289,7 @@ def load_file(path: Path, display: str | None = None) -> tuple[Sequence | None, 
         return None, source, problems
     file = display or str(path)
     try:
-        from shared.models import validate_name
+        from shared.core.models import validate_name
 
         validate_name(sequence_id_of(path), "sequence id (the file name)")
     except ValueError as exc:

@@ -2,7 +2,7 @@
 
 A file is either a drip sequence (``trigger`` + ``steps``) or a one-off event mail
 (``on: {event, send, subject}``). Every name that becomes part of a key (sequence id, tag,
-event type) goes through :func:`shared.models.validate_name`.
+event type) goes through :func:`shared.core.models.validate_name`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.models import ATTR_KEY_RE, validate_name
+from shared.core.models import ATTR_KEY_RE, validate_name
 
 DURATION_RE = re.compile(r"^([1-9][0-9]*)(m|h|d|w)$")
 UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

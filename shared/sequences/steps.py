@@ -28,16 +28,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared import keys
-from shared.dynamo import query_all, values
-from shared.models import validate_name
-from shared.observability import logger, redact_email
-from shared.send_jobs import SenderOverride, SendJob
-from shared.send_pipeline import SendOutcome
+from shared.core.models import validate_name
+from shared.core.observability import logger, redact_email
+from shared.sending.jobs import SenderOverride, SendJob
+from shared.sending.pipeline import SendOutcome
 from shared.sequences.compiler import CONTRACT, VERSION
 from shared.sequences.evaluate import evaluate, wake_at
 from shared.sequences.model import SendWindow, Variant, parse_condition
-from shared.store import SubscriberStore
+from shared.store.dynamo import query_all, values
+from shared.store.subscribers import SubscriberStore, keys
 
 OPEN_EVENT = "open"
 CLICK_EVENT = "click"

@@ -45,7 +45,7 @@ TemplateCheck = Callable[[str, str | None], list[str]]
 def renderer_template_check(templates_dir: Path) -> TemplateCheck:
     """The renderer's own checks: the template exists, its body, layout and front matter use
     only known variables, and the subject (given or from front matter) is valid."""
-    from shared.rendering import Renderer, RenderError
+    from shared.sending.rendering import Renderer, RenderError
 
     renderer = Renderer(templates_dir)
 

@@ -22,8 +22,8 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from shared import specs
-from shared.observability import NAMESPACE, SERVICE
+from shared.core import specs
+from shared.core.observability import NAMESPACE, SERVICE
 from stacks.config import MailstepConfig
 from stacks.constructs.messaging import dead_letter_id
 

@@ -1,4 +1,4 @@
-"""API: one HTTP API with a route per ``shared.specs.routes()``, access logs and stage throttling."""
+"""API: one HTTP API with a route per ``shared.core.specs.routes()``, access logs and stage throttling."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.config import MailstepConfig
 
 

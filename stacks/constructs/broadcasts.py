@@ -1,6 +1,6 @@
 """Broadcasts: the schedule state machine behind ``--at`` and the alarms on the broadcast
 dead-letter queues. The queues and the resolver/worker functions come from
-``shared.specs`` (Messaging, Functions); ``shared.broadcasts.schedule.definition`` is the
+``shared.core.specs`` (Messaging, Functions); ``shared.broadcasts.schedule.definition`` is the
 same two states for the local runtime."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from shared import specs
 from shared.broadcasts.schedule import START_STATE, WAIT_STATE
+from shared.core import specs
 
 SCHEDULE_OUTPUT = specs.BROADCAST_SCHEDULE_OUTPUT
 

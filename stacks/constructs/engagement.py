@@ -1,7 +1,7 @@
 """Engagement: the SES sending identity and the inbound (reply) path.
 
 Spec-driven constructs already build the rest of the engagement pipeline from
-``shared.specs``: the configuration set with its event destination (``Sending``), the SES
+``shared.core.specs``: the configuration set with its event destination (``Sending``), the SES
 events topic, ``ENGAGEMENT_QUEUE`` with its dead-letter queue and subscription
 (``Messaging``), and the engagement function with its event source mapping (``Functions``).
 This construct adds:
@@ -32,7 +32,7 @@ from aws_cdk import aws_ses_actions as ses_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.config import MailstepConfig
 from stacks.constructs.functions import Functions
 

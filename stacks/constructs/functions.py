@@ -1,4 +1,4 @@
-"""Functions: one Lambda per ``shared.specs.FUNCTIONS`` entry, built by ``_python_function()``.
+"""Functions: one Lambda per ``shared.core.specs.FUNCTIONS`` entry, built by ``_python_function()``.
 
 All functions share ONE code asset: the folders in ``LAMBDA_SOURCE_DIRS`` plus the pinned
 ``LAMBDA_REQUIREMENTS``, installed for the Lambda platform by pip on the synthesizing
@@ -33,7 +33,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.config import MailstepConfig
 from stacks.constructs.resources import Resources
 from stacks.constructs.sending import Sending
@@ -114,7 +114,7 @@ def function_environment(
     A function receives the names of the tables, secrets, queues and topics it is granted,
     the state machine ARN prefix when it starts or stops sequences, and its optional
     settings that have a value. Mail settings without a deployment value keep their
-    defaults from ``shared.settings``.
+    defaults from ``shared.core.settings``.
     """
     fields = [
         *(t.setting for t in spec.read_write_tables),
@@ -151,7 +151,7 @@ def _check_event_sources(spec: specs.FunctionSpec) -> None:
                 f"queue {source.queue.id!r}: visibility timeout {source.queue.visibility_timeout_s}s is "
                 f"less than {factor}x the timeout of function {spec.name!r} ({spec.timeout_s}s); AWS "
                 f"recommends at least {factor}x for SQS event sources (set it to "
-                f"{factor * spec.timeout_s}s or more in shared/specs.py)"
+                f"{factor * spec.timeout_s}s or more in shared/core/specs.py)"
             )
 
 
@@ -227,7 +227,7 @@ def _nag_arn(stack: Stack, service: str, resource: str) -> str:
 
 class Functions(Construct):
     """The functions, and their IAM: each role gets exactly the grants of its spec
-    (``shared.specs.all_grants``), one statement per grant, bound to the resource ARNs by
+    (``shared.core.specs.all_grants``), one statement per grant, bound to the resource ARNs by
     :meth:`grant`. Resources made later (the inbound bucket) are bound by their construct."""
 
     def __init__(

@@ -1,5 +1,5 @@
 """Messaging: SQS queues (each with its dead-letter queue), SNS topics and topic -> queue
-subscriptions, from ``shared.specs.QUEUES``, ``TOPICS`` and ``SUBSCRIPTIONS``."""
+subscriptions, from ``shared.core.specs.QUEUES``, ``TOPICS`` and ``SUBSCRIPTIONS``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.constructs.resources import pin_logical_id
 
 DLQ_RETENTION = Duration.days(14)  # the SQS maximum: time for an operator to inspect and redrive

@@ -13,7 +13,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from shared.specs import ConfigurationSetSpec, QueueSpec, SecretSpec, TableSpec, TopicSpec
+from shared.core.specs import ConfigurationSetSpec, QueueSpec, SecretSpec, TableSpec, TopicSpec
 
 
 def pin_logical_id(resource: Construct, logical_id: str) -> None:

@@ -1,4 +1,4 @@
-"""Secrets: generated credentials described by ``shared.specs.SECRETS`` (the API key)."""
+"""Secrets: generated credentials described by ``shared.core.specs.SECRETS`` (the API key)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from aws_cdk import Acknowledgment, Validations
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.constructs.resources import pin_logical_id
 
 SECRET_LENGTH = 40

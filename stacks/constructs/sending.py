@@ -1,5 +1,5 @@
-"""Sending: SES configuration sets (``shared.specs.CONFIGURATION_SETS``) publishing their
-sending events to SNS topics (the functions' SES permission: ``shared.specs`` grants)."""
+"""Sending: SES configuration sets (``shared.core.specs.CONFIGURATION_SETS``) publishing their
+sending events to SNS topics (the functions' SES permission: ``shared.core.specs`` grants)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from aws_cdk import aws_ses as ses
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.config import MailstepConfig
 from stacks.constructs.resources import pin_logical_id
 

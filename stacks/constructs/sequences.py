@@ -28,8 +28,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from shared import specs
-from shared.rendering import TEMPLATES_DIR
+from shared.core import specs
+from shared.sending.rendering import TEMPLATES_DIR
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import SUBSTITUTION_KEY, definition_json
 from shared.sequences.validate import require_catalog

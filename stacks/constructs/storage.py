@@ -1,4 +1,4 @@
-"""Storage: the DynamoDB tables described by ``shared.specs.TABLES``."""
+"""Storage: the DynamoDB tables described by ``shared.core.specs.TABLES``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from shared import specs
+from shared.core import specs
 from stacks.constructs.resources import pin_logical_id
 
 

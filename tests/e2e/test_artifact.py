@@ -11,7 +11,7 @@ from typing import Any
 from cli.local.deployment import lambda_environment
 from cli.local.environments import EnvironmentSpec, ExecutionEnvironment
 from cli.local.template import LocalTemplate
-from shared import specs
+from shared.core import specs
 
 
 def placeholder(logical_id: str, attribute: str) -> str:
@@ -72,3 +72,14 @@ def test_every_function_imports_from_its_asset_with_the_template_environment(
         finally:
             environment.close()
     assert imported == sorted(functions), json.dumps(imported, indent=1)
+
+
+def test_the_asset_holds_no_operator_or_local_runtime_code(artifact: Any) -> None:
+    """The functions' asset is the runtime library, the handlers, templates and sequences:
+    no operator commands (``ops``), no CLI or local runtime, no stack code."""
+    asset = Path(artifact.asset_dir)
+    ours = {p.name for p in asset.iterdir() if p.name in {"shared", "functions", "ops", "cli", "stacks"}}
+    assert ours == {"shared", "functions"}
+    modules = {p.stem for p in (asset / "shared").rglob("*.py")}
+    assert not modules & {"admin", "csv_io", "doctor", "targets", "provision", "apigw", "service", "deploy"}
+    assert {"pipeline", "subscribers", "consumer", "ingest"} <= modules

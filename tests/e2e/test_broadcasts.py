@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from cli.local.ses import read_outbox
-from shared import keys
-from shared.dynamo import serialize
-from shared.send_jobs import SendJob, to_message
-from shared.sender import decode_tag_value
-from shared.specs import SEND_QUEUE
-from shared.store import Profile
+from shared.broadcasts.model import BATCH_CONTRACT, BatchMessage, to_body
+from shared.core.specs import BROADCAST_QUEUE, SEND_QUEUE
+from shared.sending.jobs import SendJob, to_message
+from shared.sending.sender import decode_tag_value
+from shared.store.dynamo import serialize
+from shared.store.subscribers import Profile, keys
 from tests.e2e.conftest import Local
 
 TEMPLATE = "newsletter/monthly"
@@ -170,6 +170,32 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
     assert again.returncode == 0 and "nothing new was sent" in again.stdout
     time.sleep(1)
     assert len(sent_by(local, "e2e-spring")) == len(want)
+
+    # When SQS delivers one of its batches again (at-least-once), after the broadcast is done
+    sqs = local.client("sqs")
+    queue = sqs.get_queue_url(QueueName=BROADCAST_QUEUE.local_name)["QueueUrl"]
+    batch = BatchMessage(
+        broadcast_id="e2e-spring", round=stored["round"], page=0, index=0, emails=sorted(want)[:5]
+    )
+    sqs.send_message(QueueUrl=queue, MessageBody=to_body(BATCH_CONTRACT, batch))
+    wait_until_drained(sqs, queue)
+
+    # Then nobody gets a second mail and the record's counts do not move
+    assert len(sent_by(local, "e2e-spring")) == len(want)
+    after = record(local, "e2e-spring")
+    assert (after["status"], after["sent"], after["failed"]) == ("done", len(want), 0)
+
+
+def wait_until_drained(sqs: Any, queue_url: str, timeout_s: float = 60) -> None:
+    """Until the queue holds no message, visible or in flight (the worker deleted it)."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
+        if all(attributes[name] == "0" for name in names):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{queue_url} still holds messages after {timeout_s}s")
 
 
 def test_an_audience_without_a_tag_is_read_by_scan_and_filtered_by_attributes(local, people) -> None:

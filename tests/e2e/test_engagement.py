@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared.send_jobs import SendJob, to_message
-from shared.stats import StatsStore
+from shared.sending.jobs import SendJob, to_message
+from shared.store.stats import StatsStore
 from tests.e2e.conftest import ROOT, Local, subprocess_env
 from tests.e2e.test_sequences import paused_clock
 

@@ -4,7 +4,7 @@ the subscriber's EXEC pair, as in AWS."""
 
 from __future__ import annotations
 
-from shared import specs
+from shared.core import specs
 from tests.e2e.conftest import Local
 from tests.e2e.test_engagement import wait_for
 from tests.e2e.test_sequences import MAIN, mails, paused_clock, post, unique

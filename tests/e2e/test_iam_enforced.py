@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from shared import specs
+from shared.core import specs
 from tests.e2e.conftest import post_events, start_dev, stop_dev, wait_for_state
 
 

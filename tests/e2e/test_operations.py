@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.specs import STATE_MACHINE_PREFIX
+from shared.core.specs import STATE_MACHINE_PREFIX
 from tests.e2e.conftest import Local
 
 

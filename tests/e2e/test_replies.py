@@ -14,8 +14,8 @@ from email.utils import parseaddr
 from typing import Any
 
 from cli.replies_cmd import received_notification, reply_mime
-from shared import specs
-from shared.send_log import SendLog
+from shared.core import specs
+from shared.store.send_log import SendLog
 from tests.e2e.conftest import Local
 from tests.e2e.test_engagement import events_of, wait_for
 from tests.e2e.test_sequences import MAIN, eml, mails, paused_clock, post, unique

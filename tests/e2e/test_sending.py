@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from shared.send_jobs import SendJob, to_message
+from shared.sending.jobs import SendJob, to_message
 from tests.e2e.conftest import Local
 
 MAIN = "mailstep-main"

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from shared.sender import decode_tag_value
+from shared.core.specs import STATE_MACHINE_PREFIX
+from shared.sending.sender import decode_tag_value
 from shared.sequences.engine import execution_name
-from shared.sfn import execution_arn
-from shared.specs import STATE_MACHINE_PREFIX
+from shared.sequences.sfn import execution_arn
 from tests.e2e.conftest import Local
 
 MAIN = "mailstep-main"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shared import specs
+from shared.core import specs
 from tests.e2e.conftest import ROOT, Local, subprocess_env
 
 STACK = specs.STACK_NAME

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from shared import specs
 from shared.broadcasts.schedule import START_STATE, WAIT_STATE, definition
+from shared.core import specs
 from stacks.constructs.broadcasts import SCHEDULE_OUTPUT
 from stacks.mailstep_stack import SKIP_BUNDLING, build_app
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from shared import specs
+from shared.core import specs
 from stacks.mailstep_stack import SKIP_BUNDLING, build_app
 from tests.infra.cfn import arn, function_by_handler
 

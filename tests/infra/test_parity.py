@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from shared import specs
-from shared.settings import Settings
+from shared.core import specs
+from shared.core.settings import Settings
 from stacks.constructs.engagement import DKIM_RECORDS, dkim_output_keys
 from tests.infra.cfn import Synth, as_list, function_by_handler, role_statements, synthesize
 

@@ -20,8 +20,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Match, Template
 from cdk_nag import AwsSolutionsChecks
 
-from shared import specs
-from shared.rendering import TEMPLATES_DIR
+from shared.core import specs
+from shared.sending.rendering import TEMPLATES_DIR
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import STEP_FUNCTION_PLACEHOLDER, SUBSTITUTION_KEY, definition_json
 from shared.sequences.loader import SequenceInvalid

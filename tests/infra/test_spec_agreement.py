@@ -1,4 +1,4 @@
-"""The synthesized template and ``shared.specs`` agree, and a spec added later is picked up
+"""The synthesized template and ``shared.core.specs`` agree, and a spec added later is picked up
 by the stack with no CDK change (checked on a second synthesis with extra specs)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from shared import specs
+from shared.core import specs
 from tests.infra.cfn import (
     Synth,
     arn,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Match
 
-from shared import specs
+from shared.core import specs
 from tests.infra.cfn import (
     Synth,
     arn,

@@ -13,17 +13,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shared.aws import client
+from ops.broadcasts import Broadcasts
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, FanoutContext, resolve_step
 from shared.broadcasts.model import parse_batch, parse_resolve
 from shared.broadcasts.records import BroadcastStore
-from shared.broadcasts.service import Broadcasts
 from shared.broadcasts.worker import BatchIncomplete, TokenPools, WorkerContext, process_batch
-from shared.send_log import SendLog
-from shared.send_pipeline import MailIdentity, SendContext
-from shared.sender import SesSender
-from shared.store import SubscriberStore
+from shared.core.aws import client
+from shared.sending.pipeline import MailIdentity, SendContext
+from shared.sending.sender import SesSender
+from shared.store.send_log import SendLog
+from shared.store.subscribers import SubscriberStore
 
 SECRET = "broadcast-test-unsubscribe-secret-0123456789"
 TAGS = ("a", "b", "c")

@@ -6,11 +6,11 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
-from shared.aws import client, reset_clients
-from shared.provision import LocalResources, provision
-from shared.secrets import reset_cache
-from shared.specs import TABLES
-from shared.store import SubscriberStore
+from cli.local.provision import LocalResources, provision
+from shared.core.aws import client, reset_clients
+from shared.core.secrets import reset_cache
+from shared.core.specs import TABLES
+from shared.store.subscribers import SubscriberStore
 
 API_KEY = "test-api-key-0123456789"
 
@@ -43,7 +43,7 @@ def store(resources: LocalResources) -> SubscriberStore:
 
 
 def scan_all(table: str) -> list[dict[str, Any]]:
-    from shared.dynamo import deserialize
+    from shared.store.dynamo import deserialize
 
     ddb = client("dynamodb")
     items: list[dict[str, Any]] = []
@@ -72,7 +72,7 @@ class ApiClient:
     ) -> tuple[int, Any]:
         import json
 
-        from shared.apigw import LambdaContext, http_api_event
+        from cli.local.apigw import LambdaContext, http_api_event
 
         hdrs = {"content-type": "application/json", **(headers or {})}
         if key is not None:

@@ -1,4 +1,4 @@
-"""Subscriber administration (shared.admin) on moto: get, list paging and filters, update,
+"""Subscriber administration (ops.admin) on moto: get, list paging and filters, update,
 unsubscribe, resubscribe, and the GDPR erase (both tables, partners included)."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from shared import keys
-from shared.admin import SubscriberAdmin, parse_update
-from shared.errors import InvalidInput, SubscriberNotFound
-from shared.store import SubscriberStore
+from ops.admin import SubscriberAdmin, parse_update
+from shared.core.errors import InvalidInput, SubscriberNotFound
+from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.conftest import scan_all
 
 

@@ -13,11 +13,12 @@ import pytest
 from botocore.stub import Stubber
 
 from cli.local import cfn_stack
-from shared import doctor, specs
-from shared.aws import client
-from shared.errors import InvalidInput
-from shared.provision import LocalResources
-from shared.targets import LOCAL, STACK, StackNotFound, local_target, sequence_state_machines, stack_target
+from cli.local.provision import LocalResources
+from ops import doctor
+from ops.targets import LOCAL, STACK, StackNotFound, local_target, sequence_state_machines, stack_target
+from shared.core import specs
+from shared.core.aws import client
+from shared.core.errors import InvalidInput
 
 REGION = "us-east-1"
 

@@ -239,9 +239,9 @@ def test_unknown_route_is_404(api: ApiClient) -> None:
 def test_contention_that_outlasts_the_retries_is_a_503_to_retry_and_the_retry_succeeds(
     api: ApiClient, store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shared.store
-    from shared.apigw import LambdaContext, http_api_event
-    from shared.dynamo import TransactionConflict
+    import shared.store.subscribers
+    from cli.local.apigw import LambdaContext, http_api_event
+    from shared.store.dynamo import TransactionConflict
 
     def always_conflicting(client: object, actions: object) -> None:
         raise TransactionConflict("another writer won")
@@ -249,7 +249,7 @@ def test_contention_that_outlasts_the_retries_is_a_503_to_retry_and_the_retry_su
     body = json.dumps(ok(id="contended-1"))
     headers = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
     with monkeypatch.context() as patch:
-        patch.setattr(shared.store, "transact", always_conflicting)
+        patch.setattr(shared.store.subscribers, "transact", always_conflicting)
         response = api.module.handler(
             http_api_event("POST", "/v1/events", body=body, headers=headers), LambdaContext("api")
         )

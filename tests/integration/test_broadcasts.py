@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from shared.aws import client
+from cli.local.provision import LocalResources, create_queue
+from ops.broadcasts import Broadcasts
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues
 from shared.broadcasts.model import (
@@ -26,15 +27,14 @@ from shared.broadcasts.model import (
     parse_request,
 )
 from shared.broadcasts.records import BroadcastStore
-from shared.broadcasts.service import Broadcasts
 from shared.broadcasts.worker import BatchIncomplete, process_batch
-from shared.errors import InvalidInput
-from shared.provision import LocalResources, create_queue
-from shared.send_jobs import SendJob
-from shared.send_pipeline import SendContext, send, send_id_for
-from shared.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
-from shared.stats import StatsStore
-from shared.store import SubscriberStore
+from shared.core.aws import client
+from shared.core.errors import InvalidInput
+from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
+from shared.sending.jobs import SendJob
+from shared.sending.pipeline import SendContext, send, send_id_for
+from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore
 from tests.integration.broadcast_support import Env, FakeSes, eligible, seed
 
 TEMPLATE = "newsletter/monthly"
@@ -335,8 +335,8 @@ def _achieved(env: Env) -> float:
 def _fast_send(env: Env) -> Any:
     """SES through the real adapter (throttling classified as SES does), with SES-like
     latency, but without moto's slow in-process DynamoDB behind the rest of the pipeline."""
-    from shared.send_pipeline import SendOutcome
-    from shared.sender import SesSender
+    from shared.sending.pipeline import SendOutcome
+    from shared.sending.sender import SesSender
 
     ses = SesSender("mailstep", client=env.ses)
 

@@ -1,4 +1,4 @@
-"""CSV import/export (shared.csv_io) on moto: good rows imported, every bad row reported with
+"""CSV import/export (ops.csv_io) on moto: good rows imported, every bad row reported with
 its line and reason, a re-run changes nothing, resume after interruption, no resubscribe,
 export round trip."""
 
@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from shared import keys
-from shared.admin import SubscriberAdmin
-from shared.csv_io import checkpoint_path, export_csv, import_csv
-from shared.store import SubscriberStore
+from ops.admin import SubscriberAdmin
+from ops.csv_io import checkpoint_path, export_csv, import_csv
+from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.conftest import scan_all
 
 # The measurement in docs/operations.md runs the first test with MAILSTEP_CSV_ROWS=10000.
@@ -182,7 +181,7 @@ def test_import_never_resubscribes_and_keeps_opt_outs(tmp_path: Path, store: Sub
 def test_interrupted_import_resumes_from_checkpoint(
     tmp_path: Path, store: SubscriberStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shared.csv_io as csv_io
+    import ops.csv_io as csv_io
 
     monkeypatch.setattr(csv_io, "WINDOW", 10)
     source = tmp_path / "list.csv"
@@ -239,7 +238,7 @@ def test_export_streams_csv_that_imports_back_unchanged(tmp_path: Path, store: S
 def test_a_file_without_an_email_column_is_refused_before_any_write(
     tmp_path: Path, store: SubscriberStore
 ) -> None:
-    from shared.errors import InvalidInput
+    from shared.core.errors import InvalidInput
 
     source = tmp_path / "names.csv"
     source.write_text("name,tags\nAda,pro\n")

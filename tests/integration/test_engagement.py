@@ -12,21 +12,20 @@ from typing import Any
 
 import pytest
 
-from shared import keys
-from shared.apigw import LambdaContext
-from shared.aws import client
-from shared.engagement import EngagementContext, process_body
-from shared.provision import LocalResources
-from shared.send_jobs import SendJob
-from shared.send_log import SendLog
-from shared.send_pipeline import MailIdentity, SendContext, send
-from shared.sender import SesSender, encode_tag_value
+from cli.local.apigw import LambdaContext
+from cli.local.provision import LocalResources
+from shared.core.aws import client
+from shared.core.settings import Settings
+from shared.engagement.consumer import EngagementContext, process_body
+from shared.engagement.suppression import Suppressions
+from shared.sending.jobs import SendJob
+from shared.sending.pipeline import MailIdentity, SendContext, send
+from shared.sending.sender import SesSender, encode_tag_value
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
-from shared.settings import Settings
-from shared.stats import Counters, StatsStore
-from shared.store import SubscriberStore
-from shared.suppression import Suppressions
+from shared.store.send_log import SendLog
+from shared.store.stats import Counters, StatsStore
+from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.conftest import scan_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
@@ -345,7 +344,7 @@ def test_settings_build_a_working_context(resources: LocalResources) -> None:
 def test_ses_events_after_an_erase_leave_nothing_naming_the_address_and_resubscribing_works(
     ctx: EngagementContext, store: SubscriberStore, batched: bool
 ) -> None:
-    from shared.engagement import EngagementBatch
+    from shared.engagement.consumer import EngagementBatch
 
     # Given a subscriber who got a mail and was then erased
     store.upsert(EMAIL, add_tags=["pro"])

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from shared import engagement
-from shared.apigw import LambdaContext
-from shared.aws import client, register_hook, unregister_hook
-from shared.engagement import EngagementBatch, EngagementContext, WriteConflict, process_body
-from shared.provision import LocalResources
-from shared.sender import decode_tag_value
+from cli.local.apigw import LambdaContext
+from cli.local.provision import LocalResources
+from shared.core.aws import client, register_hook, unregister_hook
+from shared.engagement import consumer as engagement
+from shared.engagement.consumer import EngagementBatch, EngagementContext, WriteConflict, process_body
+from shared.engagement.suppression import Suppressions
+from shared.sending.sender import decode_tag_value
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
-from shared.stats import StatsStore
-from shared.store import SubscriberStore
-from shared.suppression import Suppressions
+from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore
 from tests.integration.test_engagement import EMAIL, _sqs, event, event_counts, random_event, snapshot, sns
 
 TEMPLATE, SOURCE = "onboarding/welcome", "onboarding"

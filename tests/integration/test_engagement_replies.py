@@ -11,15 +11,14 @@ from typing import Any
 import pytest
 
 from cli.replies_cmd import received_notification, reply_mime
-from shared import keys
-from shared.aws import client
-from shared.ingest import IngestContext, make_idempotency
-from shared.replies import ReplyContext, forwarder, process_notification
-from shared.sender import SendResult
+from shared.core.aws import client
+from shared.engagement.replies import ReplyContext, forwarder, process_notification
+from shared.engagement.ses_events import MalformedEvent
+from shared.sending.sender import SendResult
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
-from shared.ses_events import MalformedEvent
-from shared.store import SubscriberStore
+from shared.store.subscribers import SubscriberStore, keys
+from shared.web.ingest import IngestContext, make_idempotency
 from tests.integration.test_sequence_execution import sequence_from
 
 EMAIL = "ada@example.com"

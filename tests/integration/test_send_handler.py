@@ -14,12 +14,12 @@ from botocore.exceptions import ClientError
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
-from shared import keys
-from shared.apigw import LambdaContext
-from shared.aws import client
-from shared.errors import InvalidInput
-from shared.provision import LocalResources
-from shared.send_jobs import SendJob, from_message, to_message
+from cli.local.apigw import LambdaContext
+from cli.local.provision import LocalResources
+from shared.core.aws import client
+from shared.core.errors import InvalidInput
+from shared.sending.jobs import SendJob, from_message, to_message
+from shared.store import keys
 from tests.integration.conftest import scan_all
 
 

@@ -14,17 +14,16 @@ from botocore.exceptions import ClientError
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
-from shared import keys
-from shared.aws import client, register_hook, unregister_hook
-from shared.dynamo import key
-from shared.provision import LocalResources
-from shared.send_jobs import SenderOverride, SendJob
-from shared.send_log import SendLog, SentRecord
-from shared.send_pipeline import MailIdentity, SendContext, send, send_id_for
-from shared.sender import SendResult, SesSender, decode_tag_value
-from shared.stats import StatsStore
-from shared.store import SubscriberStore
-from shared.tokens import verify
+from cli.local.provision import LocalResources
+from shared.core.aws import client, register_hook, unregister_hook
+from shared.sending.jobs import SenderOverride, SendJob
+from shared.sending.pipeline import MailIdentity, SendContext, send, send_id_for
+from shared.sending.sender import SendResult, SesSender, decode_tag_value
+from shared.sending.tokens import verify
+from shared.store.dynamo import key
+from shared.store.send_log import SendLog, SentRecord
+from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.conftest import scan_all
 
 SECRET = "unit-test-unsubscribe-secret-0123456789"
@@ -67,7 +66,7 @@ def _parsed(raw: Any) -> Any:
 
 @contextlib.contextmanager
 def _counting(calls: list[str]) -> Iterator[None]:
-    """Names of the AWS operations made meanwhile (every client of ``shared.aws``)."""
+    """Names of the AWS operations made meanwhile (every client of ``shared.core.aws``)."""
 
     def hook(model: Any, **_: Any) -> None:
         calls.append(model.name)

@@ -27,26 +27,25 @@ from moto.ses.models import ses_backends
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
-from shared import keys
-from shared.aws import client
-from shared.ingest import IngestContext, dispatch
-from shared.models import InboundEvent
-from shared.provision import LocalResources
-from shared.send_jobs import SendJob
-from shared.send_log import SendLog
-from shared.send_pipeline import MailIdentity, SendContext, SendOutcome, send
-from shared.sender import SesSender
+from cli.local.provision import LocalResources
+from shared.core.aws import client
+from shared.core.models import InboundEvent
+from shared.sending.jobs import SendJob
+from shared.sending.pipeline import MailIdentity, SendContext, SendOutcome, send
+from shared.sending.sender import SesSender
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import compile_sequence, definition_json, render_definition
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.evaluate import evaluate
 from shared.sequences.loader import Source, parse_source
 from shared.sequences.model import Sequence
+from shared.sequences.sfn import StepFunctions, state_transitions
 from shared.sequences.steps import StepDeps, parse_request, run_step
 from shared.sequences.structure import structural_problems
 from shared.sequences.validate import Catalog, load_catalog
-from shared.sfn import StepFunctions, state_transitions
-from shared.store import SubscriberStore
+from shared.store.send_log import SendLog
+from shared.store.subscribers import SubscriberStore, keys
+from shared.web.ingest import IngestContext, dispatch
 from tests.integration.conftest import scan_all
 
 REGION = "us-east-1"
@@ -487,8 +486,8 @@ def test_unsubscribe_stops_marketing_but_not_transactional(harness: Harness, via
     assert sorted(started["sequences_started"]) == ["marketing", "receipts"]
     harness.until_waiting(2)
     if via_link:  # the List-Unsubscribe one-click POST path
-        from shared.tokens import TokenClaims, issue
-        from shared.unsubscribe import UnsubscribeContext, unsubscribe
+        from shared.sending.tokens import TokenClaims, issue
+        from shared.web.unsubscribe import UnsubscribeContext, unsubscribe
 
         claims = TokenClaims(
             email="u@example.com", source="marketing", template="onboarding/tips", send_id="s"

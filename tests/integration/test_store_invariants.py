@@ -16,11 +16,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from shared import keys
-from shared.aws import client
-from shared.errors import ExecutionAlreadyActive, SubscriberNotFound
-from shared.specs import EVENTS_TABLE, MAIN_TABLE
-from shared.store import SubscriberStore
+from shared.core.aws import client
+from shared.core.errors import ExecutionAlreadyActive, SubscriberNotFound
+from shared.core.specs import EVENTS_TABLE, MAIN_TABLE
+from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.conftest import scan_all
 
 EMAILS = st.sampled_from(["ann@example.com", "Bob@example.com", "cy@example.org"])
@@ -210,7 +209,7 @@ def test_a_failure_after_the_first_write_of_a_change_leaves_nothing_half_visible
     through, any further write of the same change fails. A store that writes a profile and its
     TAG# partners in one transaction shows all of the change or none of it; one that writes
     them separately is caught with a profile whose tags have no partners (or the reverse)."""
-    from shared.aws import register_hook, unregister_hook
+    from shared.core.aws import register_hook, unregister_hook
 
     _clear()
     store.upsert("ann@example.com", add_tags=["pro", "beta"])

@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
-from shared import keys
-from shared.apigw import LambdaContext, http_api_event
-from shared.aws import client
-from shared.dynamo import deserialize, key
-from shared.provision import LocalResources
-from shared.secrets import get_secret
-from shared.store import SubscriberStore
-from shared.tokens import TokenClaims, issue
+from cli.local.apigw import LambdaContext, http_api_event
+from cli.local.provision import LocalResources
+from shared.core.aws import client
+from shared.core.secrets import get_secret
+from shared.sending.tokens import TokenClaims, issue
+from shared.store.dynamo import deserialize, key
+from shared.store.subscribers import SubscriberStore, keys
 
 EMAIL = "jane@example.com"
 

@@ -19,8 +19,8 @@ from shared.broadcasts.model import (
     parse_resolve,
     to_body,
 )
-from shared.errors import InvalidInput
-from shared.rate import TokenPool, WindowLimiter, share_of, window_capacity, window_seconds
+from shared.core.errors import InvalidInput
+from shared.sending.rate import TokenPool, WindowLimiter, share_of, window_capacity, window_seconds
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shared import keys
-from shared.engagement import Correlation, EventWrite, chunks, event_write, transaction
-from shared.ses_events import parse_record
+from shared.engagement.consumer import Correlation, EventWrite, chunks, event_write, transaction
+from shared.engagement.ses_events import parse_record
+from shared.store import keys
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ses"
 CORRELATED = Correlation(template="onboarding/welcome", source="onboarding", via="tags")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import keys
+from shared.store import keys
 
 
 def test_key_shapes_match_the_data_model() -> None:

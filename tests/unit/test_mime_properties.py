@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.errors import InvalidInput
-from shared.mime import Envelope, build_message, clean_header_text, to_bytes
+from shared.core.errors import InvalidInput
+from shared.sending.mime import Envelope, build_message, clean_header_text, to_bytes
 
 HOSTILE = st.sampled_from(
     [

@@ -6,9 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import keys
-from shared.errors import InvalidInput
-from shared.models import (
+from shared.core.errors import InvalidInput
+from shared.core.models import (
     MAX_BATCH,
     InboundEvent,
     normalise_email,
@@ -16,6 +15,7 @@ from shared.models import (
     validate_attributes,
     validate_name,
 )
+from shared.store import keys
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.rendering import (
+from shared.sending.rendering import (
     Renderer,
     RenderError,
     SenderView,

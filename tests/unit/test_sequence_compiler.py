@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.models import NAME_RE
+from shared.core.models import NAME_RE
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import (
     CONTRACT,
@@ -30,9 +30,9 @@ from shared.sequences.engine import execution_name
 from shared.sequences.evaluate import evaluate, next_in_window, wake_at
 from shared.sequences.loader import Source, _Composer, parse_source
 from shared.sequences.model import SendWindow, Sequence, parse_condition
+from shared.sequences.sfn import execution_arn, state_machine_of
 from shared.sequences.structure import structural_problems
 from shared.sequences.validate import require_catalog
-from shared.sfn import execution_arn, state_machine_of
 
 
 def seq(text: str, sequence_id: str = "t") -> Sequence:

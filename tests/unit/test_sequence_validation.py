@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.rendering import TEMPLATES_DIR
+from shared.sending.rendering import TEMPLATES_DIR
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.loader import SequenceInvalid
 from shared.sequences.validate import load_catalog, require_catalog

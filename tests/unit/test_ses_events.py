@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared import ses_events
-from shared.ses_events import Bounce, Click, MalformedEvent, parse_body
+from shared.engagement import ses_events
+from shared.engagement.ses_events import Bounce, Click, MalformedEvent, parse_body
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ses"
 ALL = sorted(p.stem for p in FIXTURES.glob("*.json"))

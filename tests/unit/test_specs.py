@@ -5,8 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from shared import specs
-from shared.settings import Settings
+from shared.core import specs
+from shared.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.tokens import ExpiredToken, InvalidToken, TokenClaims, issue, verify
+from shared.sending.tokens import ExpiredToken, InvalidToken, TokenClaims, issue, verify
 
 SECRET = "a-test-secret-with-enough-bytes"
 CLAIMS = TokenClaims(

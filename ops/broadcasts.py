@@ -1,0 +1,145 @@
+"""Broadcast operations (the CLI, the demo and the bench call these): preview, send,
+cancel, resume, get, list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import islice
+from typing import Any
+
+from shared.broadcasts.audience import AudienceResolver
+from shared.broadcasts.fanout import BroadcastQueues, first_page, resolve_body
+from shared.broadcasts.model import ACTIVE, CANCELLED, FAILED, SCHEDULED, Broadcast, BroadcastRequest
+from shared.broadcasts.records import BroadcastStore
+from shared.broadcasts.schedule import Scheduler
+from shared.core.errors import Conflict, FieldProblem, InvalidInput, NotFound
+from shared.core.settings import Settings
+from shared.sending.rate import read_quota, share_of
+from shared.sending.rendering import Renderer, renderer
+from shared.store.stats import StatsStore
+
+SAMPLE = 5
+
+
+class BroadcastMissing(NotFound):
+    pass
+
+
+@dataclass(frozen=True)
+class SendAnswer:
+    record: Broadcast
+    created: bool  # False: the id existed; nothing new was sent
+    same: bool = True  # the existing broadcast has the same template, subject, audience and time
+
+
+@dataclass
+class Broadcasts:
+    records: BroadcastStore
+    resolver: AudienceResolver
+    queues: BroadcastQueues
+    send_rate: Callable[[], float]  # the broadcast workers' share of the SES rate, read at send time
+    stats: StatsStore | None = None
+    scheduler: Scheduler | None = None
+    templates: Renderer = field(default_factory=renderer)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Broadcasts:
+        return cls(
+            records=BroadcastStore(settings.table_name),
+            resolver=AudienceResolver(settings.table_name),
+            queues=BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url),
+            send_rate=lambda: share_of(
+                read_quota().max_send_rate,
+                cap=settings.broadcast_max_send_rate,
+                share=settings.broadcast_rate_share,
+            ),
+            stats=StatsStore(settings.table_name, settings.events_table_name),
+            scheduler=Scheduler(settings.broadcast_schedule_arn) if settings.broadcast_schedule_arn else None,
+        )
+
+    # ----- preview and send ---------------------------------------------------------------------
+    def preview(self, request: BroadcastRequest, sample: int = SAMPLE) -> tuple[int, list[str]]:
+        """(audience size, the first ``sample`` recipients), resolved now without sending."""
+        found = self.resolver.iterate(request.audience)
+        first = list(islice(found, sample))
+        return len(first) + sum(1 for _ in found), first
+
+    def check(self, request: BroadcastRequest, now: datetime | None = None) -> None:
+        request.check_future(now or datetime.now(UTC))
+        if not self.templates.exists(request.template):
+            known = ", ".join(self.templates.keys()[:20])
+            raise InvalidInput(
+                f"--template {request.template!r} does not exist (known: {known})",
+                [FieldProblem("template", "unknown template")],
+            )
+        if request.at is not None and self.scheduler is None:
+            raise InvalidInput("--at needs the broadcast schedule state machine (not deployed)", [])
+
+    def send(self, request: BroadcastRequest, now: datetime | None = None) -> SendAnswer:
+        """Create the broadcast and start it (or schedule it). With an id that exists already
+        nothing new is sent; a broadcast that never got started (a crash right after it was
+        written) is started again, which is harmless when it had started."""
+        self.check(request, now)
+        record, created = self.records.create(request, send_rate=self.send_rate(), now=now)
+        if not created:
+            same = request.same_as(record)
+            if same and record.status in ACTIVE and record.page == 0 and not record.resolved:
+                self._start(record)
+            return SendAnswer(record, created=False, same=same)
+        self._start(record)
+        return SendAnswer(self.records.get(record.id) or record, created=True)
+
+    def _start(self, record: Broadcast) -> None:
+        message = first_page(record.id, record.round)
+        if record.status == SCHEDULED:
+            assert self.scheduler is not None
+            arn = self.scheduler.schedule(record, resolve_body(message))
+            self.records.set_execution(record, arn)
+        else:
+            self.queues.send_resolve(message)
+
+    # ----- control ----------------------------------------------------------------------------
+    def get(self, broadcast_id: str) -> Broadcast:
+        record = self.records.get(broadcast_id)
+        if record is None:
+            raise BroadcastMissing(f"no broadcast {broadcast_id!r}")
+        return record
+
+    def cancel(self, broadcast_id: str) -> tuple[Broadcast, bool]:
+        """(record, changed). Batches already in a worker's hands finish; later ones are skipped."""
+        record = self.get(broadcast_id)
+        if record.status not in ACTIVE:
+            return record, False
+        cancelled = self.records.cancel(record)
+        if cancelled is None:
+            return self.get(broadcast_id), False
+        if record.status == SCHEDULED and record.execution_arn and self.scheduler is not None:
+            self.scheduler.unschedule(record.execution_arn)
+        return cancelled, True
+
+    def resume(self, broadcast_id: str) -> Broadcast:
+        """A cancelled or failed broadcast starts a new round: the audience is resolved again
+        and whoever has not received it yet gets it now (send-once keeps the others out)."""
+        record = self.get(broadcast_id)
+        if record.status not in (CANCELLED, FAILED):
+            raise Conflict(
+                f"broadcast {broadcast_id!r} is {record.status}: only cancelled or failed ones resume"
+            )
+        resumed = self.records.new_round(record, self.send_rate())
+        if resumed is None:
+            raise Conflict(f"broadcast {broadcast_id!r} changed meanwhile: try again")
+        self.queues.send_resolve(first_page(resumed.id, resumed.round))
+        return resumed
+
+    def list(self, limit: int = 50) -> list[Broadcast]:
+        return self.records.list(limit)
+
+    def details(self, broadcast_id: str) -> dict[str, Any]:
+        """The record merged with its engagement counters (``STATS#<id>``)."""
+        record = self.get(broadcast_id)
+        out = record.public()
+        if self.stats is not None:
+            out["engagement"] = {row["metric"]: row for row in self.stats.source(broadcast_id).rows()}
+        return out

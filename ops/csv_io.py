@@ -1,0 +1,369 @@
+"""Streaming CSV import and export of subscribers (``mailstep subscribers import|export``).
+
+Import file format (a header row is required; UTF-8, a BOM is fine):
+- ``email`` (required); ``first_name``; ``tags`` (names separated by ``;``, ``,`` or spaces);
+  ``attributes`` (a JSON object); ``status`` (``subscribed`` or ``unsubscribed``);
+- any other column becomes a string attribute of that name (an empty cell sets nothing);
+- ``suppressed``, ``created_at`` and ``updated_at`` (written by export) are read-only and
+  ignored, so an exported file imports back with no change.
+
+Every row is validated exactly like an event POSTed to /v1/events (``InboundEvent``). A
+rejected row is reported with its line number and reason (bad email, bad tag, bad
+attribute, bad first name, bad status, duplicate row) and never stops the import.
+
+Guarantees:
+- streaming: the file is read row by row; memory holds one window of rows plus the set of
+  emails seen (to report duplicates);
+- writes go through ``SubscriberStore.upsert`` (one transaction per subscriber, its TAG#
+  partners included), ``workers`` at a time: a re-run writes nothing when nothing changed;
+- an import never resubscribes an unsubscribed subscriber (upsert never clears the
+  opt-out) and never lifts a suppression;
+- it starts no sequence unless ``trigger`` is given (then the sequences triggered by
+  ``subscriber.subscribed`` start through the sequence engine, with execution names derived
+  from the address, so a re-run starts nothing twice);
+- resumable: after each window the checkpoint file records the last line whose rows are all
+  written; a run that finds a checkpoint for the same file skips the writes up to that line
+  (a plain re-run from the start is just as correct, only slower).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, BinaryIO, TextIO
+
+from pydantic import ValidationError
+
+from ops.admin import SubscriberAdmin
+from shared.core.errors import FieldProblem, InvalidInput
+from shared.core.models import SUBSCRIBE_EVENT, SUBSCRIBED, UNSUBSCRIBED, InboundEvent, problems_from
+from shared.core.observability import logger
+from shared.sequences.engine import SequenceEngine
+from shared.sequences.validate import Catalog
+from shared.store.subscribers import Profile, SubscriberStore
+
+EXPORT_COLUMNS = (
+    "email",
+    "first_name",
+    "status",
+    "tags",
+    "attributes",
+    "suppressed",
+    "created_at",
+    "updated_at",
+)
+READ_ONLY_COLUMNS = frozenset({"suppressed", "created_at", "updated_at"})
+KNOWN_COLUMNS = frozenset({"email", "first_name", "tags", "attributes", "status"}) | READ_ONLY_COLUMNS
+TAG_SPLIT = re.compile(r"[;,\s]+")
+WINDOW = 256
+DEFAULT_WORKERS = 8
+
+REASONS = {
+    "email": "bad email",
+    "tags": "bad tag",
+    "attributes": "bad attribute",
+    "first_name": "bad first name",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    line: int
+    event: InboundEvent  # validated like POST /v1/events
+    unsubscribed: bool
+
+
+@dataclass(frozen=True)
+class Rejected:
+    line: int
+    reason: str
+
+
+@dataclass
+class ImportReport:
+    file: str
+    dry_run: bool = False
+    rows: int = 0  # data rows read
+    valid: int = 0
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped_before_checkpoint: int = 0
+    resumed_after_line: int = 0
+    sequences_started: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def written(self) -> int:
+        return self.created + self.updated + self.unchanged
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "dry_run": self.dry_run,
+            "rows": self.rows,
+            "valid": self.valid,
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "skipped_before_checkpoint": self.skipped_before_checkpoint,
+            "resumed_after_line": self.resumed_after_line,
+            "sequences_started": self.sequences_started,
+            "rejected": [{"line": r.line, "reason": r.reason} for r in self.rejected],
+            "seconds": round(self.seconds, 3),
+            "rows_per_second": round(self.rows_per_second, 1),
+        }
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts the bytes read from a binary stream (progress without knowing the row count)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(len(buffer))
+        buffer[: len(data)] = data
+        self.count += len(data)
+        return len(data)
+
+
+def _reason(exc: ValidationError) -> str:
+    problems = problems_from(exc)
+    first = problems[0]
+    head = first.field.split(".", 1)[0].split("[", 1)[0]
+    return f"{REASONS.get(head, 'bad ' + head)}: {first.message}"
+
+
+def parse_rows(text: TextIO, extra_tags: tuple[str, ...] = ()) -> Iterator[Row | Rejected]:
+    """Validate the rows of a CSV stream one by one (the header is line 1)."""
+    reader = csv.DictReader(text)
+    header = [h.strip() for h in reader.fieldnames or []]
+    if "email" not in header:
+        raise InvalidInput(
+            "the CSV header must name an 'email' column", [FieldProblem("header", "no email column")]
+        )
+    reader.fieldnames = header
+    seen: dict[str, int] = {}
+    for record in reader:
+        line = reader.line_num
+        if None in record:
+            yield Rejected(line, "bad row: more cells than header columns")
+            continue
+        cells = {k: (v or "").strip() for k, v in record.items() if k}
+        status = cells.get("status", "") or SUBSCRIBED
+        if status not in (SUBSCRIBED, UNSUBSCRIBED):
+            yield Rejected(line, f"bad status: {status[:40]!r} (subscribed or unsubscribed)")
+            continue
+        attributes: dict[str, Any] = {}
+        if cells.get("attributes"):
+            try:
+                attributes = json.loads(cells["attributes"])
+            except ValueError:
+                yield Rejected(line, "bad attribute: the attributes column is not JSON")
+                continue
+            if not isinstance(attributes, dict):
+                yield Rejected(line, "bad attribute: the attributes column must be a JSON object")
+                continue
+        for name, value in cells.items():
+            if name not in KNOWN_COLUMNS and value:
+                attributes[name] = value
+        tags = [t for t in TAG_SPLIT.split(cells.get("tags", "")) if t]
+        tags = list(dict.fromkeys([*tags, *extra_tags]))
+        body: dict[str, Any] = {"type": SUBSCRIBE_EVENT, "email": cells.get("email", "")}
+        if cells.get("first_name"):
+            body["first_name"] = cells["first_name"]
+        if attributes:
+            body["attributes"] = attributes
+        if tags:
+            body["tags"] = tags
+        try:
+            event = InboundEvent.model_validate(body)
+        except ValidationError as exc:
+            yield Rejected(line, _reason(exc))
+            continue
+        first = seen.get(event.email)
+        if first is not None:
+            yield Rejected(line, f"duplicate row: {event.email} is on line {first} already")
+            continue
+        seen[event.email] = line
+        yield Row(line, event, unsubscribed=status == UNSUBSCRIBED)
+
+
+class SequenceTrigger:
+    """Starts the sequences triggered by ``subscriber.subscribed`` for an imported subscriber,
+    through the sequence engine (eligibility, one active execution, idempotent names)."""
+
+    def __init__(self, engine: SequenceEngine) -> None:
+        self.engine = engine
+        self.sequences = engine.catalog.by_trigger(SUBSCRIBE_EVENT)
+
+    @classmethod
+    def load(cls, store: SubscriberStore, arn_prefix: str, sequences_dir: Path) -> SequenceTrigger:
+        from shared.sequences.validate import require_catalog
+
+        catalog: Catalog = require_catalog(sequences_dir)
+        return cls(SequenceEngine(catalog=catalog, arn_prefix=arn_prefix, store=store))
+
+    def __call__(self, profile: Profile) -> int:
+        event_id = "import-" + hashlib.sha256(profile.email.encode()).hexdigest()[:32]
+        event = InboundEvent(type=SUBSCRIBE_EVENT, email=profile.email, id=event_id)
+        return sum(1 for s in self.sequences if self.engine.start(s, profile, event))
+
+
+Progress = Callable[[int, int], None]  # (bytes read, rows read)
+
+
+def _checkpoint_read(path: Path, source: Path) -> int:
+    if not path.exists():
+        return 0
+    data = json.loads(path.read_text())
+    stat = source.stat()
+    if data.get("file") != str(source.resolve()) or data.get("size") != stat.st_size:
+        return 0  # a checkpoint of another file (or the file changed): start over
+    return int(data.get("line", 0))
+
+
+def _checkpoint_write(path: Path, source: Path, line: int) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"file": str(source.resolve()), "size": source.stat().st_size, "line": line}))
+    os.replace(tmp, path)
+
+
+def checkpoint_path(source: Path) -> Path:
+    return source.with_name(source.name + ".checkpoint")
+
+
+def import_csv(
+    source: Path,
+    store: SubscriberStore,
+    *,
+    extra_tags: tuple[str, ...] = (),
+    dry_run: bool = False,
+    trigger: Callable[[Profile], int] | None = None,
+    workers: int = DEFAULT_WORKERS,
+    checkpoint: Path | None = None,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import ``source`` (rules in the module docstring). ``checkpoint=None`` disables resuming."""
+    started = time.perf_counter()
+    report = ImportReport(file=str(source), dry_run=dry_run)
+    resume_after = 0 if dry_run or checkpoint is None else _checkpoint_read(checkpoint, source)
+    report.resumed_after_line = resume_after
+
+    def write(row: Row) -> tuple[Row, str, int]:
+        event = row.event
+        tags = event.tags.add if event.tags else ()
+        try:
+            change = store.upsert(
+                event.email,
+                first_name=event.first_name,
+                attributes=event.attributes,
+                add_tags=tags,
+                unsubscribe=row.unsubscribed,
+            )
+        except InvalidInput as exc:  # e.g. more tags than a subscriber may hold
+            return row, f"rejected: {exc}", 0
+        outcome = "created" if change.created else "updated" if change.changed else "unchanged"
+        started_count = trigger(change.profile) if trigger and change.profile else 0
+        return row, outcome, started_count
+
+    with source.open("rb") as raw, ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        counter = _CountingReader(raw)
+        text = io.TextIOWrapper(io.BufferedReader(counter), encoding="utf-8-sig", newline="")
+        window: list[Row] = []
+        last_line = 0
+
+        def flush() -> None:
+            nonlocal window
+            for row, outcome, started_count in pool.map(write, window):
+                if outcome.startswith("rejected: "):
+                    report.rejected.append(Rejected(row.line, outcome.removeprefix("rejected: ")))
+                    report.valid -= 1
+                else:
+                    setattr(report, outcome, getattr(report, outcome) + 1)
+                    report.sequences_started += started_count
+            window = []
+            if checkpoint is not None and not dry_run:
+                _checkpoint_write(checkpoint, source, last_line)
+
+        for item in parse_rows(text, extra_tags):
+            report.rows += 1
+            last_line = item.line
+            if isinstance(item, Rejected):
+                report.rejected.append(item)
+            else:
+                report.valid += 1
+                if dry_run:
+                    pass
+                elif item.line <= resume_after:
+                    report.skipped_before_checkpoint += 1
+                else:
+                    window.append(item)
+                    if len(window) >= WINDOW:
+                        flush()
+            if progress and report.rows % 100 == 0:
+                progress(counter.count, report.rows)
+        if window:
+            flush()
+        if progress:
+            progress(counter.count, report.rows)
+    if checkpoint is not None and not dry_run and checkpoint.exists():
+        checkpoint.unlink()  # complete: nothing to resume
+    report.rejected.sort(key=lambda r: r.line)
+    report.seconds = time.perf_counter() - started
+    logger.info(
+        "subscribers imported",
+        rows=report.rows,
+        rows_created=report.created,
+        rows_updated=report.updated,
+        rows_unchanged=report.unchanged,
+        rows_rejected=len(report.rejected),
+        dry_run=dry_run,
+        rows_per_second=round(report.rows_per_second, 1),
+    )
+    return report
+
+
+def export_csv(
+    admin: SubscriberAdmin, out: IO[str], *, tag: str | None = None, status: str | None = None
+) -> int:
+    """Write matching subscribers to ``out`` as CSV (streamed page by page); returns the count."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
+    count = 0
+    for profile in admin.iter(tag=tag, status=status):
+        writer.writerow(
+            [
+                profile.email,
+                profile.first_name or "",
+                profile.status,
+                " ".join(sorted(profile.tags)),
+                json.dumps(profile.attributes, sort_keys=True, separators=(",", ":"))
+                if profile.attributes
+                else "",
+                "true" if profile.suppressed else "false",
+                profile.created_at,
+                profile.updated_at,
+            ]
+        )
+        count += 1
+    return count

@@ -1,0 +1,276 @@
+"""``mailstep doctor``: is this deployment able to send, and is anything piling up?
+
+Each check reports pass, fail or skip with a detail and, when it fails, a hint.
+
+- ses-identity: SES v2 GetEmailIdentity of the sender's domain (else the address) is
+  verified for sending. Local runtime: skip (the local SES accepts every sender).
+- ses-dkim: the same identity's DKIM status is SUCCESS and signing is on. Local: skip.
+- ses-production: GetAccount says production access (not the sandbox), sending enabled,
+  enforcement HEALTHY. Local: emulated (always production).
+- ses-quota: GetAccount SendQuota (max send rate, 24-hour quota); fails at >= 90 % used.
+  Local: meaningful (``mailstep dev --max-send-rate/--max-24-hour-send``).
+- configuration-set: exists with an enabled SNS event destination for BOUNCE, COMPLAINT and
+  DELIVERY. Local: meaningful.
+- alarms: the stack's CloudWatch alarms exist and none is in ALARM. Local: skip (none).
+- dlqs: every queue's dead-letter queue is empty. Local: meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import parseaddr
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ops.targets import LOCAL, Target
+from shared.core.aws import client as aws_client
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+REQUIRED_EVENTS = ("BOUNCE", "COMPLAINT", "DELIVERY")
+QUOTA_WARN = 0.9
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # PASS | FAIL | SKIP
+    detail: str
+    hint: str = ""
+
+    def public(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "detail": self.detail, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class Report:
+    target: str
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != FAIL for c in self.checks)
+
+    def public(self) -> dict[str, Any]:
+        return {"target": self.target, "ok": self.ok, "checks": [c.public() for c in self.checks]}
+
+
+def sender_of(target: Target) -> str:
+    """The default From address: the settings, or (for a stack) a function's environment."""
+    if target.kind == LOCAL:
+        return target.settings.default_from
+    from shared.core.specs import ENV
+
+    for function in target.resources.get("functions", ()):
+        env = aws_client("lambda").get_function_configuration(FunctionName=function).get("Environment", {})
+        value = env.get("Variables", {}).get(ENV["default_from"])
+        if value:
+            return str(value)
+    return target.settings.default_from
+
+
+def _identity(sender: str) -> tuple[str, dict[str, Any] | None]:
+    """(identity name, GetEmailIdentity answer) for the sender's domain, else its address."""
+    address = parseaddr(sender)[1]
+    domain = address.rpartition("@")[2]
+    ses = aws_client("sesv2")
+    for name in (domain, address):
+        if not name:
+            continue
+        try:
+            return name, dict(ses.get_email_identity(EmailIdentity=name))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("NotFoundException", "BadRequestException"):
+                raise
+    return domain or address, None
+
+
+def check_identity(target: Target, sender: str) -> list[Check]:
+    if target.kind == LOCAL:
+        reason = "not emulated: the local SES accepts every sender"
+        return [Check("ses-identity", SKIP, reason), Check("ses-dkim", SKIP, reason)]
+    name, identity = _identity(sender)
+    if identity is None:
+        hint = f"create and verify the identity: aws sesv2 create-email-identity --email-identity {name}"
+        return [
+            Check("ses-identity", FAIL, f"{name}: no SES identity", hint),
+            Check("ses-dkim", FAIL, f"{name}: no SES identity", hint),
+        ]
+    checks = []
+    if identity.get("VerifiedForSendingStatus"):
+        checks.append(Check("ses-identity", PASS, f"{name} verified for sending"))
+    else:
+        checks.append(
+            Check("ses-identity", FAIL, f"{name} not verified", "publish the DKIM CNAMEs (or click the link)")
+        )
+    dkim = identity.get("DkimAttributes") or {}
+    status, signing = dkim.get("Status", "NOT_STARTED"), dkim.get("SigningEnabled", False)
+    if status == "SUCCESS" and signing:
+        checks.append(Check("ses-dkim", PASS, f"{name}: DKIM {status}, signing on"))
+    else:
+        checks.append(
+            Check(
+                "ses-dkim",
+                FAIL,
+                f"{name}: DKIM {status}, signing {'on' if signing else 'off'}",
+                "publish the three DKIM CNAME records SES lists for the domain",
+            )
+        )
+    return checks
+
+
+def check_account() -> list[Check]:
+    account = aws_client("sesv2").get_account()
+    checks = []
+    production = bool(account.get("ProductionAccessEnabled"))
+    enabled = bool(account.get("SendingEnabled", True))
+    enforcement = account.get("EnforcementStatus", "HEALTHY")
+    mode = "production" if production else "sandbox"
+    if production and enabled and enforcement == "HEALTHY":
+        checks.append(Check("ses-production", PASS, f"{mode}, sending enabled, {enforcement}"))
+    else:
+        hint = (
+            "request production access (SES console: Account dashboard)"
+            if not production
+            else "sending is paused or the account is under review: see the SES account dashboard"
+        )
+        checks.append(
+            Check(
+                "ses-production",
+                FAIL,
+                f"{mode}, sending {'enabled' if enabled else 'disabled'}, {enforcement}",
+                hint,
+            )
+        )
+    quota = account.get("SendQuota", {})
+    rate, daily, sent = (
+        float(quota.get("MaxSendRate", 0)),
+        float(quota.get("Max24HourSend", 0)),
+        float(quota.get("SentLast24Hours", 0)),
+    )
+    detail = f"max {rate:g}/s, {sent:g} of {daily:g} sent in the last 24 h"
+    if daily > 0 and sent / daily < QUOTA_WARN and rate > 0:
+        checks.append(Check("ses-quota", PASS, detail))
+    else:
+        checks.append(
+            Check("ses-quota", FAIL, detail, "ask AWS for a higher sending quota before sending more")
+        )
+    return checks
+
+
+def check_configuration_sets(names: tuple[str, ...]) -> Check:
+    if not names:
+        return Check("configuration-set", FAIL, "no configuration set found", "deploy the stack (cdk deploy)")
+    ses = aws_client("sesv2")
+    problems, fine = [], []
+    for name in names:
+        try:
+            ses.get_configuration_set(ConfigurationSetName=name)
+            destinations = ses.get_configuration_set_event_destinations(ConfigurationSetName=name)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "NotFoundException":
+                raise
+            problems.append(f"{name}: missing")
+            continue
+        covered: set[str] = set()
+        for destination in destinations.get("EventDestinations", []):
+            if destination.get("Enabled") and (destination.get("SnsDestination") or {}).get("TopicArn"):
+                covered |= set(destination.get("MatchingEventTypes", []))
+        missing = [e for e in REQUIRED_EVENTS if e not in covered]
+        if missing:
+            problems.append(f"{name}: no enabled SNS event destination for {', '.join(missing)}")
+        else:
+            fine.append(f"{name}: events to SNS ({len(covered)} types)")
+    if problems:
+        hint = "redeploy the stack; without event publishing bounces and complaints are never suppressed"
+        return Check("configuration-set", FAIL, "; ".join(problems), hint)
+    return Check("configuration-set", PASS, "; ".join(fine))
+
+
+def check_alarms(target: Target) -> Check:
+    if target.kind == LOCAL:
+        return Check("alarms", SKIP, "not emulated: the local runtime creates no alarms")
+    names = list(target.resources.get("alarms", ()))
+    if not names:
+        return Check(
+            "alarms", FAIL, "the stack has no CloudWatch alarms", "deploy a stack version with alarms"
+        )
+    cloudwatch = aws_client("cloudwatch")
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(names), 100):
+        paginator = cloudwatch.get_paginator("describe_alarms")
+        for page in paginator.paginate(AlarmNames=names[start : start + 100]):
+            found += page.get("MetricAlarms", []) + page.get("CompositeAlarms", [])
+    firing = sorted(a["AlarmName"] for a in found if a.get("StateValue") == "ALARM")
+    missing = sorted(set(names) - {a["AlarmName"] for a in found})
+    if missing:
+        return Check("alarms", FAIL, f"missing: {', '.join(missing)}", "redeploy the stack")
+    if firing:
+        return Check("alarms", FAIL, f"in ALARM: {', '.join(firing)}", "look at the alarm's metric and logs")
+    return Check("alarms", PASS, f"{len(found)} alarms, none in ALARM")
+
+
+def dead_letter_queues(queue_urls: tuple[str, ...]) -> dict[str, str]:
+    """DLQ ARN -> its URL, for every queue with a redrive policy."""
+    sqs = aws_client("sqs")
+    by_arn: dict[str, str] = {}
+    targets: set[str] = set()
+    for url in queue_urls:
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn", "RedrivePolicy"])[
+            "Attributes"
+        ]
+        by_arn[attributes["QueueArn"]] = url
+        if attributes.get("RedrivePolicy"):
+            targets.add(json.loads(attributes["RedrivePolicy"])["deadLetterTargetArn"])
+    return {arn: by_arn[arn] for arn in sorted(targets) if arn in by_arn}
+
+
+def check_dlqs(queue_urls: tuple[str, ...]) -> Check:
+    dlqs = dead_letter_queues(queue_urls)
+    if not dlqs:
+        return Check("dlqs", FAIL, "no queue with a dead-letter queue found", "deploy the stack (cdk deploy)")
+    sqs = aws_client("sqs")
+    waiting = {}
+    for arn, url in dlqs.items():
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        count = int(attributes.get("ApproximateNumberOfMessages", 0)) + int(
+            attributes.get("ApproximateNumberOfMessagesNotVisible", 0)
+        )
+        if count:
+            waiting[arn.rsplit(":", 1)[1]] = count
+    if waiting:
+        detail = ", ".join(f"{name}: {count}" for name, count in sorted(waiting.items()))
+        hint = "inspect the messages, fix the cause, then redrive (docs/operations.md, 'DLQ redrive')"
+        return Check("dlqs", FAIL, detail, hint)
+    return Check("dlqs", PASS, f"{len(dlqs)} dead-letter queues, all empty")
+
+
+def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
+    """A check whose API call fails reports that failure instead of stopping the others."""
+    try:
+        return run()
+    except ClientError as exc:
+        error = exc.response["Error"]
+        return [
+            Check(
+                name, FAIL, f"{error.get('Code')}: {error.get('Message', '')}"[:200], "check IAM permissions"
+            )
+        ]
+
+
+def run(target: Target) -> Report:
+    checks: list[Check] = []
+    checks += _guard("ses-identity", lambda: check_identity(target, sender_of(target)))
+    checks += _guard("ses-account", check_account)
+    configuration_sets = tuple(target.resources.get("configuration_sets", ())) or (
+        (target.settings.configuration_set,) if target.settings.configuration_set else ()
+    )
+    checks += _guard("configuration-set", lambda: [check_configuration_sets(configuration_sets)])
+    checks += _guard("alarms", lambda: [check_alarms(target)])
+    checks += _guard("dlqs", lambda: [check_dlqs(tuple(target.resources.get("queues", ())))])
+    return Report(target=target.label, checks=tuple(checks))

@@ -1,0 +1,153 @@
+"""Where the operator commands act: a stack, found by its name through CloudFormation.
+
+A deployed stack and the local runtime resolve the same way. ``describe_stacks`` gives the
+outputs, and ``shared.core.specs.stack_outputs()`` says which Settings field each output carries,
+so the CLI and the MCP server rebuild exactly the settings the Lambdas get from their
+environment; ``list_stack_resources`` finds what the outputs do not name (queues and their
+DLQs, the SES configuration set, alarms, functions, state machines) for ``mailstep doctor``.
+
+The local runtime registers itself in its emulated CloudFormation as a stack named
+``specs.STACK_NAME`` (``cli.local.cfn_stack``): :func:`local_target` is :func:`stack_target`
+against the runtime's endpoint, labelled as the local runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from botocore.exceptions import ClientError
+
+from shared.core import specs
+from shared.core.aws import client as aws_client
+from shared.core.errors import InvalidInput, NotFound
+from shared.core.settings import Settings
+
+LOCAL, STACK = "local", "stack"
+
+
+class StackNotFound(NotFound):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved target: its settings plus the resource names doctor and executions need."""
+
+    kind: str  # LOCAL | STACK
+    name: str  # the stack name, or the local runtime's state folder
+    region: str
+    settings: Settings
+    api_url: str = ""
+    # Physical resources by kind: "queues" (URLs), "configuration_sets", "alarms" (names),
+    # "state_machines" (ARNs), "functions" (names). Empty lists mean "none found".
+    resources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"local runtime ({self.name})" if self.kind == LOCAL else f"stack {self.name} ({self.region})"
+
+
+def _settings_from(values: Mapping[str, str], origin: str) -> Settings:
+    missing = [spec.setting for spec in specs.TABLES if not values.get(spec.setting)]
+    if missing:
+        raise InvalidInput(f"{origin} does not name {', '.join(missing)}: is it a mailstep deployment?")
+    return Settings.model_validate(dict(values))
+
+
+def stack_outputs(stack_name: str) -> dict[str, str]:
+    """The raw CloudFormation outputs of ``stack_name`` (output key -> value)."""
+    try:
+        stacks = aws_client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ValidationError":
+            raise StackNotFound(f"stack {stack_name!r} not found in this account and region") from None
+        raise
+    if not stacks:
+        raise StackNotFound(f"stack {stack_name!r} not found in this account and region")
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+
+
+RESOURCE_TYPES = {
+    "AWS::SQS::Queue": "queues",
+    "AWS::SES::ConfigurationSet": "configuration_sets",
+    "AWS::CloudWatch::Alarm": "alarms",
+    "AWS::StepFunctions::StateMachine": "state_machines",
+    "AWS::Lambda::Function": "functions",
+}
+
+
+def stack_resources(stack_name: str) -> dict[str, tuple[str, ...]]:
+    """Physical ids of the stack's queues, configuration sets, alarms, state machines and functions."""
+    found: dict[str, list[str]] = {kind: [] for kind in RESOURCE_TYPES.values()}
+    cfn = aws_client("cloudformation")
+    token: str | None = None
+    while True:
+        page = cfn.list_stack_resources(StackName=stack_name, **({"NextToken": token} if token else {}))
+        for resource in page.get("StackResourceSummaries", []):
+            kind = RESOURCE_TYPES.get(resource.get("ResourceType", ""))
+            if kind and resource.get("PhysicalResourceId"):
+                found[kind].append(resource["PhysicalResourceId"])
+        token = page.get("NextToken")
+        if not token:
+            return {k: tuple(v) for k, v in found.items()}
+
+
+def state_machine_arn_prefix(region: str, stack_name: str = specs.STACK_NAME) -> str:
+    """``arn:aws:states:<region>:<account>:stateMachine:<stack name>-seq-`` for stacks that
+    predate the ``StateMachineArnPrefix`` output."""
+    account = aws_client("sts").get_caller_identity()["Account"]
+    return f"arn:aws:states:{region}:{account}:stateMachine:{specs.state_machine_prefix(stack_name)}"
+
+
+def stack_target(stack_name: str, region: str) -> Target:
+    """The target of the stack named ``stack_name`` in the account and region of the clients."""
+    outputs = stack_outputs(stack_name)
+    fields = specs.stack_outputs()
+    values = {fields[k]: v for k, v in outputs.items() if k in fields}
+    if not values.get("state_machine_arn_prefix"):
+        values["state_machine_arn_prefix"] = state_machine_arn_prefix(region, stack_name)
+    resources = stack_resources(stack_name)
+    if not values.get("configuration_set") and len(resources["configuration_sets"]) == 1:
+        values["configuration_set"] = resources["configuration_sets"][0]  # what the senders name
+    return Target(
+        kind=STACK,
+        name=stack_name,
+        region=region,
+        settings=_settings_from(values, f"stack {stack_name!r}"),
+        api_url=outputs.get(specs.API_URL_OUTPUT, ""),
+        resources=resources,
+    )
+
+
+def local_target(state_dir: str, region: str) -> Target:
+    """The running local runtime (the clients point at its endpoint): the stack it registered
+    under ``specs.STACK_NAME``, labelled with its state folder."""
+    return replace(stack_target(specs.STACK_NAME, region), kind=LOCAL, name=state_dir)
+
+
+def state_machine_name_prefix(arn_prefix: str) -> str:
+    """``<stack name>-seq-`` from ``settings.state_machine_arn_prefix`` (the default stack's
+    prefix when it is empty)."""
+    return arn_prefix.rpartition(":stateMachine:")[2] if arn_prefix else specs.STATE_MACHINE_PREFIX
+
+
+def _state_machines(prefix: str) -> list[str]:
+    sfn = aws_client("stepfunctions")
+    found: list[str] = []
+    token: str | None = None
+    while True:
+        page = sfn.list_state_machines(**({"nextToken": token} if token else {}))
+        found += [m["stateMachineArn"] for m in page["stateMachines"] if m["name"].startswith(prefix)]
+        token = page.get("nextToken")
+        if not token:
+            return found
+
+
+def sequence_state_machines(arn_prefix: str = "") -> dict[str, str]:
+    """Sequence id -> state machine ARN of the target's sequence machines, named
+    ``<stack name>-seq-<id>``; ``arn_prefix`` is the target's ``settings.state_machine_arn_prefix``
+    (listed live: sequences are deployed after the stack)."""
+    prefix = state_machine_name_prefix(arn_prefix)
+    marker = f":stateMachine:{prefix}"
+    return {arn.split(marker, 1)[1]: arn for arn in _state_machines(prefix) if marker in arn}

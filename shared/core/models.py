@@ -1,0 +1,354 @@
+"""Validated models for everything that enters mailstep from outside.
+
+Rules (documented in docs/data-model.md):
+- Emails: surrounding whitespace trimmed, the domain lower-cased (IDNA-encoded when it is
+  not ASCII), the local part kept as written. ``#``, spaces and control characters are
+  rejected, so an email can never forge another key.
+- Tags, sequence ids and event types: ``[a-z0-9][a-z0-9_.-]*``, at most 64 characters.
+- Attributes: at most 50 keys named ``[A-Za-z_][A-Za-z0-9_]*`` (<= 64 chars, reserved names
+  rejected), nested at most 3 levels, strings at most 1000 characters, 8 KiB in all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from decimal import Decimal, DecimalException
+from typing import Any, Literal
+
+from boto3.dynamodb.types import DYNAMODB_CONTEXT
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from shared.core.errors import FieldProblem, InvalidInput
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+NAME_MAX = 64
+ATTR_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+EVENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/+=-]*$")
+LOCAL_PART_RE = re.compile(r"^[A-Za-z0-9.!$%&'*+/=?^_`{|}~-]+$")
+DOMAIN_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+MAX_TAGS_PER_SUBSCRIBER = 50
+MAX_TAGS_PER_EVENT = 50
+MAX_ATTRIBUTES = 50
+MAX_ATTRIBUTE_DEPTH = 3
+MAX_ATTRIBUTE_STRING = 1000
+MAX_ATTRIBUTES_BYTES = 8 * 1024
+MAX_DATA_DEPTH = 5
+MAX_DATA_BYTES = 16 * 1024
+MAX_FIRST_NAME = 100
+MAX_BATCH = 100
+
+# Names the templates and the profile use themselves: an attribute may not shadow them.
+RESERVED_ATTRIBUTES = frozenset(
+    {
+        "email",
+        "first_name",
+        "tags",
+        "status",
+        "suppressed",
+        "created_at",
+        "updated_at",
+        "version",
+        "subscriber",
+        "unsubscribe_url",
+        "data",
+        "event",
+        "now",
+        "pk",
+        "sk",
+        "ttl",
+    }
+)
+
+SUBSCRIBED = "subscribed"
+UNSUBSCRIBED = "unsubscribed"
+SUBSCRIBE_EVENT = "subscriber.subscribed"
+UNSUBSCRIBE_EVENT = "subscriber.unsubscribed"
+
+
+def normalise_email(raw: str) -> str:
+    """Return the canonical form of an email address or raise ValueError naming the problem."""
+    if not isinstance(raw, str):
+        raise ValueError("must be a string")
+    value = raw.strip()
+    if not value:
+        raise ValueError("must not be empty")
+    if len(value) > 254:
+        raise ValueError("must be at most 254 characters")
+    if CONTROL_RE.search(value) or " " in value:
+        raise ValueError("must not contain spaces or control characters")
+    if "#" in value:
+        raise ValueError("must not contain '#'")
+    if value.count("@") != 1:
+        raise ValueError("must contain exactly one '@'")
+    local, domain = value.split("@")
+    if not local or len(local) > 64 or not LOCAL_PART_RE.match(local):
+        raise ValueError("has an invalid local part")
+    if local.startswith(".") or local.endswith(".") or ".." in local:
+        raise ValueError("has an invalid local part (dots)")
+    try:
+        domain = domain.lower().encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise ValueError("has an invalid domain") from exc
+    labels = domain.split(".")
+    if len(labels) < 2 or not all(DOMAIN_LABEL_RE.match(label) for label in labels):
+        raise ValueError("has an invalid domain")
+    return f"{local}@{domain}"
+
+
+def validate_name(value: Any, what: str = "name") -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string")
+    if not value or len(value) > NAME_MAX or not NAME_RE.match(value):
+        raise ValueError(
+            f"{what} {value[:70]!r} must match [a-z0-9][a-z0-9_.-]* (at most {NAME_MAX} characters; no '#')"
+        )
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects/arrays nest more than ``limit`` levels (``{}`` is one level), walked
+    level by level so that no depth can exhaust the stack."""
+    level, depth = [value], 0
+    while any(isinstance(item, dict | list) for item in level):
+        depth += 1
+        if depth > limit:
+            return True
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+    return False
+
+
+def _check_number(value: int | float, path: str) -> None:
+    """A number the store can write, else a ValueError naming ``path``. Numbers go to
+    DynamoDB through boto3's serializer, which refuses what DynamoDB cannot hold exactly: NaN
+    and infinities, more than 38 significant digits (an integer's trailing zeros count), and
+    magnitudes outside 1E-130 .. 9.9E+125."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path}: {value} is not a number DynamoDB can store")
+    try:
+        number = DYNAMODB_CONTEXT.create_decimal(Decimal(repr(value) if isinstance(value, float) else value))
+        if not number.is_zero() and not -130 <= number.adjusted() <= 125:
+            raise DecimalException  # DynamoDB's own range is narrower than the serializer's
+    except DecimalException:
+        raise ValueError(
+            f"{path}: DynamoDB stores numbers of at most 38 significant digits between 1E-130 and "
+            "9.9E+125 in magnitude"
+        ) from None
+
+
+def _check_values(value: Any, limit: int, path: str) -> None:
+    """Strings within ``limit``, string keys, numbers DynamoDB can store (NaN, infinities,
+    more than 38 digits and magnitudes outside its range are refused), at any depth."""
+    if isinstance(value, str):
+        if len(value) > limit:
+            raise ValueError(f"{path}: string longer than {limit} characters")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{path}: keys must be strings")
+            _check_values(v, limit, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_values(v, limit, f"{path}[{i}]")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        _check_number(value, path)
+
+
+def validate_attributes(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("must be an object")
+    if len(value) > MAX_ATTRIBUTES:
+        raise ValueError(f"at most {MAX_ATTRIBUTES} attributes are allowed (got {len(value)})")
+    for key, item in value.items():
+        if not ATTR_KEY_RE.match(key) or len(key) > 64:
+            raise ValueError(f"attribute name {key[:70]!r} must match [A-Za-z_][A-Za-z0-9_]* (<= 64 chars)")
+        if key.lower() in RESERVED_ATTRIBUTES:
+            raise ValueError(f"attribute name {key!r} is reserved")
+        if _deeper_than(item, MAX_ATTRIBUTE_DEPTH):
+            raise ValueError(f"attribute {key!r} is nested deeper than {MAX_ATTRIBUTE_DEPTH} levels")
+        _check_values(item, MAX_ATTRIBUTE_STRING, key)
+    if len(json.dumps(value, separators=(",", ":"))) > MAX_ATTRIBUTES_BYTES:
+        raise ValueError(f"attributes exceed {MAX_ATTRIBUTES_BYTES} bytes")
+    return value
+
+
+def validate_data(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("must be an object")
+    if _deeper_than(value, MAX_DATA_DEPTH):
+        raise ValueError(f"is nested deeper than {MAX_DATA_DEPTH} levels")
+    _check_values(value, MAX_DATA_BYTES, "data")
+    if len(json.dumps(value, separators=(",", ":"))) > MAX_DATA_BYTES:
+        raise ValueError(f"exceeds {MAX_DATA_BYTES} bytes")
+    return value
+
+
+class TagChange(BaseModel):
+    """``tags`` in an event: a list adds tags; ``{"add": [...], "remove": [...]}`` does both."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+
+    @field_validator("add", "remove", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple):
+            raise ValueError("must be a list of tags")
+        if len(value) > MAX_TAGS_PER_EVENT:
+            raise ValueError(f"at most {MAX_TAGS_PER_EVENT} tags per event")
+        return tuple(dict.fromkeys(validate_name(v, "tag") for v in value))
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> TagChange:
+        both = set(self.add) & set(self.remove)
+        if both:
+            raise ValueError(f"tags both added and removed: {sorted(both)}")
+        return self
+
+
+class InboundEvent(BaseModel):
+    """One event POSTed to /v1/events (DESIGN.md section 4)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    email: str
+    first_name: str | None = None
+    attributes: dict[str, Any] | None = None
+    tags: TagChange | None = None
+    data: dict[str, Any] | None = None
+    id: str | None = None
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type(cls, value: Any) -> str:
+        return validate_name(value, "event type")
+
+    @field_validator("email", mode="before")
+    @classmethod
+    def _email(cls, value: Any) -> str:
+        return normalise_email(value)
+
+    @field_validator("first_name", mode="before")
+    @classmethod
+    def _first_name(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        if CONTROL_RE.search(value):
+            raise ValueError("must not contain control characters (CR, LF, ...)")
+        value = value.strip()
+        if len(value) > MAX_FIRST_NAME:
+            raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
+        return value
+
+    @field_validator("attributes", mode="before")
+    @classmethod
+    def _attributes(cls, value: Any) -> dict[str, Any] | None:
+        return None if value is None else validate_attributes(value)
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data(cls, value: Any) -> dict[str, Any] | None:
+        return None if value is None else validate_data(value)
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return {"add": value}
+        if value is not None and not isinstance(value, dict):
+            raise ValueError("must be a list of tags or an object {add, remove}")
+        return value
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not (1 <= len(value) <= 128) or not EVENT_ID_RE.match(value):
+            raise ValueError("must be 1-128 characters of letters, digits and _.:@/+=-")
+        return value
+
+
+class EventBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    events: list[InboundEvent] = Field(min_length=1, max_length=MAX_BATCH)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> EventBatch:
+        seen: set[str] = set()
+        for index, event in enumerate(self.events):
+            if event.id is None:
+                continue
+            if event.id in seen:
+                raise ValueError(f"events[{index}].id {event.id!r} is used twice in this batch")
+            seen.add(event.id)
+        return self
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def problems_from(exc: PydanticValidationError) -> list[FieldProblem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "field required"
+        problems.append(FieldProblem(field=_loc(loc), message=message))
+    return problems
+
+
+def invalid_input(exc: PydanticValidationError, default_field: str) -> InvalidInput:
+    """The InvalidInput of a failed validation: every problem, the first one in the message."""
+    problems = problems_from(exc)
+    first = problems[0] if problems else FieldProblem(default_field, "invalid")
+    return InvalidInput(f"{first.field}: {first.message}", problems)
+
+
+def parse_event_body(payload: Any) -> EventBatch:
+    """Validate a decoded JSON body: one event, or ``{"events": [...]}``."""
+    if not isinstance(payload, dict):
+        raise InvalidInput("body must be a JSON object", [FieldProblem("body", "must be a JSON object")])
+    try:
+        if "events" in payload:
+            if not isinstance(payload["events"], list):
+                raise InvalidInput("events must be a list", [FieldProblem("events", "must be a list")])
+            if not payload["events"]:
+                raise InvalidInput("events must not be empty", [FieldProblem("events", "must not be empty")])
+            if len(payload["events"]) > MAX_BATCH:
+                raise InvalidInput(
+                    f"a batch holds at most {MAX_BATCH} events",
+                    [FieldProblem("events", f"at most {MAX_BATCH} events (got {len(payload['events'])})")],
+                )
+            return EventBatch.model_validate(payload)
+        return EventBatch(events=[InboundEvent.model_validate(payload)])
+    except PydanticValidationError as exc:
+        raise invalid_input(exc, "body") from None
+
+
+EventOutcomeStatus = Literal["created", "updated", "unchanged", "recorded"]

@@ -1,0 +1,59 @@
+"""Settings are read from the environment once, at the boundary, into this model.
+
+The names of the variables live in ``shared.core.specs.ENV`` so the CDK stack, the local
+runtime and the Lambdas agree on them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    table_name: str
+    # Only functions whose spec grants the events table receive it (sequence-cleanup and
+    # broadcast-resolver do not): empty means "not granted", and a DynamoDB call naming an
+    # empty table fails on parameter validation before reaching AWS.
+    events_table_name: str = ""
+    api_key_secret: str = ""
+    data_ttl_days: int = Field(default=180, ge=1, le=3650)
+    idempotency_ttl_seconds: int = Field(default=86400, ge=60)
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    configuration_set: str = ""  # SES configuration set every send names (event publishing)
+    # Sending (DESIGN.md section 6): identity, footer, unsubscribe links and the send queue.
+    public_base_url: str = Field(default="https://mailstep.localhost", pattern=r"^https?://[^\s/]+(/\S*)?$")
+    default_from: str = "Mailstep <hello@example.com>"
+    default_reply_to: str = ""
+    postal_address: str = "Mailstep, 1 Example Street, 12345 Example City"
+    mail_footer_reason: str = "You receive this email because you signed up for it."
+    list_id_domain: str = ""  # empty: the sender's domain
+    unsubscribe_mailto: str = ""  # optional mailto: target in List-Unsubscribe
+    unsubscribe_secret: str = ""  # Secrets Manager name of the token signing key
+    unsubscribe_token_ttl_days: int = Field(default=365, ge=1, le=3650)
+    send_queue_url: str = ""
+    send_claim_lease_seconds: int = Field(default=300, ge=30, le=3600)
+    # Sequences: ARN of the state machines without the sequence id (shared.sequences.engine).
+    state_machine_arn_prefix: str = ""
+    # Broadcasts (docs/broadcasts.md): queues, the schedule state machine and the send rate.
+    broadcast_queue_url: str = ""  # broadcast.batch envelopes -> broadcast-worker
+    broadcast_control_queue_url: str = ""  # broadcast.resolve envelopes -> broadcast-resolver
+    broadcast_schedule_arn: str = ""  # state machine that waits until --at, then starts resolving
+    broadcast_max_send_rate: float = Field(default=0.0, ge=0)  # cap (mails/s); 0: the account's rate
+    broadcast_rate_share: float = Field(default=0.95, gt=0, le=1)  # of the rate; the rest is reserved
+    broadcast_worker_threads: int = Field(default=8, ge=1, le=32)  # sends in flight per worker
+
+    # Replies (shared/engagement/replies.py): forward every recorded reply to this address (empty: no).
+    reply_forward_to: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        from shared.core.specs import ENV
+
+        source = os.environ if env is None else env
+        values = {field: source[name] for field, name in ENV.items() if name in source}
+        return cls.model_validate(values)

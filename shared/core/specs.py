@@ -1,0 +1,623 @@
+"""One description of mailstep's cloud resources, read by the CDK constructs (``stacks/``)
+and by the local runtime's bootstrapper (``cli/local``).
+
+Nothing here imports CDK or boto3: it is plain data. An infra test proves that the
+synthesized template and these specs agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+APP_NAME = "mailstep"
+STACK_NAME = "Mailstep"
+LAMBDA_RUNTIME = "python3.12"
+# What the Lambdas need at run time (mirrors [project].dependencies in pyproject.toml;
+# tests/unit/test_specs.py proves they agree).
+LAMBDA_REQUIREMENTS = (
+    "aws-lambda-powertools[parser]==3.37.0",
+    "pydantic==2.14.3",
+    "jinja2==3.1.6",
+    "pyyaml==6.0.3",
+    "markdown==3.11.3",
+    "css-inline==0.23.1",
+)
+# Source folders shipped in every Lambda's code asset.
+LAMBDA_SOURCE_DIRS = ("shared", "functions", "templates", "sequences")
+
+# Settings field -> environment variable. The only place these names are spelled.
+ENV: dict[str, str] = {
+    "table_name": "TABLE_NAME",
+    "events_table_name": "EVENTS_TABLE_NAME",
+    "api_key_secret": "API_KEY_SECRET",
+    "data_ttl_days": "DATA_TTL_DAYS",
+    "idempotency_ttl_seconds": "IDEMPOTENCY_TTL_SECONDS",
+    "max_body_bytes": "MAX_BODY_BYTES",
+    "configuration_set": "SES_CONFIGURATION_SET",
+    "public_base_url": "PUBLIC_BASE_URL",
+    "default_from": "DEFAULT_FROM",
+    "default_reply_to": "DEFAULT_REPLY_TO",
+    "postal_address": "POSTAL_ADDRESS",
+    "mail_footer_reason": "MAIL_FOOTER_REASON",
+    "list_id_domain": "LIST_ID_DOMAIN",
+    "unsubscribe_mailto": "UNSUBSCRIBE_MAILTO",
+    "unsubscribe_secret": "UNSUBSCRIBE_SECRET",
+    "unsubscribe_token_ttl_days": "UNSUBSCRIBE_TOKEN_TTL_DAYS",
+    "send_queue_url": "SEND_QUEUE_URL",
+    "send_claim_lease_seconds": "SEND_CLAIM_LEASE_SECONDS",
+    "state_machine_arn_prefix": "STATE_MACHINE_ARN_PREFIX",
+    "broadcast_queue_url": "BROADCAST_QUEUE_URL",
+    "broadcast_control_queue_url": "BROADCAST_CONTROL_QUEUE_URL",
+    "broadcast_schedule_arn": "BROADCAST_SCHEDULE_ARN",
+    "broadcast_max_send_rate": "BROADCAST_MAX_SEND_RATE",
+    "broadcast_rate_share": "BROADCAST_RATE_SHARE",
+    "broadcast_worker_threads": "BROADCAST_WORKER_THREADS",
+}
+
+PK = "PK"
+SK = "SK"
+TTL_ATTRIBUTE = "ttl"
+
+
+@dataclass(frozen=True)
+class GsiSpec:
+    name: str
+    partition_key: str
+    sort_key: str
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    id: str  # construct id / logical name
+    local_name: str  # physical name in the local runtime
+    setting: str  # Settings field that receives the table name
+    gsis: tuple[GsiSpec, ...] = ()
+    partition_key: str = PK
+    sort_key: str = SK
+    ttl_attribute: str = TTL_ATTRIBUTE
+
+
+MAIN_TABLE = TableSpec(id="MainTable", local_name="mailstep-main", setting="table_name")
+EVENTS_TABLE = TableSpec(
+    id="EventsTable",
+    local_name="mailstep-events",
+    setting="events_table_name",
+    gsis=(
+        GsiSpec(name="TemplateIndex", partition_key="template", sort_key=SK),
+        GsiSpec(name="SequenceIndex", partition_key="source", sort_key=SK),
+    ),
+)
+TABLES = (MAIN_TABLE, EVENTS_TABLE)
+
+
+@dataclass(frozen=True)
+class SecretSpec:
+    id: str
+    local_name: str
+    setting: str
+    description: str
+
+
+API_KEY_SECRET = SecretSpec(
+    id="ApiKeySecret",
+    local_name="mailstep/api-key",
+    setting="api_key_secret",
+    description="Bearer key for POST /v1/events",
+)
+UNSUBSCRIBE_SECRET = SecretSpec(
+    id="UnsubscribeSecret",
+    local_name="mailstep/unsubscribe-key",
+    setting="unsubscribe_secret",
+    description="HMAC key of the unsubscribe tokens in List-Unsubscribe and footer links",
+)
+SECRETS = (API_KEY_SECRET, UNSUBSCRIBE_SECRET)
+
+
+VISIBILITY_TIMEOUT_FACTOR = 6
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """An SQS queue with its dead-letter queue (maxReceiveCount ``max_receives``).
+
+    A queue that feeds a Lambda event source needs a visibility timeout of at least
+    ``VISIBILITY_TIMEOUT_FACTOR`` x the function's timeout (AWS guidance for SQS event
+    sources; the stack refuses to synthesize otherwise).
+    """
+
+    id: str
+    local_name: str
+    setting: str  # Settings field that receives the queue URL
+    visibility_timeout_s: int = 360
+    max_receives: int = 5
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    id: str
+    local_name: str
+    setting: str  # Settings field that receives the topic ARN
+
+
+@dataclass(frozen=True)
+class SubscriptionSpec:
+    """SNS topic -> SQS queue subscription."""
+
+    topic: TopicSpec
+    queue: QueueSpec
+    raw_message_delivery: bool = False
+
+
+@dataclass(frozen=True)
+class EventSourceSpec:
+    """SQS queue -> Lambda event source mapping (partial batch responses on)."""
+
+    queue: QueueSpec
+    batch_size: int = 10
+    max_concurrency: int | None = None
+    # Wait up to this long to fill a batch (required by Lambda when batch_size > 10).
+    max_batching_window_s: int = 0
+
+
+@dataclass(frozen=True)
+class ConfigurationSetSpec:
+    """An SES configuration set whose sending events are published to ``event_topic``."""
+
+    id: str
+    local_name: str
+    setting: str  # Settings field that receives the configuration set name
+    event_topic: TopicSpec
+    # SES v2 EventType values published to the topic. Not SEND: the send path already
+    # knows (and counts) every accepted send; SES Send events would repeat it at the cost
+    # of a topic publish, a queue message and an events-table write per email.
+    event_types: tuple[str, ...] = (
+        "REJECT",
+        "BOUNCE",
+        "COMPLAINT",
+        "DELIVERY",
+        "OPEN",
+        "CLICK",
+        "RENDERING_FAILURE",
+        "DELIVERY_DELAY",
+    )
+
+
+SES_EVENTS_TOPIC = TopicSpec(
+    id="SesEventsTopic", local_name="mailstep-ses-events", setting="ses_events_topic_arn"
+)
+CONFIGURATION_SET = ConfigurationSetSpec(
+    id="ConfigurationSet",
+    local_name="mailstep",
+    setting="configuration_set",
+    event_topic=SES_EVENTS_TOPIC,
+)
+CONFIGURATION_SETS = (CONFIGURATION_SET,)
+
+# ----- IAM grants ------------------------------------------------------------------------------
+# Every permission a function's role holds is one Grant in its spec: the exact IAM actions its
+# code calls, per resource. The stack builds each role's statements from these and nothing
+# else (plus writing to the function's own log group); an infra test proves the template
+# grants exactly this. How each action was found: functions/<name>/handler.py -> shared/
+# (every boto3 call goes through shared.core.aws.client). DynamoDB TransactWriteItems is
+# authorized per item (PutItem/UpdateItem/DeleteItem/ConditionCheckItem), BatchGetItem and
+# BatchWriteItem are their own actions, Query with IndexName needs a TableIndex grant,
+# Powertools idempotency uses GetItem/PutItem/UpdateItem/DeleteItem on its table, Powertools
+# SecretsProvider calls GetSecretValue, SQS SendMessageBatch is sqs:SendMessage, and SES v2
+# SendEmail (simple or raw content) is ses:SendEmail on the identity AND the configuration set.
+
+# Resources that are not a spec'd table, secret, queue, topic or configuration set:
+SES_IDENTITY = "identity"  # the sending identity (mailstep:sesDomain; any identity when unset)
+SEQUENCE_MACHINES = "stateMachine"  # the sequence state machines (name prefix)
+SEQUENCE_EXECUTIONS = "execution"  # executions of the sequence state machines (name prefix)
+INBOUND_OBJECTS = "inbound-object"  # received mail in the inbound bucket (mailstep:inboundDomain)
+# Granted for every event source: what the Lambda service does on the function's behalf
+# (the actions of the AWS managed policy AWSLambdaSQSQueueExecutionRole).
+EVENT_SOURCE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+
+
+@dataclass(frozen=True)
+class TableIndex:
+    """A GSI of a table, for functions that Query it (``IndexName``)."""
+
+    table: TableSpec
+    index: str
+
+
+Resource = TableSpec | TableIndex | SecretSpec | QueueSpec | TopicSpec | ConfigurationSetSpec | str
+
+
+def resource_key(resource: Resource) -> str:
+    """A stable name for a granted resource: ``table/MainTable``,
+    ``table/EventsTable/index/TemplateIndex``, ``secret/ApiKeySecret``, ``queue/SendQueue``,
+    ``topic/InboundTopic``, ``configuration-set/ConfigurationSet``, or one of
+    ``SES_IDENTITY``, ``SEQUENCE_MACHINES``, ``SEQUENCE_EXECUTIONS``, ``INBOUND_OBJECTS``."""
+    if isinstance(resource, str):
+        return resource
+    if isinstance(resource, TableIndex):
+        return f"table/{resource.table.id}/index/{resource.index}"
+    kind = {
+        TableSpec: "table",
+        SecretSpec: "secret",
+        QueueSpec: "queue",
+        TopicSpec: "topic",
+        ConfigurationSetSpec: "configuration-set",
+    }[type(resource)]
+    return f"{kind}/{resource.id}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """``actions`` on ``resource``; with ``only_with``, only when that Settings field has a
+    value in the deployment (e.g. SES sending for reply forwarding)."""
+
+    resource: Resource
+    actions: tuple[str, ...]
+    only_with: str = ""
+
+
+def _ddb(*operations: str) -> tuple[str, ...]:
+    return tuple(f"dynamodb:{op}" for op in operations)
+
+
+def send_email_grants(only_with: str = "") -> tuple[Grant, ...]:
+    """SES v2 SendEmail through mailstep's configuration sets from the sending identity."""
+    return (
+        Grant(SES_IDENTITY, ("ses:SendEmail",), only_with),
+        *(Grant(c, ("ses:SendEmail",), only_with) for c in CONFIGURATION_SETS),
+    )
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str  # API Gateway HTTP API syntax, e.g. /u/{token}
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    handler: str  # module.function, importable from the project root
+    description: str
+    memory_mb: int = 512
+    timeout_s: int = 29
+    # The IAM actions the function's code calls, per resource (see Grant). The function's
+    # environment names the tables, secrets, queues and topics granted here.
+    grants: tuple[Grant, ...] = ()
+    routes: tuple[RouteSpec, ...] = ()
+    event_sources: tuple[EventSourceSpec, ...] = ()
+    reserved_concurrency: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    mail_settings: bool = False  # receives the MAIL_SETTINGS environment
+    # Settings fields passed only when the deployment gives them a value (e.g. reply_forward_to).
+    optional_settings: tuple[str, ...] = ()
+
+    def _granted(self, kind: type[Any]) -> tuple[Any, ...]:
+        found = [g.resource.table if isinstance(g.resource, TableIndex) else g.resource for g in self.grants]
+        return tuple(dict.fromkeys(r for r in found if isinstance(r, kind)))
+
+    @property
+    def read_write_tables(self) -> tuple[TableSpec, ...]:
+        """Tables the function uses (any DynamoDB action): their names are in its environment."""
+        return cast(tuple[TableSpec, ...], self._granted(TableSpec))
+
+    @property
+    def read_secrets(self) -> tuple[SecretSpec, ...]:
+        return cast(tuple[SecretSpec, ...], self._granted(SecretSpec))
+
+    @property
+    def send_queues(self) -> tuple[QueueSpec, ...]:
+        """Queues the function sends to (event sources are in ``event_sources``)."""
+        return tuple(
+            dict.fromkeys(
+                g.resource
+                for g in self.grants
+                if isinstance(g.resource, QueueSpec) and "sqs:SendMessage" in g.actions
+            )
+        )
+
+    @property
+    def publish_topics(self) -> tuple[TopicSpec, ...]:
+        return cast(tuple[TopicSpec, ...], self._granted(TopicSpec))
+
+    @property
+    def sends_email(self) -> bool:
+        return any("ses:SendEmail" in g.actions for g in self.grants)
+
+    @property
+    def controls_sequences(self) -> bool:
+        """Starts or stops sequence executions: receives ``state_machine_arn_prefix``."""
+        return any(g.resource in (SEQUENCE_MACHINES, SEQUENCE_EXECUTIONS) for g in self.grants)
+
+
+def all_grants(spec: FunctionSpec, settings: Mapping[str, str] | None = None) -> list[Grant]:
+    """The function's grants plus ``EVENT_SOURCE_ACTIONS`` on each event source queue.
+
+    ``settings`` (field -> deployment value): grants ``only_with`` an empty or absent field
+    are left out; None keeps every grant (the most the function may ever hold).
+    """
+    grants = [g for g in spec.grants if settings is None or not g.only_with or settings.get(g.only_with)]
+    grants += [Grant(source.queue, EVENT_SOURCE_ACTIONS) for source in spec.event_sources]
+    return grants
+
+
+def granted_actions(
+    spec: FunctionSpec, settings: Mapping[str, str] | None = None
+) -> dict[str, frozenset[str]]:
+    """IAM action -> the ``resource_key`` of every resource it is granted on, e.g.
+    ``{"dynamodb:PutItem": frozenset({"table/MainTable", "table/EventsTable"}),
+    "ses:SendEmail": frozenset({"identity", "configuration-set/ConfigurationSet"}), ...}``."""
+    found: dict[str, set[str]] = {}
+    for grant in all_grants(spec, settings):
+        for action in grant.actions:
+            found.setdefault(action, set()).add(resource_key(grant.resource))
+    return {action: frozenset(keys) for action, keys in sorted(found.items())}
+
+
+API_FUNCTION = FunctionSpec(
+    name="api",
+    handler="functions.api.handler.handler",
+    description="HTTP API: POST /v1/events",
+    grants=(
+        # idempotency records (Powertools), profile + TAG# upserts (transaction), EXEC pairs
+        # (put_execution: ConditionCheck + Put; list/delete), entry markers
+        Grant(
+            MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")
+        ),
+        Grant(EVENTS_TABLE, _ddb("PutItem")),  # the event item
+        Grant(API_KEY_SECRET, ("secretsmanager:GetSecretValue",)),
+        Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),
+        Grant(SEQUENCE_EXECUTIONS, ("states:DescribeExecution", "states:StopExecution")),
+    ),
+    routes=(RouteSpec("POST", "/v1/events"),),
+)
+# Send jobs (contract ``send.job``, DESIGN.md section 6b) consumed by the sender function.
+SEND_QUEUE = QueueSpec(
+    id="SendQueue",
+    local_name="mailstep-send",
+    setting="send_queue_url",
+    visibility_timeout_s=360,  # 6x the sender's timeout (60 s)
+    max_receives=5,
+)
+# The send pipeline (shared.sending.pipeline.send): profile and claim reads (GetItem), the claim
+# (conditional PutItem, restore), send-log reads (Query), claim release (DeleteItem), the
+# SENT# item with its counter ADDs (transaction: Put + Update); events of skipped and failed
+# sends; the unsubscribe token key; SES.
+SEND_PIPELINE_GRANTS = (
+    Grant(MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
+    Grant(EVENTS_TABLE, _ddb("PutItem")),
+    Grant(UNSUBSCRIBE_SECRET, ("secretsmanager:GetSecretValue",)),
+    *send_email_grants(),
+)
+# Settings a function with ``mail_settings`` receives besides its tables and secrets.
+MAIL_SETTINGS = (
+    "configuration_set",
+    "public_base_url",
+    "default_from",
+    "default_reply_to",
+    "postal_address",
+    "mail_footer_reason",
+    "list_id_domain",
+    "unsubscribe_mailto",
+    "unsubscribe_token_ttl_days",
+    "send_claim_lease_seconds",
+)
+SENDER_FUNCTION = FunctionSpec(
+    name="sender",
+    handler="functions.sender.handler.handler",
+    description="Send queue consumer: renders and sends one mail per send job, at most once",
+    timeout_s=60,
+    grants=SEND_PIPELINE_GRANTS,
+    event_sources=(EventSourceSpec(queue=SEND_QUEUE, batch_size=10, max_concurrency=2),),
+    mail_settings=True,
+)
+UNSUBSCRIBE_FUNCTION = FunctionSpec(
+    name="unsubscribe",
+    handler="functions.unsubscribe.handler.handler",
+    description="Unsubscribe pages: GET /u/{token} (confirm), POST /u/{token} (one-click), resubscribe",
+    grants=(
+        # profile (un/resubscribe transaction), the unsubscribe counter (UpdateItem ADD), the
+        # subscriber's EXEC pairs (Query, DeleteItem) when marketing executions stop
+        Grant(MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
+        Grant(EVENTS_TABLE, _ddb("PutItem")),
+        Grant(UNSUBSCRIBE_SECRET, ("secretsmanager:GetSecretValue",)),
+        Grant(SEQUENCE_EXECUTIONS, ("states:StopExecution",)),
+    ),
+    routes=(
+        RouteSpec("GET", "/u/{token}"),
+        RouteSpec("POST", "/u/{token}"),
+        RouteSpec("POST", "/u/{token}/resubscribe"),
+    ),
+    mail_settings=True,
+)
+# Sequences (DESIGN.md section 5): the Lambda every generated state machine calls, and the
+# cleanup of executions that ended without their last Task (timeout, abort, failure).
+# State machines are named state_machine_prefix(<stack name>) + sequence id, so two copies
+# of the stack in one account and region do not collide.
+STATE_MACHINE_NAME_MAX = 80  # Step Functions limit on state machine names
+
+
+def state_machine_prefix(stack_name: str) -> str:
+    """``<stack name>-seq-``: the name of a sequence's state machine without the sequence id."""
+    return f"{stack_name}-seq-"
+
+
+STATE_MACHINE_PREFIX = state_machine_prefix(STACK_NAME)  # the default stack's prefix
+SEQUENCE_STEP_FUNCTION = FunctionSpec(
+    name="sequence-step",
+    handler="functions.sequence_step.handler.handler",
+    description="Sequence steps: send, check, tag, schedule, finish, fail (called by the state machines)",
+    timeout_s=60,
+    grants=(
+        # the send pipeline, tag steps (profile transaction), finish/fail (EXEC pairs), and
+        # opened/clicked checks (Query on the subscriber's events)
+        *SEND_PIPELINE_GRANTS,
+        Grant(EVENTS_TABLE, _ddb("Query")),
+    ),
+    mail_settings=True,
+)
+SEQUENCE_CLEANUP_FUNCTION = FunctionSpec(
+    name="sequence-cleanup",
+    handler="functions.sequence_cleanup.handler.handler",
+    description="Removes the EXEC pair of a sequence execution that failed, timed out or was aborted",
+    grants=(Grant(MAIN_TABLE, _ddb("DeleteItem")),),  # conditional delete of the pair (transaction)
+)
+FUNCTIONS: tuple[FunctionSpec, ...] = (
+    API_FUNCTION,
+    SENDER_FUNCTION,
+    UNSUBSCRIBE_FUNCTION,
+    SEQUENCE_STEP_FUNCTION,
+    SEQUENCE_CLEANUP_FUNCTION,
+)
+QUEUES: tuple[QueueSpec, ...] = (SEND_QUEUE,)
+TOPICS: tuple[TopicSpec, ...] = ()  # SES event topics are named by CONFIGURATION_SETS
+SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = ()
+
+
+def routes() -> list[tuple[RouteSpec, FunctionSpec]]:
+    return [(route, fn) for fn in FUNCTIONS for route in fn.routes]
+
+
+API_URL_OUTPUT = "ApiUrl"
+
+
+def stack_outputs() -> dict[str, str]:
+    """CloudFormation output key -> the Settings field whose value it carries.
+
+    The deployed stack exports one output per spec'd resource, so a deployed stack's
+    settings can be rebuilt from its name (``describe_stacks``) exactly as the Lambdas get
+    them from their environment. The stack also exports ``API_URL_OUTPUT``.
+    """
+    outputs = {f"{t.id}Name": t.setting for t in TABLES}
+    outputs |= {f"{s.id}Arn": s.setting for s in SECRETS}
+    outputs |= {f"{q.id}Url": q.setting for q in QUEUES}
+    outputs |= {f"{t.id}Arn": t.setting for t in TOPICS}
+    outputs[BROADCAST_SCHEDULE_OUTPUT] = "broadcast_schedule_arn"
+    outputs[STATE_MACHINE_ARN_PREFIX_OUTPUT] = "state_machine_arn_prefix"
+    return outputs
+
+
+# The state machine that waits until a broadcast's --at time (stack output of the broadcasts construct).
+BROADCAST_SCHEDULE_OUTPUT = "BroadcastScheduleArn"
+# ARN of the sequence state machines without the sequence id (stack output of the sequences construct).
+STATE_MACHINE_ARN_PREFIX_OUTPUT = "StateMachineArnPrefix"
+
+
+# ----- engagement (DESIGN.md section 7) ----------------------------------------------------------
+# SES event records: configuration set -> SES_EVENTS_TOPIC -> this queue (SNS envelope kept:
+# its MessageId is recorded) -> the engagement function. Malformed records end in the DLQ.
+ENGAGEMENT_QUEUE = QueueSpec(
+    id="EngagementQueue",
+    local_name="mailstep-engagement",
+    setting="engagement_queue_url",
+    visibility_timeout_s=360,  # 6x the engagement function's timeout (60 s)
+    max_receives=5,
+)
+ENGAGEMENT_FUNCTION = FunctionSpec(
+    name="engagement",
+    handler="functions.engagement.handler.handler",
+    description="SES events: events table, open/click/bounce/complaint counters, suppression",
+    timeout_s=60,
+    grants=(
+        # correlation (send-log Query), unique-open/click markers (BatchGetItem, Put), counter
+        # ADDs, suppression items and profiles (transaction), EXEC pairs of stopped executions
+        Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
+        Grant(EVENTS_TABLE, _ddb("PutItem")),  # the event items (conditional Put in the transaction)
+        Grant(SEQUENCE_EXECUTIONS, ("states:StopExecution",)),
+    ),
+    # Big batches: the consumer writes one transaction per batch and folds the counter
+    # changes, so a fuller batch costs fewer writes per event (docs/engagement.md).
+    event_sources=(EventSourceSpec(queue=ENGAGEMENT_QUEUE, batch_size=100, max_batching_window_s=2),),
+)
+QUEUES = (*QUEUES, ENGAGEMENT_QUEUE)
+SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=SES_EVENTS_TOPIC, queue=ENGAGEMENT_QUEUE))
+FUNCTIONS = (*FUNCTIONS, ENGAGEMENT_FUNCTION)
+
+
+# ----- replies (SES inbound, opt-in) ---------------------------------------------------------------
+# SES receipt rule -> S3 object + notification on INBOUND_TOPIC -> this queue -> the inbound
+# function, which parses the MIME, finds the original send and records a ``reply`` event.
+INBOUND_TOPIC = TopicSpec(id="InboundTopic", local_name="mailstep-inbound", setting="inbound_topic_arn")
+INBOUND_QUEUE = QueueSpec(
+    id="InboundQueue",
+    local_name="mailstep-inbound",
+    setting="inbound_queue_url",
+    visibility_timeout_s=360,  # 6x the inbound function's timeout (60 s)
+    max_receives=5,
+)
+INBOUND_FUNCTION = FunctionSpec(
+    name="inbound",
+    handler="functions.inbound.handler.handler",
+    description="Replies: SES inbound mail -> reply events (exit_on triggers), optional forwarding",
+    timeout_s=60,
+    grants=(
+        # like the events API (ingest: idempotency, upsert, EXEC pairs) plus send-log Queries
+        Grant(
+            MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")
+        ),
+        Grant(EVENTS_TABLE, _ddb("PutItem")),
+        Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),
+        Grant(SEQUENCE_EXECUTIONS, ("states:DescribeExecution", "states:StopExecution")),
+        Grant(INBOUND_OBJECTS, ("s3:GetObject",)),
+        *send_email_grants(only_with="reply_forward_to"),  # forwarding, when configured
+    ),
+    event_sources=(EventSourceSpec(queue=INBOUND_QUEUE, batch_size=5),),
+    mail_settings=True,
+    optional_settings=("reply_forward_to",),
+)
+QUEUES = (*QUEUES, INBOUND_QUEUE)
+TOPICS = (*TOPICS, INBOUND_TOPIC)
+SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=INBOUND_TOPIC, queue=INBOUND_QUEUE))
+FUNCTIONS = (*FUNCTIONS, INBOUND_FUNCTION)
+ENV["reply_forward_to"] = "REPLY_FORWARD_TO"
+
+
+# ----- broadcasts (docs/broadcasts.md) -----------------------------------------------------------
+# broadcast.resolve envelopes: the resolver handles one audience page per message and
+# re-enqueues itself; broadcast.batch envelopes: the workers send one batch per message. A
+# queue of their own keeps sequence and transactional mail (SEND_QUEUE) out of their backlog.
+BROADCAST_CONTROL_QUEUE = QueueSpec(
+    id="BroadcastControlQueue",
+    local_name="mailstep-broadcast-control",
+    setting="broadcast_control_queue_url",
+    visibility_timeout_s=720,  # 6x the resolver's timeout (120 s)
+    max_receives=5,
+)
+BROADCAST_QUEUE = QueueSpec(
+    id="BroadcastQueue",
+    local_name="mailstep-broadcast",
+    setting="broadcast_queue_url",
+    visibility_timeout_s=1800,  # 6x the worker's timeout (300 s)
+    max_receives=8,
+)
+BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
+    name="broadcast-resolver",
+    handler="functions.broadcast_resolver.handler.handler",
+    description="Broadcast audience: resolves one page per message, hands batches to the workers",
+    timeout_s=120,
+    grants=(
+        # the broadcast record and page checkpoints (GetItem, UpdateItem, Put + Update
+        # transaction), the audience (Scan of profiles, Query of TAG#, BatchGetItem profiles)
+        Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "Scan")),
+        Grant(BROADCAST_QUEUE, ("sqs:SendMessage",)),  # SendMessageBatch: the batches
+        Grant(BROADCAST_CONTROL_QUEUE, ("sqs:SendMessage",)),  # the next page
+    ),
+    event_sources=(EventSourceSpec(queue=BROADCAST_CONTROL_QUEUE, batch_size=1, max_concurrency=2),),
+)
+BROADCAST_WORKER_FUNCTION = FunctionSpec(
+    name="broadcast-worker",
+    handler="functions.broadcast_worker.handler.handler",
+    description="Broadcast batches: rate-limited sends through the send pipeline, counted once",
+    memory_mb=256,
+    timeout_s=300,
+    # the send pipeline (sends are counted per batch: marker Put + Update transaction), the
+    # shared rate limiter (UpdateItem ADD)
+    grants=SEND_PIPELINE_GRANTS,
+    # One batch (50 recipients) per invocation: the last batches of a broadcast still run
+    # on every worker, so the tail of a send keeps the rate.
+    event_sources=(EventSourceSpec(queue=BROADCAST_QUEUE, batch_size=1, max_concurrency=3),),
+    mail_settings=True,
+)
+QUEUES = (*QUEUES, BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE)
+FUNCTIONS = (*FUNCTIONS, BROADCAST_RESOLVER_FUNCTION, BROADCAST_WORKER_FUNCTION)

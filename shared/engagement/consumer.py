@@ -1,0 +1,702 @@
+"""The engagement consumer: SES event records -> events table, counters, suppression.
+
+    SQS batch -> per record: parse (SNS envelope or raw) -> per recipient: correlate
+              -> side effects -> an EventWrite (the event item + the counters it feeds)
+    then, once for the batch: ONE TransactWriteItems (chunked at 100 actions) holding every
+    event item (deduplicating) + ONE aggregated ADD per counters item + the new unique markers
+
+- Correlation: the EmailTags the send pipeline sets (``template``, ``source``, ``step``,
+  ``send_id``, encoded by ``shared.sending.sender.encode_tag_value``); when they are missing or
+  invalid, the ``SENT#`` item of the recipient whose ``ses_message_id`` is the event's
+  ``mail.messageId``. Uncorrelated events are still recorded (no GSI keys, no counters).
+- Deduplication: the event item's key is derived from the SES event itself
+  (``SesEvent.identity``: type, SES message id, recipient, the type object), and is put
+  with ``attribute_not_exists``. A transaction's counter ADDs are exactly those of its own
+  event items, so a redelivered record (by SQS, or by SNS under a new MessageId) changes
+  nothing: its Put is cancelled by the condition, the writer drops it (a duplicate) and
+  commits the others with the amounts recomputed without it. Two records of one batch that
+  carry the same SES event (same key: DynamoDB refuses two actions on one item) are
+  written once; the copies are duplicates.
+- Counters: the events of a transaction that feed one counters item
+  (``STATS#<source>``/``COUNTERS``, ``STATS#<template>``/``TEMPLATE_COUNTERS``) become one
+  ``Update`` (``shared.store.stats.counter_adds``) ADDing every metric's amount.
+- Uniques: the first open/click of a subscriber per source and per template puts a marker
+  (``UNIQ#...``, ``attribute_not_exists``) and ADDs ``open_unique``/``click_unique`` in that
+  same transaction; the batch's markers are read first (one BatchGetItem), a marker is put
+  once per transaction however many opens share it, and a lost race (the marker appeared
+  in between) reads the markers again and retries without that unique ADD.
+- Other cancellations (``TransactionConflict``: a concurrent transaction on a counters
+  item) are retried with a short backoff, ``MAX_ATTEMPTS`` times; then the records fail
+  and SQS delivers them again (harmless: the writes are idempotent). A rejection one item
+  can cause (``ValidationException``) makes the writer retry that chunk one event per
+  transaction, so only the records of the bad items fail.
+- Permanent bounce / complaint: suppression (``shared.engagement.suppression``: flag, SUPPRESSION item,
+  stop every execution) runs BEFORE the deduplicating transaction, so a crash in between is
+  repaired by the redelivery. Transient/undetermined bounces and delays are only counted.
+- SES ``Subscription`` with ``unsubscribeAll``: the subscriber is unsubscribed and their
+  marketing executions stopped, like mailstep's own unsubscribe link.
+
+Entry points: :class:`EngagementBatch` (the Lambda: ``add`` each SQS record, then ``flush``
+once) and :func:`process_body` / :func:`process_event` (one body written alone: a batch of
+one).
+
+Record policy (docs/engagement.md): a record that is not an SES event (bad JSON, no
+``mail``, malformed type object) raises :class:`~shared.engagement.ses_events.MalformedEvent`: the
+handler reports it in ``batchItemFailures``, SQS retries it ``maxReceiveCount`` times and
+moves it to the dead-letter queue, whose alarm tells an operator (redrive after a fix).
+An event type this code does not know is acknowledged and logged (SES adds types). A
+record whose write fails is reported the same way, alone or with the records of its
+transaction.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shared.core.models import normalise_email, validate_name
+from shared.core.observability import logger, redact_email
+from shared.core.settings import Settings
+from shared.engagement.ses_events import (
+    Bounce,
+    Click,
+    Complaint,
+    DeliveryDelay,
+    MalformedEvent,
+    SesEvent,
+    Subscription,
+    parse_body,
+)
+from shared.engagement.suppression import BOUNCE, COMPLAINT, ExecutionStopper, Suppression, Suppressions
+from shared.sending.rendering import KEY_RE, MAX_KEY
+from shared.sending.sender import decode_tag_value
+from shared.store.dynamo import (
+    TRANSACTION_LIMIT,
+    TransactionConflict,
+    batch_get,
+    key,
+    serialize,
+    transact,
+)
+from shared.store.send_log import SendLog
+from shared.store.stats import (
+    SOURCE_SCOPE,
+    TEMPLATE_SCOPE,
+    UNIQUE_METRICS,
+    counter_adds,
+    metric_of,
+    unique_name,
+)
+from shared.store.subscribers import SubscriberStore, keys
+
+ORIGIN = "ses"
+SUFFIX_LEN = 24
+MAX_ATTEMPTS = 4  # transactions of one chunk cancelled without progress (conflicts, markers)
+BACKOFF_S = 0.05  # first backoff ceiling after a conflict; doubles per attempt (full jitter)
+RECORDED, DUPLICATE = "recorded", "duplicate"
+CONDITION_FAILED = "ConditionalCheckFailed"
+# Codes that name something wrong with an item, not a passing conflict: the chunk is
+# written again one event per transaction so that only the bad item's record fails.
+ITEM_ERRORS = frozenset(
+    {
+        "ValidationException",
+        "ValidationError",
+        "ItemCollectionSizeLimitExceeded",
+        "ItemCollectionSizeLimitExceededException",
+    }
+)
+
+ItemKey = tuple[str, str]
+Scope = tuple[str, str, ItemKey]  # (scope, source or template, key of its counters item)
+WriteResult = str | BaseException  # RECORDED | DUPLICATE | why it failed
+
+
+class WriteConflict(RuntimeError):
+    """A chunk's transaction kept being cancelled without progress: its records fail and
+    SQS delivers them again."""
+
+
+class ItemRejected(Exception):
+    """DynamoDB refused a transaction for a reason one item can cause (``code``)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Correlation:
+    template: str | None = None
+    source: str | None = None
+    step: str | None = None
+    send_id: str | None = None
+    via: str | None = None  # tags | sent_log | None (uncorrelated)
+
+
+@dataclass
+class Outcome:
+    event_type: str
+    kind: str | None
+    recorded: int = 0
+    duplicates: int = 0
+    suppressed: int = 0
+    unsubscribed: int = 0
+    skipped_recipients: int = 0
+    correlated_via: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.kind is None:
+            return "ignored"
+        return "recorded" if self.recorded else "duplicate" if self.duplicates else "nothing"
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one write of one batch
+class EventWrite:
+    """One recipient's event item and the counters it feeds, ready to be written."""
+
+    item: dict[str, Any]
+    email: str
+    metric: str | None
+    scopes: tuple[Scope, ...]
+    put: dict[str, Any]  # the item, serialised
+
+    @property
+    def key(self) -> ItemKey:
+        return str(self.item["PK"]), str(self.item["SK"])
+
+    @property
+    def at(self) -> str:
+        return str(self.item["at"])
+
+    def counters(self) -> list[ItemKey]:
+        return [counters for _, _, counters in self.scopes] if self.metric is not None else []
+
+    def markers(self) -> list[ItemKey]:
+        """Keys of the unique markers this write would claim (open/click), one per scope."""
+        if self.metric not in UNIQUE_METRICS:
+            return []
+        assert self.metric is not None
+        pk = keys.sub_pk(self.email)
+        return [(pk, keys.unique_marker_sk(self.metric, scope, value)) for scope, value, _ in self.scopes]
+
+
+@dataclass
+class PreparedEvent:
+    """One SES event after correlation and side effects; its writes are not written yet."""
+
+    event: SesEvent
+    outcome: Outcome
+    writes: list[EventWrite] = field(default_factory=list)
+
+
+@dataclass
+class BatchRecord:
+    record_id: str
+    prepared: PreparedEvent
+    error: BaseException | None = None  # set by EngagementBatch.flush: the write failed
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.prepared.outcome
+
+
+@dataclass(frozen=True)
+class EngagementContext:
+    store: SubscriberStore
+    suppressions: Suppressions
+    data_ttl_days: int = 180
+    stopper: ExecutionStopper | None = None  # marketing stops on an SES unsubscribe
+
+    @classmethod
+    def from_settings(cls, settings: Settings, store: SubscriberStore | None = None) -> EngagementContext:
+        from shared.sequences.engine import SequenceEngine
+        from shared.sequences.validate import Catalog
+
+        store = store or SubscriberStore(settings.table_name, settings.events_table_name)
+        # Stopping needs no catalog: the EXEC pairs name the executions.
+        engine = SequenceEngine(catalog=Catalog(), arn_prefix=settings.state_machine_arn_prefix, store=store)
+        return cls(
+            store=store,
+            suppressions=Suppressions(store, engine),
+            data_ttl_days=settings.data_ttl_days,
+            stopper=engine,
+        )
+
+
+class EngagementBatch:
+    """The records of one SQS batch. :meth:`add` parses a record, correlates it and runs its
+    side effects (raising for that record alone); :meth:`flush` then writes every added
+    record in as few transactions as possible and says which records failed."""
+
+    def __init__(self, ctx: EngagementContext) -> None:
+        self.ctx = ctx
+        self.records: list[BatchRecord] = []
+        self.erased: set[str] | None = None  # addresses erased (see preload); None: look up per event
+
+    def preload(self, bodies: Iterable[str | bytes | dict[str, Any]]) -> None:
+        """Read, for every recipient of the batch at once, whether the address was erased:
+        one BatchGetItem instead of a lookup per event. Bodies that do not parse are left to
+        :meth:`add`, which reports them."""
+        recipients: set[str] = set()
+        for body in bodies:
+            try:
+                event = parse_body(body)
+            except MalformedEvent:
+                continue
+            recipients |= _normalised(event)
+        self.erased = self.ctx.store.erased_among(recipients)
+
+    def add(self, record_id: str, body: str | bytes | dict[str, Any]) -> Outcome:
+        prepared = prepare(parse(body), self.ctx, erased=self.erased)
+        self.records.append(BatchRecord(record_id=record_id, prepared=prepared))
+        return prepared.outcome
+
+    def flush(self) -> list[BatchRecord]:
+        done, self.records = self.records, []
+        for record, error in zip(done, write_events([r.prepared for r in done], self.ctx), strict=True):
+            record.error = error
+        return done
+
+
+def parse(body: str | bytes | dict[str, Any]) -> SesEvent:
+    try:
+        return parse_body(body)
+    except MalformedEvent as exc:
+        logger.warning("malformed SES event record", error=str(exc)[:300])
+        raise
+
+
+def process_body(body: str | bytes | dict[str, Any], ctx: EngagementContext) -> Outcome:
+    """One SQS body, written alone. Raises MalformedEvent for a record that is not an SES event."""
+    return process_event(parse(body), ctx)
+
+
+def process_event(event: SesEvent, ctx: EngagementContext) -> Outcome:
+    """One SES event, written alone (a batch of one); raises when it could not be written."""
+    prepared = prepare(event, ctx, erased=None)
+    (error,) = write_events([prepared], ctx)
+    if error is not None:
+        raise error
+    return prepared.outcome
+
+
+def _normalised(event: SesEvent) -> set[str]:
+    found = set()
+    for raw in event.recipients():
+        try:
+            found.add(normalise_email(raw))
+        except ValueError:
+            continue
+    return found
+
+
+def prepare(event: SesEvent, ctx: EngagementContext, erased: set[str] | None = None) -> PreparedEvent:
+    """Correlate each recipient and run the side effects; the writes come back unwritten.
+
+    A recipient whose address was erased (``erased``; None: looked up here) is dropped: no
+    event item, counter, marker, suppression or unsubscribe is written for it, so an SES
+    event that arrives after an erase leaves nothing that names the address."""
+    prepared = PreparedEvent(event=event, outcome=Outcome(event_type=event.event_type, kind=event.kind))
+    outcome = prepared.outcome
+    if event.kind is None:
+        logger.warning(
+            "unknown SES event type acknowledged",
+            event_type=event.event_type[:60],
+            ses_message_id=event.mail.message_id,
+        )
+        return prepared
+    if erased is None:
+        erased = ctx.store.erased_among(_normalised(event))
+    for raw in event.recipients():
+        try:
+            email = normalise_email(raw)
+        except ValueError:
+            outcome.skipped_recipients += 1
+            logger.warning("SES event names an invalid recipient", event_type=event.event_type)
+            continue
+        if email in erased:
+            outcome.skipped_recipients += 1
+            logger.info("SES event for an erased address dropped", event_type=event.event_type)
+            continue
+        correlation = correlate(event, email, ctx.store)
+        outcome.correlated_via.append(correlation.via or "none")
+        if event.permanent_bounce or event.kind == "complaint":
+            ctx.suppressions.suppress(_suppression(event, email, correlation))
+            outcome.suppressed += 1
+        if _unsubscribes(event):
+            _unsubscribe(email, ctx)
+            outcome.unsubscribed += 1
+        prepared.writes.append(event_write(event, email, correlation, ctx.data_ttl_days))
+    return prepared
+
+
+def write_events(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> list[BaseException | None]:
+    """Write the events of a batch once each (see the module docstring) and count them in the
+    outcomes. Returns, per prepared event, why it could not be written (None: written)."""
+    results = write_all([w for prepared in batch for w in prepared.writes], ctx.store)
+    errors: list[BaseException | None] = []
+    for prepared in batch:
+        error: BaseException | None = None
+        for write in prepared.writes:
+            result = results[write]
+            if isinstance(result, BaseException):
+                error = error or result
+            elif result == RECORDED:
+                prepared.outcome.recorded += 1
+            else:
+                prepared.outcome.duplicates += 1
+        errors.append(error)
+        event = prepared.event
+        if error is not None:
+            logger.warning(
+                "SES event not written",
+                event_type=event.event_type,
+                ses_message_id=event.mail.message_id,
+                error=f"{type(error).__name__}: {str(error)[:200]}",
+            )
+            continue
+        logger.info(
+            "SES event processed",
+            event_type=event.event_type,
+            ses_message_id=event.mail.message_id,
+            status=prepared.outcome.status,
+            correlated_via=",".join(sorted(set(prepared.outcome.correlated_via))),
+        )
+    return errors
+
+
+# ----- correlation -------------------------------------------------------------------------
+def correlate(event: SesEvent, email: str, store: SubscriberStore) -> Correlation:
+    tags = _from_tags(event)
+    if tags is not None:
+        return tags
+    return _from_sent_log(event.mail.message_id, email, store) or Correlation()
+
+
+def _from_tags(event: SesEvent) -> Correlation | None:
+    try:
+        template = _decoded(event.mail.tag("template"))
+        source = _decoded(event.mail.tag("source"))
+        if not template or not source:
+            return None
+        if len(template) > MAX_KEY or not KEY_RE.match(template):
+            raise ValueError("template tag is not a template key")
+        validate_name(source, "source")
+        step = _decoded(event.mail.tag("step"))
+        send_id = _decoded(event.mail.tag("send_id"))
+    except ValueError:
+        logger.info("SES event tags are not mailstep's", ses_message_id=event.mail.message_id)
+        return None
+    return Correlation(template=template, source=source, step=step, send_id=send_id, via="tags")
+
+
+def _decoded(value: str | None) -> str | None:
+    return decode_tag_value(value) if value else None
+
+
+def _from_sent_log(message_id: str, email: str, store: SubscriberStore) -> Correlation | None:
+    item = next(SendLog(store.table, client=store.client).entries(email, ses_message_id=message_id), None)
+    if item is None:
+        return None
+    return Correlation(
+        template=item.get("template"),
+        source=item.get("source"),
+        step=item.get("step"),
+        send_id=item.get("send_id"),
+        via="sent_log",
+    )
+
+
+# ----- the deduplicating write ---------------------------------------------------------------
+def event_item(event: SesEvent, email: str, correlation: Correlation, data_ttl_days: int) -> dict[str, Any]:
+    ts = event.timestamp
+    identity = event.identity(email)
+    assert event.kind is not None
+    item: dict[str, Any] = {
+        "PK": keys.sub_pk(email),
+        "SK": keys.event_sk(ts, event.kind, identity[:SUFFIX_LEN]),
+        "type": event.kind,
+        "origin": ORIGIN,
+        "at": ts,
+        "ttl": int(
+            (datetime.fromisoformat(ts.replace("Z", "+00:00")) + timedelta(days=data_ttl_days)).timestamp()
+        ),
+        "event_id": identity,
+        "ses_message_id": event.mail.message_id,
+    }
+    subject = event.mail.common_headers.subject if event.mail.common_headers else None
+    optional = {
+        "template": correlation.template,
+        "source": correlation.source,
+        "step": correlation.step,
+        "send_id": correlation.send_id,
+        "subject": subject[:500] if subject else None,
+        "sns_message_id": event.sns_message_id,
+        **_details(event, email),
+    }
+    item.update({k: v for k, v in optional.items() if v not in (None, "")})
+    return item
+
+
+def _details(event: SesEvent, email: str) -> dict[str, Any]:
+    detail = event.detail
+    if isinstance(detail, Bounce):
+        mine = next((r for r in detail.bounced_recipients if r.email_address.lower() == email.lower()), None)
+        return {
+            "bounce_type": detail.bounce_type,
+            "bounce_sub_type": detail.bounce_sub_type,
+            "diagnostic": (mine.diagnostic_code or mine.status) if mine else None,
+        }
+    if isinstance(detail, Complaint):
+        return {"feedback_type": detail.complaint_feedback_type}
+    if isinstance(detail, Click):
+        return {"link": detail.link[:2000]}
+    if isinstance(detail, DeliveryDelay):
+        return {"delay_type": detail.delay_type}
+    if event.kind == "reject":
+        return {"reason": getattr(detail, "reason", "")}
+    if event.kind == "rendering_failure":
+        return {"error": getattr(detail, "error_message", "")[:500]}
+    if isinstance(detail, Subscription) and detail.new_topic_preferences is not None:
+        return {"unsubscribe_all": detail.new_topic_preferences.unsubscribe_all}
+    return {}
+
+
+def event_write(event: SesEvent, email: str, correlation: Correlation, data_ttl_days: int) -> EventWrite:
+    item = event_item(event, email, correlation, data_ttl_days)
+    metric = metric_of(item)
+    scopes: list[Scope] = []
+    if metric is not None and correlation.source:
+        scopes.append((SOURCE_SCOPE, correlation.source, (keys.stats_pk(correlation.source), keys.COUNTERS)))
+    if metric is not None and correlation.template:
+        scopes.append((TEMPLATE_SCOPE, correlation.template, keys.template_stats_key(correlation.template)))
+    return EventWrite(item=item, email=email, metric=metric, scopes=tuple(scopes), put=serialize(item))
+
+
+def write_all(writes: Sequence[EventWrite], store: SubscriberStore) -> dict[EventWrite, WriteResult]:
+    """Each write's result: RECORDED, DUPLICATE (written before, or a copy of another write of
+    this batch) or the exception that kept it from being written."""
+    results: dict[EventWrite, WriteResult] = {}
+    first: dict[ItemKey, EventWrite] = {}
+    copies: list[tuple[EventWrite, EventWrite]] = []
+    for write in writes:  # one action per item: copies of one SES event are written once
+        if write.key in first:
+            copies.append((write, first[write.key]))
+        else:
+            first[write.key] = write
+    distinct = list(first.values())
+    try:
+        present = markers_present(store, [m for w in distinct for m in w.markers()])
+    except Exception as exc:  # reported per record: SQS delivers them again
+        return {w: exc for w in writes}
+    for chunk in chunks(distinct, present):
+        _write_chunk_or_each(chunk, present, store, results)
+    for copy, original in copies:
+        result = results[original]
+        results[copy] = result if isinstance(result, BaseException) else DUPLICATE
+        if results[copy] == DUPLICATE:
+            _log_duplicate(copy, "in this batch")
+    return results
+
+
+def chunks(
+    writes: Iterable[EventWrite], present: set[ItemKey], limit: int | None = None
+) -> list[list[EventWrite]]:
+    """Consecutive writes grouped so that each group's transaction holds at most ``limit``
+    actions (an event Put each, plus its counters items and the markers not ``present``)."""
+    limit = limit or TRANSACTION_LIMIT
+    groups: list[list[EventWrite]] = []
+    current: list[EventWrite] = []
+    touched: set[ItemKey] = set()  # counters items and markers of the current group
+    for write in writes:
+        needs = {*write.counters(), *(m for m in write.markers() if m not in present)}
+        if current and len(current) + 1 + len(touched | needs) > limit:
+            groups.append(current)
+            current, touched = [], set()
+        current.append(write)
+        touched |= needs
+    if current:
+        groups.append(current)
+    return groups
+
+
+def transaction(
+    writes: Sequence[EventWrite], present: set[ItemKey], table: str, events_table: str
+) -> tuple[list[dict[str, Any]], list[EventWrite | None], set[ItemKey]]:
+    """The TransactWriteItems of ``writes``: the actions; per action the write whose event
+    Put it is (None: a marker or a counters update); the markers it claims."""
+    actions: list[dict[str, Any]] = []
+    owners: list[EventWrite | None] = []
+    amounts: dict[ItemKey, Counter[str]] = {}
+    latest: dict[ItemKey, str] = {}
+    claimed: dict[ItemKey, str] = {}
+    for write in writes:
+        actions.append(_put(events_table, write.put))
+        owners.append(write)
+        if write.metric is None:
+            continue
+        for counters in write.counters():
+            amounts.setdefault(counters, Counter())[write.metric] += 1
+            latest[counters] = max(latest.get(counters, write.at), write.at)
+        for (_, _, counters), marker in zip(write.scopes, write.markers(), strict=False):
+            if marker not in present and marker not in claimed:  # the first open/click
+                claimed[marker] = write.at
+                amounts[counters][unique_name(write.metric)] += 1
+    for (pk, sk), at in claimed.items():
+        actions.append(_put(table, serialize({"PK": pk, "SK": sk, "at": at})))
+        owners.append(None)
+    for (pk, sk), adds in amounts.items():
+        actions.append(counter_adds(table, pk, sk, adds, at=latest[(pk, sk)]))
+        owners.append(None)
+    return actions, owners, set(claimed)
+
+
+def _put(table: str, item: dict[str, Any]) -> dict[str, Any]:
+    return {"Put": {"TableName": table, "Item": item, "ConditionExpression": "attribute_not_exists(PK)"}}
+
+
+def _write_chunk_or_each(
+    chunk: list[EventWrite],
+    present: set[ItemKey],
+    store: SubscriberStore,
+    results: dict[EventWrite, WriteResult],
+) -> None:
+    try:
+        _write_chunk(chunk, present, store, results)
+    except ItemRejected as exc:
+        if len(chunk) == 1:
+            results[chunk[0]] = exc
+            return
+        logger.warning(
+            "transaction rejected: writing its events one by one", code=exc.code, events=len(chunk)
+        )
+        for write in chunk:
+            if write not in results:  # not already found to be a duplicate
+                _write_chunk_or_each([write], present, store, results)
+    except Exception as exc:  # reported per record: SQS delivers them again
+        for write in chunk:
+            results.setdefault(write, exc)
+
+
+def _write_chunk(
+    chunk: list[EventWrite],
+    present: set[ItemKey],
+    store: SubscriberStore,
+    results: dict[EventWrite, WriteResult],
+) -> None:
+    """One transaction for ``chunk``, retried until every write is recorded or a duplicate."""
+    live = list(chunk)
+    attempts = 0
+    while live:
+        actions, owners, claimed = transaction(live, present, store.table, store.events_table)
+        reasons = _transact(store.client, actions)
+        if reasons is None:
+            results.update(dict.fromkeys(live, RECORDED))
+            present |= claimed
+            return
+        failed = [owners[i] for i, reason in enumerate(reasons) if reason == CONDITION_FAILED]
+        duplicates = {w for w in failed if w is not None}
+        for write in duplicates:
+            results[write] = DUPLICATE
+            _log_duplicate(write, "recorded before")
+        live = [w for w in live if w not in duplicates]
+        if len(duplicates) < len(failed):  # a unique marker appeared meanwhile
+            present |= markers_present(store, [m for w in live for m in w.markers()])
+        conflict = not reasons or any(r not in (CONDITION_FAILED, "None") for r in reasons)
+        if duplicates and not conflict:
+            continue  # progress: retry the rest at once
+        attempts += 1
+        if attempts >= MAX_ATTEMPTS:
+            raise WriteConflict(f"transaction still cancelled after {attempts} attempts: {','.join(reasons)}")
+        if conflict:
+            time.sleep(random.uniform(0, BACKOFF_S * 2 ** (attempts - 1)))
+
+
+def _transact(client: Any, actions: list[dict[str, Any]]) -> list[str] | None:
+    """None when committed; else the cancellation code of each action ([]: not known)."""
+    try:
+        transact(client, actions)
+    except TransactionConflict as exc:
+        reasons = exc.reasons
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ITEM_ERRORS:
+            raise ItemRejected(code) from exc
+        if code != "TransactionCanceledException":
+            raise
+        reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
+    else:
+        return None
+    rejected = next((r for r in reasons if r in ITEM_ERRORS), None)
+    if rejected:
+        raise ItemRejected(rejected)
+    return reasons if len(reasons) == len(actions) else []
+
+
+def _log_duplicate(write: EventWrite, why: str) -> None:
+    logger.info(
+        "duplicate SES event ignored",
+        event_type=write.item["type"],
+        ses_message_id=write.item["ses_message_id"],
+        why=why,
+    )
+
+
+def markers_present(store: SubscriberStore, markers: Iterable[ItemKey]) -> set[ItemKey]:
+    """Which of these unique markers exist (strongly consistent reads)."""
+    wanted = [key(pk, sk) for pk, sk in dict.fromkeys(markers)]
+    items = batch_get(store.client, store.table, wanted, ConsistentRead=True, ProjectionExpression="PK, SK")
+    present: set[ItemKey] = {(i["PK"]["S"], i["SK"]["S"]) for i in items}
+    return present
+
+
+# ----- side effects ---------------------------------------------------------------------------
+def _suppression(event: SesEvent, email: str, correlation: Correlation) -> Suppression:
+    detail = event.detail
+    if isinstance(detail, Bounce):
+        mine = next((r for r in detail.bounced_recipients if r.email_address.lower() == email.lower()), None)
+        diagnostic = (mine.diagnostic_code or mine.status or "") if mine else ""
+        text = f"{detail.bounce_type}/{detail.bounce_sub_type}" + (f": {diagnostic}" if diagnostic else "")
+        reason = BOUNCE
+    else:
+        assert isinstance(detail, Complaint)
+        text = f"complaint: {detail.complaint_feedback_type or 'unspecified'}"
+        reason = COMPLAINT
+    return Suppression(
+        email=email,
+        reason=reason,
+        detail=text[:500],
+        at=event.timestamp,
+        source=correlation.source,
+        template=correlation.template,
+        ses_message_id=event.mail.message_id,
+    )
+
+
+def _unsubscribes(event: SesEvent) -> bool:
+    detail = event.detail
+    return (
+        isinstance(detail, Subscription)
+        and detail.new_topic_preferences is not None
+        and detail.new_topic_preferences.unsubscribe_all
+    )
+
+
+def _unsubscribe(email: str, ctx: EngagementContext) -> None:
+    ctx.store.unsubscribe(email)
+    stopped = (
+        ctx.stopper.stop_all(email, reason="unsubscribed (SES)", transactional_too=False)
+        if ctx.stopper
+        else []
+    )
+    logger.info(
+        "unsubscribed by SES subscription event", subscriber=redact_email(email), stopped=len(stopped)
+    )

@@ -1,0 +1,375 @@
+"""The one send pipeline: every mail mailstep sends goes through :func:`send`.
+
+    profile -> eligibility -> claim (send-once) -> render -> MIME -> SES -> SENT# -> outcome
+
+Callers: the sender Lambda (send queue), sequences' step Lambda, broadcast workers,
+transactional mails and ``mailstep send-test``. Expected outcomes are returned, never
+raised (:class:`SendOutcome`):
+
+- ``sent``: SES accepted it; ``message_id`` is SES's id.
+- ``skipped``: ``no_profile`` | ``suppressed`` | ``unsubscribed`` (marketing only) |
+  ``already_sent`` (the send-once key was used before).
+- ``retryable``: ``in_flight`` (another worker holds the claim) | ``throttled`` (SES
+  throttling, 5xx, timeouts) | ``account`` (sending paused, quota...). Nothing was sent;
+  the caller retries later (the sender Lambda fails the SQS record).
+- ``failed``: ``rejected`` (SES refused this message) | ``render_error`` |
+  ``invalid_message``. Permanent; recorded as a ``send_failed`` event.
+
+Crash window: the claim is held under a lease (``send_claim_lease_seconds``). If a worker
+dies after SES accepted the message but before ``SENT#`` was written, the retry finds the
+claim taken until the lease expires and then sends again: at most one duplicate, never a
+loss. A send whose ``SENT#`` exists is never sent again (``shared.store.send_log``).
+
+Counting: ``send`` is added to the source and template counters with the ``SENT#`` write
+(``count_sends``); a broadcast worker turns that off and counts each batch once instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from shared.core.errors import InvalidInput
+from shared.core.models import UNSUBSCRIBED
+from shared.core.observability import logger, redact_email
+from shared.core.settings import Settings
+from shared.sending.jobs import SendJob
+from shared.sending.mime import Envelope, build_message, parse_mailbox, to_bytes
+from shared.sending.rendering import (
+    Renderer,
+    RenderError,
+    SenderView,
+    SubscriberView,
+    TemplateNotFound,
+    build_context,
+    renderer,
+)
+from shared.sending.sender import SesSender
+from shared.sending.tokens import TokenClaims, issue
+from shared.store.send_log import SendLog, SentRecord
+from shared.store.subscribers import Profile, SubscriberStore, keys
+
+TEST_SOURCE = "test"
+OutcomeStatus = Literal["sent", "skipped", "retryable", "failed"]
+
+
+class SendOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    status: OutcomeStatus
+    send_id: str
+    reason: str | None = None
+    message_id: str | None = None
+    error_code: str | None = None
+    detail: str | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == "retryable"
+
+
+@dataclass(frozen=True)
+class MailIdentity:
+    """Defaults of every mail (Settings); a job's ``sender`` overrides from/reply-to."""
+
+    from_: str = "Mailstep <hello@example.com>"
+    reply_to: str = ""
+    postal_address: str = "Mailstep, 1 Example Street, 12345 Example City"
+    footer_reason: str = "You receive this email because you signed up for it."
+    public_base_url: str = "https://mailstep.localhost"
+    list_id_domain: str = ""
+    unsubscribe_mailto: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MailIdentity:
+        return cls(
+            from_=settings.default_from,
+            reply_to=settings.default_reply_to,
+            postal_address=settings.postal_address,
+            footer_reason=settings.mail_footer_reason,
+            public_base_url=settings.public_base_url,
+            list_id_domain=settings.list_id_domain,
+            unsubscribe_mailto=settings.unsubscribe_mailto,
+        )
+
+    def unsubscribe_url(self, token: str) -> str:
+        return f"{self.public_base_url.rstrip('/')}/u/{token}"
+
+    def preview_context(
+        self, *, email: str, first_name: str, data: dict[str, Any], transactional: bool
+    ) -> dict[str, Any]:
+        """The template context of a preview (CLI and MCP): a sample subscriber, this sender,
+        a placeholder unsubscribe link unless transactional."""
+        name, address = parse_mailbox(self.from_, "DEFAULT_FROM")
+        return build_context(
+            SubscriberView(email=email, first_name=first_name),
+            SenderView(
+                name=name or address,
+                email=address,
+                postal_address=self.postal_address,
+                reason=self.footer_reason,
+            ),
+            unsubscribe_url=None if transactional else self.unsubscribe_url("preview-token"),
+            data=data,
+        )
+
+
+@dataclass(frozen=True)
+class SendContext:
+    store: SubscriberStore
+    log: SendLog
+    ses: SesSender
+    identity: MailIdentity
+    token_secret: Callable[[], str]  # fetched only for mail that carries an unsubscribe link
+    data_ttl_days: int = 180
+    token_ttl_days: int = 365
+    lease_seconds: int = 300
+    count_sends: bool = True  # False: the caller counts sends (a broadcast batch)
+    renderer: Renderer = field(default_factory=renderer)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, store: SubscriberStore | None = None) -> SendContext:
+        from shared.core.secrets import get_secret
+
+        return cls(
+            store=store or SubscriberStore(settings.table_name, settings.events_table_name),
+            log=SendLog(settings.table_name),
+            ses=SesSender(settings.configuration_set),
+            identity=MailIdentity.from_settings(settings),
+            token_secret=lambda: get_secret(settings.unsubscribe_secret),
+            data_ttl_days=settings.data_ttl_days,
+            token_ttl_days=settings.unsubscribe_token_ttl_days,
+            lease_seconds=settings.send_claim_lease_seconds,
+        )
+
+
+def send_id_for(job: SendJob) -> str:
+    """Stable per send-once key, so a rare duplicate carries the same correlation id."""
+    digest = hashlib.sha256(f"{job.email}\n{job.source}\n{job.step}".encode()).hexdigest()
+    return digest[:24]
+
+
+def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> SendOutcome:
+    """Send ``job`` at most once. Never raises for an expected outcome (see module doc)."""
+    moment = now or datetime.now(UTC)
+    send_id = send_id_for(job)
+    log = {
+        "template": job.template,
+        "source": job.source,
+        "step": job.step,
+        "send_id": send_id,
+        "subscriber": redact_email(job.email),
+    }
+
+    profile = ctx.store.get_profile(job.email)
+    if profile is None and job.source == TEST_SOURCE:
+        profile = Profile(email=job.email)
+    skip = _ineligible(profile, job)
+    if skip is not None:
+        logger.info("send skipped", extra={**log, "reason": skip})
+        if profile is not None:
+            _record_event(ctx, job, send_id, "send_skipped", skip, moment)
+        return SendOutcome(status="skipped", send_id=send_id, reason=skip)
+    assert profile is not None
+
+    claim = ctx.log.claim(
+        job.email,
+        job.source,
+        job.step,
+        send_id=send_id,
+        template=job.template,
+        now=int(moment.timestamp()),
+        lease_seconds=ctx.lease_seconds,
+        log_until=_log_ttl(moment, ctx),
+    )
+    if claim.status == "already_sent":
+        logger.info("send skipped", extra={**log, "reason": "already_sent"})
+        return SendOutcome(
+            status="skipped", send_id=send_id, reason="already_sent", message_id=claim.message_id
+        )
+    if claim.status == "in_flight":
+        logger.info("send in flight elsewhere", extra={**log, "lease_until": claim.lease_until})
+        return SendOutcome(status="retryable", send_id=send_id, reason="in_flight")
+
+    try:
+        raw, envelope, subject = _compose(job, profile, send_id, ctx, moment)
+    except (RenderError, TemplateNotFound, InvalidInput) as exc:
+        ctx.log.release(job.email, job.source, job.step, claim.claim_id)
+        reason = "invalid_message" if type(exc) is InvalidInput else "render_error"
+        logger.warning("send failed", extra={**log, "reason": reason, "error": str(exc)[:300]})
+        _record_event(ctx, job, send_id, "send_failed", reason, moment)
+        return SendOutcome(status="failed", send_id=send_id, reason=reason, detail=str(exc)[:300])
+
+    result = ctx.ses.send_raw(
+        raw,
+        from_email=envelope.from_email,
+        to_email=job.email,
+        tags={
+            "template": job.template,
+            "source": job.source,
+            "step": job.step,
+            "send_id": send_id,
+            "kind": "transactional" if job.transactional else "marketing",
+        },
+    )
+    if result.status != "sent" or not result.message_id:
+        ctx.log.release(job.email, job.source, job.step, claim.claim_id)
+        if result.status == "rejected":
+            logger.warning("send rejected", extra={**log, "error_code": result.error_code})
+            _record_event(ctx, job, send_id, "send_failed", "rejected", moment)
+            return SendOutcome(
+                status="failed",
+                send_id=send_id,
+                reason="rejected",
+                error_code=result.error_code,
+                detail=result.detail,
+            )
+        reason = "account" if result.status == "account" else "throttled"
+        # An account problem (a missing permission, sending paused) needs the operator: SES's
+        # message names the action or the state (never a recipient), so it is logged too.
+        detail = {"detail": result.detail} if reason == "account" else {}
+        logger.warning(
+            "send deferred", extra={**log, "reason": reason, "error_code": result.error_code, **detail}
+        )
+        return SendOutcome(
+            status="retryable",
+            send_id=send_id,
+            reason=reason,
+            error_code=result.error_code,
+            detail=result.detail,
+        )
+
+    record = SentRecord(
+        email=job.email,
+        source=job.source,
+        step=job.step,
+        send_id=send_id,
+        template=job.template,
+        subject=subject,
+        ses_message_id=result.message_id,
+        transactional=job.transactional,
+        sent_at=_iso(moment),
+        ttl=_log_ttl(moment, ctx),
+    )
+    ctx.log.complete(record, count=ctx.count_sends)
+    logger.info("sent", extra={**log, "message_id": result.message_id})
+    return SendOutcome(status="sent", send_id=send_id, message_id=result.message_id)
+
+
+def _log_ttl(moment: datetime, ctx: SendContext) -> int:
+    return int((moment + timedelta(days=ctx.data_ttl_days)).timestamp())
+
+
+def _ineligible(profile: Profile | None, job: SendJob) -> str | None:
+    if profile is None:
+        return "no_profile"
+    if profile.suppressed:
+        return "suppressed"
+    if profile.status == UNSUBSCRIBED and not job.transactional:
+        return "unsubscribed"
+    return None
+
+
+def _compose(
+    job: SendJob, profile: Profile, send_id: str, ctx: SendContext, moment: datetime
+) -> tuple[bytes, Envelope, str]:
+    identity = ctx.identity
+    from_value = job.sender.from_ if job.sender else identity.from_
+    reply_to = (job.sender.reply_to if job.sender else "") or identity.reply_to
+    from_name, from_email = parse_mailbox(from_value, "sender.from")
+    unsubscribe_url = None
+    if not job.transactional:
+        token = issue(
+            TokenClaims(email=job.email, source=job.source, template=job.template, send_id=send_id),
+            ctx.token_secret(),
+            ttl_seconds=ctx.token_ttl_days * 86400,
+            now=moment.timestamp(),
+        )
+        unsubscribe_url = identity.unsubscribe_url(token)
+    context = build_context(
+        SubscriberView(
+            email=profile.email,
+            first_name=profile.first_name or "",
+            attributes=profile.attributes,
+            tags=tuple(sorted(profile.tags)),
+        ),
+        SenderView(
+            name=from_name or from_email,
+            email=from_email,
+            postal_address=identity.postal_address,
+            reason=identity.footer_reason,
+        ),
+        unsubscribe_url=unsubscribe_url,
+        data=job.data,
+        now=moment,
+    )
+    rendered = ctx.renderer.render(job.template, context, subject=job.subject)
+    list_domain = identity.list_id_domain or from_email.rsplit("@", 1)[1]
+    envelope = Envelope(
+        from_email=from_email,
+        from_name=from_name,
+        to_email=job.email,
+        to_name=profile.first_name or "",
+        reply_to=reply_to,
+        subject=rendered.subject,
+        send_id=send_id,
+        unsubscribe_url=unsubscribe_url,
+        unsubscribe_mailto=_mailto(identity.unsubscribe_mailto) if unsubscribe_url else None,
+        list_id=None if job.transactional else f"{job.source}.{list_domain}",
+        list_name=job.source,
+        date=moment,
+    )
+    return (
+        to_bytes(build_message(envelope, text=rendered.text, html=rendered.html)),
+        envelope,
+        rendered.subject,
+    )
+
+
+def _mailto(address: str) -> str | None:
+    if not address:
+        return None
+    return address if address.startswith("mailto:") else f"mailto:{address}?subject=unsubscribe"
+
+
+def _record_event(
+    ctx: SendContext, job: SendJob, send_id: str, kind: str, reason: str, moment: datetime
+) -> None:
+    ts = _iso(moment)
+    ctx.store.record_event(
+        job.email,
+        {
+            "SK": keys.event_sk(ts, kind, uuid.uuid4().hex[:16]),
+            "type": kind,
+            "reason": reason,
+            "template": job.template,
+            "source": job.source,
+            "step": job.step,
+            "send_id": send_id,
+            "at": ts,
+            "ttl": int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
+        },
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def outcome_dict(outcome: SendOutcome) -> dict[str, Any]:
+    return outcome.model_dump(exclude_none=True)
+
+
+class RetryableSend(Exception):
+    """Raised by queue consumers to fail a record whose outcome is retryable."""
+
+    def __init__(self, outcome: SendOutcome) -> None:
+        detail = f": {outcome.detail}" if outcome.reason == "account" and outcome.detail else ""
+        super().__init__(f"send deferred: {outcome.reason} ({outcome.error_code or '-'}){detail}")
+        self.outcome = outcome

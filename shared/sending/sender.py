@@ -1,0 +1,171 @@
+"""The SES v2 adapter: sends one raw MIME message and turns every outcome into a result.
+
+Raw content is used so every header survives (List-Unsubscribe, List-Id, the send id).
+Errors are classified here and nowhere else (docs/sending.md):
+
+- ``retryable``: throttling, 5xx, timeouts, connection errors. Nothing was accepted; try
+  again later (the send queue's visibility timeout is the backoff).
+- ``rejected``: permanent for this message (MessageRejected, an invalid address).
+- ``account``: the account cannot send at all (SendingPaused, AccountSuspended, daily
+  quota, unverified sending domain, missing configuration set). Nothing was sent; the job
+  is retried and ends in the dead-letter queue for a redrive once the account is fixed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+from shared.core.aws import client as aws_client
+
+SendStatus = Literal["sent", "retryable", "rejected", "account"]
+
+RETRYABLE_CODES = frozenset(
+    {
+        "TooManyRequestsException",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "ServiceUnavailable",
+        "InternalFailure",
+        "InternalServiceErrorException",
+        "RequestTimeout",
+    }
+)
+REJECTED_CODES = frozenset({"MessageRejected", "BadRequestException", "InvalidParameterValue"})
+ACCOUNT_CODES = frozenset(
+    {
+        "SendingPausedException",
+        "AccountSuspendedException",
+        "LimitExceededException",
+        "MailFromDomainNotVerifiedException",
+        "NotFoundException",
+        "AccessDeniedException",
+    }
+)
+TAG_MAX = 256
+_TAG_SAFE = re.compile(r"[A-Za-z0-9-]")
+
+
+@dataclass(frozen=True)
+class SendResult:
+    status: SendStatus
+    message_id: str | None = None
+    error_code: str | None = None
+    detail: str | None = None
+
+
+def encode_tag_value(value: str) -> str:
+    """Reversible encoding into SES's tag charset (letters, digits, ``_``, ``-``).
+
+    Letters, digits and ``-`` are kept; ``_`` starts an escape: ``_s`` is ``/``, ``_d`` is
+    ``.``, ``_u`` is ``_`` and ``_xHHHH`` any other character. So
+    ``onboarding/welcome`` -> ``onboarding_swelcome``; ``spring.sale`` -> ``spring_dsale``.
+    """
+    out = []
+    for char in value:
+        if _TAG_SAFE.match(char):
+            out.append(char)
+        elif char == "/":
+            out.append("_s")
+        elif char == ".":
+            out.append("_d")
+        elif char == "_":
+            out.append("_u")
+        else:
+            out.append(f"_x{ord(char):04x}" if ord(char) <= 0xFFFF else "_x003f")
+    encoded = "".join(out)
+    if len(encoded) > TAG_MAX:
+        raise ValueError(f"tag value longer than {TAG_MAX} characters once encoded")
+    return encoded
+
+
+def decode_tag_value(value: str) -> str:
+    """Inverse of :func:`encode_tag_value` (the engagement consumer reads tags with it)."""
+    out, i = [], 0
+    while i < len(value):
+        char = value[i]
+        if char != "_":
+            out.append(char)
+            i += 1
+            continue
+        code = value[i + 1 : i + 2]
+        if code == "s":
+            out.append("/")
+        elif code == "d":
+            out.append(".")
+        elif code == "u":
+            out.append("_")
+        elif code == "x" and len(value) >= i + 6:
+            out.append(chr(int(value[i + 2 : i + 6], 16)))
+            i += 4
+        else:
+            raise ValueError(f"not an encoded tag value: {value[:40]!r}")
+        i += 2
+    return "".join(out)
+
+
+def classify(exc: Exception) -> SendResult:
+    """An exception from SendEmail -> a result (never raises)."""
+    if isinstance(
+        exc, ConnectTimeoutError | ReadTimeoutError | EndpointConnectionError | ConnectionClosedError
+    ):
+        return SendResult("retryable", error_code=type(exc).__name__, detail="network error or timeout")
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        message = str(error.get("Message", ""))[:300]
+        if code in RETRYABLE_CODES or status >= 500:
+            return SendResult("retryable", error_code=code, detail=message)
+        if code in ACCOUNT_CODES:
+            return SendResult("account", error_code=code, detail=message)
+        if code in REJECTED_CODES or 400 <= status < 500:
+            return SendResult("rejected", error_code=code, detail=message)
+        return SendResult("retryable", error_code=code or "unknown", detail=message)
+    return SendResult("retryable", error_code=type(exc).__name__, detail="unexpected error")
+
+
+class SesSender:
+    """``send_raw`` is the one call that puts mail on the wire."""
+
+    def __init__(self, configuration_set: str = "", client: Any | None = None) -> None:
+        self.configuration_set = configuration_set
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        return self._client or aws_client("sesv2")
+
+    def send_raw(self, raw: bytes, *, from_email: str, to_email: str, tags: Mapping[str, str]) -> SendResult:
+        request: dict[str, Any] = {
+            "FromEmailAddress": from_email,
+            "Destination": {"ToAddresses": [to_email]},
+            "Content": {"Raw": {"Data": raw}},
+            "EmailTags": [
+                {"Name": name, "Value": encode_tag_value(value)} for name, value in tags.items() if value
+            ],
+        }
+        if self.configuration_set:
+            request["ConfigurationSetName"] = self.configuration_set
+        try:
+            response = self.client.send_email(**request)
+        except (
+            ClientError,
+            ConnectTimeoutError,
+            ReadTimeoutError,
+            EndpointConnectionError,
+            ConnectionClosedError,
+        ) as exc:
+            return classify(exc)
+        return SendResult("sent", message_id=response["MessageId"])

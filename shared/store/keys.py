@@ -1,0 +1,152 @@
+"""The one module that builds and parses DynamoDB keys (DESIGN.md section 3).
+
+Every key component that comes from the outside (emails, tags, sequence ids) is
+validated before it gets here; these builders re-check the separator so that no
+caller can forge another key by accident.
+"""
+
+from __future__ import annotations
+
+SEP = "#"
+
+SUB = "SUB"
+TAG = "TAG"
+EXEC = "EXEC"
+SENT = "SENT"
+SEND = "SEND"
+STATS = "STATS"
+EVT = "EVT"
+PROFILE = "PROFILE"
+SUPPRESSION = "SUPPRESSION"
+COUNTERS = "COUNTERS"
+BROADCAST = "BROADCAST"
+ERASED = "ERASED"
+IDEMPOTENCY_PK = "IDEMPOTENCY#events"
+
+
+class KeyError_(ValueError):  # noqa: N801 - avoid clashing with the builtin KeyError
+    """A key component contained the separator or was empty."""
+
+
+def _part(value: str, what: str) -> str:
+    if not value or SEP in value:
+        raise KeyError_(f"invalid {what} for a key: must be non-empty and contain no '#'")
+    return value
+
+
+def sub_pk(email: str) -> str:
+    # Emails may not contain '#' after normalisation (see models.normalise_email).
+    return f"{SUB}{SEP}{_part(email, 'email')}"
+
+
+def email_from_sub(key: str) -> str:
+    prefix = f"{SUB}{SEP}"
+    if not key.startswith(prefix):
+        raise KeyError_(f"not a subscriber key: {key[:20]}")
+    return key[len(prefix) :]
+
+
+def erased_pk(email: str) -> str:
+    """``ERASED#<sha256 of the address>``: remembers that an address was erased without naming
+    it, so SES events that arrive after the erase leave nothing behind (shared.engagement.consumer)."""
+    import hashlib
+
+    return f"{ERASED}{SEP}{hashlib.sha256(email.encode()).hexdigest()}"
+
+
+def tag_pk(tag: str) -> str:
+    return f"{TAG}{SEP}{_part(tag, 'tag')}"
+
+
+def exec_sk(sequence_id: str) -> str:
+    return f"{EXEC}{SEP}{_part(sequence_id, 'sequence id')}"
+
+
+def exec_pk(sequence_id: str) -> str:
+    return exec_sk(sequence_id)
+
+
+ENTERED_PREFIX = "ENTERED#"
+
+
+def entered_sk(sequence_id: str) -> str:
+    """``SUB#<email>`` / ``ENTERED#<sequence>``: the subscriber has entered this sequence."""
+    return f"{ENTERED_PREFIX}{_part(sequence_id, 'sequence id')}"
+
+
+def sequence_from_exec(key: str) -> str:
+    prefix = f"{EXEC}{SEP}"
+    if not key.startswith(prefix):
+        raise KeyError_("not an execution key")
+    return key[len(prefix) :]
+
+
+def sent_sk(iso_ts: str, source: str, send_id: str) -> str:
+    return f"{SENT}{SEP}{iso_ts}{SEP}{_part(source, 'source')}{SEP}{_part(send_id, 'send id')}"
+
+
+SENT_PREFIX = f"{SENT}{SEP}"
+EXEC_PREFIX = f"{EXEC}{SEP}"
+
+
+def stats_pk(source: str) -> str:
+    return f"{STATS}{SEP}{_part(source, 'source')}"
+
+
+def event_sk(iso_ts: str, event_type: str, suffix: str) -> str:
+    return f"{EVT}{SEP}{iso_ts}{SEP}{_part(event_type, 'event type')}{SEP}{_part(suffix, 'suffix')}"
+
+
+def broadcast_sk(iso_ts: str, broadcast_id: str) -> str:
+    return f"{iso_ts}{SEP}{_part(broadcast_id, 'broadcast id')}"
+
+
+def send_claim_sk(source: str, step: str) -> str:
+    """The send-once claim of one (subscriber, source, step), under the subscriber's PK."""
+    return f"{SEND}{SEP}{_part(source, 'source')}{SEP}{_part(step, 'step')}"
+
+
+SEND_CLAIM_PREFIX = f"{SEND}{SEP}"
+
+
+# Engagement (shared/store/stats.py): per-template counters live beside the per-source ones, and
+# "first open/click" markers live under the subscriber (so erase removes them).
+TEMPLATE_COUNTERS = "TEMPLATE_COUNTERS"
+UNIQUE = "UNIQ"
+
+
+def template_stats_key(template: str) -> tuple[str, str]:
+    """(PK, SK) of a template's counters: ``STATS#<template key>`` / ``TEMPLATE_COUNTERS``."""
+    return stats_pk(template), TEMPLATE_COUNTERS
+
+
+def unique_marker_sk(metric: str, scope: str, value: str) -> str:
+    """``UNIQ#<metric>#<scope>#<source or template>``: the subscriber already counted once."""
+    return f"{UNIQUE}{SEP}{_part(metric, 'metric')}{SEP}{_part(scope, 'scope')}{SEP}{_part(value, scope)}"
+
+
+# Broadcasts (shared/broadcasts): the record lives at PK ``BROADCAST`` / SK ``<iso ts>#<id>``
+# (listing by time); everything looked up by id lives in the broadcast's own partition.
+BROADCAST_POINTER = "POINTER"  # PK BROADCAST#<id>: the record's SK (and the --id guard)
+
+
+def broadcast_pk(broadcast_id: str) -> str:
+    return f"{BROADCAST}{SEP}{_part(broadcast_id, 'broadcast id')}"
+
+
+def broadcast_page_sk(round_: int, page: int) -> str:
+    """One resolved audience page (its recipients), written once per (round, page)."""
+    return f"PAGE{SEP}{round_:04d}{SEP}{page:06d}"
+
+
+def broadcast_batch_sk(round_: int, page: int, index: int) -> str:
+    """Marker: this batch's outcomes were counted (a redelivered batch counts nothing)."""
+    return f"BATCH{SEP}{round_:04d}{SEP}{page:06d}{SEP}{index:04d}"
+
+
+# Send-rate windows (shared/sending/rate.py): one item per (limiter scope, time window).
+RATE = "RATE"
+
+
+def rate_pk(scope: str) -> str:
+    return f"{RATE}{SEP}{_part(scope, 'rate scope')}"

@@ -1,0 +1,277 @@
+"""Engagement counters: ``STATS#<source>`` / ``COUNTERS`` and ``STATS#<template>`` /
+``TEMPLATE_COUNTERS`` in the main table (DESIGN.md section 3).
+
+- Totals: one attribute per metric (``send``, ``delivery``, ``open``, ``click``, ``bounce``,
+  ``complaint``, ``unsubscribe``, ...), changed only by atomic ``ADD``.
+- Uniques: ``open_unique`` and ``click_unique`` count the FIRST open/click of a subscriber
+  per source (and per template). "First" is a marker item ``SUB#<email>`` /
+  ``UNIQ#<metric>#<scope>#<id>`` written with ``attribute_not_exists`` in the same
+  transaction as the ``ADD`` (see ``shared.engagement.consumer``). Send, delivery, bounce and
+  complaint happen at most once per mail; ``unsubscribe`` is counted once per real change
+  (``shared.web.unsubscribe``), so their totals are their unique counts.
+- ``send`` is counted by the send path (:func:`send_counters`: with a single send's
+  ``SENT#`` write, or once per broadcast batch); SES Send events are not published.
+- The event metrics can be recomputed from the events table (GSIs ``SequenceIndex`` and
+  ``TemplateIndex``): :meth:`StatsStore.recompute`. They agree while no event has expired
+  (``DATA_TTL_DAYS``); ``--since`` reports are always computed from the events, so they have
+  no ``send`` (shown as not available, with the rates that divide by it).
+
+Rates: delivered and bounced per send; complained, opened (unique), clicked (unique) and
+unsubscribed per delivery.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.core.aws import client as aws_client
+from shared.core.specs import EVENTS_TABLE
+from shared.store import keys
+from shared.store.dynamo import deserialize, from_dynamo, key, query_all, values
+
+SOURCE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "source")
+TEMPLATE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "template")
+
+PERMANENT = "Permanent"
+# Event-item type -> counter attribute (a transient/undetermined bounce counts apart).
+METRICS = (
+    "send",
+    "delivery",
+    "open",
+    "click",
+    "bounce",
+    "bounce_transient",
+    "complaint",
+    "unsubscribe",
+    "reject",
+    "delivery_delay",
+    "rendering_failure",
+    "subscription",
+)
+UNIQUE_METRICS = ("open", "click")
+SEND_PATH_METRICS = frozenset({"send"})  # counted by the send path, not from events
+SOURCE_SCOPE, TEMPLATE_SCOPE = "source", "template"
+# Rows of a report: (label, metric, rate numerator, rate denominator metric).
+REPORT_ROWS = (
+    ("sent", "send", None, None),
+    ("delivered", "delivery", "delivery", "send"),
+    ("opened", "open", "open_unique", "delivery"),
+    ("clicked", "click", "click_unique", "delivery"),
+    ("bounced", "bounce", "bounce", "send"),
+    ("complained", "complaint", "complaint", "delivery"),
+    ("unsubscribed", "unsubscribe", "unsubscribe", "delivery"),
+)
+
+
+def unique_name(metric: str) -> str:
+    return f"{metric}_unique"
+
+
+def metric_of(item: Mapping[str, Any]) -> str | None:
+    """The counter an events-table item feeds (None: not an engagement metric)."""
+    kind = item.get("type")
+    if kind == "send":  # counted by the send path (send_counters), never from an event
+        return None
+    if kind == "bounce":
+        return "bounce" if item.get("bounce_type") == PERMANENT else "bounce_transient"
+    return kind if kind in METRICS else None
+
+
+@dataclass(frozen=True)
+class Counters:
+    totals: dict[str, int] = field(default_factory=dict)
+    uniques: dict[str, int] = field(default_factory=dict)
+    unavailable: frozenset[str] = frozenset()  # metrics this view cannot know
+
+    def total(self, metric: str) -> int:
+        return self.totals.get(metric, 0)
+
+    def event_metrics(self) -> Counters:
+        """The part of these counters the events table can recompute (no ``send``)."""
+        totals = {m: n for m, n in self.totals.items() if m not in SEND_PATH_METRICS}
+        return Counters(totals=totals, uniques=dict(self.uniques), unavailable=SEND_PATH_METRICS)
+
+    def unique(self, metric: str) -> int | None:
+        """Distinct subscribers for open/click; at-most-once metrics are their own uniques."""
+        if metric in UNIQUE_METRICS:
+            return self.uniques.get(metric, 0)
+        return None
+
+    def value(self, name: str) -> int:
+        if name.endswith("_unique"):
+            return self.uniques.get(name.removesuffix("_unique"), 0)
+        return self.total(name)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The report: label, total, unique (or None) and rate (or None) per row."""
+        out = []
+        for label, metric, numerator, denominator in REPORT_ROWS:
+            rate = None
+            known = numerator not in self.unavailable and denominator not in self.unavailable
+            if numerator and denominator and known and self.total(denominator):
+                rate = self.value(numerator) / self.total(denominator)
+            total = None if metric in self.unavailable else self.total(metric)
+            out.append({"metric": label, "total": total, "unique": self.unique(metric), "rate": rate})
+        return out
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any] | None) -> Counters:
+        item = from_dynamo(dict(item or {}))
+        totals = {m: int(item[m]) for m in METRICS if m in item}
+        uniques = {m: int(item[unique_name(m)]) for m in UNIQUE_METRICS if unique_name(m) in item}
+        return cls(totals=totals, uniques=uniques)
+
+    @classmethod
+    def from_events(cls, items: Iterable[Mapping[str, Any]]) -> Counters:
+        totals: Counter[str] = Counter()
+        openers: dict[str, set[str]] = {m: set() for m in UNIQUE_METRICS}
+        for item in items:
+            metric = metric_of(item)
+            if metric is None:
+                continue
+            totals[metric] += 1
+            if metric in openers:
+                openers[metric].add(str(item["PK"]))
+        uniques = {m: len(s) for m, s in openers.items() if s}
+        return cls(totals=dict(totals), uniques=uniques, unavailable=SEND_PATH_METRICS)
+
+
+def counter_update(table: str, pk: str, sk: str, metric: str, *, unique: bool, at: str) -> dict[str, Any]:
+    """A TransactWriteItems ``Update`` that ADDs 1 to ``metric`` (and its unique count)."""
+    adds = {metric: 1, **({unique_name(metric): 1} if unique else {})}
+    return counter_adds(table, pk, sk, adds, at=at)
+
+
+def counter_adds(table: str, pk: str, sk: str, adds: Mapping[str, int], *, at: str) -> dict[str, Any]:
+    """A TransactWriteItems ``Update`` that ADDs several amounts to one counters item
+    (``{"delivery": 7, "open": 3, "open_unique": 2}``): a transaction may touch an item once,
+    so a batch folds all its changes to one counters item into one action."""
+    amounts = {name: int(n) for name, n in adds.items() if n}
+    if not amounts:
+        raise ValueError("nothing to add")
+    names = {f"#c{i}": name for i, name in enumerate(amounts)}
+    vals: dict[str, Any] = {f"c{i}": n for i, n in enumerate(amounts.values())}
+    expression = "ADD " + ", ".join(f"#c{i} :c{i}" for i in range(len(amounts)))
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": key(pk, sk),
+            "UpdateExpression": expression + " SET updated_at = :at",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values(at=at, **vals),
+        }
+    }
+
+
+def send_counters(table: str, sends: Mapping[tuple[str, str], int], *, at: str) -> list[dict[str, Any]]:
+    """Updates that ADD ``send`` to the source and template counters of ``sends``
+    (``{(source, template): n}``), one action per counters item. ``send`` is counted by the
+    send path, with the ``SENT#`` log (single sends) or a broadcast batch's marker: SES
+    Send events are not published (they would repeat what the send path knows, at a cost)."""
+    per_item: Counter[tuple[str, str]] = Counter()
+    for (source, template), n in sends.items():
+        per_item[(keys.stats_pk(source), keys.COUNTERS)] += n
+        per_item[keys.template_stats_key(template)] += n
+    return [counter_adds(table, pk, sk, {"send": n}, at=at) for (pk, sk), n in per_item.items() if n]
+
+
+class StatsStore:
+    def __init__(self, table_name: str, events_table_name: str, client: Any | None = None) -> None:
+        self.table = table_name
+        self.events_table = events_table_name
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        return self._client or aws_client("dynamodb")
+
+    # ----- counters ---------------------------------------------------------------------
+    def source(self, source: str) -> Counters:
+        return self._get(keys.stats_pk(source), keys.COUNTERS)
+
+    def template(self, template: str) -> Counters:
+        return self._get(*keys.template_stats_key(template))
+
+    def _get(self, pk: str, sk: str) -> Counters:
+        item = self.client.get_item(TableName=self.table, Key=key(pk, sk), ConsistentRead=True).get("Item")
+        return Counters.from_item(deserialize(item) if item else None)
+
+    def sources(self) -> dict[str, Counters]:
+        """Every source's counters (a filtered scan: an operator command, not a hot path)."""
+        found: dict[str, Counters] = {}
+        start: dict[str, Any] | None = None
+        while True:
+            page = self.client.scan(
+                TableName=self.table,
+                FilterExpression="SK = :sk AND begins_with(PK, :prefix)",
+                ExpressionAttributeValues=values(sk=keys.COUNTERS, prefix=f"{keys.STATS}{keys.SEP}"),
+                **({"ExclusiveStartKey": start} if start else {}),
+            )
+            for raw in page.get("Items", []):
+                item = deserialize(raw)
+                found[str(item["PK"]).split(keys.SEP, 1)[1]] = Counters.from_item(item)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return dict(sorted(found.items()))
+
+    # ----- recomputed from the events table ------------------------------------------------
+    def events(self, *, source: str | None = None, template: str | None = None, since: str | None = None):  # type: ignore[no-untyped-def]
+        """Events-table items of one source or template (optionally from ``since`` on)."""
+        if (source is None) == (template is None):
+            raise ValueError("name exactly one of source or template")
+        index, attribute, value = (
+            (SOURCE_INDEX, "source", source) if source is not None else (TEMPLATE_INDEX, "template", template)
+        )
+        condition = "#k = :v AND begins_with(SK, :evt)"
+        params: dict[str, Any] = {"v": value, "evt": f"{keys.EVT}{keys.SEP}"}
+        if since:
+            condition = "#k = :v AND SK BETWEEN :from AND :to"
+            params = {"v": value, "from": f"{keys.EVT}{keys.SEP}{since}", "to": f"{keys.EVT}{keys.SEP}\uffff"}
+            params.pop("evt", None)
+        for raw in query_all(
+            self.client,
+            TableName=self.events_table,
+            IndexName=index,
+            KeyConditionExpression=condition,
+            ExpressionAttributeNames={"#k": attribute},
+            ExpressionAttributeValues=values(**params),
+        ):
+            yield deserialize(raw)
+
+    def recompute(
+        self, *, source: str | None = None, template: str | None = None, since: str | None = None
+    ) -> Counters:
+        counters = Counters.from_events(self.events(source=source, template=template, since=since))
+        if template is not None:
+            # Unsubscribes are counted per source only (shared.web.unsubscribe): keep the scopes alike.
+            counters.totals.pop("unsubscribe", None)
+        return counters
+
+
+def parse_since(value: str) -> str:
+    """``2026-01-31`` or an ISO timestamp -> the ISO form event sort keys use (UTC)."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a date: {value!r} (use 2026-01-31 or 2026-01-31T12:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def report(
+    stats: StatsStore, *, source: str | None = None, template: str | None = None, since: str | None = None
+) -> Counters:
+    """The numbers ``mailstep stats`` shows: the counters, or the events from ``since`` on."""
+    if since is not None:
+        return stats.recompute(source=source, template=template, since=parse_since(since))
+    if source is not None:
+        return stats.source(source)
+    if template is not None:
+        return stats.template(template)
+    raise ValueError("name a source or a template")

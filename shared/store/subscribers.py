@@ -1,0 +1,644 @@
+"""The subscriber store: the only code that writes profiles and their inverted items.
+
+Invariants (DESIGN.md section 3), kept by construction:
+- ``PROFILE.tags`` and the ``TAG#<tag>/SUB#<email>`` items change together in ONE
+  TransactWriteItems guarded by the profile's ``version`` (optimistic concurrency), so two
+  concurrent writers can never leave a tag without its partner or the reverse.
+- The ``SUB#/EXEC#<seq>`` and ``EXEC#<seq>/SUB#`` pair is written and deleted in one
+  transaction, conditioned on the execution ARN, and only while the profile exists.
+
+Merge rules of :meth:`SubscriberStore.upsert` (documented in docs/data-model.md):
+- tags in ``add`` are added, tags in ``remove`` are removed, others are kept;
+- attributes are merged key by key, a ``null`` value deletes the key;
+- ``first_name`` is replaced when given;
+- an upsert never clears ``unsubscribed`` or ``suppressed``: only :meth:`resubscribe`
+  (an explicit opt-in) and suppression removal do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from shared.core.aws import client as aws_client
+from shared.core.errors import (
+    AlreadyEntered,
+    ConcurrentModification,
+    ExecutionAlreadyActive,
+    InvalidInput,
+    SubscriberNotFound,
+)
+from shared.core.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
+from shared.core.specs import TTL_ATTRIBUTE
+from shared.store import keys
+from shared.store.dynamo import (
+    TransactionConflict,
+    Unprocessed,
+    batch_delete,
+    batch_get,
+    deserialize,
+    from_dynamo,
+    key,
+    query_all,
+    serialize,
+    transact,
+    values,
+)
+
+MAX_ATTEMPTS = 8
+# How long an erase is remembered: SES events (an open, a click, a late complaint) of mail sent
+# before the erase can still arrive; after this, the tombstone expires (DynamoDB TTL).
+ERASED_MEMORY_DAYS = 400
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Profile:
+    email: str
+    status: str = SUBSCRIBED
+    first_name: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    tags: frozenset[str] = frozenset()
+    suppressed: bool = False
+    created_at: str = ""
+    updated_at: str = ""
+    version: int = 0
+
+    def to_item(self) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "PK": keys.sub_pk(self.email),
+            "SK": keys.PROFILE,
+            "email": self.email,
+            "status": self.status,
+            "attributes": self.attributes,
+            "suppressed": self.suppressed,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "version": self.version,
+        }
+        if self.first_name is not None:
+            item["first_name"] = self.first_name
+        if self.tags:  # DynamoDB string sets cannot be empty
+            item["tags"] = set(self.tags)
+        return item
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Profile:
+        return cls(
+            email=item["email"],
+            status=item.get("status", SUBSCRIBED),
+            first_name=item.get("first_name"),
+            attributes=from_dynamo(item.get("attributes", {})),
+            tags=frozenset(item.get("tags", set())),
+            suppressed=bool(item.get("suppressed", False)),
+            created_at=item.get("created_at", ""),
+            updated_at=item.get("updated_at", ""),
+            version=int(item.get("version", 0)),
+        )
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "email": self.email,
+            "status": self.status,
+            "first_name": self.first_name,
+            "attributes": self.attributes,
+            "tags": sorted(self.tags),
+            "suppressed": self.suppressed,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a profile write did."""
+
+    profile: Profile | None
+    created: bool = False
+    changed: bool = False
+    tags_added: tuple[str, ...] = ()
+    tags_removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Execution:
+    email: str
+    sequence_id: str
+    execution_arn: str
+    started_at: str
+    transactional: bool
+
+
+@dataclass(frozen=True)
+class EraseReport:
+    main_items: int
+    event_items: int
+
+
+Mutation = Callable[[Profile | None, str], Profile | None]
+
+
+class SubscriberStore:
+    def __init__(self, table_name: str, events_table_name: str, client: Any | None = None) -> None:
+        self.table = table_name
+        self._events_table = events_table_name
+        self._client = client
+
+    @property
+    def events_table(self) -> str:
+        """The events table; a function whose spec grants none has no name for it (empty
+        ``EVENTS_TABLE_NAME``), and reaching for it is a wiring error, said plainly."""
+        if not self._events_table:
+            raise RuntimeError("no events table configured (EVENTS_TABLE_NAME is empty for this function)")
+        return self._events_table
+
+    @property
+    def client(self) -> Any:
+        return self._client or aws_client("dynamodb")
+
+    # ----- reads -------------------------------------------------------------------
+    def get_profile(self, email: str, consistent: bool = True) -> Profile | None:
+        response = self.client.get_item(
+            TableName=self.table, Key=key(keys.sub_pk(email), keys.PROFILE), ConsistentRead=consistent
+        )
+        item = response.get("Item")
+        return Profile.from_item(deserialize(item)) if item else None
+
+    def require_profile(self, email: str) -> Profile:
+        profile = self.get_profile(email)
+        if profile is None:
+            raise SubscriberNotFound("no such subscriber")
+        return profile
+
+    def list_executions(self, email: str) -> list[Execution]:
+        items = query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            ExpressionAttributeValues=values(pk=keys.sub_pk(email), prefix=keys.EXEC_PREFIX),
+            ConsistentRead=True,
+        )
+        return [self._execution(deserialize(i)) for i in items]
+
+    def tag_members(self, tag: str) -> list[str]:
+        items = query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues=values(pk=keys.tag_pk(tag)),
+            ProjectionExpression="SK",
+        )
+        return [keys.email_from_sub(i["SK"]["S"]) for i in items]
+
+    def sequence_members(self, sequence_id: str) -> list[str]:
+        items = query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues=values(pk=keys.exec_pk(sequence_id)),
+            ProjectionExpression="SK",
+        )
+        return [keys.email_from_sub(i["SK"]["S"]) for i in items]
+
+    # ----- paged listings (operator commands: CLI, MCP, export) ----------------------
+    def iter_profiles(
+        self, *, start: dict[str, Any] | None = None, status: str | None = None
+    ) -> Iterator[tuple[Profile, dict[str, Any]]]:
+        """Every profile (a filtered Scan, page by page), each with its raw key.
+
+        A raw key is a valid ``start`` for a later call: listing resumes right after it.
+        """
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "FilterExpression": "SK = :sk" + (" AND #status = :status" if status else ""),
+            "ExpressionAttributeValues": values(sk=keys.PROFILE, **({"status": status} if status else {})),
+        }
+        if status:
+            kwargs["ExpressionAttributeNames"] = {"#status": "status"}
+        while True:
+            page = self.client.scan(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+            for raw in page.get("Items", []):
+                yield Profile.from_item(deserialize(raw)), {"PK": raw["PK"], "SK": raw["SK"]}
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def iter_tag_members(
+        self, tag: str, *, start: dict[str, Any] | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The emails holding ``tag`` (its TAG# partition, page by page), each with its raw key."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "PK = :pk",
+            "ExpressionAttributeValues": values(pk=keys.tag_pk(tag)),
+            "ProjectionExpression": "PK, SK",
+        }
+        while True:
+            page = self.client.query(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+            for raw in page.get("Items", []):
+                yield keys.email_from_sub(raw["SK"]["S"]), {"PK": raw["PK"], "SK": raw["SK"]}
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def get_profiles(self, emails: Iterable[str]) -> dict[str, Profile]:
+        """Profiles of ``emails`` (BatchGetItem, 100 per request); missing ones are left out."""
+        wanted = [key(keys.sub_pk(e), keys.PROFILE) for e in dict.fromkeys(emails)]
+        found: dict[str, Profile] = {}
+        try:
+            for raw in batch_get(self.client, self.table, wanted, ConsistentRead=True):
+                profile = Profile.from_item(deserialize(raw))
+                found[profile.email] = profile
+        except Unprocessed as exc:
+            raise ConcurrentModification(str(exc)) from None
+        return found
+
+    # ----- profile writes (profile + TAG# partners in one transaction) ---------------
+    def mutate(self, email: str, mutation: Mutation) -> Change:
+        """Apply ``mutation(current, now)`` with optimistic concurrency.
+
+        The mutation returns the new profile (tags included) or None for "no change".
+        The profile and every added/removed TAG# partner are written in one transaction
+        conditioned on the version that was read; a lost race re-reads and retries.
+        """
+        for _ in range(MAX_ATTEMPTS):
+            current = self.get_profile(email)
+            now = utc_now()
+            proposed = mutation(current, now)
+            if proposed is None or (current is not None and _same(current, proposed)):
+                return Change(profile=current)
+            if len(proposed.tags) > MAX_TAGS_PER_SUBSCRIBER:
+                raise InvalidInput(
+                    f"a subscriber holds at most {MAX_TAGS_PER_SUBSCRIBER} tags",
+                    [],
+                )
+            before = current.tags if current else frozenset()
+            added = tuple(sorted(proposed.tags - before))
+            removed = tuple(sorted(before - proposed.tags))
+            new = replace(
+                proposed,
+                email=email,
+                created_at=current.created_at if current else now,
+                updated_at=now,
+                version=(current.version if current else 0) + 1,
+            )
+            actions = [self._put_profile(new, current)]
+            actions += [self._put_tag(tag, email, now) for tag in added]
+            actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
+            try:
+                transact(self.client, actions)
+            except TransactionConflict:
+                time.sleep(0.005)
+                continue
+            return Change(
+                profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed
+            )
+        raise ConcurrentModification("profile kept changing under us")
+
+    def upsert(
+        self,
+        email: str,
+        *,
+        first_name: str | None = None,
+        attributes: dict[str, Any] | None = None,
+        add_tags: Iterable[str] = (),
+        remove_tags: Iterable[str] = (),
+        unsubscribe: bool = False,
+    ) -> Change:
+        """Create or merge a profile (rules in the module docstring) in one transaction.
+
+        ``unsubscribe=True`` also opts the subscriber out (a new profile is created
+        unsubscribed, so the opt-out is remembered).
+        """
+        add, remove = frozenset(add_tags), frozenset(remove_tags)
+
+        def apply(current: Profile | None, now: str) -> Profile:
+            base = current or Profile(email=email, status=UNSUBSCRIBED if unsubscribe else SUBSCRIBED)
+            attrs = dict(base.attributes)
+            for name, value in (attributes or {}).items():
+                if value is None:
+                    attrs.pop(name, None)
+                else:
+                    attrs[name] = value
+            return replace(
+                base,
+                status=UNSUBSCRIBED if unsubscribe else base.status,
+                first_name=first_name if first_name is not None else base.first_name,
+                attributes=attrs,
+                tags=(base.tags | add) - remove,
+            )
+
+        return self.mutate(email, apply)
+
+    def unsubscribe(self, email: str) -> Change:
+        """Mark the subscriber unsubscribed (creating a profile that remembers the opt-out)."""
+        return self.upsert(email, unsubscribe=True)
+
+    def resubscribe(self, email: str) -> Change:
+        """Explicit opt-in again. Does not lift a suppression (bounces and complaints)."""
+
+        def apply(current: Profile | None, now: str) -> Profile:
+            if current is None:
+                raise SubscriberNotFound("no such subscriber")
+            return replace(current, status=SUBSCRIBED)
+
+        return self.mutate(email, apply)
+
+    def set_suppressed(self, email: str, suppressed: bool) -> Change:
+        def apply(current: Profile | None, now: str) -> Profile:
+            base = current or Profile(email=email, status=SUBSCRIBED)
+            return replace(base, suppressed=suppressed)
+
+        return self.mutate(email, apply)
+
+    # ----- execution pairs -------------------------------------------------------------
+    def put_execution(
+        self,
+        email: str,
+        sequence_id: str,
+        execution_arn: str,
+        *,
+        transactional: bool = False,
+        once: bool = False,
+    ) -> Execution:
+        """Write the EXEC pair (and the ``ENTERED#`` marker) in one transaction.
+
+        ``once=True`` refuses with :class:`AlreadyEntered` when the subscriber entered this
+        sequence before (the marker exists), even if that execution has ended.
+        """
+        now = utc_now()
+        body = {"execution_arn": execution_arn, "started_at": now, "transactional": transactional}
+        forward = {
+            "PK": keys.sub_pk(email),
+            "SK": keys.exec_sk(sequence_id),
+            "sequence_id": sequence_id,
+            **body,
+        }
+        inverse = {"PK": keys.exec_pk(sequence_id), "SK": keys.sub_pk(email), "email": email, **body}
+        actions = [
+            {
+                "ConditionCheck": {
+                    "TableName": self.table,
+                    "Key": key(keys.sub_pk(email), keys.PROFILE),
+                    "ConditionExpression": "attribute_exists(PK)",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(forward),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(inverse),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+        ]
+        marker: dict[str, Any] = {
+            "TableName": self.table,
+            "Item": serialize(
+                {
+                    "PK": keys.sub_pk(email),
+                    "SK": keys.entered_sk(sequence_id),
+                    "at": now,
+                    "execution_arn": execution_arn,
+                }
+            ),
+        }
+        if once:
+            marker["ConditionExpression"] = "attribute_not_exists(PK) OR execution_arn = :arn"
+            marker["ExpressionAttributeValues"] = values(arn=execution_arn)
+        actions.append({"Put": marker})
+        try:
+            transact(self.client, actions)
+        except TransactionConflict as exc:
+            reasons = exc.reasons + ["None"] * 4
+            if reasons[0] == "ConditionalCheckFailed":
+                raise SubscriberNotFound("no such subscriber") from None
+            if "ConditionalCheckFailed" in (reasons[1], reasons[2]):
+                raise ExecutionAlreadyActive(f"an execution of {sequence_id} is already active") from None
+            raise AlreadyEntered(f"the subscriber already entered {sequence_id}") from None
+        return Execution(email, sequence_id, execution_arn, now, transactional)
+
+    def forget_entry(self, email: str, sequence_id: str, execution_arn: str) -> None:
+        """Undo the ``ENTERED#`` marker of an execution that never started."""
+        try:
+            self.client.delete_item(
+                TableName=self.table,
+                Key=key(keys.sub_pk(email), keys.entered_sk(sequence_id)),
+                ConditionExpression="execution_arn = :arn",
+                ExpressionAttributeValues=values(arn=execution_arn),
+            )
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return
+
+    def delete_execution(self, email: str, sequence_id: str, execution_arn: str | None = None) -> bool:
+        """Remove the pair; with ``execution_arn`` only if it still belongs to that execution.
+
+        Returns False when there was nothing (or another execution's pair) to delete.
+        """
+        if execution_arn is None:
+            condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(PK)"}
+        else:
+            condition = {
+                "ConditionExpression": "execution_arn = :arn",
+                "ExpressionAttributeValues": values(arn=execution_arn),
+            }
+        actions = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": key(keys.sub_pk(email), keys.exec_sk(sequence_id)),
+                    **condition,
+                }
+            },
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": key(keys.exec_pk(sequence_id), keys.sub_pk(email)),
+                    **condition,
+                }
+            },
+        ]
+        try:
+            transact(self.client, actions)
+        except TransactionConflict:
+            return False
+        return True
+
+    # ----- erase (GDPR) -------------------------------------------------------------
+    def erase(self, email: str) -> EraseReport:
+        """Delete every item of a subscriber in both tables, partners included.
+
+        Order keeps the invariants at every step: the profile and its TAG# partners go in
+        one transaction first (after which no execution pair can be created, because
+        ``put_execution`` requires the profile); then each execution pair in its own
+        transaction; then the remaining items (send log, suppression) and the events.
+        """
+        self.remember_erased(email)
+        main_items = 0
+        for _ in range(MAX_ATTEMPTS):
+            current = self.get_profile(email)
+            if current is None:
+                break
+            actions = [
+                {
+                    "Delete": {
+                        "TableName": self.table,
+                        "Key": key(keys.sub_pk(email), keys.PROFILE),
+                        "ConditionExpression": "version = :v",
+                        "ExpressionAttributeValues": values(v=current.version),
+                    }
+                }
+            ]
+            actions += [self._delete(keys.tag_pk(t), keys.sub_pk(email)) for t in sorted(current.tags)]
+            try:
+                transact(self.client, actions)
+            except TransactionConflict:
+                continue
+            main_items += len(actions)
+            break
+        else:
+            raise ConcurrentModification("profile kept changing during erase")
+
+        rest = list(
+            query_all(
+                self.client,
+                TableName=self.table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+                ConsistentRead=True,
+            )
+        )
+        plain = []
+        for raw in rest:
+            sk = raw["SK"]["S"]
+            if sk.startswith(keys.EXEC_PREFIX):
+                if self.delete_execution(email, keys.sequence_from_exec(sk)):
+                    main_items += 2
+            else:
+                plain.append({"PK": raw["PK"], "SK": raw["SK"]})
+        main_items += batch_delete(self.client, self.table, plain)
+
+        events = [
+            {"PK": raw["PK"], "SK": raw["SK"]}
+            for raw in query_all(
+                self.client,
+                TableName=self.events_table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+                ProjectionExpression="PK, SK",
+            )
+        ]
+        event_items = batch_delete(self.client, self.events_table, events)
+        return EraseReport(main_items=main_items, event_items=event_items)
+
+    def remember_erased(self, email: str, days: int = ERASED_MEMORY_DAYS) -> None:
+        """The erase tombstone (no address in it, only its hash), expiring after ``days``."""
+        at = datetime.now(UTC)
+        self.client.put_item(
+            TableName=self.table,
+            Item=serialize(
+                {
+                    "PK": keys.erased_pk(email),
+                    "SK": keys.ERASED,
+                    "at": at.isoformat(timespec="seconds"),
+                    TTL_ATTRIBUTE: int((at + timedelta(days=days)).timestamp()),
+                }
+            ),
+        )
+
+    def erased_among(self, emails: Iterable[str]) -> set[str]:
+        """Which of ``emails`` were erased and have not subscribed again since (a tombstone and
+        no profile): one strongly consistent BatchGetItem per 50 addresses."""
+        wanted = sorted(set(emails))
+        if not wanted:
+            return set()
+        keys_ = [key(keys.erased_pk(e), keys.ERASED) for e in wanted]
+        keys_ += [key(keys.sub_pk(e), keys.PROFILE) for e in wanted]
+        found = {
+            (i["PK"]["S"], i["SK"]["S"])
+            for i in batch_get(
+                self.client, self.table, keys_, ConsistentRead=True, ProjectionExpression="PK, SK"
+            )
+        }
+        return {
+            e
+            for e in wanted
+            if (keys.erased_pk(e), keys.ERASED) in found and (keys.sub_pk(e), keys.PROFILE) not in found
+        }
+
+    # ----- events table -------------------------------------------------------------
+    def record_event(self, email: str, item: dict[str, Any]) -> None:
+        """Write one events-table item (its SK built by the caller with keys.event_sk)."""
+        self.client.put_item(
+            TableName=self.events_table,
+            Item=serialize({"PK": keys.sub_pk(email), **item}),
+            ReturnConsumedCapacity="TOTAL",
+        )
+
+    def list_events(self, email: str) -> list[dict[str, Any]]:
+        """The subscriber's timeline, oldest first: the events table's items and the
+        ``SENT#`` send log (as ``type: send``: SES Send events are not published)."""
+        items = [
+            from_dynamo(deserialize(i))
+            for i in query_all(
+                self.client,
+                TableName=self.events_table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+            )
+        ]
+        from shared.store.send_log import SendLog
+
+        for sent in SendLog(self.table, client=self.client).entries(email):
+            sent = from_dynamo(sent)
+            items.append({**sent, "type": "send", "origin": "mailstep", "at": sent.get("sent_at", "")})
+        return sorted(items, key=lambda i: str(i.get("at", "")))
+
+    # ----- helpers ------------------------------------------------------------------
+    def _put_profile(self, new: Profile, current: Profile | None) -> dict[str, Any]:
+        put: dict[str, Any] = {"TableName": self.table, "Item": serialize(new.to_item())}
+        if current is None:
+            put["ConditionExpression"] = "attribute_not_exists(PK)"
+        else:
+            put["ConditionExpression"] = "version = :v"
+            put["ExpressionAttributeValues"] = values(v=current.version)
+        return {"Put": put}
+
+    def _put_tag(self, tag: str, email: str, now: str) -> dict[str, Any]:
+        item = {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email, "created_at": now}
+        return {"Put": {"TableName": self.table, "Item": serialize(item)}}
+
+    def _delete(self, pk: str, sk: str) -> dict[str, Any]:
+        return {"Delete": {"TableName": self.table, "Key": key(pk, sk)}}
+
+    @staticmethod
+    def _execution(item: dict[str, Any]) -> Execution:
+        return Execution(
+            email=keys.email_from_sub(item["PK"]),
+            sequence_id=keys.sequence_from_exec(item["SK"]),
+            execution_arn=item["execution_arn"],
+            started_at=item.get("started_at", ""),
+            transactional=bool(item.get("transactional", False)),
+        )
+
+
+def _same(a: Profile, b: Profile) -> bool:
+    return (a.status, a.first_name, a.attributes, a.tags, a.suppressed) == (
+        b.status,
+        b.first_name,
+        b.attributes,
+        b.tags,
+        b.suppressed,
+    )

@@ -1,0 +1,119 @@
+"""HTTP concerns shared by the API handlers: auth, body decoding, and the ONE mapping
+from domain errors to HTTP statuses."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+
+from shared.core.errors import (
+    ConcurrentModification,
+    Conflict,
+    FieldProblem,
+    InvalidInput,
+    MailstepError,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+)
+from shared.core.observability import logger
+
+STATUS: dict[type[MailstepError], tuple[int, str]] = {
+    InvalidInput: (400, "invalid_request"),
+    Unauthorized: (401, "unauthorized"),
+    NotFound: (404, "not_found"),
+    Conflict: (409, "conflict"),
+    PayloadTooLarge: (413, "payload_too_large"),
+    # Contention on one subscriber outlasted the store's retries: not the client's fault and
+    # not a server fault either; the same request (same event ``id``) succeeds when retried.
+    ConcurrentModification: (503, "busy"),
+}
+RETRY_AFTER_S = 1  # the Retry-After of a 503 "busy"
+
+
+def status_for(exc: MailstepError) -> tuple[int, str]:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return 500, "internal_error"
+
+
+def error_response(
+    status: int, code: str, message: str, problems: list[FieldProblem] | None = None
+) -> Response:
+    body: dict[str, Any] = {"error": {"code": code, "message": message}}
+    if problems:
+        body["error"]["field"] = problems[0].field
+        body["error"]["problems"] = [{"field": p.field, "message": p.message} for p in problems]
+    headers = {"WWW-Authenticate": 'Bearer realm="mailstep"'} if status == 401 else None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.dumps(body),
+        headers=headers,
+    )
+
+
+def register_error_handlers(app: APIGatewayHttpResolver) -> None:
+    @app.exception_handler(MailstepError)
+    def _domain(exc: MailstepError) -> Response:
+        status, code = status_for(exc)
+        if status == 503:
+            logger.warning("request gave up under contention", error=type(exc).__name__)
+            return error_response(503, code, "the subscriber is busy with concurrent changes: retry")
+        if status >= 500:
+            logger.exception("unexpected domain error")
+            return error_response(500, code, "internal error")
+        problems = exc.problems if isinstance(exc, InvalidInput) else None
+        return error_response(status, code, str(exc), problems)
+
+    @app.exception_handler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        logger.exception("unhandled error")
+        return error_response(500, "internal_error", "internal error")
+
+    @app.not_found
+    def _not_found(exc: Exception) -> Response:
+        return error_response(404, "not_found", "no such route")
+
+
+def require_bearer(header: str | None, expected: str) -> None:
+    """Constant-time check of ``Authorization: Bearer <key>``."""
+    if not header:
+        raise Unauthorized("missing Authorization header (expected 'Bearer <api key>')")
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("Authorization must be 'Bearer <api key>'")
+    if not expected or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+        raise Unauthorized("invalid API key")
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidInput(
+        f"body contains {name}, which is not valid JSON", [FieldProblem("body", "invalid JSON")]
+    )
+
+
+def decode_json_body(body: str | None, max_bytes: int) -> Any:
+    if body is None or not body.strip():
+        raise InvalidInput("request body is empty", [FieldProblem("body", "must be a JSON object")])
+    if len(body.encode()) > max_bytes:
+        raise PayloadTooLarge(f"request body exceeds {max_bytes} bytes")
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidInput(
+            "body nests objects or arrays too deeply", [FieldProblem("body", "nested too deeply")]
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(
+            f"body is not valid JSON (line {exc.lineno}, column {exc.colno})"
+            if isinstance(exc, json.JSONDecodeError)
+            else "body is not valid UTF-8",
+            [FieldProblem("body", "invalid JSON")],
+        ) from None

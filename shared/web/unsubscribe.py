@@ -1,0 +1,152 @@
+"""Unsubscribe and resubscribe through signed links (DESIGN.md section 4).
+
+- ``GET /u/<token>``: :func:`inspect` only verifies the token; the page asks to confirm.
+  Nothing changes on GET, so link scanners cannot unsubscribe anyone.
+- ``POST /u/<token>`` (the page's form, or RFC 8058 one-click with the body
+  ``List-Unsubscribe=One-Click``): :func:`unsubscribe` opts the subscriber out through the
+  store (idempotent), and only when that changed something records an ``unsubscribe``
+  event and adds 1 to the source's ``unsubscribe`` counter. Repeated POSTs are harmless.
+- ``POST /u/<token>/resubscribe`` with the resubscribe token the confirmation page
+  carries: :func:`resubscribe` opts back in (suppressions stay).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+from shared.core.observability import logger, redact_email
+from shared.sending.tokens import TokenClaims, issue, verify
+from shared.store.dynamo import key, values
+from shared.store.subscribers import SubscriberStore, keys
+
+RESUBSCRIBE_TTL_SECONDS = 30 * 86400
+UNSUBSCRIBE_EVENT = "unsubscribe"
+RESUBSCRIBE_EVENT = "resubscribe"
+COUNTER = "unsubscribe"
+Origin = Literal["one_click", "form"]
+
+
+class ExecutionStopper(Protocol):
+    def stop_all(self, email: str, *, reason: str, transactional_too: bool = True) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class UnsubscribeContext:
+    store: SubscriberStore
+    secret: str
+    data_ttl_days: int = 180
+    # The sequence engine: an unsubscribe stops the subscriber's marketing executions.
+    sequences: ExecutionStopper | None = None
+
+
+@dataclass(frozen=True)
+class UnsubscribeResult:
+    claims: TokenClaims
+    changed: bool  # False: was already unsubscribed
+    resubscribe_token: str
+    # Sequences whose (non-transactional) executions this unsubscribe stopped.
+    sequences_stopped: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResubscribeResult:
+    claims: TokenClaims
+    changed: bool
+    suppressed: bool  # a bounce/complaint suppression still blocks sending
+
+
+def inspect(token: str, secret: str, *, now: float | None = None) -> TokenClaims:
+    """Verify an unsubscribe token without changing anything (GET)."""
+    return verify(token, secret, purpose="unsubscribe", now=now)
+
+
+def unsubscribe(
+    token: str, ctx: UnsubscribeContext, *, origin: Origin, now: datetime | None = None
+) -> UnsubscribeResult:
+    moment = now or datetime.now(UTC)
+    claims = verify(token, ctx.secret, purpose="unsubscribe", now=moment.timestamp())
+    change = ctx.store.unsubscribe(claims.email)
+    if change.changed:
+        _record(ctx, claims, UNSUBSCRIBE_EVENT, origin, moment)
+        _count(ctx, claims.source)
+    # Transactional sequences ignore unsubscribe; marketing ones stop before their next send.
+    stopped = (
+        ctx.sequences.stop_all(claims.email, reason="unsubscribe", transactional_too=False)
+        if ctx.sequences is not None
+        else []
+    )
+    logger.info(
+        "unsubscribe",
+        subscriber=redact_email(claims.email),
+        source=claims.source,
+        template=claims.template,
+        origin=origin,
+        changed=change.changed,
+        sequences_stopped=stopped,
+    )
+    again = issue(
+        TokenClaims(
+            email=claims.email,
+            source=claims.source,
+            template=claims.template,
+            send_id=claims.send_id,
+            purpose="resubscribe",
+        ),
+        ctx.secret,
+        ttl_seconds=RESUBSCRIBE_TTL_SECONDS,
+        now=moment.timestamp(),
+    )
+    return UnsubscribeResult(
+        claims=claims, changed=change.changed, resubscribe_token=again, sequences_stopped=stopped
+    )
+
+
+def resubscribe(token: str, ctx: UnsubscribeContext, *, now: datetime | None = None) -> ResubscribeResult:
+    moment = now or datetime.now(UTC)
+    claims = verify(token, ctx.secret, purpose="resubscribe", now=moment.timestamp())
+    change = ctx.store.resubscribe(claims.email)
+    if change.changed:
+        _record(ctx, claims, RESUBSCRIBE_EVENT, "form", moment)
+    logger.info(
+        "resubscribe", subscriber=redact_email(claims.email), source=claims.source, changed=change.changed
+    )
+    suppressed = bool(change.profile and change.profile.suppressed)
+    return ResubscribeResult(claims=claims, changed=change.changed, suppressed=suppressed)
+
+
+def mask_email(email: str) -> str:
+    """``jane@example.com`` -> ``j***@example.com`` (what the pages show)."""
+    local, _, domain = email.partition("@")
+    return f"{local[:1]}***@{domain}"
+
+
+def _record(ctx: UnsubscribeContext, claims: TokenClaims, kind: str, origin: str, moment: datetime) -> None:
+    ts = moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    item = {
+        "SK": keys.event_sk(ts, kind, uuid.uuid4().hex[:16]),
+        "type": kind,
+        "origin": origin,
+        "source": claims.source,
+        "at": ts,
+        "ttl": int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
+    }
+    if claims.template:
+        item["template"] = claims.template
+    if claims.send_id:
+        item["send_id"] = claims.send_id
+    ctx.store.record_event(claims.email, item)
+
+
+def _count(ctx: UnsubscribeContext, source: str) -> None:
+    """Atomic ADD on ``STATS#<source>`` / ``COUNTERS`` (counted once per real change, so
+    the total is also the unique count)."""
+    ctx.store.client.update_item(
+        TableName=ctx.store.table,
+        Key=key(keys.stats_pk(source), keys.COUNTERS),
+        UpdateExpression="ADD #counter :one",
+        ExpressionAttributeNames={"#counter": COUNTER},
+        ExpressionAttributeValues=values(one=1),
+    )
