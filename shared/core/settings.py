@@ -50,6 +50,14 @@ class Settings(BaseModel):
     # Replies (shared/engagement/replies.py): forward every recorded reply to this address (empty: no).
     reply_forward_to: str = ""
 
+    # Sign-up and consent (shared/consent, docs/signup.md).
+    signup_double_opt_in: bool = True  # False: every form subscribes directly (method "single")
+    signup_single_opt_in_forms: str = ""  # comma-separated form ids that subscribe directly
+    signup_allowed_origins: str = ""  # comma-separated origins (https://acme.test) for redirects and CORS
+    signup_pending_days: int = Field(default=7, ge=1, le=60)  # a sign-up not confirmed by then is gone
+    signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)  # one confirmation mail per window
+    signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         from shared.core.specs import ENV

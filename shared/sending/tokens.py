@@ -1,4 +1,4 @@
-"""Signed, expiring, opaque tokens for unsubscribe and resubscribe links.
+"""Signed, expiring, opaque tokens for unsubscribe, resubscribe and sign-up confirmation links.
 
 A token names the subscriber and the mail it came from (source, template, send id), its
 purpose and its expiry. It is encrypted and then authenticated, so a URL in a log or a
@@ -32,8 +32,9 @@ TAG_BYTES = 16
 MIN_SECRET_BYTES = 16
 MAX_TOKEN_CHARS = 1024
 
-Purpose = Literal["unsubscribe", "resubscribe"]
-_PURPOSE_CODES: dict[str, str] = {"unsubscribe": "u", "resubscribe": "r"}
+Purpose = Literal["unsubscribe", "resubscribe", "confirm"]
+_PURPOSE_CODES: dict[str, Purpose] = {"u": "unsubscribe", "r": "resubscribe", "c": "confirm"}
+_CODES: dict[str, str] = {purpose: code for code, purpose in _PURPOSE_CODES.items()}
 
 
 class InvalidToken(InvalidInput):
@@ -84,7 +85,7 @@ def issue(claims: TokenClaims, secret: str, *, ttl_seconds: int, now: float | No
     payload = {
         "e": claims.email,
         "s": claims.source,
-        "p": _PURPOSE_CODES[claims.purpose],
+        "p": _CODES[claims.purpose],
         "x": expires,
     }
     if claims.template:
@@ -123,7 +124,7 @@ def verify(token: str, secret: str, *, purpose: Purpose, now: float | None = Non
             source=str(payload["s"]),
             template=str(payload.get("t", "")),
             send_id=str(payload.get("m", "")),
-            purpose="unsubscribe" if payload["p"] == "u" else "resubscribe",
+            purpose=_PURPOSE_CODES[payload["p"]],
             expires_at=int(payload["x"]),
         )
     except (ValueError, KeyError, TypeError):

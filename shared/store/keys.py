@@ -150,3 +150,13 @@ RATE = "RATE"
 
 def rate_pk(scope: str) -> str:
     return f"{RATE}{SEP}{_part(scope, 'rate scope')}"
+
+
+# Consent (shared/consent): a sign-up waiting for its confirmation lives beside the profile and
+# is never one (no audience, scan or sequence reads it as a subscriber).
+PENDING = "PENDING"
+
+
+def pending_key(email: str) -> tuple[str, str]:
+    """(PK, SK) of an address's pending sign-up: ``SUB#<email>`` / ``PENDING``."""
+    return sub_pk(email), PENDING

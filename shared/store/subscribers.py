@@ -18,7 +18,7 @@ Merge rules of :meth:`SubscriberStore.upsert` (documented in docs/data-model.md)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +27,7 @@ from shared.core.aws import client as aws_client
 from shared.core.errors import (
     AlreadyEntered,
     ConcurrentModification,
+    Conflict,
     ExecutionAlreadyActive,
     InvalidInput,
     SubscriberNotFound,
@@ -69,6 +70,11 @@ class Profile:
     created_at: str = ""
     updated_at: str = ""
     version: int = 0
+    # Consent (shared/consent): the last recorded opt-in (time, form, method, IP hash, user
+    # agent) and the reader's topic choices; topics named in neither set follow topics.yaml.
+    consent: dict[str, Any] | None = None
+    topics_in: frozenset[str] = frozenset()
+    topics_out: frozenset[str] = frozenset()
 
     def to_item(self) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -86,6 +92,12 @@ class Profile:
             item["first_name"] = self.first_name
         if self.tags:  # DynamoDB string sets cannot be empty
             item["tags"] = set(self.tags)
+        if self.consent is not None:
+            item["consent"] = self.consent
+        if self.topics_in:
+            item["topics_in"] = set(self.topics_in)
+        if self.topics_out:
+            item["topics_out"] = set(self.topics_out)
         return item
 
     @classmethod
@@ -100,6 +112,9 @@ class Profile:
             created_at=item.get("created_at", ""),
             updated_at=item.get("updated_at", ""),
             version=int(item.get("version", 0)),
+            consent=from_dynamo(item["consent"]) if "consent" in item else None,
+            topics_in=frozenset(item.get("topics_in", set())),
+            topics_out=frozenset(item.get("topics_out", set())),
         )
 
     def public(self) -> dict[str, Any]:
@@ -112,6 +127,9 @@ class Profile:
             "suppressed": self.suppressed,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            **({"consent": self.consent} if self.consent is not None else {}),
+            **({"topics_in": sorted(self.topics_in)} if self.topics_in else {}),
+            **({"topics_out": sorted(self.topics_out)} if self.topics_out else {}),
         }
 
 
@@ -260,12 +278,14 @@ class SubscriberStore:
         return found
 
     # ----- profile writes (profile + TAG# partners in one transaction) ---------------
-    def mutate(self, email: str, mutation: Mutation) -> Change:
+    def mutate(self, email: str, mutation: Mutation, *, extra: Sequence[dict[str, Any]] = ()) -> Change:
         """Apply ``mutation(current, now)`` with optimistic concurrency.
 
         The mutation returns the new profile (tags included) or None for "no change".
         The profile and every added/removed TAG# partner are written in one transaction
         conditioned on the version that was read; a lost race re-reads and retries.
+        ``extra`` actions (e.g. deleting a pending sign-up) join that transaction when there is
+        a write; when one of their conditions fails, :class:`Conflict` is raised (no retry).
         """
         for _ in range(MAX_ATTEMPTS):
             current = self.get_profile(email)
@@ -291,9 +311,12 @@ class SubscriberStore:
             actions = [self._put_profile(new, current)]
             actions += [self._put_tag(tag, email, now) for tag in added]
             actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
+            actions += extra
             try:
                 transact(self.client, actions)
-            except TransactionConflict:
+            except TransactionConflict as exc:
+                if extra and "ConditionalCheckFailed" in exc.reasons[len(actions) - len(extra) :]:
+                    raise Conflict("a condition of this write no longer holds") from None
                 time.sleep(0.005)
                 continue
             return Change(
@@ -641,4 +664,4 @@ def _same(a: Profile, b: Profile) -> bool:
         b.attributes,
         b.tags,
         b.suppressed,
-    )
+    ) and (a.consent, a.topics_in, a.topics_out) == (b.consent, b.topics_in, b.topics_out)

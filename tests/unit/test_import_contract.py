@@ -19,8 +19,9 @@ SHARED_LAYERS: dict[str, set[str]] = {
     "sending": {"core", "store"},
     "sequences": {"core", "store", "sending"},
     "broadcasts": {"core", "store", "sending", "sequences"},
-    "web": {"core", "store", "sending", "sequences"},
-    "engagement": {"core", "store", "sending", "sequences", "web"},
+    "consent": {"core", "store", "sending", "sequences"},
+    "web": {"core", "store", "sending", "sequences", "consent"},
+    "engagement": {"core", "store", "sending", "sequences", "web", "consent"},
 }
 TOP_LEVEL: dict[str, set[str]] = {
     "shared": {"shared"},
