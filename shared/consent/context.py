@@ -1,0 +1,124 @@
+"""What sign-up and confirmation need: their settings and their adapters, built once at the
+boundary (:meth:`ConsentContext.from_settings`) and passed in, so tests hand in moto-backed
+or fake parts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from shared.consent import TOPICS_FILE
+from shared.consent.pending import PendingSignups
+from shared.consent.topics import TopicCatalog, require_topics
+from shared.core.models import InboundEvent
+from shared.core.settings import Settings
+from shared.sending.pipeline import SendContext
+from shared.sequences import SEQUENCES_DIR
+from shared.store.subscribers import Profile, SubscriberStore
+
+
+class EventSink(Protocol):
+    """Where ``subscriber.confirmed`` goes: the sequence engine (``SequenceEngine.on_event``)."""
+
+    def on_event(self, event: InboundEvent, profile: Profile | None) -> tuple[list[str], list[str]]: ...
+
+
+def parse_origins(value: str) -> tuple[str, ...]:
+    """``"https://acme.test, https://www.acme.test"`` -> normalised origins; a malformed
+    entry is a configuration error, said at start-up."""
+    out = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        origin = normalise_origin(part)
+        if origin is None or origin != part.rstrip("/").lower():
+            raise ValueError(f"not an origin (scheme://host[:port]): {part!r}")
+        out.append(origin)
+    return tuple(dict.fromkeys(out))
+
+
+def normalise_origin(url: str) -> str | None:
+    """``scheme://host[:port]`` of an http(s) URL, lower-cased; None when it has none or
+    carries credentials."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("https", "http") or not parts.hostname or "@" in parts.netloc:
+        return None
+    host = parts.hostname.lower()
+    return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port is not None else "")
+
+
+@dataclass(frozen=True)
+class ConsentConfig:
+    public_base_url: str = "https://mailstep.localhost"
+    double_opt_in: bool = True
+    single_opt_in_forms: frozenset[str] = frozenset()
+    origins: tuple[str, ...] = ()
+    pending_days: int = 7
+    cooldown_seconds: int = 3600
+    max_body_bytes: int = 8 * 1024
+    data_ttl_days: int = 180
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ConsentConfig:
+        return cls(
+            public_base_url=settings.public_base_url,
+            double_opt_in=settings.signup_double_opt_in,
+            single_opt_in_forms=frozenset(
+                f.strip() for f in settings.signup_single_opt_in_forms.split(",") if f.strip()
+            ),
+            origins=parse_origins(settings.signup_allowed_origins),
+            pending_days=settings.signup_pending_days,
+            cooldown_seconds=settings.signup_cooldown_seconds,
+            max_body_bytes=settings.signup_max_body_bytes,
+            data_ttl_days=settings.data_ttl_days,
+        )
+
+    def single_opt_in(self, form: str) -> bool:
+        """Whether a sign-up from ``form`` subscribes directly (consent collected elsewhere)."""
+        return not self.double_opt_in or form in self.single_opt_in_forms
+
+    def confirm_url(self, token: str) -> str:
+        return f"{self.public_base_url.rstrip('/')}/c/{token}"
+
+
+@dataclass(frozen=True)
+class ConsentContext:
+    store: SubscriberStore
+    pending: PendingSignups
+    send: SendContext  # the one send pipeline; its token secret also signs confirmation links
+    topics: TopicCatalog
+    config: ConsentConfig = field(default_factory=ConsentConfig)
+    sequences: EventSink | None = None  # None: subscriber.confirmed starts nothing
+
+    @property
+    def secret(self) -> Callable[[], str]:
+        return self.send.token_secret
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        store: SubscriberStore | None = None,
+        *,
+        topics_file: Path = TOPICS_FILE,
+        sequences_dir: Path = SEQUENCES_DIR,
+    ) -> ConsentContext:
+        from shared.sequences.engine import engine_from_settings
+
+        store = store or SubscriberStore(settings.table_name, settings.events_table_name)
+        return cls(
+            store=store,
+            pending=PendingSignups(settings.table_name),
+            send=SendContext.from_settings(settings, store),
+            topics=require_topics(topics_file),
+            config=ConsentConfig.from_settings(settings),
+            sequences=engine_from_settings(settings, store, sequences_dir),
+        )

@@ -1,0 +1,129 @@
+"""Recording consent: the profile becomes ``subscribed`` with the opt-in written on it, and
+``subscriber.confirmed`` goes to the sequence engine.
+
+The consent record on the profile (``consent``) holds the time, the method (``double``: the
+reader clicked the link in the confirmation mail; ``single``: the form's operator collected
+consent elsewhere), the form id, the sign-up's id and time, a keyed hash of the IP address
+(never the address itself) and the user agent. The events table keeps one
+``subscriber.confirmed`` item per opt-in (the history; the profile keeps the latest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from shared.consent.context import ConsentContext
+from shared.consent.pending import PendingSignup
+from shared.consent.topics import choices_from
+from shared.core.models import CONTROL_RE, SUBSCRIBED, InboundEvent
+from shared.core.observability import logger, redact_email
+from shared.store import keys
+from shared.store.subscribers import Change, Profile
+
+CONFIRMED_EVENT = "subscriber.confirmed"
+MAX_USER_AGENT = 256
+MAX_IP = 64
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """What an opt-in did: ``changed`` is False when it had been recorded already."""
+
+    profile: Profile | None
+    changed: bool
+    sequences_started: list[str] = field(default_factory=list)
+
+
+def ip_hash(ip: str, secret: str) -> str:
+    """A keyed hash of the client's IP: equal addresses give equal hashes (abuse review),
+    and nobody without the signing secret can test a guess."""
+    key = hmac.new(secret.encode(), b"mailstep/consent/ip/v1", hashlib.sha256).digest()
+    return hmac.new(key, ip.strip()[:MAX_IP].encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def clean_user_agent(value: str | None) -> str:
+    return CONTROL_RE.sub("", value or "")[:MAX_USER_AGENT]
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def opt_in(
+    ctx: ConsentContext,
+    signup: PendingSignup,
+    *,
+    method: str,
+    ip: str,
+    user_agent: str | None,
+    moment: datetime,
+    extra: Sequence[dict[str, Any]] = (),
+) -> OptIn:
+    """Subscribe ``signup.email`` with consent recorded (profile and TAG# partners in one
+    transaction, joined by ``extra``), then announce ``subscriber.confirmed``."""
+    consent = {
+        "at": iso(moment),
+        "method": method,
+        "form": signup.form,
+        "signup_id": signup.signup_id,
+        "signed_up_at": signup.created_at,
+        "ip_hash": ip_hash(ip, ctx.secret()) if ip else "",
+        "user_agent": clean_user_agent(user_agent),
+    }
+    choice = choices_from(signup.topics, ctx.topics) if signup.topics is not None else None
+
+    def apply(current: Profile | None, now: str) -> Profile:
+        base = current or Profile(email=signup.email)
+        topics_in, topics_out = choice if choice is not None else (base.topics_in, base.topics_out)
+        return replace(
+            base,
+            status=SUBSCRIBED,
+            first_name=signup.first_name if signup.first_name is not None else base.first_name,
+            consent=consent,
+            topics_in=topics_in,
+            topics_out=topics_out,
+        )
+
+    change = ctx.store.mutate(signup.email, apply, extra=extra)
+    started = announce(ctx, signup, change, method=method, moment=moment) if change.changed else []
+    logger.info(
+        "opt-in recorded",
+        subscriber=redact_email(signup.email),
+        method=method,
+        form=signup.form,
+        created=change.created,
+        sequences_started=started,
+    )
+    return OptIn(profile=change.profile, changed=change.changed, sequences_started=started)
+
+
+def announce(
+    ctx: ConsentContext, signup: PendingSignup, change: Change, *, method: str, moment: datetime
+) -> list[str]:
+    """The ``subscriber.confirmed`` event item, then the sequences it triggers (their
+    execution names derive from the sign-up id, so a repeat starts nothing new)."""
+    ts = iso(moment)
+    data: dict[str, Any] = {"form": signup.form, "method": method}
+    if signup.topics is not None:
+        data["topics"] = list(signup.topics)
+    ctx.store.record_event(
+        signup.email,
+        {
+            "SK": keys.event_sk(ts, CONFIRMED_EVENT, signup.signup_id[:16]),
+            "type": CONFIRMED_EVENT,
+            "origin": "signup",
+            "at": ts,
+            "data": data,
+            "ttl": int((moment + timedelta(days=ctx.config.data_ttl_days)).timestamp()),
+        },
+    )
+    if ctx.sequences is None:
+        return []
+    event = InboundEvent(type=CONFIRMED_EVENT, email=signup.email, id=f"signup-{signup.signup_id}", data=data)
+    started, _ = ctx.sequences.on_event(event, change.profile)
+    return started

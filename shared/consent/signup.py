@@ -1,0 +1,347 @@
+"""Public sign-up (``POST /v1/signup``): parse and validate the request, then do the one
+thing its address calls for, with the same answer whatever that was.
+
+- honeypot field filled -> nothing is written, nothing is sent;
+- already subscribed (or suppressed) -> no mail, no change;
+- single opt-in form -> subscribed at once, consent recorded with method ``single``;
+- otherwise -> a pending sign-up (``shared.consent.pending``) and ONE transactional
+  confirmation mail through the send pipeline, at most one per address per cooldown window
+  (one conditional write decides).
+
+The body is JSON or ``application/x-www-form-urlencoded`` (a plain HTML form), bounded in
+size; every problem names its field (:class:`InvalidInput`, a 400).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from urllib.parse import parse_qs
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from shared.consent.context import ConsentContext, normalise_origin
+from shared.consent.pending import DOUBLE, SINGLE, PendingSignup
+from shared.consent.record import iso, opt_in
+from shared.consent.topics import MAX_TOPICS, TopicCatalog
+from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInput, PayloadTooLarge
+from shared.core.models import (
+    CONTROL_RE,
+    MAX_FIRST_NAME,
+    SUBSCRIBED,
+    invalid_input,
+    normalise_email,
+    validate_name,
+)
+from shared.core.observability import logger, redact_email
+from shared.sending.jobs import SendJob
+from shared.sending.pipeline import SendOutcome, send
+from shared.sending.tokens import TokenClaims, issue
+from shared.store.subscribers import Profile, SubscriberStore
+
+SOURCE = "signup"  # the send pipeline's source of confirmation mails (counters: STATS#signup)
+TEMPLATE = "system/confirm"
+HONEYPOT = "website"
+DEFAULT_FORM = "default"
+MAX_REDIRECT = 2000
+MAX_FORM_FIELDS = 60
+FIELDS = ("email", "first_name", "topics", "redirect", HONEYPOT, "form")
+# What a name never holds: markup, template braces, links (list bombing puts spam in names).
+NAME_FORBIDDEN = re.compile(r"[<>{}\\]|://|www\.", re.IGNORECASE)
+JSON_TYPES = ("application/json",)
+FORM_TYPES = ("application/x-www-form-urlencoded",)
+
+Action = Literal["pending", "cooldown", "already_subscribed", "suppressed", "subscribed", "honeypot"]
+
+
+@dataclass(frozen=True)
+class SignupRules:
+    """What a request is checked against: the declared topics and the allowed origins."""
+
+    topics: TopicCatalog
+    origins: tuple[str, ...] = ()
+
+
+class SignupRequest(BaseModel):
+    """One sign-up. ``topics``: None when the request made no choice (the defaults apply);
+    a list (even empty) is the reader's whole choice."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    email: str
+    first_name: str | None = None
+    topics: tuple[str, ...] | None = None
+    redirect: str | None = None
+    website: str = ""  # the honeypot: people never see it, bots fill it in
+    form: str = DEFAULT_FORM
+
+    @field_validator("email", mode="before")
+    @classmethod
+    def _email(cls, value: Any) -> str:
+        return normalise_email(value)
+
+    @field_validator("first_name", mode="before")
+    @classmethod
+    def _first_name(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        if CONTROL_RE.search(value):
+            raise ValueError("must not contain control characters (CR, LF, ...)")
+        if NAME_FORBIDDEN.search(value):
+            raise ValueError("must be a plain name (no markup, braces or links)")
+        value = value.strip()
+        if len(value) > MAX_FIRST_NAME:
+            raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
+        return value or None
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _topics(cls, value: Any, info: ValidationInfo) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise ValueError("must be a list of topic ids")
+        rules = _rules(info)
+        if len(value) > MAX_TOPICS + 1:  # every topic once, and a form's hidden empty value
+            raise ValueError(f"at most {MAX_TOPICS} topics")
+        chosen = []
+        for item in value:
+            if item == "":
+                continue  # an HTML form's hidden empty value: "a choice was made"
+            topic = validate_name(item, "topic")
+            if topic not in rules.topics:
+                raise ValueError(
+                    f"unknown topic {topic!r} (declared: {', '.join(t.id for t in rules.topics)})"
+                )
+            chosen.append(topic)
+        return tuple(dict.fromkeys(chosen))
+
+    @field_validator("redirect", mode="before")
+    @classmethod
+    def _redirect(cls, value: Any, info: ValidationInfo) -> str | None:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise ValueError("must be a URL")
+        if len(value) > MAX_REDIRECT or CONTROL_RE.search(value) or " " in value or "\\" in value:
+            raise ValueError(f"must be a URL of at most {MAX_REDIRECT} characters, without spaces")
+        origin = normalise_origin(value)
+        if origin is None or origin not in _rules(info).origins:
+            raise ValueError("must be a URL on one of the configured sign-up origins")
+        return value
+
+    @field_validator("website", mode="before")
+    @classmethod
+    def _honeypot(cls, value: Any) -> str:
+        return value[:200] if isinstance(value, str) else "x"  # anything but a string: a bot
+
+    @field_validator("form", mode="before")
+    @classmethod
+    def _form(cls, value: Any) -> str:
+        if value is None or value == "":
+            return DEFAULT_FORM
+        return validate_name(value, "form id")
+
+
+def _rules(info: ValidationInfo) -> SignupRules:
+    rules = info.context
+    if not isinstance(rules, SignupRules):
+        raise TypeError("validate a SignupRequest with context=SignupRules(...)")
+    return rules
+
+
+def _media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def parse_signup(
+    body: str | bytes | None, content_type: str | None, rules: SignupRules, *, max_bytes: int
+) -> SignupRequest:
+    """Decode and validate a sign-up body (JSON or an HTML form post)."""
+    raw = body.encode() if isinstance(body, str) else (body or b"")
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"request body exceeds {max_bytes} bytes")
+    if not raw.strip():
+        raise InvalidInput("request body is empty", [FieldProblem("body", "must hold the sign-up")])
+    media = _media_type(content_type)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("body is not valid UTF-8", [FieldProblem("body", "not valid UTF-8")]) from None
+    if media in JSON_TYPES:
+        data = _json(text)
+    elif media in FORM_TYPES:
+        data = _form(text)
+    else:
+        message = "must be application/json or application/x-www-form-urlencoded"
+        raise InvalidInput(f"content-type {message}", [FieldProblem("content-type", message)])
+    try:
+        return SignupRequest.model_validate(data, context=rules)
+    except PydanticValidationError as exc:
+        raise invalid_input(exc, "body") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise InvalidInput("body is not valid JSON", [FieldProblem("body", "invalid JSON")]) from None
+    if not isinstance(data, dict):
+        raise InvalidInput("body must be a JSON object", [FieldProblem("body", "must be a JSON object")])
+    return data
+
+
+def _form(text: str) -> dict[str, Any]:
+    """Form fields; unknown ones (a named submit button) are ignored, a repeated single-value
+    field is an error, ``topics`` may repeat (one checkbox each)."""
+    try:
+        fields = parse_qs(text, keep_blank_values=True, strict_parsing=False, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:
+        raise InvalidInput(
+            "the form has too many fields", [FieldProblem("body", f"at most {MAX_FORM_FIELDS} fields")]
+        ) from None
+    data: dict[str, Any] = {}
+    for name, found in fields.items():
+        if name not in FIELDS:
+            continue
+        if name == "topics":
+            data[name] = found
+        elif len(found) > 1:
+            raise InvalidInput(f"{name}: given more than once", [FieldProblem(name, "given more than once")])
+        else:
+            data[name] = found[0]
+    if data.get("first_name") == "":
+        data["first_name"] = None
+    return data
+
+
+@dataclass(frozen=True)
+class SignupOutcome:
+    """``action`` is for logs, metrics and tests only: the HTTP answer must not depend on it
+    (use :meth:`public`), so nobody learns whether an address is known."""
+
+    action: Action
+    method: str  # double | single: what this form does, the same for every address
+    redirect: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        message = (
+            "Thanks! Check your inbox and click the link to confirm."
+            if self.method == DOUBLE
+            else "Thanks! You are subscribed."
+        )
+        return {"status": "accepted", "confirmation": self.method == DOUBLE, "message": message}
+
+
+def signup(
+    request: SignupRequest,
+    ctx: ConsentContext,
+    *,
+    ip: str = "",
+    user_agent: str | None = None,
+    now: datetime | None = None,
+) -> SignupOutcome:
+    moment = now or datetime.now(UTC)
+    method = SINGLE if ctx.config.single_opt_in(request.form) else DOUBLE
+
+    def outcome(action: Action) -> SignupOutcome:
+        logger.info("sign-up", action=action, form=request.form, subscriber=redact_email(request.email))
+        return SignupOutcome(action=action, method=method, redirect=request.redirect)
+
+    if request.website:
+        return outcome("honeypot")
+    profile = ctx.store.get_profile(request.email)
+    if profile is not None and profile.suppressed:
+        return outcome("suppressed")
+    if profile is not None and profile.status == SUBSCRIBED:
+        return outcome("already_subscribed")
+    expires = moment + timedelta(days=ctx.config.pending_days)
+    signup_ = PendingSignup(
+        email=request.email,
+        signup_id=uuid.uuid4().hex,
+        form=request.form,
+        created_at=iso(moment),
+        expires_at=int(expires.timestamp()),
+        last_mail_at=int(moment.timestamp()),
+        first_name=request.first_name,
+        topics=request.topics,
+    )
+    if method == SINGLE:
+        opt_in(ctx, signup_, method=SINGLE, ip=ip, user_agent=user_agent, moment=moment)
+        return outcome("subscribed")
+    if not ctx.pending.claim(
+        signup_, cooldown_seconds=ctx.config.cooldown_seconds, now=int(moment.timestamp())
+    ):
+        return outcome("cooldown")
+    _mail(signup_, ctx, moment)
+    return outcome("pending")
+
+
+def _mail(signup_: PendingSignup, ctx: ConsentContext, moment: datetime) -> SendOutcome:
+    """The confirmation mail, through the one send pipeline (transactional: never topic-gated,
+    no unsubscribe link). Nothing sent -> the cooldown is lifted again."""
+    token = issue(
+        TokenClaims(email=signup_.email, source=SOURCE, send_id=signup_.signup_id, purpose="confirm"),
+        ctx.secret(),
+        ttl_seconds=max(1, signup_.expires_at - int(moment.timestamp())),
+        now=moment.timestamp(),
+    )
+    topics = [t.name for t in ctx.topics if signup_.topics is not None and t.id in signup_.topics]
+    job = SendJob(
+        email=signup_.email,
+        template=TEMPLATE,
+        source=SOURCE,
+        step=f"confirm-{signup_.signup_id}",
+        transactional=True,
+        data={
+            "confirm_url": ctx.config.confirm_url(token),
+            "topics": topics,
+            "days": ctx.config.pending_days,
+        },
+    )
+    send_ctx = replace(
+        ctx.send,
+        store=PendingRecipient(ctx.store, signup_),
+        data_ttl_days=ctx.config.pending_days,  # the SENT# log goes with the sign-up
+    )
+    result = send(job, send_ctx, now=moment)
+    if result.status == "sent":
+        ctx.pending.forget_send_claim(signup_.email, job.source, job.step)
+        return result
+    if result.status == "skipped":
+        return result  # suppressed meanwhile: nothing to send, nothing to retry
+    ctx.pending.release(signup_.email, signup_.signup_id)
+    if result.status == "retryable":
+        raise ConcurrentModification(f"the confirmation mail could not be sent now ({result.reason}): retry")
+    raise RuntimeError(f"the confirmation mail failed: {result.reason}: {result.detail}")
+
+
+class PendingRecipient(SubscriberStore):
+    """The store as the send pipeline sees it for a confirmation mail: an address with no
+    profile reads as a stand-in built from its sign-up (never written); an existing profile
+    (an unsubscribed reader signing up again) is read as it is, so suppression still holds."""
+
+    def __init__(self, base: SubscriberStore, signup_: PendingSignup) -> None:
+        super().__init__(base.table, base._events_table, base._client)
+        self._signup = signup_
+
+    def get_profile(self, email: str, consistent: bool = True) -> Profile | None:
+        profile = super().get_profile(email, consistent)
+        if email != self._signup.email:
+            return profile
+        if profile is None:
+            return Profile(email=email, status="pending", first_name=self._signup.first_name)
+        return replace(profile, first_name=self._signup.first_name or profile.first_name)
