@@ -1,15 +1,16 @@
 """The local API Gateway (HTTP API, payload format 2.0) in front of the in-process Lambdas.
 
-Every route in ``shared.core.specs.routes()`` is served; a request becomes the v2 event API
-Gateway would send (``version``, ``routeKey``, ``rawPath``, lower-cased headers,
-``pathParameters``, ``requestContext.http``...), the function is invoked through the same
-in-process Lambda path moto uses, and the result is mapped back like API Gateway does
-(a dict with ``statusCode`` is a full response; anything else is a 200 JSON body; a
-function error is a 500). Unknown routes get API Gateway's 404.
+A thin adapter on Werkzeug: its threaded WSGI server serves, its URL map routes every route
+in ``shared.core.specs.routes()``, and a request becomes the v2 event API Gateway would send
+(``cli.local.apigw``); the function is invoked through the same Lambda path moto uses, and
+the result is mapped back like API Gateway does (a dict with ``statusCode`` is a full
+response; anything else is a 200 JSON body; a function error is a 500). Unknown routes, and
+a known path with another method, get API Gateway's 404. ``/_local/...`` goes to the
+runtime's control endpoints.
 
 With an ``ssl.SSLContext`` the same front is served over TLS (the runtime's public https
-base URL): the handshake runs in the connection's own thread, and a client that fails it
-(an untrusted certificate, plain http on the TLS port) is simply disconnected.
+base URL): the handshake runs in the connection's own thread, so a client that stalls or
+fails it (an untrusted certificate, plain http on the TLS port) only loses its connection.
 """
 
 from __future__ import annotations
@@ -17,17 +18,20 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import re
 import socket
 import ssl
 import threading
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
+
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+from werkzeug.wrappers import Request, Response
 
 from cli.local.apigw import http_api_event
 from shared.core.specs import FunctionSpec, RouteSpec
@@ -36,69 +40,23 @@ Invoke = Callable[[FunctionSpec, dict[str, Any]], tuple[Any, bool]]
 # Local-only control endpoints under CONTROL_PREFIX: (method, path, body) -> (status, JSON body)
 Control = Callable[[str, str, bytes], tuple[int, Any]]
 CONTROL_PREFIX = "/_local/"
+# Connections the kernel queues before the server accepts them (Werkzeug's default is 128).
+LISTEN_BACKLOG = 1024
+HANDSHAKE_TIMEOUT_S = 10.0
+
+Answer = tuple[int, dict[str, str], list[str], bytes]
 
 
-@dataclass(frozen=True)
-class CompiledRoute:
-    route: RouteSpec
-    function: FunctionSpec
-    pattern: re.Pattern[str]
-
-    @property
-    def route_key(self) -> str:
-        return f"{self.route.method} {self.route.path}"
-
-
-def compile_route(route: RouteSpec, function: FunctionSpec) -> CompiledRoute:
-    regex = ""
-    for part in re.split(r"(\{[^}]+\})", route.path):
-        if part.startswith("{") and part.endswith("}"):
-            name = part[1:-1]
-            if name.endswith("+"):
-                regex += f"(?P<{name[:-1]}>.+)"
-            else:
-                regex += f"(?P<{name}>[^/]+)"
-        else:
-            regex += re.escape(part)
-    return CompiledRoute(route, function, re.compile(f"^{regex}$"))
-
-
-def match(routes: list[CompiledRoute], method: str, path: str) -> tuple[CompiledRoute, dict[str, str]] | None:
-    for compiled in routes:
-        found = compiled.pattern.match(path)
-        if found and compiled.route.method in (method, "ANY"):
-            return compiled, {k.rstrip("+"): v for k, v in found.groupdict().items()}
-    return None
-
-
-def build_event(
-    compiled: CompiledRoute,
-    params: dict[str, str],
-    *,
-    method: str,
-    raw_path: str,
-    raw_query: str,
-    headers: dict[str, str],
-    body: bytes,
-    source_ip: str,
-    api_id: str,
-    stage: str = "$default",
-) -> dict[str, Any]:
-    return http_api_event(
-        method,
-        raw_path,
-        route_key=compiled.route_key,
-        body=body,
-        headers=headers,
-        query=raw_query,
-        path_parameters=params,
-        source_ip=source_ip,
-        api_id=api_id,
-        stage=stage,
+def rule_path(path: str) -> str:
+    """API Gateway route syntax -> Werkzeug's: ``/u/{token}`` -> ``/u/<token>``, ``{p+}`` -> ``<path:p>``."""
+    parts = path.replace("}", "{").split("{")
+    return "".join(
+        part if i % 2 == 0 else (f"<path:{part[:-1]}>" if part.endswith("+") else f"<{part}>")
+        for i, part in enumerate(parts)
     )
 
 
-def to_http(result: Any, errored: bool) -> tuple[int, dict[str, str], list[str], bytes]:
+def to_http(result: Any, errored: bool) -> Answer:
     """A Lambda result -> (status, headers, cookies, body), as API Gateway maps format 2.0."""
     if errored:
         return 500, {"content-type": "application/json"}, [], b'{"message":"Internal Server Error"}'
@@ -112,24 +70,40 @@ def to_http(result: Any, errored: bool) -> tuple[int, dict[str, str], list[str],
     return 200, {"content-type": "application/json"}, [], json.dumps(result).encode()
 
 
+NOT_FOUND: Answer = 404, {"content-type": "application/json"}, [], b'{"message":"Not Found"}'
+
+
+class _GatewayResponse(Response):
+    default_mimetype = None  # API Gateway adds no content-type the function did not set
+
+
 @dataclass
 class FrontStats:
     requests: int = 0
 
 
-class _TlsHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that wraps each accepted connection in TLS in its thread."""
+class _QuietHandler(WSGIRequestHandler):
+    def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002
+        return  # requests are logged by the handlers (structured), not here
 
-    handshake_timeout_s = 10.0
 
-    def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext) -> None:
-        self.context = context
-        super().__init__(address, handler)
+class _FrontServer(ThreadedWSGIServer):
+    """Werkzeug's threaded server on a listener with a deep backlog; TLS per connection thread."""
+
+    def __init__(self, host: str, port: int, app: Any, tls: ssl.SSLContext | None) -> None:
+        # Bound here (not by Werkzeug) for the backlog, and so a busy port is an OSError, not an exit.
+        with socket.create_server((host, port), backlog=LISTEN_BACKLOG) as listener:
+            super().__init__(host, port, app, _QuietHandler, fd=listener.fileno())
+        self.tls = tls
+        self.ssl_context = tls  # Werkzeug reads it for wsgi.url_scheme; the listener stays plain
 
     def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
         try:
-            request.settimeout(self.handshake_timeout_s)
-            connection = self.context.wrap_socket(request, server_side=True)
+            request.settimeout(HANDSHAKE_TIMEOUT_S)
+            connection = self.tls.wrap_socket(request, server_side=True)
             connection.settimeout(None)
         except (ssl.SSLError, OSError):
             return  # failed handshake: nothing to answer
@@ -153,74 +127,66 @@ class HttpFront:
         ssl_context: ssl.SSLContext | None = None,
         stats: FrontStats | None = None,
     ) -> None:
-        self.routes = [compile_route(r, f) for r, f in routes]
+        self.routes = routes
+        self.url_map = Map(
+            [
+                Rule(rule_path(route.path), endpoint=index, methods=_methods(route.method))
+                for index, (route, _) in enumerate(routes)
+            ],
+            merge_slashes=False,
+        )
         self.invoke = invoke
         self.control = control
         self.stats = stats if stats is not None else FrontStats()
         self.scheme = "http" if ssl_context is None else "https"
         self.api_id = "local"
-        front = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _serve(self) -> None:
-                parts = urlsplit(self.path)
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
-                if front.control is not None and parts.path.startswith(CONTROL_PREFIX):
-                    status, answer = front.control(self.command, parts.path, body)
-                    self._reply(status, {"content-type": "application/json"}, [], json.dumps(answer).encode())
-                    return
-                front.stats.requests += 1
-                found = match(front.routes, self.command, parts.path)
-                if found is None:
-                    self._reply(404, {"content-type": "application/json"}, [], b'{"message":"Not Found"}')
-                    return
-                compiled, params = found
-                headers: dict[str, str] = {}
-                for name, value in self.headers.items():
-                    key = name.lower()
-                    headers[key] = f"{headers[key]},{value}" if key in headers else value
-                event = build_event(
-                    compiled,
-                    params,
-                    method=self.command,
-                    raw_path=parts.path,
-                    raw_query=parts.query,
-                    headers=headers,
-                    body=body,
-                    source_ip=self.client_address[0],
-                    api_id=front.api_id,
-                )
-                result, errored = front.invoke(compiled.function, event)
-                self._reply(*to_http(result, errored))
-
-            def _reply(self, status: int, headers: dict[str, str], cookies: list[str], body: bytes) -> None:
-                self.send_response(status)
-                for name, value in headers.items():
-                    if name not in ("content-length", "connection"):
-                        self.send_header(name, value)
-                for cookie in cookies:
-                    self.send_header("set-cookie", cookie)
-                self.send_header("content-length", str(len(body)))
-                self.send_header("apigw-requestid", uuid.uuid4().hex[:16])
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve  # noqa: N815
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return  # requests are logged by the handlers (structured), not here
-
-        if ssl_context is None:
-            self.server = ThreadingHTTPServer((host, port), Handler)
-        else:
-            self.server = _TlsHTTPServer((host, port), Handler, ssl_context)
-        self.server.daemon_threads = True
+        self.server = _FrontServer(host, port, self.wsgi_app, ssl_context)
         name = f"{self.scheme}-front"
         self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
+
+    def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = Request(environ)
+        status, headers, cookies, body = self.answer(request)
+        response = _GatewayResponse(body, _status_line(status))
+        for name, value in headers.items():
+            if name not in ("content-length", "connection"):
+                response.headers[name] = value
+        for cookie in cookies:
+            response.headers.add("set-cookie", cookie)
+        response.headers["apigw-requestid"] = uuid.uuid4().hex[:16]
+        return response(environ, start_response)
+
+    def answer(self, request: Request) -> Answer:
+        # The target as sent (percent-escapes kept), like API Gateway's rawPath and rawQueryString.
+        target = urlsplit(request.environ["RAW_URI"].encode("latin-1").decode())
+        raw_path = target.path
+        body = request.get_data()
+        if self.control is not None and raw_path.startswith(CONTROL_PREFIX):
+            status, answer = self.control(request.method, raw_path, body)
+            return status, {"content-type": "application/json"}, [], json.dumps(answer).encode()
+        self.stats.requests += 1
+        try:
+            index, params = self.url_map.bind_to_environ(request.environ).match(
+                raw_path, method=request.method
+            )
+        except HTTPException:
+            return NOT_FOUND
+        route, function = self.routes[index]
+        if route.method not in (request.method, "ANY"):
+            return NOT_FOUND  # Werkzeug answers HEAD for GET rules; API Gateway does not
+        headers: dict[str, str] = {k.lower(): v for k, v in request.headers.items()}
+        event = http_api_event(
+            request.method,
+            raw_path,
+            route_key=f"{route.method} {route.path}",
+            body=body,
+            headers=headers,
+            query=target.query,
+            path_parameters=dict(params),
+            source_ip=request.remote_addr or "",
+            api_id=self.api_id,
+        )
+        return to_http(*self.invoke(function, event))
 
     @property
     def port(self) -> int:
@@ -239,18 +205,12 @@ class HttpFront:
         self.thread.join(timeout=5)
 
 
-def wait_until_serving(url: str, timeout_s: float = 10.0) -> None:
-    import urllib.error
-    import urllib.request
+def _status_line(status: int) -> str | int:
+    """``201 Created`` as http.server words it (Werkzeug would send ``201 CREATED``)."""
+    with contextlib.suppress(ValueError):
+        return f"{status} {HTTPStatus(status).phrase}"
+    return status
 
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=1)  # noqa: S310 (local URL)
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+
+def _methods(method: str) -> list[str] | None:
+    return None if method == "ANY" else [method]
