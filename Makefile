@@ -7,15 +7,33 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export TZ := UTC
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup lambda-python test lint format synth demo dev bench clean
+LOCK := requirements.lock
+PYTEST := $(PY) -m pytest
+# The e2e run also checks that every IAM grant of the template is used by some request
+# (tests/e2e/conftest.py); it needs the whole e2e tier in one session.
+GRANTS_CHECK := MAILSTEP_GRANTS_CHECK=1
+
+.PHONY: setup lambda-python lock test test-unit test-integration test-infra test-e2e lint format synth \
+	demo dev bench clean
 
 setup: $(VENV)/.installed lambda-python
 
-$(VENV)/.installed: pyproject.toml
+# Every package at the version requirements.lock pins (the Lambda asset installs from it too).
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --constraint $(LOCK) -e ".[dev]"
 	touch $@
+
+# Re-resolve requirements.lock after a change to pyproject.toml's dependencies: every package,
+# transitive ones included, at an exact version, with markers for the Pythons and platforms
+# it must install on (3.11+ for development, the Lambda runtime's 3.12). Versions already in
+# the lock are kept when they still fit; `make lock LOCK_ARGS=--upgrade` moves everything to
+# the newest, `LOCK_ARGS="--upgrade-package NAME"` one package.
+lock:
+	@test -x $(BIN)/uv || $(MAKE) $(VENV)/.installed
+	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+		--custom-compile-command "make lock" --quiet $(LOCK_ARGS) -o $(LOCK)
 
 # The local runtime runs every function on Python 3.12, the Lambda runtime's version:
 # found on PATH or in pyenv, else installed with pyenv (docs/local-runtime.md).
@@ -23,10 +41,22 @@ lambda-python: $(VENV)/.installed
 	@$(PY) -c "from cli.local.artifact import lambda_python; lambda_python()" 2>/dev/null \
 		|| pyenv install --skip-existing 3.12
 
-# The e2e run also checks that every IAM grant of the template is used by some request
-# (tests/e2e/conftest.py).
+# Everything, as CI runs it (unit, integration, infra, e2e with the grants check).
 test: setup
-	MAILSTEP_GRANTS_CHECK=1 $(PY) -m pytest -n 2 --dist loadfile -m "not bench"
+	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile -m "not bench"
+
+# One tier at a time (tests/<tier>; docs/testing.md).
+test-unit: setup
+	$(PYTEST) -p no:xdist -m "not bench" tests/unit
+
+test-integration: setup
+	$(PYTEST) -n 2 --dist loadfile -m "not bench" tests/integration
+
+test-infra: setup
+	$(PYTEST) -n 2 --dist loadfile -m "not bench" tests/infra
+
+test-e2e: setup
+	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile -m "not bench" tests/e2e
 
 lint: setup
 	$(BIN)/ruff check .
@@ -48,7 +78,7 @@ dev: setup
 
 bench: setup
 	$(PY) -m bench
-	$(PY) -m pytest -p no:xdist -m bench -q
+	$(PYTEST) -p no:xdist -m bench -q
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,7 @@ dependencies for the Lambda platform and Python 3.12) into a cache folder keyed 
 of everything that goes into the stack, so an unchanged checkout reuses its last build.
 :func:`lambda_python` finds the Python 3.12 interpreter that execution environments run on
 (the Lambda runtime's version), and :func:`runtime_libraries` installs the boto3/botocore
-that the Lambda Python runtime provides beside the asset.
+that the Lambda Python runtime provides beside the asset, at the versions of requirements.lock.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,12 @@ from shared.core import specs
 ROOT = Path(__file__).resolve().parents[2]
 LAMBDA_PYTHON_VERSION = specs.LAMBDA_RUNTIME.removeprefix("python")  # "3.12"
 # Inputs of the synthesized stack (sources, definitions, configuration, pins).
-_INPUTS = ("app.py", "cdk.json", "pyproject.toml", "stacks", "shared", "functions", "templates", "sequences")
-# What the Lambda Python runtime provides besides the standard library (same pins as the dev venv).
+_INPUTS = (
+    "app.py", "cdk.json", "pyproject.toml", "requirements.lock",
+    "stacks", "shared", "functions", "templates", "sequences",
+)  # fmt: skip
+LOCK_FILE = "requirements.lock"
+# What the Lambda Python runtime provides besides the standard library (at the lock's versions).
 RUNTIME_PACKAGES = ("boto3", "botocore")
 KEEP_BUILDS = 3
 
@@ -159,10 +163,24 @@ def synthesize(outdir: Path, root: Path = ROOT, context: dict[str, Any] | None =
         raise ArtifactError(f"synthesizing the stack failed:\n{(result.stderr or result.stdout)[-4000:]}")
 
 
-def runtime_libraries(cache: Path) -> Path:
-    """boto3/botocore for the execution environments, installed once per pinned version."""
-    pins = [f"{name}=={metadata.version(name)}" for name in RUNTIME_PACKAGES]
-    folder = cache / ("lambda-runtime-" + "-".join(p.replace("==", "") for p in pins))
+def runtime_pins(root: Path = ROOT) -> list[str]:
+    """``boto3==...``, ``botocore==...`` as requirements.lock pins them."""
+    lock = (root / LOCK_FILE).read_text()
+    pins = []
+    for name in RUNTIME_PACKAGES:
+        found = re.search(rf"^{name}==([^\s;]+)\s*$", lock, re.MULTILINE)
+        if not found:
+            raise ArtifactError(f"{LOCK_FILE} pins no {name} (run `make lock`)")
+        pins.append(f"{name}=={found[1]}")
+    return pins
+
+
+def runtime_libraries(cache: Path, root: Path = ROOT) -> Path:
+    """boto3/botocore for the execution environments, installed once per locked version (what
+    they need at the lock's versions too)."""
+    pins = runtime_pins(root)
+    lock_id = hashlib.sha256((root / LOCK_FILE).read_bytes()).hexdigest()[:8]
+    folder = cache / ("lambda-runtime-" + "-".join(p.replace("==", "") for p in pins) + "-" + lock_id)
     if (folder / ".complete").exists():
         return folder
     partial = folder.with_name(folder.name + ".partial")
@@ -170,7 +188,8 @@ def runtime_libraries(cache: Path) -> Path:
     command = [
         sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
         "--platform", "manylinux2014_x86_64", "--implementation", "cp",
-        "--python-version", LAMBDA_PYTHON_VERSION, "--only-binary=:all:", "--target", str(partial), *pins,
+        "--python-version", LAMBDA_PYTHON_VERSION, "--only-binary=:all:", "--target", str(partial),
+        "--constraint", str(root / LOCK_FILE), *pins,
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
     if result.returncode != 0:
@@ -195,7 +214,7 @@ def build(root: Path = ROOT, context: dict[str, Any] | None = None, cache: Path 
             synthesize(outdir, root, context)
             done.touch()
             _prune(cache)
-        runtime_dir = runtime_libraries(cache)
+        runtime_dir = runtime_libraries(cache, root)
     template_path = _stack_template(outdir)
     template = json.loads(template_path.read_text())
     return Artifact(
@@ -209,6 +228,7 @@ def build(root: Path = ROOT, context: dict[str, Any] | None = None, cache: Path 
 
 
 def _prune(cache: Path) -> None:
-    builds = sorted(cache.glob("cdk.out-*"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in builds[KEEP_BUILDS:]:
-        shutil.rmtree(old, ignore_errors=True)
+    for pattern in ("cdk.out-*", "lambda-runtime-*"):
+        builds = sorted(cache.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in builds[KEEP_BUILDS:]:
+            shutil.rmtree(old, ignore_errors=True)

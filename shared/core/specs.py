@@ -14,17 +14,8 @@ from typing import Any, cast
 APP_NAME = "mailstep"
 STACK_NAME = "Mailstep"
 LAMBDA_RUNTIME = "python3.12"
-# What the Lambdas need at run time (mirrors [project].dependencies in pyproject.toml;
-# tests/unit/test_specs.py proves they agree).
-LAMBDA_REQUIREMENTS = (
-    "aws-lambda-powertools[parser]==3.37.0",
-    "pydantic==2.14.3",
-    "jinja2==3.1.6",
-    "pyyaml==6.0.3",
-    "markdown==3.11.3",
-    "css-inline==0.23.1",
-)
-# Source folders shipped in every Lambda's code asset.
+# Source folders shipped in every Lambda's code asset (with [project].dependencies of
+# pyproject.toml at the versions of requirements.lock: stacks/constructs/functions.py).
 LAMBDA_SOURCE_DIRS = ("shared", "functions", "templates", "sequences")
 
 # Settings field -> environment variable. The only place these names are spelled.

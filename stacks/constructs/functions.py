@@ -1,17 +1,23 @@
 """Functions: one Lambda per ``shared.core.specs.FUNCTIONS`` entry, built by ``_python_function()``.
 
-All functions share ONE code asset: the folders in ``LAMBDA_SOURCE_DIRS`` plus the pinned
-``LAMBDA_REQUIREMENTS``, installed for the Lambda platform by pip on the synthesizing
-machine (no Docker). Offline synthesis skips bundling with the context
+All functions share ONE code asset: the folders in ``LAMBDA_SOURCE_DIRS`` plus the runtime
+dependencies (``[project].dependencies`` of pyproject.toml and what they need, at the versions
+of ``requirements.lock``, less what the Lambda runtime provides), installed for the Lambda
+platform by pip on the synthesizing machine (no Docker), then pruned of files nothing runs
+(``ASSET_EXCLUDES``). Offline synthesis skips bundling with the context
 ``{"aws:cdk:bundling-stacks": []}``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
+from dataclasses import dataclass, replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+from packaging.markers import Marker
+from packaging.requirements import Requirement
 
 from shared.core import specs
 from stacks.config import MailstepConfig
@@ -44,6 +52,135 @@ PYTHON_VERSION = specs.LAMBDA_RUNTIME.removeprefix("python")
 RUNTIME = lambda_.Runtime(specs.LAMBDA_RUNTIME, lambda_.RuntimeFamily.PYTHON, supports_inline_code=True)
 METRICS_NAMESPACE = "Mailstep"
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+# Every package of the project at an exact version (`make lock`); the asset installs from it.
+LOCK_FILE = "requirements.lock"
+# The Lambda Python runtime provides these (and what they need): never bundled.
+RUNTIME_PROVIDED = frozenset({"boto3", "botocore"})
+# The environment markers of the execution environment (x86_64 Linux, CPython 3.12).
+LAMBDA_MARKERS = {
+    "python_version": PYTHON_VERSION,
+    "python_full_version": f"{PYTHON_VERSION}.0",
+    "implementation_name": "cpython",
+    "implementation_version": f"{PYTHON_VERSION}.0",
+    "platform_python_implementation": "CPython",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+}
+# Installed files that nothing in the functions runs, removed from the asset after pip (glob
+# patterns from the asset root), each with why it is unused. Every pattern must match something
+# (a package that changed its layout fails the bundling; review the entry then), and
+# tests/infra/test_bundling.py fails if the sources start using what an entry removes.
+ASSET_EXCLUDES: tuple[tuple[str, str], ...] = (
+    (
+        "yaml/_yaml.*.so",
+        "PyYAML's optional libyaml binding (2.6 MB): mailstep parses YAML only with the pure-Python "
+        "SafeLoader (yaml.safe_load, yaml.compose(..., Loader=yaml.SafeLoader)); without the binding "
+        "yaml imports as usual with yaml.__with_libyaml__ = False",
+    ),
+    ("_yaml", "the top-level `_yaml` shim of that binding"),
+    (
+        "aws_lambda_powertools/event_handler/openapi/swagger_ui/swagger-ui*.min.*",
+        "the Swagger UI bundle (1.7 MB), read only by Powertools' enable_swagger(), which mailstep "
+        "never calls",
+    ),
+    ("pydantic/mypy.py", "pydantic's mypy plugin: only mypy imports it"),
+    ("pydantic/v1/mypy.py", "the same plugin for pydantic.v1 models"),
+    ("bin", "console scripts (markdown_py, jp.py) pointing at the build machine's Python: Lambda runs none"),
+    (
+        "*.dist-info/RECORD",
+        "the installer's list of files, for uninstalling: nothing reads it at run time "
+        "(METADATA, which importlib.metadata reads, stays)",
+    ),
+    ("**/*.pyi", "type stubs: only type checkers read them"),
+)
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;]+)\s*(?:;\s*(?P<marker>.+))?$")
+_VIA = re.compile(r"^\s+#\s+(?:via\s+|\s+)(?P<parent>[A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def canonical(name: str) -> str:
+    """A package name as the index compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Locked:
+    """One entry of the lock: an exact version, its marker, and the packages that need it."""
+
+    name: str
+    version: str
+    marker: str | None
+    via: frozenset[str]
+
+    def applies_to_lambda(self) -> bool:
+        return self.marker is None or Marker(self.marker).evaluate(LAMBDA_MARKERS)
+
+
+def read_lock(path: Path) -> list[Locked]:
+    """The entries of a ``uv pip compile`` lock (``name==version ; marker`` and ``# via`` lines)."""
+    entries: list[Locked] = []
+    for line in path.read_text().splitlines():
+        pin = _PIN.match(line)
+        via = _VIA.match(line)
+        if pin:
+            entries.append(Locked(canonical(pin["name"]), pin["version"], pin["marker"], frozenset()))
+        elif via and entries:
+            entries[-1] = replace(entries[-1], via=entries[-1].via | {canonical(via["parent"])})
+    return entries
+
+
+def _runtime_dependencies(root: Path) -> list[Requirement]:
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    return [Requirement(text) for text in project["dependencies"]]
+
+
+def lambda_requirements(root: Path = PROJECT_ROOT) -> tuple[str, ...]:
+    """The pins the asset installs: ``[project].dependencies`` and everything they need, as the
+    lock has them for the Lambda platform, less what the Lambda runtime provides (sorted)."""
+    lock = [e for e in read_lock(root / LOCK_FILE) if e.applies_to_lambda()]
+    versions = {e.name: e.version for e in lock}
+    wanted: set[str] = set()
+    for requirement in _runtime_dependencies(root):
+        name = canonical(requirement.name)
+        if name not in versions or not requirement.specifier.contains(versions[name], prereleases=True):
+            raise ValueError(
+                f"{LOCK_FILE} has no {requirement} (it has {name}=={versions.get(name)}): run `make lock`"
+            )
+        if name not in RUNTIME_PROVIDED:
+            wanted.add(name)
+    grew = True
+    while grew:  # the closure along the lock's "via" edges, never through the runtime's packages
+        needed = {e.name for e in lock if e.via & wanted and e.name not in RUNTIME_PROVIDED}
+        grew = not needed <= wanted
+        wanted |= needed
+    return tuple(sorted(f"{name}=={versions[name]}" for name in wanted))
+
+
+def unmet_requirements(site: Path, root: Path = PROJECT_ROOT) -> list[str]:
+    """What the packages installed in ``site`` need (from ``[project].dependencies`` down, with
+    the extras asked for, markers evaluated for the Lambda platform) and do not find there or
+    in the Lambda runtime."""
+    installed = {canonical(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site)])}
+    asked: dict[str, set[str]] = {}  # package -> extras already followed ("" = its plain requirements)
+    unmet: set[str] = set()
+    pending: list[tuple[str, Requirement]] = [("pyproject.toml", r) for r in _runtime_dependencies(root)]
+    while pending:
+        needed_by, requirement = pending.pop()
+        name = canonical(requirement.name)
+        if name in RUNTIME_PROVIDED:
+            continue
+        dist = installed.get(name)
+        if dist is None or not requirement.specifier.contains(dist.version, prereleases=True):
+            unmet.add(f"{needed_by} needs {requirement}, found {dist.version if dist else 'nothing'}")
+            continue
+        new = ({""} | set(requirement.extras)) - asked.setdefault(name, set())
+        asked[name] |= new
+        for text in dist.requires or [] if new else []:
+            dep = Requirement(text)
+            if dep.marker is None or any(dep.marker.evaluate({**LAMBDA_MARKERS, "extra": e}) for e in new):
+                pending.append((f"{name}=={dist.version}", dep))
+    return sorted(unmet)
 
 
 def _source_files(root: Path) -> list[Path]:
@@ -57,17 +194,40 @@ def _source_files(root: Path) -> list[Path]:
 
 
 def source_hash(root: Path = PROJECT_ROOT) -> str:
-    """Fingerprint of everything that goes into the code asset (sources, requirements, platform)."""
+    """Fingerprint of everything that goes into the code asset (sources, the pins it installs,
+    platform, exclusions): a change of the lock's runtime entries changes it, a dev tool's does not."""
     digest = hashlib.sha256()
-    digest.update("\n".join((*specs.LAMBDA_REQUIREMENTS, PIP_PLATFORM, PYTHON_VERSION)).encode())
+    excludes = [pattern for pattern, _ in ASSET_EXCLUDES]
+    digest.update("\n".join((*lambda_requirements(root), PIP_PLATFORM, PYTHON_VERSION, *excludes)).encode())
     for path in _source_files(root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
+def prune(out: Path) -> list[Path]:
+    """Remove ``ASSET_EXCLUDES`` from an installed asset; every pattern must match something."""
+    removed: list[Path] = []
+    for pattern, _reason in ASSET_EXCLUDES:
+        matches = sorted(out.glob(pattern))
+        if not matches:
+            raise RuntimeError(
+                f"the asset exclusion {pattern!r} matched nothing in {out}: a package changed its "
+                "layout; review ASSET_EXCLUDES in stacks/constructs/functions.py"
+            )
+        for path in matches:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():  # a match inside a folder removed before
+                path.unlink()
+        removed += matches
+    return removed
+
+
 @jsii.implements(ILocalBundling)
 class PipBundling:
-    """Installs the Lambda dependencies with pip for the Lambda platform, then copies the sources."""
+    """Installs the pinned runtime dependencies with pip for the Lambda platform (``--no-deps``:
+    the lock already names every package), checks nothing they need is missing, prunes what
+    nothing runs, then copies the sources."""
 
     def __init__(self, root: Path = PROJECT_ROOT) -> None:
         self.root = root
@@ -76,12 +236,18 @@ class PipBundling:
         out = Path(output_dir)
         command = [
             sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-            "--platform", PIP_PLATFORM, "--implementation", "cp", "--python-version", PYTHON_VERSION,
-            "--only-binary=:all:", "--target", str(out), *specs.LAMBDA_REQUIREMENTS,
+            "--no-deps", "--platform", PIP_PLATFORM, "--implementation", "cp",
+            "--python-version", PYTHON_VERSION, "--only-binary=:all:", "--target", str(out),
+            *lambda_requirements(self.root),
         ]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
         if result.returncode != 0:
             raise RuntimeError(f"bundling the Lambda dependencies failed:\n{result.stderr.strip()}")
+        unmet = unmet_requirements(out, self.root)
+        if unmet:
+            missing = "\n".join(unmet)
+            raise RuntimeError(f"the Lambda dependencies of {LOCK_FILE} are incomplete:\n{missing}")
+        prune(out)
         for folder in specs.LAMBDA_SOURCE_DIRS:
             if (self.root / folder).is_dir():
                 shutil.copytree(self.root / folder, out / folder, ignore=_SKIP, dirs_exist_ok=True)
