@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from shared.core.clock import iso
 from shared.core.envelopes import decode, encode
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.core.models import ATTR_KEY_RE, invalid_input, validate_name
@@ -264,10 +265,6 @@ def parse_request(**values: Any) -> BroadcastRequest:
         return BroadcastRequest.model_validate(values)
     except PydanticValidationError as exc:
         raise invalid_input(exc, "broadcast") from None
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass

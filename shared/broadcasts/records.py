@@ -15,7 +15,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -33,9 +33,10 @@ from shared.broadcasts.model import (
     BroadcastRequest,
     iso,
 )
+from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.store import keys
-from shared.store.dynamo import TransactionConflict, deserialize, key, serialize, transact, values
+from shared.store.dynamo import Action, TransactionConflict, deserialize, key, serialize, transact, values
 from shared.store.stats import send_counters
 
 LIST_LIMIT = 50
@@ -69,7 +70,7 @@ def _used(names: dict[str, str], *expressions: str | None) -> dict[str, str]:
 
 
 def _now() -> str:
-    return iso(datetime.now(UTC))
+    return clock.iso()
 
 
 class BroadcastStore:
@@ -88,7 +89,7 @@ class BroadcastStore:
     ) -> tuple[Broadcast, bool]:
         """Write the record (status scheduled or resolving). ``(record, False)`` when the id
         exists already: nothing is written then."""
-        moment = now or datetime.now(UTC)
+        moment = now or clock.utc_now()
         created_at = iso(moment)
         sk = keys.broadcast_sk(created_at, request.id)
         item: dict[str, Any] = {
@@ -115,14 +116,17 @@ class BroadcastStore:
             item["at"] = iso(request.at)
         pointer = {"PK": keys.broadcast_pk(request.id), "SK": keys.BROADCAST_POINTER, "record_sk": sk}
         actions = [
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": serialize(pointer),
-                    "ConditionExpression": "attribute_not_exists(PK)",
-                }
-            },
-            {"Put": {"TableName": self.table, "Item": serialize(item)}},
+            Action(
+                "pointer",
+                {
+                    "Put": {
+                        "TableName": self.table,
+                        "Item": serialize(pointer),
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+            ),
+            Action("record", {"Put": {"TableName": self.table, "Item": serialize(item)}}),
         ]
         try:
             transact(self.client, actions)
@@ -309,23 +313,29 @@ class BroadcastStore:
             vals["cursor"] = next_cursor
         names = {**_used(NAMES, expression, "#round #page"), **extra_names}
         actions = [
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": serialize(page_item),
-                    "ConditionExpression": "attribute_not_exists(PK)",
-                }
-            },
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": key(keys.BROADCAST, record.sk),
-                    "UpdateExpression": expression,
-                    "ConditionExpression": "#round = :round AND #page = :page",
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": values(**vals),
-                }
-            },
+            Action(
+                "page",
+                {
+                    "Put": {
+                        "TableName": self.table,
+                        "Item": serialize(page_item),
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+            ),
+            Action(
+                "record",
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": key(keys.BROADCAST, record.sk),
+                        "UpdateExpression": expression,
+                        "ConditionExpression": "#round = :round AND #page = :page",
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values(**vals),
+                    }
+                },
+            ),
         ]
         try:
             transact(self.client, actions)
@@ -378,17 +388,21 @@ class BroadcastStore:
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values(now=_now(), round=record.round, **vals),
         }
+        # the engagement counters' ``send`` (SES Send events are not published)
+        counters = send_counters(self.table, {(record.id, record.template): adds.get("sent", 0)}, at=_now())
         actions = [
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": serialize(marker),
-                    "ConditionExpression": "attribute_not_exists(PK)",
-                }
-            },
-            {"Update": update},
-            # the engagement counters' ``send`` (SES Send events are not published)
-            *send_counters(self.table, {(record.id, record.template): adds.get("sent", 0)}, at=_now()),
+            Action(
+                "marker",
+                {
+                    "Put": {
+                        "TableName": self.table,
+                        "Item": serialize(marker),
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+            ),
+            Action("record", {"Update": update}),
+            *(Action("counters", request) for request in counters),
         ]
         try:
             transact(self.client, actions)

@@ -21,7 +21,6 @@ an earlier delivery of this batch (or an earlier round) sent the mail.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections import Counter
@@ -34,8 +33,10 @@ from pydantic import ValidationError
 
 from shared.broadcasts.model import CANCELLED, FAILED, STEP, BatchMessage, Broadcast
 from shared.broadcasts.records import BroadcastStore
+from shared.core import clock
 from shared.core.errors import NotFound
 from shared.core.observability import logger
+from shared.core.retry import Backoff
 from shared.core.settings import Settings
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome
@@ -45,6 +46,9 @@ from shared.sending.rate import TokenPool, WindowLimiter
 THROTTLE_RETRIES = 6
 BACKOFF_BASE_S = 0.2
 BACKOFF_MAX_S = 3.0
+# SES throttling: the send, then THROTTLE_RETRIES retries after pauses between half and all of
+# 0.2 s, 0.4 s, ... 3 s, each with a fresh token from the shared limiter.
+THROTTLE_RETRY = Backoff(attempts=1 + THROTTLE_RETRIES, base=BACKOFF_BASE_S, cap=BACKOFF_MAX_S, jitter=0.5)
 SAFETY_MARGIN_S = 15.0  # stop starting sends this long before the invocation's deadline
 RATE_SCOPE = "broadcast"  # one budget for all broadcasts together
 
@@ -115,7 +119,7 @@ class WorkerContext:
 
 
 def process_batch(message: BatchMessage, ctx: WorkerContext, *, deadline: float | None = None) -> BatchResult:
-    """Send one batch (see module doc). ``deadline``: wall time (``time.time()``) after which
+    """Send one batch (see module doc). ``deadline``: wall time (epoch seconds) after which
     no new send starts. Raises :class:`BatchIncomplete` when recipients remain retryable."""
     record = ctx.records.get(message.broadcast_id)
     if record is None:
@@ -198,19 +202,15 @@ def _send_one(
         )
     except ValidationError:
         return SendOutcome(status="failed", send_id="-", reason="invalid_message")
-    outcome = ctx.send_fn(job, ctx.send)
-    attempt = 0
-    while outcome.status == "retryable" and outcome.reason == "throttled" and attempt < THROTTLE_RETRIES:
-        pause = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0)  # noqa: S311
-        attempt += 1
-        if deadline is not None and time.time() + pause > deadline:
-            return outcome
-        ctx.sleep(pause)
-        if not tokens.take(1, deadline):
-            return outcome
+    outcome: SendOutcome | None = None
+    for attempt in THROTTLE_RETRY.tries(sleep=ctx.sleep, deadline=deadline, clock=clock.epoch_seconds):
+        if attempt and not tokens.take(1, deadline):
+            break
         outcome = ctx.send_fn(job, ctx.send)
+        if not (outcome.status == "retryable" and outcome.reason == "throttled"):
+            break
     return outcome
 
 
 def _late(deadline: float | None) -> bool:
-    return deadline is not None and time.time() >= deadline
+    return deadline is not None and clock.epoch_seconds() >= deadline

@@ -51,18 +51,16 @@ transaction.
 
 from __future__ import annotations
 
-import random
-import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from shared.core.models import normalise_email, validate_name
 from shared.core.observability import logger, redact_email
+from shared.core.retry import Backoff
 from shared.core.settings import Settings
 from shared.engagement.ses_events import (
     Bounce,
@@ -77,15 +75,8 @@ from shared.engagement.ses_events import (
 from shared.engagement.suppression import BOUNCE, COMPLAINT, ExecutionStopper, Suppression, Suppressions
 from shared.sending.rendering import KEY_RE, MAX_KEY
 from shared.sending.sender import decode_tag_value
-from shared.store.dynamo import (
-    TRANSACTION_LIMIT,
-    TransactionConflict,
-    batch_get,
-    key,
-    serialize,
-    transact,
-)
-from shared.store.send_log import SendLog
+from shared.store.dynamo import NO_REASON, TRANSACTION_LIMIT, Action, Cancellation, serialize
+from shared.store.events import event_record
 from shared.store.stats import (
     SOURCE_SCOPE,
     TEMPLATE_SCOPE,
@@ -100,7 +91,9 @@ ORIGIN = "ses"
 SUFFIX_LEN = 24
 MAX_ATTEMPTS = 4  # transactions of one chunk cancelled without progress (conflicts, markers)
 BACKOFF_S = 0.05  # first backoff ceiling after a conflict; doubles per attempt (full jitter)
+BACKOFF_CAP_S = 1.0
 RECORDED, DUPLICATE = "recorded", "duplicate"
+EVENT_PUT, SHARED = "event", "counters_or_marker"  # roles of a transaction's actions
 CONDITION_FAILED = "ConditionalCheckFailed"
 # Codes that name something wrong with an item, not a passing conflict: the chunk is
 # written again one event per transaction so that only the bad item's record fails.
@@ -403,7 +396,7 @@ def _decoded(value: str | None) -> str | None:
 
 
 def _from_sent_log(message_id: str, email: str, store: SubscriberStore) -> Correlation | None:
-    item = next(SendLog(store.table, client=store.client).entries(email, ses_message_id=message_id), None)
+    item = next(store.send_log.entries(email, ses_message_id=message_id), None)
     if item is None:
         return None
     return Correlation(
@@ -417,21 +410,8 @@ def _from_sent_log(message_id: str, email: str, store: SubscriberStore) -> Corre
 
 # ----- the deduplicating write ---------------------------------------------------------------
 def event_item(event: SesEvent, email: str, correlation: Correlation, data_ttl_days: int) -> dict[str, Any]:
-    ts = event.timestamp
     identity = event.identity(email)
     assert event.kind is not None
-    item: dict[str, Any] = {
-        "PK": keys.sub_pk(email),
-        "SK": keys.event_sk(ts, event.kind, identity[:SUFFIX_LEN]),
-        "type": event.kind,
-        "origin": ORIGIN,
-        "at": ts,
-        "ttl": int(
-            (datetime.fromisoformat(ts.replace("Z", "+00:00")) + timedelta(days=data_ttl_days)).timestamp()
-        ),
-        "event_id": identity,
-        "ses_message_id": event.mail.message_id,
-    }
     subject = event.mail.common_headers.subject if event.mail.common_headers else None
     optional = {
         "template": correlation.template,
@@ -442,8 +422,17 @@ def event_item(event: SesEvent, email: str, correlation: Correlation, data_ttl_d
         "sns_message_id": event.sns_message_id,
         **_details(event, email),
     }
-    item.update({k: v for k, v in optional.items() if v not in (None, "")})
-    return item
+    return event_record(
+        email,
+        event.kind,
+        at=event.timestamp,
+        ttl_days=data_ttl_days,
+        suffix=identity[:SUFFIX_LEN],
+        origin=ORIGIN,
+        event_id=identity,
+        ses_message_id=event.mail.message_id,
+        **{k: v for k, v in optional.items() if v not in (None, "")},
+    )
 
 
 def _details(event: SesEvent, email: str) -> dict[str, Any]:
@@ -586,59 +575,69 @@ def _write_chunk_or_each(
             results.setdefault(write, exc)
 
 
+def _write_retry() -> Backoff:
+    """Transactions of one chunk cancelled without progress: MAX_ATTEMPTS tries, full jitter."""
+    return Backoff(attempts=MAX_ATTEMPTS, base=BACKOFF_S, cap=BACKOFF_CAP_S)
+
+
 def _write_chunk(
     chunk: list[EventWrite],
     present: set[ItemKey],
     store: SubscriberStore,
     results: dict[EventWrite, WriteResult],
 ) -> None:
-    """One transaction for ``chunk``, retried until every write is recorded or a duplicate."""
+    """One transaction for ``chunk``, retried until every write is recorded or a duplicate.
+    A cancellation that settles some writes (duplicates) is retried at once with the others;
+    one without progress costs a try and backs off (:func:`_write_retry`)."""
     live = list(chunk)
-    attempts = 0
-    while live:
-        actions, owners, claimed = transaction(live, present, store.table, store.events_table)
-        reasons = _transact(store.client, actions)
-        if reasons is None:
-            results.update(dict.fromkeys(live, RECORDED))
-            present |= claimed
-            return
-        failed = [owners[i] for i, reason in enumerate(reasons) if reason == CONDITION_FAILED]
-        duplicates = {w for w in failed if w is not None}
-        for write in duplicates:
-            results[write] = DUPLICATE
-            _log_duplicate(write, "recorded before")
-        live = [w for w in live if w not in duplicates]
-        if len(duplicates) < len(failed):  # a unique marker appeared meanwhile
-            present |= markers_present(store, [m for w in live for m in w.markers()])
-        conflict = not reasons or any(r not in (CONDITION_FAILED, "None") for r in reasons)
-        if duplicates and not conflict:
-            continue  # progress: retry the rest at once
-        attempts += 1
-        if attempts >= MAX_ATTEMPTS:
-            raise WriteConflict(f"transaction still cancelled after {attempts} attempts: {','.join(reasons)}")
-        if conflict:
-            time.sleep(random.uniform(0, BACKOFF_S * 2 ** (attempts - 1)))
+    codes: list[str] = []
+    for _ in _write_retry().tries():
+        while live:
+            requests, owners, claimed = transaction(live, present, store.table, store.events_table)
+            actions = [
+                Action(EVENT_PUT if owner is not None else SHARED, request)
+                for request, owner in zip(requests, owners, strict=True)
+            ]
+            owner_of = {a: o for a, o in zip(actions, owners, strict=True) if o is not None}
+            cancellation = _transact(store, actions)
+            if cancellation is None:
+                results.update(dict.fromkeys(live, RECORDED))
+                present |= claimed
+                return
+            codes = cancellation.codes
+            failed = cancellation.failed()
+            duplicates = {owner_of[a] for a in failed if a in owner_of}
+            for write in duplicates:
+                results[write] = DUPLICATE
+                _log_duplicate(write, "recorded before")
+            live = [w for w in live if w not in duplicates]
+            if len(duplicates) < len(failed):  # a unique marker appeared meanwhile
+                present |= markers_present(store, [m for w in live for m in w.markers()])
+            conflict = not cancellation.known or any(c not in (CONDITION_FAILED, NO_REASON) for c in codes)
+            if duplicates and not conflict:
+                continue  # progress: retry the rest at once
+            break
+        else:
+            return  # every write settled
+    raise WriteConflict(f"transaction still cancelled after {MAX_ATTEMPTS} attempts: {','.join(codes)}")
 
 
-def _transact(client: Any, actions: list[dict[str, Any]]) -> list[str] | None:
-    """None when committed; else the cancellation code of each action ([]: not known)."""
+def _transact(store: SubscriberStore, actions: list[Action]) -> Cancellation | None:
+    """None when committed; else why DynamoDB cancelled it, per action (ItemRejected when
+    one item's content was the reason)."""
     try:
-        transact(client, actions)
-    except TransactionConflict as exc:
-        reasons = exc.reasons
+        cancellation = store.write_transaction(actions)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code in ITEM_ERRORS:
             raise ItemRejected(code) from exc
-        if code != "TransactionCanceledException":
-            raise
-        reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
-    else:
+        raise
+    if cancellation is None:
         return None
-    rejected = next((r for r in reasons if r in ITEM_ERRORS), None)
+    rejected = next((c for c in cancellation.codes if c in ITEM_ERRORS), None)
     if rejected:
         raise ItemRejected(rejected)
-    return reasons if len(reasons) == len(actions) else []
+    return cancellation
 
 
 def _log_duplicate(write: EventWrite, why: str) -> None:
@@ -652,10 +651,7 @@ def _log_duplicate(write: EventWrite, why: str) -> None:
 
 def markers_present(store: SubscriberStore, markers: Iterable[ItemKey]) -> set[ItemKey]:
     """Which of these unique markers exist (strongly consistent reads)."""
-    wanted = [key(pk, sk) for pk, sk in dict.fromkeys(markers)]
-    items = batch_get(store.client, store.table, wanted, ConsistentRead=True, ProjectionExpression="PK, SK")
-    present: set[ItemKey] = {(i["PK"]["S"], i["SK"]["S"]) for i in items}
-    return present
+    return store.existing(markers)
 
 
 # ----- side effects ---------------------------------------------------------------------------

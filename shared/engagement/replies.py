@@ -146,7 +146,7 @@ def process_notification(body: str | bytes | dict[str, Any], ctx: ReplyContext) 
     if store.get_profile(email) is None:
         logger.info("inbound mail from a non-subscriber ignored", sender=redact_email(email))
         return ReplyOutcome("ignored", reason="not_a_subscriber")
-    original = find_send(SendLog(store.table, client=store.client), email, message)
+    original = find_send(store.send_log, email, message)
     inbound_id = str(record["mail"].get("messageId") or message.get("Message-ID") or "")
     data: dict[str, Any] = {
         "subject": str(message.get("Subject", ""))[:200],

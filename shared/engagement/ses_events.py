@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared.core import clock
 from shared.core.errors import InvalidInput
 
 
@@ -235,12 +235,10 @@ class SesEvent(BaseModel):
 def iso_timestamp(value: str) -> str:
     """SES timestamps -> ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC), so event sort keys sort by time."""
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        moment = clock.parse_iso(value)
     except (TypeError, ValueError) as exc:
         raise MalformedEvent(f"not an ISO 8601 timestamp: {str(value)[:40]!r}") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return clock.iso(moment)
 
 
 def unwrap(body: str | bytes | dict[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -22,10 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from botocore.exceptions import ClientError
-
 from shared.core.observability import logger, redact_email
-from shared.store.dynamo import deserialize, from_dynamo, key, serialize, values
+from shared.store.dynamo import from_dynamo
 from shared.store.subscribers import SubscriberStore, keys
 
 BOUNCE, COMPLAINT, MANUAL = "bounce", "complaint", "manual"
@@ -81,29 +79,16 @@ class Suppressions:
         return SuppressResult(newly_suppressed=change.changed, stopped=stopped)
 
     def _put(self, record: Suppression) -> None:
-        item = {"PK": keys.sub_pk(record.email), "SK": keys.SUPPRESSION, **record.public()}
-        try:
-            self.store.client.put_item(
-                TableName=self.store.table,
-                Item=serialize(item),
-                ConditionExpression="attribute_not_exists(PK)",  # the first reason is kept
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+        self.store.put_suppression(record.public())  # the first reason is kept
 
     def get(self, email: str) -> Suppression | None:
-        raw = self.store.client.get_item(
-            TableName=self.store.table, Key=key(keys.sub_pk(email), keys.SUPPRESSION), ConsistentRead=True
-        ).get("Item")
-        return _from_item(deserialize(raw)) if raw else None
+        item = self.store.get_suppression(email)
+        return _from_item(item) if item else None
 
     def remove(self, email: str) -> bool:
         """Lift a suppression (an operator decision). True when there was one to lift."""
         record = self.get(email)
-        self.store.client.delete_item(
-            TableName=self.store.table, Key=key(keys.sub_pk(email), keys.SUPPRESSION)
-        )
+        self.store.delete_suppression(email)
         profile = self.store.get_profile(email)
         changed = False
         if profile is not None and profile.suppressed:
@@ -113,19 +98,8 @@ class Suppressions:
 
     def list(self) -> list[Suppression]:
         """Every SUPPRESSION item (a filtered scan: an operator command, not a hot path)."""
-        found: list[Suppression] = []
-        start: dict[str, Any] | None = None
-        while True:
-            page = self.store.client.scan(
-                TableName=self.store.table,
-                FilterExpression="SK = :sk",
-                ExpressionAttributeValues=values(sk=keys.SUPPRESSION),
-                **({"ExclusiveStartKey": start} if start else {}),
-            )
-            found += [_from_item(deserialize(i)) for i in page.get("Items", [])]
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return sorted(found, key=lambda s: (s.at, s.email))
+        found = [_from_item(item) for item in self.store.suppression_items()]
+        return sorted(found, key=lambda s: (s.at, s.email))
 
 
 def _from_item(item: dict[str, Any]) -> Suppression:

@@ -27,14 +27,14 @@ Counting: ``send`` is added to the source and template counters with the ``SENT#
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from shared.core import clock
 from shared.core.errors import InvalidInput
 from shared.core.models import UNSUBSCRIBED
 from shared.core.observability import logger, redact_email
@@ -52,8 +52,9 @@ from shared.sending.rendering import (
 )
 from shared.sending.sender import SesSender
 from shared.sending.tokens import TokenClaims, issue
+from shared.store.events import event_record
 from shared.store.send_log import SendLog, SentRecord
-from shared.store.subscribers import Profile, SubscriberStore, keys
+from shared.store.subscribers import Profile, SubscriberStore
 
 TEST_SOURCE = "test"
 OutcomeStatus = Literal["sent", "skipped", "retryable", "failed"]
@@ -157,7 +158,7 @@ def send_id_for(job: SendJob) -> str:
 
 def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> SendOutcome:
     """Send ``job`` at most once. Never raises for an expected outcome (see module doc)."""
-    moment = now or datetime.now(UTC)
+    moment = now or clock.utc_now()
     send_id = send_id_for(job)
     log = {
         "template": job.template,
@@ -254,7 +255,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         subject=subject,
         ses_message_id=result.message_id,
         transactional=job.transactional,
-        sent_at=_iso(moment),
+        sent_at=clock.iso(moment),
         ttl=_log_ttl(moment, ctx),
     )
     ctx.log.complete(record, count=ctx.count_sends)
@@ -263,7 +264,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
 
 
 def _log_ttl(moment: datetime, ctx: SendContext) -> int:
-    return int((moment + timedelta(days=ctx.data_ttl_days)).timestamp())
+    return clock.ttl_after(ctx.data_ttl_days, moment)
 
 
 def _ineligible(profile: Profile | None, job: SendJob) -> str | None:
@@ -288,7 +289,7 @@ def _compose(
         token = issue(
             TokenClaims(email=job.email, source=job.source, template=job.template, send_id=send_id),
             ctx.token_secret(),
-            ttl_seconds=ctx.token_ttl_days * 86400,
+            ttl_seconds=ctx.token_ttl_days * clock.DAY_SECONDS,
             now=moment.timestamp(),
         )
         unsubscribe_url = identity.unsubscribe_url(token)
@@ -341,25 +342,20 @@ def _mailto(address: str) -> str | None:
 def _record_event(
     ctx: SendContext, job: SendJob, send_id: str, kind: str, reason: str, moment: datetime
 ) -> None:
-    ts = _iso(moment)
     ctx.store.record_event(
         job.email,
-        {
-            "SK": keys.event_sk(ts, kind, uuid.uuid4().hex[:16]),
-            "type": kind,
-            "reason": reason,
-            "template": job.template,
-            "source": job.source,
-            "step": job.step,
-            "send_id": send_id,
-            "at": ts,
-            "ttl": int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
-        },
+        event_record(
+            job.email,
+            kind,
+            at=moment,
+            ttl_days=ctx.data_ttl_days,
+            reason=reason,
+            template=job.template,
+            source=job.source,
+            step=job.step,
+            send_id=send_id,
+        ),
     )
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def outcome_dict(outcome: SendOutcome) -> dict[str, Any]:

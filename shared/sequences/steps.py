@@ -20,14 +20,14 @@ when it does not (an exit event, unsubscribe, suppression or erase removed it) i
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.core import clock
 from shared.core.models import validate_name
 from shared.core.observability import logger, redact_email
 from shared.sending.jobs import SenderOverride, SendJob
@@ -35,8 +35,8 @@ from shared.sending.pipeline import SendOutcome
 from shared.sequences.compiler import CONTRACT, VERSION
 from shared.sequences.evaluate import evaluate, wake_at
 from shared.sequences.model import SendWindow, Variant, parse_condition
-from shared.store.dynamo import query_all, values
-from shared.store.subscribers import SubscriberStore, keys
+from shared.store.events import event_record
+from shared.store.subscribers import SubscriberStore
 
 OPEN_EVENT = "open"
 CLICK_EVENT = "click"
@@ -94,7 +94,7 @@ class StepDeps:
     store: SubscriberStore
     send: Callable[[SendJob], SendOutcome]
     data_ttl_days: int = 180
-    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    now: Callable[[], datetime] = field(default=clock.utc_now)
 
 
 def _name_of(execution_arn: str) -> str:
@@ -196,54 +196,26 @@ def _remove_pair(request: StepRequest, deps: StepDeps) -> None:
 
 
 def _record_failure(request: StepRequest, deps: StepDeps) -> None:
-    now = deps.now()
-    ts = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     error = request.error or {}
-    deps.store.record_event(
+    record = event_record(
         request.email,
-        {
-            "SK": keys.event_sk(ts, FAILED_EVENT, uuid.uuid4().hex[:16]),
-            "type": FAILED_EVENT,
-            "origin": "sequence",
-            "source": request.sequence,
-            "execution": _name_of(request.execution),
-            "error": str(error.get("Error", ""))[:200],
-            "cause": str(error.get("Cause", ""))[:1000],
-            "at": ts,
-            "ttl": int((now + timedelta(days=deps.data_ttl_days)).timestamp()),
-        },
+        FAILED_EVENT,
+        at=deps.now(),
+        ttl_days=deps.data_ttl_days,
+        origin="sequence",
+        source=request.sequence,
+        execution=_name_of(request.execution),
+        error=str(error.get("Error", ""))[:200],
+        cause=str(error.get("Cause", ""))[:1000],
     )
+    deps.store.record_event(request.email, record)
 
 
 def _engaged(request: StepRequest, deps: StepDeps, kind: str, template: str) -> bool:
     """opened / clicked: an engagement event for the template; sent: a send log entry."""
-    store = deps.store
     if kind == "sent":
-        table, prefix, filter_ = store.table, keys.SENT_PREFIX, "template = :tpl"
-        params = values(pk=keys.sub_pk(request.email), prefix=prefix, tpl=template)
-    else:
-        table, prefix, filter_ = (
-            store.events_table,
-            f"{keys.EVT}{keys.SEP}",
-            "#type = :kind AND template = :tpl",
-        )
-        params = values(
-            pk=keys.sub_pk(request.email),
-            prefix=prefix,
-            tpl=template,
-            kind=OPEN_EVENT if kind == "opened" else CLICK_EVENT,
-        )
-    names = {"#type": "type"} if "#type" in filter_ else {}
-    items = query_all(
-        store.client,
-        TableName=table,
-        KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
-        FilterExpression=filter_,
-        ExpressionAttributeValues=params,
-        **({"ExpressionAttributeNames": names} if names else {}),
-        ProjectionExpression="SK",
-    )
-    return any(True for _ in items)
+        return deps.store.has_sent(request.email, template)
+    return deps.store.has_event(request.email, OPEN_EVENT if kind == "opened" else CLICK_EVENT, template)
 
 
 def parse_request(payload: dict[str, Any]) -> StepRequest:

@@ -1,25 +1,31 @@
-"""Small DynamoDB adapter helpers: (de)serialisation, transactions, batch reads and deletes."""
+"""Small DynamoDB adapter helpers: (de)serialisation, transactions read back by action,
+batch reads and deletes with bounded retries of unprocessed keys."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from shared.core.retry import Backoff
+
 _SER = TypeSerializer()
 _DESER = TypeDeserializer()
 TRANSACTION_LIMIT = 100
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem
-BATCH_ATTEMPTS = 8  # requests per chunk while DynamoDB leaves keys or items unprocessed
+# Requests per chunk while DynamoDB leaves keys or items unprocessed (AWS: retry them with
+# exponential backoff): 8 tries, pauses up to 50 ms, 100 ms, ... 1 s.
+UNPROCESSED_RETRY = Backoff(attempts=8, base=0.05, cap=1.0)
 
 
 class Unprocessed(RuntimeError):
-    """DynamoDB kept keys or items unprocessed after :data:`BATCH_ATTEMPTS` requests."""
+    """DynamoDB kept keys or items unprocessed after :data:`UNPROCESSED_RETRY` requests."""
 
 
 def to_dynamo(value: Any) -> Any:
@@ -57,31 +63,112 @@ def values(**kwargs: Any) -> dict[str, Any]:
     return {f":{k}": _SER.serialize(to_dynamo(v)) for k, v in kwargs.items()}
 
 
+CONDITION_FAILED = "ConditionalCheckFailed"
+NO_REASON = "None"  # the code DynamoDB gives an action that did not cause the cancellation
+
+
+@dataclass(frozen=True, eq=False)  # an action is itself: compared and hashed by identity
+class Action:
+    """One ``TransactItems`` entry and its role (``"profile"``, ``"tag"``, ``"marker"``...).
+
+    A cancelled transaction is read back through the actions the caller built (see
+    :class:`Cancellation`), never through the position a reason has in DynamoDB's list."""
+
+    role: str
+    request: dict[
+        str, Any
+    ]  # {"Put": {...}} | {"Update": {...}} | {"Delete": {...}} | {"ConditionCheck": {...}}
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """Why DynamoDB cancelled a transaction: each action the caller built with its code
+    (``NO_REASON`` for the actions that did not cause it). ``outcomes`` is empty when the
+    response did not say (no reasons, or not one per action)."""
+
+    outcomes: tuple[tuple[Action, str], ...] = ()
+
+    @classmethod
+    def of(cls, actions: Sequence[Action], response: Mapping[str, Any]) -> Cancellation:
+        reasons = [r.get("Code", NO_REASON) for r in response.get("CancellationReasons") or []]
+        if len(reasons) != len(actions):
+            return cls()
+        return cls(tuple(zip(actions, reasons, strict=True)))
+
+    @property
+    def known(self) -> bool:
+        return bool(self.outcomes)
+
+    @property
+    def codes(self) -> list[str]:
+        return [code for _, code in self.outcomes]
+
+    def failed(self, *roles: str, code: str = CONDITION_FAILED) -> list[Action]:
+        """The actions cancelled with ``code`` (of these ``roles``; none given: any role)."""
+        return [a for a, c in self.outcomes if c == code and (not roles or a.role in roles)]
+
+    def code_of(self, action: Action) -> str | None:
+        return next((c for a, c in self.outcomes if a is action), None)
+
+
 class TransactionConflict(Exception):
-    """A condition in a transaction failed; ``reasons`` lists the cancellation codes in order."""
+    """A condition of a transaction failed; ``cancellation`` says which action's."""
 
-    def __init__(self, reasons: list[str]) -> None:
-        super().__init__(",".join(reasons))
-        self.reasons = reasons
+    def __init__(
+        self, message: str = "a transaction condition failed", cancellation: Cancellation | None = None
+    ):
+        super().__init__(message)
+        self.cancellation = cancellation or Cancellation()
+
+    def failed(self, *roles: str) -> list[Action]:
+        """The actions (of these ``roles``; none given: any) whose condition failed."""
+        return self.cancellation.failed(*roles)
+
+    @property
+    def reasons(self) -> list[str]:
+        """The cancellation codes, one per action (empty when DynamoDB did not say)."""
+        return self.cancellation.codes
 
 
-def transact(client: Any, actions: list[dict[str, Any]]) -> None:
-    if not actions:
-        return
+def _write(client: Any, actions: Sequence[Action]) -> None:
     if len(actions) > TRANSACTION_LIMIT:
         raise ValueError(f"a transaction holds at most {TRANSACTION_LIMIT} actions (got {len(actions)})")
+    client.transact_write_items(TransactItems=[a.request for a in actions], ReturnConsumedCapacity="TOTAL")
+
+
+def _cancelled(exc: ClientError) -> bool:
+    return bool(exc.response.get("Error", {}).get("Code") == "TransactionCanceledException")
+
+
+def try_transact(client: Any, actions: Sequence[Action]) -> Cancellation | None:
+    """One TransactWriteItems of ``actions``: None when it committed (or there was nothing to
+    write), its :class:`Cancellation` when DynamoDB cancelled it; other errors raise."""
+    if not actions:
+        return None
     try:
-        client.transact_write_items(TransactItems=actions, ReturnConsumedCapacity="TOTAL")
+        _write(client, actions)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+        if not _cancelled(exc):
             raise
-        reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
-        if not reasons:  # moto/AWS put the reasons in the message when the list is absent
-            message = exc.response["Error"].get("Message", "")
-            reasons = [p.strip() for p in message.rsplit("[", 1)[-1].rstrip("]").split(",")]
-        if any(r == "ConditionalCheckFailed" for r in reasons):
-            raise TransactionConflict(reasons) from exc
-        raise
+        return Cancellation.of(actions, exc.response)
+    return None
+
+
+def transact(client: Any, actions: Sequence[Action]) -> None:
+    """One TransactWriteItems of ``actions``; :class:`TransactionConflict` when a condition
+    failed (it names the actions whose condition it was), the ``ClientError`` itself for any
+    other cancellation or error."""
+    if not actions:
+        return
+    try:
+        _write(client, actions)
+    except ClientError as exc:
+        if not _cancelled(exc):
+            raise
+        cancellation = Cancellation.of(actions, exc.response)
+        if not cancellation.failed():
+            raise
+        raise TransactionConflict(",".join(cancellation.codes), cancellation) from exc
 
 
 def query_all(client: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
@@ -95,18 +182,21 @@ def query_all(client: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
 
 
 def batch_get(
-    client: Any, table: str, keys: Iterable[dict[str, Any]], **options: Any
+    client: Any,
+    table: str,
+    keys: Iterable[dict[str, Any]],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    **options: Any,
 ) -> Iterator[dict[str, Any]]:
     """The raw items of ``keys`` that exist (any order): BatchGetItem, 100 keys a request,
-    unprocessed keys retried with a short backoff. ``options``: ``ConsistentRead``,
+    unprocessed keys retried with :data:`UNPROCESSED_RETRY`. ``options``: ``ConsistentRead``,
     ``ProjectionExpression``, ``ExpressionAttributeNames``."""
     pending = list(keys)
     while pending:
         chunk, pending = pending[:BATCH_GET_LIMIT], pending[BATCH_GET_LIMIT:]
         request: dict[str, Any] = {table: {"Keys": chunk, **options}}
-        for attempt in range(BATCH_ATTEMPTS):
-            if attempt:
-                time.sleep(0.05 * attempt)
+        for _ in UNPROCESSED_RETRY.tries(sleep=sleep):
             response = client.batch_get_item(RequestItems=request)
             yield from response.get("Responses", {}).get(table, [])
             request = response.get("UnprocessedKeys") or {}
@@ -116,13 +206,17 @@ def batch_get(
             raise Unprocessed("DynamoDB kept keys unprocessed after retries")
 
 
-def batch_delete(client: Any, table: str, keys: Iterable[dict[str, Any]]) -> int:
+def batch_delete(
+    client: Any, table: str, keys: Iterable[dict[str, Any]], *, sleep: Callable[[float], None] = time.sleep
+) -> int:
+    """Delete ``keys`` (BatchWriteItem, 25 a request; unprocessed items retried with
+    :data:`UNPROCESSED_RETRY`); returns how many keys were given."""
     pending = list(keys)
     count = len(pending)
     while pending:
         chunk, pending = pending[:25], pending[25:]
         request: dict[str, Any] = {table: [{"DeleteRequest": {"Key": k}} for k in chunk]}
-        for _ in range(BATCH_ATTEMPTS):
+        for _ in UNPROCESSED_RETRY.tries(sleep=sleep):
             response = client.batch_write_item(RequestItems=request)
             request = response.get("UnprocessedItems") or {}
             if not request:

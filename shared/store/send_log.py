@@ -38,7 +38,7 @@ from botocore.exceptions import ClientError
 
 from shared.core.aws import client as aws_client
 from shared.store import keys
-from shared.store.dynamo import deserialize, key, query_all, serialize, transact, values
+from shared.store.dynamo import Action, deserialize, key, query_all, serialize, transact, values
 from shared.store.stats import send_counters
 
 SENDING = "sending"
@@ -178,11 +178,12 @@ class SendLog:
         if not count:
             self.client.put_item(TableName=self.table, Item=serialize(sent_item))
             return
+        counters = send_counters(self.table, {(record.source, record.template): 1}, at=record.sent_at)
         transact(
             self.client,
             [
-                {"Put": {"TableName": self.table, "Item": serialize(sent_item)}},
-                *send_counters(self.table, {(record.source, record.template): 1}, at=record.sent_at),
+                Action("sent", {"Put": {"TableName": self.table, "Item": serialize(sent_item)}}),
+                *(Action("counters", update) for update in counters),
             ],
         )
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.core.specs import EVENTS_TABLE
 from shared.store import keys
@@ -253,15 +254,11 @@ class StatsStore:
 
 def parse_since(value: str) -> str:
     """``2026-01-31`` or an ISO timestamp -> the ISO form event sort keys use (UTC)."""
-    from datetime import UTC, datetime
-
     try:
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        moment = clock.parse_iso(value.strip())
     except ValueError:
         raise ValueError(f"not a date: {value!r} (use 2026-01-31 or 2026-01-31T12:00)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return clock.iso(moment)
 
 
 def report(

@@ -20,9 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.core.errors import (
     AlreadyEntered,
@@ -33,9 +35,12 @@ from shared.core.errors import (
     SubscriberNotFound,
 )
 from shared.core.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
+from shared.core.retry import Backoff
 from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
 from shared.store.dynamo import (
+    Action,
+    Cancellation,
     TransactionConflict,
     Unprocessed,
     batch_delete,
@@ -46,17 +51,38 @@ from shared.store.dynamo import (
     query_all,
     serialize,
     transact,
+    try_transact,
     values,
 )
+from shared.store.send_log import SendLog
 
-MAX_ATTEMPTS = 8
+# Optimistic concurrency: a write whose profile version changed under it re-reads and tries
+# again, 8 tries in all, after pauses of up to 5 ms, 10 ms, ... 200 ms (full jitter).
+WRITE_RETRY = Backoff(attempts=8, base=0.005, cap=0.2)
+MAX_ATTEMPTS = WRITE_RETRY.attempts
 # How long an erase is remembered: SES events (an open, a click, a late complaint) of mail sent
 # before the erase can still arrive; after this, the tombstone expires (DynamoDB TTL).
 ERASED_MEMORY_DAYS = 400
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+# Roles of the actions of an execution entry (put_execution) and its removal.
+PROFILE_EXISTS, EXEC_FORWARD, EXEC_INVERSE, ENTERED = (
+    "profile_exists",
+    "exec_forward",
+    "exec_inverse",
+    "entered",
+)
+
+
+def entry_refusal(cancellation: Cancellation, sequence_id: str) -> Exception:
+    """Why an execution entry was refused, from the action whose condition failed: no
+    profile, an active execution (either half of the pair exists), or the sequence was
+    entered before (``once``)."""
+    if cancellation.failed(PROFILE_EXISTS):
+        return SubscriberNotFound("no such subscriber")
+    if cancellation.failed(EXEC_FORWARD, EXEC_INVERSE):
+        return ExecutionAlreadyActive(f"an execution of {sequence_id} is already active")
+    return AlreadyEntered(f"the subscriber already entered {sequence_id}")
 
 
 @dataclass(frozen=True)
@@ -163,10 +189,18 @@ Mutation = Callable[[Profile | None, str], Profile | None]
 
 
 class SubscriberStore:
-    def __init__(self, table_name: str, events_table_name: str, client: Any | None = None) -> None:
+    def __init__(
+        self,
+        table_name: str,
+        events_table_name: str,
+        client: Any | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.table = table_name
         self._events_table = events_table_name
         self._client = client
+        self._sleep = sleep  # the pause between retries (WRITE_RETRY, unprocessed batch items)
 
     @property
     def events_table(self) -> str:
@@ -287,9 +321,9 @@ class SubscriberStore:
         ``extra`` actions (e.g. deleting a pending sign-up) join that transaction when there is
         a write; when one of their conditions fails, :class:`Conflict` is raised (no retry).
         """
-        for _ in range(MAX_ATTEMPTS):
+        for _ in WRITE_RETRY.tries(sleep=self._sleep):
             current = self.get_profile(email)
-            now = utc_now()
+            now = clock.iso()
             proposed = mutation(current, now)
             if proposed is None or (current is not None and _same(current, proposed)):
                 return Change(profile=current)
@@ -311,13 +345,12 @@ class SubscriberStore:
             actions = [self._put_profile(new, current)]
             actions += [self._put_tag(tag, email, now) for tag in added]
             actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
-            actions += extra
+            actions += [Action("extra", request) for request in extra]
             try:
                 transact(self.client, actions)
             except TransactionConflict as exc:
-                if extra and "ConditionalCheckFailed" in exc.reasons[len(actions) - len(extra) :]:
+                if exc.failed("extra"):
                     raise Conflict("a condition of this write no longer holds") from None
-                time.sleep(0.005)
                 continue
             return Change(
                 profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed
@@ -395,7 +428,19 @@ class SubscriberStore:
         ``once=True`` refuses with :class:`AlreadyEntered` when the subscriber entered this
         sequence before (the marker exists), even if that execution has ended.
         """
-        now = utc_now()
+        now = clock.iso()
+        try:
+            transact(
+                self.client, self._entry_actions(email, sequence_id, execution_arn, now, transactional, once)
+            )
+        except TransactionConflict as exc:
+            raise entry_refusal(exc.cancellation, sequence_id) from None
+        return Execution(email, sequence_id, execution_arn, now, transactional)
+
+    def _entry_actions(
+        self, email: str, sequence_id: str, execution_arn: str, now: str, transactional: bool, once: bool
+    ) -> list[Action]:
+        """The actions of :meth:`put_execution`, each named by its role (see :func:`entry_refusal`)."""
         body = {"execution_arn": execution_arn, "started_at": now, "transactional": transactional}
         forward = {
             "PK": keys.sub_pk(email),
@@ -404,29 +449,6 @@ class SubscriberStore:
             **body,
         }
         inverse = {"PK": keys.exec_pk(sequence_id), "SK": keys.sub_pk(email), "email": email, **body}
-        actions = [
-            {
-                "ConditionCheck": {
-                    "TableName": self.table,
-                    "Key": key(keys.sub_pk(email), keys.PROFILE),
-                    "ConditionExpression": "attribute_exists(PK)",
-                }
-            },
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": serialize(forward),
-                    "ConditionExpression": "attribute_not_exists(PK)",
-                }
-            },
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": serialize(inverse),
-                    "ConditionExpression": "attribute_not_exists(PK)",
-                }
-            },
-        ]
         marker: dict[str, Any] = {
             "TableName": self.table,
             "Item": serialize(
@@ -441,17 +463,28 @@ class SubscriberStore:
         if once:
             marker["ConditionExpression"] = "attribute_not_exists(PK) OR execution_arn = :arn"
             marker["ExpressionAttributeValues"] = values(arn=execution_arn)
-        actions.append({"Put": marker})
-        try:
-            transact(self.client, actions)
-        except TransactionConflict as exc:
-            reasons = exc.reasons + ["None"] * 4
-            if reasons[0] == "ConditionalCheckFailed":
-                raise SubscriberNotFound("no such subscriber") from None
-            if "ConditionalCheckFailed" in (reasons[1], reasons[2]):
-                raise ExecutionAlreadyActive(f"an execution of {sequence_id} is already active") from None
-            raise AlreadyEntered(f"the subscriber already entered {sequence_id}") from None
-        return Execution(email, sequence_id, execution_arn, now, transactional)
+        absent = "attribute_not_exists(PK)"
+        return [
+            Action(
+                PROFILE_EXISTS,
+                {
+                    "ConditionCheck": {
+                        "TableName": self.table,
+                        "Key": key(keys.sub_pk(email), keys.PROFILE),
+                        "ConditionExpression": "attribute_exists(PK)",
+                    }
+                },
+            ),
+            Action(
+                EXEC_FORWARD,
+                {"Put": {"TableName": self.table, "Item": serialize(forward), "ConditionExpression": absent}},
+            ),
+            Action(
+                EXEC_INVERSE,
+                {"Put": {"TableName": self.table, "Item": serialize(inverse), "ConditionExpression": absent}},
+            ),
+            Action(ENTERED, {"Put": marker}),
+        ]
 
     def forget_entry(self, email: str, sequence_id: str, execution_arn: str) -> None:
         """Undo the ``ENTERED#`` marker of an execution that never started."""
@@ -478,20 +511,26 @@ class SubscriberStore:
                 "ExpressionAttributeValues": values(arn=execution_arn),
             }
         actions = [
-            {
-                "Delete": {
-                    "TableName": self.table,
-                    "Key": key(keys.sub_pk(email), keys.exec_sk(sequence_id)),
-                    **condition,
-                }
-            },
-            {
-                "Delete": {
-                    "TableName": self.table,
-                    "Key": key(keys.exec_pk(sequence_id), keys.sub_pk(email)),
-                    **condition,
-                }
-            },
+            Action(
+                EXEC_FORWARD,
+                {
+                    "Delete": {
+                        "TableName": self.table,
+                        "Key": key(keys.sub_pk(email), keys.exec_sk(sequence_id)),
+                        **condition,
+                    }
+                },
+            ),
+            Action(
+                EXEC_INVERSE,
+                {
+                    "Delete": {
+                        "TableName": self.table,
+                        "Key": key(keys.exec_pk(sequence_id), keys.sub_pk(email)),
+                        **condition,
+                    }
+                },
+            ),
         ]
         try:
             transact(self.client, actions)
@@ -510,19 +549,22 @@ class SubscriberStore:
         """
         self.remember_erased(email)
         main_items = 0
-        for _ in range(MAX_ATTEMPTS):
+        for _ in WRITE_RETRY.tries(sleep=self._sleep):
             current = self.get_profile(email)
             if current is None:
                 break
             actions = [
-                {
-                    "Delete": {
-                        "TableName": self.table,
-                        "Key": key(keys.sub_pk(email), keys.PROFILE),
-                        "ConditionExpression": "version = :v",
-                        "ExpressionAttributeValues": values(v=current.version),
-                    }
-                }
+                Action(
+                    "profile",
+                    {
+                        "Delete": {
+                            "TableName": self.table,
+                            "Key": key(keys.sub_pk(email), keys.PROFILE),
+                            "ConditionExpression": "version = :v",
+                            "ExpressionAttributeValues": values(v=current.version),
+                        }
+                    },
+                )
             ]
             actions += [self._delete(keys.tag_pk(t), keys.sub_pk(email)) for t in sorted(current.tags)]
             try:
@@ -551,7 +593,7 @@ class SubscriberStore:
                     main_items += 2
             else:
                 plain.append({"PK": raw["PK"], "SK": raw["SK"]})
-        main_items += batch_delete(self.client, self.table, plain)
+        main_items += batch_delete(self.client, self.table, plain, sleep=self._sleep)
 
         events = [
             {"PK": raw["PK"], "SK": raw["SK"]}
@@ -563,20 +605,20 @@ class SubscriberStore:
                 ProjectionExpression="PK, SK",
             )
         ]
-        event_items = batch_delete(self.client, self.events_table, events)
+        event_items = batch_delete(self.client, self.events_table, events, sleep=self._sleep)
         return EraseReport(main_items=main_items, event_items=event_items)
 
     def remember_erased(self, email: str, days: int = ERASED_MEMORY_DAYS) -> None:
         """The erase tombstone (no address in it, only its hash), expiring after ``days``."""
-        at = datetime.now(UTC)
+        at = clock.utc_now()
         self.client.put_item(
             TableName=self.table,
             Item=serialize(
                 {
                     "PK": keys.erased_pk(email),
                     "SK": keys.ERASED,
-                    "at": at.isoformat(timespec="seconds"),
-                    TTL_ATTRIBUTE: int((at + timedelta(days=days)).timestamp()),
+                    "at": clock.iso(at),
+                    TTL_ATTRIBUTE: clock.ttl_after(days, at),
                 }
             ),
         )
@@ -589,12 +631,7 @@ class SubscriberStore:
             return set()
         keys_ = [key(keys.erased_pk(e), keys.ERASED) for e in wanted]
         keys_ += [key(keys.sub_pk(e), keys.PROFILE) for e in wanted]
-        found = {
-            (i["PK"]["S"], i["SK"]["S"])
-            for i in batch_get(
-                self.client, self.table, keys_, ConsistentRead=True, ProjectionExpression="PK, SK"
-            )
-        }
+        found = self.existing((k["PK"]["S"], k["SK"]["S"]) for k in keys_)
         return {
             e
             for e in wanted
@@ -603,7 +640,7 @@ class SubscriberStore:
 
     # ----- events table -------------------------------------------------------------
     def record_event(self, email: str, item: dict[str, Any]) -> None:
-        """Write one events-table item (its SK built by the caller with keys.event_sk)."""
+        """Write one events-table item of ``email`` (built by ``shared.store.events.event_record``)."""
         self.client.put_item(
             TableName=self.events_table,
             Item=serialize({"PK": keys.sub_pk(email), **item}),
@@ -622,29 +659,128 @@ class SubscriberStore:
                 ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
             )
         ]
-        from shared.store.send_log import SendLog
-
-        for sent in SendLog(self.table, client=self.client).entries(email):
+        for sent in self.send_log.entries(email):
             sent = from_dynamo(sent)
             items.append({**sent, "type": "send", "origin": "mailstep", "at": sent.get("sent_at", "")})
         return sorted(items, key=lambda i: str(i.get("at", "")))
 
+    def has_event(self, email: str, kind: str, template: str) -> bool:
+        """Whether the subscriber's timeline holds a ``kind`` event of ``template``."""
+        items = query_all(
+            self.client,
+            TableName=self.events_table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            FilterExpression="#type = :kind AND template = :tpl",
+            ExpressionAttributeValues=values(
+                pk=keys.sub_pk(email), prefix=f"{keys.EVT}{keys.SEP}", tpl=template, kind=kind
+            ),
+            ExpressionAttributeNames={"#type": "type"},
+            ProjectionExpression="SK",
+        )
+        return any(True for _ in items)
+
+    def has_sent(self, email: str, template: str) -> bool:
+        """Whether the subscriber's ``SENT#`` log holds a mail of ``template``."""
+        items = query_all(
+            self.client,
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            FilterExpression="template = :tpl",
+            ExpressionAttributeValues=values(pk=keys.sub_pk(email), prefix=keys.SENT_PREFIX, tpl=template),
+            ProjectionExpression="SK",
+        )
+        return any(True for _ in items)
+
+    # ----- send log, counters, transactions of other capabilities -----------------------
+    @property
+    def send_log(self) -> SendLog:
+        """The send-once claims and ``SENT#`` log of this table, on this store's client."""
+        return SendLog(self.table, client=self._client)
+
+    def existing(self, item_keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of these (PK, SK) main-table items exist (strongly consistent BatchGetItem)."""
+        wanted = [key(pk, sk) for pk, sk in dict.fromkeys(item_keys)]
+        items = batch_get(
+            self.client,
+            self.table,
+            wanted,
+            sleep=self._sleep,
+            ConsistentRead=True,
+            ProjectionExpression="PK, SK",
+        )
+        return {(i["PK"]["S"], i["SK"]["S"]) for i in items}
+
+    def write_transaction(self, actions: Sequence[Action]) -> Cancellation | None:
+        """One TransactWriteItems of ``actions`` (any table): None when it committed, else why
+        DynamoDB cancelled it, per action. Other errors raise."""
+        return try_transact(self.client, actions)
+
+    def add_to_counter(self, source: str, metric: str, amount: int = 1) -> None:
+        """Atomic ADD to ``metric`` of ``STATS#<source>`` / ``COUNTERS``."""
+        self.client.update_item(
+            TableName=self.table,
+            Key=key(keys.stats_pk(source), keys.COUNTERS),
+            UpdateExpression="ADD #counter :one",
+            ExpressionAttributeNames={"#counter": metric},
+            ExpressionAttributeValues=values(one=amount),
+        )
+
+    # ----- suppression records (shared.engagement.suppression decides; this stores) -----
+    def put_suppression(self, item: dict[str, Any]) -> bool:
+        """Write the subscriber's ``SUPPRESSION`` item unless one exists (the first reason is
+        kept). True when written."""
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item=serialize({**item, "PK": keys.sub_pk(item["email"]), "SK": keys.SUPPRESSION}),
+                ConditionExpression="attribute_not_exists(PK)",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def get_suppression(self, email: str) -> dict[str, Any] | None:
+        raw = self.client.get_item(
+            TableName=self.table, Key=key(keys.sub_pk(email), keys.SUPPRESSION), ConsistentRead=True
+        ).get("Item")
+        return deserialize(raw) if raw else None
+
+    def delete_suppression(self, email: str) -> None:
+        self.client.delete_item(TableName=self.table, Key=key(keys.sub_pk(email), keys.SUPPRESSION))
+
+    def suppression_items(self) -> Iterator[dict[str, Any]]:
+        """Every ``SUPPRESSION`` item (a filtered scan: an operator command, not a hot path)."""
+        start: dict[str, Any] | None = None
+        while True:
+            page = self.client.scan(
+                TableName=self.table,
+                FilterExpression="SK = :sk",
+                ExpressionAttributeValues=values(sk=keys.SUPPRESSION),
+                **({"ExclusiveStartKey": start} if start else {}),
+            )
+            yield from (deserialize(i) for i in page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
     # ----- helpers ------------------------------------------------------------------
-    def _put_profile(self, new: Profile, current: Profile | None) -> dict[str, Any]:
+    def _put_profile(self, new: Profile, current: Profile | None) -> Action:
         put: dict[str, Any] = {"TableName": self.table, "Item": serialize(new.to_item())}
         if current is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
         else:
             put["ConditionExpression"] = "version = :v"
             put["ExpressionAttributeValues"] = values(v=current.version)
-        return {"Put": put}
+        return Action("profile", {"Put": put})
 
-    def _put_tag(self, tag: str, email: str, now: str) -> dict[str, Any]:
+    def _put_tag(self, tag: str, email: str, now: str) -> Action:
         item = {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email, "created_at": now}
-        return {"Put": {"TableName": self.table, "Item": serialize(item)}}
+        return Action("tag", {"Put": {"TableName": self.table, "Item": serialize(item)}})
 
-    def _delete(self, pk: str, sk: str) -> dict[str, Any]:
-        return {"Delete": {"TableName": self.table, "Key": key(pk, sk)}}
+    def _delete(self, pk: str, sk: str) -> Action:
+        return Action("tag", {"Delete": {"TableName": self.table, "Key": key(pk, sk)}})
 
     @staticmethod
     def _execution(item: dict[str, Any]) -> Execution:

@@ -9,9 +9,7 @@ retried POST returns the stored outcome and changes nothing.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import (
@@ -22,10 +20,12 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyValidationError
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
+from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.core.models import UNSUBSCRIBE_EVENT, EventBatch, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.sequences.engine import SequenceEngine
+from shared.store.events import event_record
 from shared.store.subscribers import SubscriberStore, keys
 
 # Everything of an event except its id: a reused id with a different payload is a conflict.
@@ -119,21 +119,18 @@ def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
 
 
 def _record(event: InboundEvent, ctx: IngestContext) -> None:
-    now = datetime.now(UTC)
-    ts = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    suffix = hashlib.sha256(event.id.encode()).hexdigest()[:16] if event.id else uuid.uuid4().hex[:16]
-    item: dict[str, Any] = {
-        "SK": keys.event_sk(ts, event.type, suffix),
-        "type": event.type,
-        "origin": "api",
-        "at": ts,
-        "ttl": int((now + timedelta(days=ctx.data_ttl_days)).timestamp()),
-    }
-    if event.id:
-        item["event_id"] = event.id
-    if event.data:
-        item["data"] = event.data
-    ctx.store.record_event(event.email, item)
+    suffix = hashlib.sha256(event.id.encode()).hexdigest()[:16] if event.id else None  # None: random
+    record = event_record(
+        event.email,
+        event.type,
+        at=clock.utc_now(),
+        ttl_days=ctx.data_ttl_days,
+        suffix=suffix,
+        origin="api",
+        event_id=event.id or None,
+        data=event.data or None,
+    )
+    ctx.store.record_event(event.email, record)
 
 
 def ingest(batch: EventBatch, ctx: IngestContext) -> list[dict[str, Any]]:

@@ -12,15 +12,15 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Literal, Protocol
 
+from shared.core import clock
 from shared.core.observability import logger, redact_email
 from shared.sending.tokens import TokenClaims, issue, verify
-from shared.store.dynamo import key, values
-from shared.store.subscribers import SubscriberStore, keys
+from shared.store.events import event_record
+from shared.store.subscribers import SubscriberStore
 
 RESUBSCRIBE_TTL_SECONDS = 30 * 86400
 UNSUBSCRIBE_EVENT = "unsubscribe"
@@ -66,7 +66,7 @@ def inspect(token: str, secret: str, *, now: float | None = None) -> TokenClaims
 def unsubscribe(
     token: str, ctx: UnsubscribeContext, *, origin: Origin, now: datetime | None = None
 ) -> UnsubscribeResult:
-    moment = now or datetime.now(UTC)
+    moment = now or clock.utc_now()
     claims = verify(token, ctx.secret, purpose="unsubscribe", now=moment.timestamp())
     change = ctx.store.unsubscribe(claims.email)
     if change.changed:
@@ -105,7 +105,7 @@ def unsubscribe(
 
 
 def resubscribe(token: str, ctx: UnsubscribeContext, *, now: datetime | None = None) -> ResubscribeResult:
-    moment = now or datetime.now(UTC)
+    moment = now or clock.utc_now()
     claims = verify(token, ctx.secret, purpose="resubscribe", now=moment.timestamp())
     change = ctx.store.resubscribe(claims.email)
     if change.changed:
@@ -124,29 +124,20 @@ def mask_email(email: str) -> str:
 
 
 def _record(ctx: UnsubscribeContext, claims: TokenClaims, kind: str, origin: str, moment: datetime) -> None:
-    ts = moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    item = {
-        "SK": keys.event_sk(ts, kind, uuid.uuid4().hex[:16]),
-        "type": kind,
-        "origin": origin,
-        "source": claims.source,
-        "at": ts,
-        "ttl": int((moment + timedelta(days=ctx.data_ttl_days)).timestamp()),
-    }
-    if claims.template:
-        item["template"] = claims.template
-    if claims.send_id:
-        item["send_id"] = claims.send_id
-    ctx.store.record_event(claims.email, item)
+    record = event_record(
+        claims.email,
+        kind,
+        at=moment,
+        ttl_days=ctx.data_ttl_days,
+        origin=origin,
+        source=claims.source,
+        template=claims.template or None,
+        send_id=claims.send_id or None,
+    )
+    ctx.store.record_event(claims.email, record)
 
 
 def _count(ctx: UnsubscribeContext, source: str) -> None:
     """Atomic ADD on ``STATS#<source>`` / ``COUNTERS`` (counted once per real change, so
     the total is also the unique count)."""
-    ctx.store.client.update_item(
-        TableName=ctx.store.table,
-        Key=key(keys.stats_pk(source), keys.COUNTERS),
-        UpdateExpression="ADD #counter :one",
-        ExpressionAttributeNames={"#counter": COUNTER},
-        ExpressionAttributeValues=values(one=1),
-    )
+    ctx.store.add_to_counter(source, COUNTER)
