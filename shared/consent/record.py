@@ -96,7 +96,7 @@ def opt_in(
         subscriber=redact_email(signup.email),
         method=method,
         form=signup.form,
-        created=change.created,
+        new_profile=change.created,
         sequences_started=started,
     )
     return OptIn(profile=change.profile, changed=change.changed, sequences_started=started)
