@@ -26,8 +26,7 @@ from pydantic import ValidationError as PydanticValidationError
 from shared.core.clock import iso
 from shared.core.envelopes import decode, encode
 from shared.core.errors import FieldProblem, InvalidInput
-from shared.core.models import ATTR_KEY_RE, invalid_input, validate_name
-from shared.sending.rendering import KEY_RE, MAX_KEY
+from shared.core.models import TemplateKey, invalid_input, is_attribute_name, validate_name
 
 SCHEDULED = "scheduled"
 RESOLVING = "resolving"
@@ -80,7 +79,7 @@ class Condition:
             if raw == "":
                 raise ValueError(f"{text!r}: the value is missing")
             values = (raw,)
-        if not ATTR_KEY_RE.match(name) or len(name) > 64:
+        if not is_attribute_name(name):
             raise ValueError(f"{text!r}: attribute names match [A-Za-z_][A-Za-z0-9_]* (<= 64 characters)")
         return cls(name=name, op=op, values=values)
 
@@ -212,7 +211,7 @@ class BroadcastRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str
-    template: str
+    template: TemplateKey
     subject: str | None = Field(default=None, min_length=1, max_length=500)
     audience: Audience = Field(default_factory=Audience)
     at: datetime | None = None
@@ -221,15 +220,6 @@ class BroadcastRequest(BaseModel):
     @classmethod
     def _id(cls, value: str) -> str:
         return validate_name(value, "broadcast id")
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if len(value) > MAX_KEY or not KEY_RE.match(value):
-            raise ValueError(
-                "template key must look like 'newsletter/monthly' ([a-z0-9_-] parts joined by '/')"
-            )
-        return value
 
     @field_validator("at", mode="before")
     @classmethod

@@ -4,9 +4,17 @@ Rules (documented in docs/data-model.md):
 - Emails: surrounding whitespace trimmed, the domain lower-cased (IDNA-encoded when it is
   not ASCII), the local part kept as written. ``#``, spaces and control characters are
   rejected, so an email can never forge another key.
-- Tags, sequence ids and event types: ``[a-z0-9][a-z0-9_.-]*``, at most 64 characters.
+- Tags, sequence ids and event types: ``[a-z0-9][a-z0-9_.-]*``, at most 64 characters
+  (:data:`Name`, :data:`Tag`, :data:`EventType`).
+- Template keys: ``[a-z0-9][a-z0-9_-]*`` parts joined by ``/``, at most 128 characters
+  (:data:`TemplateKey`).
 - Attributes: at most 50 keys named ``[A-Za-z_][A-Za-z0-9_]*`` (<= 64 chars, reserved names
-  rejected), nested at most 3 levels, strings at most 1000 characters, 8 KiB in all.
+  rejected), nested at most 3 levels, strings at most 1000 characters, 8 KiB in all
+  (:data:`AttributeName` for one name).
+
+Each pattern is defined once, here; models use the ``Annotated`` types, other code the
+``is_*`` predicates or ``validate_*`` functions. None of them lets a ``#`` through, so no
+value can forge a DynamoDB key.
 """
 
 from __future__ import annotations
@@ -15,10 +23,19 @@ import json
 import math
 import re
 from decimal import Decimal, DecimalException
-from typing import Any, Literal
+from functools import partial
+from typing import Annotated, Any, Literal
 
 from boto3.dynamodb.types import DYNAMODB_CONTEXT
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 
 from shared.core.errors import FieldProblem, InvalidInput
@@ -26,6 +43,9 @@ from shared.core.errors import FieldProblem, InvalidInput
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 NAME_MAX = 64
 ATTR_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ATTR_KEY_MAX = 64
+TEMPLATE_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$")
+TEMPLATE_KEY_MAX = 128
 EVENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/+=-]*$")
 LOCAL_PART_RE = re.compile(r"^[A-Za-z0-9.!$%&'*+/=?^_`{|}~-]+$")
 DOMAIN_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -110,6 +130,39 @@ def validate_name(value: Any, what: str = "name") -> str:
     return value
 
 
+def is_template_key(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= TEMPLATE_KEY_MAX and bool(TEMPLATE_KEY_RE.match(value))
+
+
+def validate_template_key(value: Any, what: str = "template key") -> str:
+    if not is_template_key(value):
+        raise ValueError(
+            f"{what} {str(value)[:70]!r} must look like 'folder/name' ([a-z0-9_-] parts joined by '/', "
+            f"at most {TEMPLATE_KEY_MAX} characters)"
+        )
+    return str(value)
+
+
+def is_attribute_name(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= ATTR_KEY_MAX and bool(ATTR_KEY_RE.match(value))
+
+
+def validate_attribute_name(value: Any, what: str = "attribute name") -> str:
+    if not is_attribute_name(value):
+        raise ValueError(
+            f"{what} {str(value)[:70]!r} must match [A-Za-z_][A-Za-z0-9_]* (<= {ATTR_KEY_MAX} chars)"
+        )
+    return str(value)
+
+
+# The validated types (pydantic): a field typed with one of these is checked by the one rule.
+Name = Annotated[str, BeforeValidator(validate_name)]
+Tag = Annotated[str, BeforeValidator(partial(validate_name, what="tag"))]
+EventType = Annotated[str, BeforeValidator(partial(validate_name, what="event type"))]
+TemplateKey = Annotated[str, AfterValidator(validate_template_key)]
+AttributeName = Annotated[str, AfterValidator(validate_attribute_name)]
+
+
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether objects/arrays nest more than ``limit`` levels (``{}`` is one level), walked
     level by level so that no depth can exhaust the stack."""
@@ -169,8 +222,7 @@ def validate_attributes(value: Any) -> dict[str, Any]:
     if len(value) > MAX_ATTRIBUTES:
         raise ValueError(f"at most {MAX_ATTRIBUTES} attributes are allowed (got {len(value)})")
     for key, item in value.items():
-        if not ATTR_KEY_RE.match(key) or len(key) > 64:
-            raise ValueError(f"attribute name {key[:70]!r} must match [A-Za-z_][A-Za-z0-9_]* (<= 64 chars)")
+        validate_attribute_name(key)
         if key.lower() in RESERVED_ATTRIBUTES:
             raise ValueError(f"attribute name {key!r} is reserved")
         if _deeper_than(item, MAX_ATTRIBUTE_DEPTH):
@@ -222,18 +274,13 @@ class InboundEvent(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: str
+    type: EventType
     email: str
     first_name: str | None = None
     attributes: dict[str, Any] | None = None
     tags: TagChange | None = None
     data: dict[str, Any] | None = None
     id: str | None = None
-
-    @field_validator("type", mode="before")
-    @classmethod
-    def _type(cls, value: Any) -> str:
-        return validate_name(value, "event type")
 
     @field_validator("email", mode="before")
     @classmethod

@@ -58,7 +58,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shared.core.models import normalise_email, validate_name
+from shared.core.models import normalise_email, validate_name, validate_template_key
 from shared.core.observability import logger, redact_email
 from shared.core.retry import Backoff
 from shared.core.settings import Settings
@@ -73,7 +73,6 @@ from shared.engagement.ses_events import (
     parse_body,
 )
 from shared.engagement.suppression import BOUNCE, COMPLAINT, ExecutionStopper, Suppression, Suppressions
-from shared.sending.rendering import KEY_RE, MAX_KEY
 from shared.sending.sender import decode_tag_value
 from shared.store.dynamo import NO_REASON, TRANSACTION_LIMIT, Action, Cancellation, serialize
 from shared.store.events import event_record
@@ -380,8 +379,7 @@ def _from_tags(event: SesEvent) -> Correlation | None:
         source = _decoded(event.mail.tag("source"))
         if not template or not source:
             return None
-        if len(template) > MAX_KEY or not KEY_RE.match(template):
-            raise ValueError("template tag is not a template key")
+        validate_template_key(template, "template tag")
         validate_name(source, "source")
         step = _decoded(event.mail.tag("step"))
         send_id = _decoded(event.mail.tag("send_id"))

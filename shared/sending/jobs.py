@@ -21,8 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.core.aws import client as aws_client
 from shared.core.envelopes import decode, encode
-from shared.core.models import normalise_email, validate_data, validate_name
-from shared.sending.rendering import KEY_RE, MAX_KEY
+from shared.core.models import TemplateKey, normalise_email, validate_data, validate_name
 
 CONTRACT = "send.job"
 STEP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -45,7 +44,7 @@ class SendJob(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     email: str
-    template: str  # template key, e.g. onboarding/welcome
+    template: TemplateKey  # e.g. onboarding/welcome
     source: str  # sequence id, broadcast id, or "test"
     step: str = "0"  # step id within the source (sequences: execution-scoped if re-entry may resend)
     subject: str | None = Field(default=None, max_length=MAX_SUBJECT_TEMPLATE)  # overrides front matter
@@ -57,15 +56,6 @@ class SendJob(BaseModel):
     @classmethod
     def _email(cls, value: Any) -> str:
         return normalise_email(value)
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if len(value) > MAX_KEY or not KEY_RE.match(value):
-            raise ValueError(
-                "template key must look like 'onboarding/welcome' ([a-z0-9_-] parts joined by '/')"
-            )
-        return value
 
     @field_validator("source")
     @classmethod

@@ -23,13 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import css_inline
 import markdown
 import yaml
+from bs4 import BeautifulSoup, Tag
 from jinja2 import (
     BaseLoader,
     Environment,
@@ -41,9 +41,11 @@ from jinja2 import (
     nodes,
 )
 from jinja2 import TemplateNotFound as JinjaTemplateNotFound
+from markdownify import MarkdownConverter
 from markupsafe import Markup, escape
 
 from shared.core.errors import InvalidInput, NotFound
+from shared.core.models import TEMPLATE_KEY_MAX, is_template_key
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 LAYOUTS = "_layouts"
@@ -52,8 +54,7 @@ BODY_SUFFIXES = (".md", ".html")
 DEFAULT_LAYOUT = "default"
 NO_LAYOUT = "none"
 FRONT_MATTER_KEYS = frozenset({"subject", "preheader", "layout", "reason"})
-KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$")
-MAX_KEY = 128
+MAX_KEY = TEMPLATE_KEY_MAX  # template keys: shared.core.models.TemplateKey
 
 # Variables every body, subject and preheader may use (docs/templates.md).
 CONTEXT_VARIABLES = frozenset(
@@ -246,7 +247,7 @@ class Renderer:
         return self._find(key) is not None
 
     def _find(self, key: str) -> Path | None:
-        if not KEY_RE.match(key) or len(key) > MAX_KEY:
+        if not is_template_key(key):
             return None
         for suffix in BODY_SUFFIXES:
             path = self.root / f"{key}{suffix}"
@@ -460,121 +461,66 @@ def _parse_front_matter(text: str, rel: str) -> tuple[dict[str, Any], dict[str, 
 
 
 # ----- HTML -> text/plain -----------------------------------------------------------------
-_BLOCKS = frozenset(
-    {
-        "p",
-        "div",
-        "table",
-        "tr",
-        "ul",
-        "ol",
-        "blockquote",
-        "section",
-        "article",
-        "header",
-        "footer",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "pre",
-        "center",
-    }
+# Tags whose text never shows: the document head and anything hidden (the preheader).
+_UNSEEN = frozenset({"head", "title", "style", "script"})
+
+
+class _PlainText(MarkdownConverter):
+    """markdownify, told that the result is mail text, not Markdown: no emphasis, code or
+    quote marks and no escapes (see ``_PLAIN_TEXT``); links as ``text (url)``; h1/h2
+    underlined, smaller headings, quotes, ``pre`` and layout blocks as plain paragraphs;
+    images as their alt text."""
+
+    def convert_a(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        label, href = text.strip(), str(el.get("href") or "")
+        if href and not href.startswith("#") and label not in (href, href.removeprefix("mailto:")):
+            label = f"{label} ({href})" if label else href
+        return text.replace(text.strip(), label, 1) if text.strip() else label
+
+    def convert_hN(self, n: int, el: Tag, text: str, parent_tags: set[str]) -> str:  # noqa: N802
+        text = " ".join(text.split())
+        if n > 2 or not text:
+            return self.block(el, text, parent_tags)
+        return f"\n\n{text}\n{('=' if n == 1 else '-') * min(len(text), 60)}\n\n"
+
+    def convert_hr(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return "\n\n" + "-" * 40 + "\n\n"
+
+    def convert_img(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return str(el.get("alt") or "")
+
+    def block(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return f"\n\n{text.strip()}\n\n" if text.strip() else ""
+
+    convert_tr = convert_blockquote = convert_pre = convert_header = convert_footer = convert_center = block
+
+
+_PLAIN_TEXT = _PlainText(
+    bullets="-",
+    escape_asterisks=False,
+    escape_underscores=False,
+    strip=["b", "strong", "em", "i", "u", "code", "kbd", "samp", "del", "s", "sub", "sup", "q"],
+    wrap=True,  # collapse source line breaks as a browser does...
+    wrap_width=None,  # ...without re-wrapping the lines
 )
-_SKIP = frozenset({"head", "style", "script", "title"})
 
 
-class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[list[str]] = [[]]
-        self.links: list[str | None] = []
-        self.skip_depth = 0
-        self.hidden: list[str] = []
-        self.lists: list[list[int]] = []  # [counter] per open list; -1 for bullets
-
-    def _emit(self, text: str) -> None:
-        self.stack[-1].append(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        attributes = dict(attrs)
-        style = (attributes.get("style") or "").replace(" ", "").lower()
-        if self.hidden or tag in _SKIP or "display:none" in style or attributes.get("aria-hidden") == "true":
-            if tag not in _VOID:
-                self.hidden.append(tag)
-            return
-        if tag in ("h1", "h2"):
-            self._emit("\n\n")
-            self.stack.append([])
-        elif tag in _BLOCKS:
-            self._emit("\n\n")
-        if tag == "br":
-            self._emit("\n")
-        elif tag == "hr":
-            self._emit("\n\n" + "-" * 40 + "\n\n")
-        elif tag in ("td", "th"):
-            self._emit(" ")
-        elif tag == "ul":
-            self.lists.append([-1])
-        elif tag == "ol":
-            self.lists.append([0])
-        elif tag == "li":
-            counter = self.lists[-1] if self.lists else [-1]
-            if counter[0] >= 0:
-                counter[0] += 1
-                self._emit(f"\n{counter[0]}. ")
-            else:
-                self._emit("\n- ")
-        elif tag == "a":
-            self.links.append(attributes.get("href"))
-            self.stack.append([])
-        elif tag == "img" and attributes.get("alt"):
-            self._emit(attributes["alt"] or "")
-
-    def handle_endtag(self, tag: str) -> None:
-        if self.hidden:
-            if self.hidden[-1] == tag:
-                self.hidden.pop()
-            return
-        if tag == "a" and self.links:
-            href = self.links.pop()
-            text = " ".join("".join(self.stack.pop()).split())
-            if href and not href.startswith("#"):
-                shown = href.removeprefix("mailto:")
-                text = f"{text} ({href})" if text and text not in (href, shown) else (text or href)
-            self._emit(text)
-        elif tag in ("h1", "h2") and len(self.stack) > 1:
-            text = " ".join("".join(self.stack.pop()).split())
-            underline = "=" if tag == "h1" else "-"
-            self._emit(f"{text}\n{underline * min(len(text), 60)}\n\n")
-        elif tag in ("ul", "ol") and self.lists:
-            self.lists.pop()
-            self._emit("\n\n")
-        elif tag in _BLOCKS:
-            self._emit("\n\n")
-
-    def handle_data(self, data: str) -> None:
-        if not self.hidden:
-            self._emit(re.sub(r"\s+", " ", data))
-
-    def text(self) -> str:
-        while len(self.stack) > 1:
-            inner = self.stack.pop()
-            self._emit("".join(inner))
-        raw = "".join(self.stack[0])
-        lines = [line.strip() for line in raw.split("\n")]
-        return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
-
-
-_VOID = frozenset({"br", "hr", "img", "meta", "link", "input", "col", "area", "base", "wbr", "source"})
+def _hidden(tag: Tag) -> bool:
+    style = str(tag.get("style") or "").replace(" ", "").lower()
+    return tag.name in _UNSEEN or "display:none" in style or tag.get("aria-hidden") == "true"
 
 
 def html_to_text(html: str) -> str:
     """A readable text/plain version: paragraphs, headings, lists, links as ``text (url)``."""
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    return parser.text()
+    soup = BeautifulSoup(html, "html.parser")
+    for tag in soup.find_all(_hidden):
+        if not tag.decomposed:
+            tag.decompose()
+    for cell in soup.find_all(["td", "th"]):
+        cell.name = "span"  # a layout cell holds whole paragraphs: markdownify would inline them
+        cell.insert_before(" ")
+    lines = [line.strip() for line in _PLAIN_TEXT.convert_soup(soup).split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
 
 
 # ----- the default renderer ---------------------------------------------------------------

@@ -12,12 +12,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.core.models import ATTR_KEY_RE, validate_name
+from shared.core.models import AttributeName, Tag, validate_name, validate_template_key
 
 DURATION_RE = re.compile(r"^([1-9][0-9]*)(m|h|d|w)$")
 UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_WAIT_SECONDS = 365 * 86400  # a standard workflow runs for at most one year
-TEMPLATE_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$")
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 HOUR_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$|^24:00$")
 MAX_STEPS = 200
@@ -38,9 +37,7 @@ def parse_duration(value: Any) -> int:
 
 
 def template_key(value: Any) -> str:
-    if not isinstance(value, str) or not TEMPLATE_KEY_RE.match(value) or len(value) > 128:
-        raise ValueError(f"template key {str(value)[:70]!r} must look like 'folder/name' ([a-z0-9_-] parts)")
-    return value
+    return validate_template_key(value)
 
 
 class Strict(BaseModel):
@@ -49,18 +46,13 @@ class Strict(BaseModel):
 
 # ----- conditions ---------------------------------------------------------------------
 class HasTag(Strict):
-    tag: str
-
-    @field_validator("tag", mode="before")
-    @classmethod
-    def _tag(cls, value: Any) -> str:
-        return validate_name(value, "tag")
+    tag: Tag
 
 
 class AttributeCondition(Strict):
     """Exactly one of equals / in / exists / greater / less."""
 
-    attribute: str
+    attribute: AttributeName
     equals: str | int | float | bool | None = None
     in_: list[str | int | float | bool] | None = Field(default=None, alias="in")
     exists: bool | None = None
@@ -68,13 +60,6 @@ class AttributeCondition(Strict):
     less: int | float | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @field_validator("attribute")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not ATTR_KEY_RE.match(value) or len(value) > 64:
-            raise ValueError(f"attribute name {value[:70]!r} must match [A-Za-z_][A-Za-z0-9_]*")
-        return value
 
     @model_validator(mode="after")
     def _one_test(self) -> AttributeCondition:
