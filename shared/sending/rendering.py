@@ -45,6 +45,7 @@ from markdownify import MarkdownConverter
 from markupsafe import Markup, escape
 
 from shared.core.errors import InvalidInput, NotFound
+from shared.core.models import TEMPLATE_KEY_MAX, is_template_key
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 LAYOUTS = "_layouts"
@@ -53,8 +54,7 @@ BODY_SUFFIXES = (".md", ".html")
 DEFAULT_LAYOUT = "default"
 NO_LAYOUT = "none"
 FRONT_MATTER_KEYS = frozenset({"subject", "preheader", "layout", "reason"})
-KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$")
-MAX_KEY = 128
+MAX_KEY = TEMPLATE_KEY_MAX  # template keys: shared.core.models.TemplateKey
 
 # Variables every body, subject and preheader may use (docs/templates.md).
 CONTEXT_VARIABLES = frozenset(
@@ -247,7 +247,7 @@ class Renderer:
         return self._find(key) is not None
 
     def _find(self, key: str) -> Path | None:
-        if not KEY_RE.match(key) or len(key) > MAX_KEY:
+        if not is_template_key(key):
             return None
         for suffix in BODY_SUFFIXES:
             path = self.root / f"{key}{suffix}"
