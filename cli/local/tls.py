@@ -5,7 +5,9 @@ its HTTP front over TLS too, with a certificate made here at start-up into
 ``<state dir>/tls/``. An existing pair is reused while it is valid for more than a week,
 so a client that trusts it (``curl --cacert``, a browser exception) keeps trusting it
 across restarts of ``mailstep dev``. Local tooling trusts exactly this certificate
-through :func:`client_context`; verification is never switched off.
+through :func:`client_context`; verification is never switched off. (Werkzeug's
+``make_ssl_devcert`` names the host as a DNS name only, which a verifying client refuses for
+``https://127.0.0.1``, and makes a new pair every time.)
 """
 
 from __future__ import annotations
