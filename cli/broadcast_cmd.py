@@ -1,10 +1,10 @@
 """``mailstep broadcast send | list | get | cancel | resume`` against a deployed stack or the
 local runtime (``--stack`` / ``--target`` / ``--region`` / ``--state-dir``, as every operator
-command: ``cli.target``).
+command: ``cli.target.targeted``).
 
 The commands call ``ops.broadcasts`` with the target's settings (tables, the
-broadcast queues and the schedule state machine, from the stack outputs); the work itself
-happens in the resolver and worker Lambdas of that target.
+broadcast queues and the schedule state machine, from the stack outputs) and clients; the
+work itself happens in the resolver and worker Lambdas of that target.
 """
 
 from __future__ import annotations
@@ -14,15 +14,18 @@ import os
 import secrets
 import time
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli.target import REGION, STACK, STATE_DIR, TARGET, select
+from cli.target import targeted
+
+if TYPE_CHECKING:
+    from ops.broadcasts import Broadcasts
+    from ops.targets import Target
 
 app = typer.Typer(
     help="Broadcasts: one template to a filtered audience, at the SES rate, exactly once.",
@@ -33,12 +36,13 @@ ID = typer.Argument(..., help="Broadcast id.")
 FINAL = ("done", "cancelled", "failed")
 
 
-def _service(settings: Any) -> Any:
-    """The broadcast service wired to a target's settings (``cli.target.select``)."""
+def _service(target: Target) -> Broadcasts:
+    """The broadcast service wired to a target's settings and clients."""
     from ops.broadcasts import Broadcasts
     from shared.core.settings import Settings
 
-    return Broadcasts.from_settings(Settings.model_validate(settings.model_dump() | _rate_overrides()))
+    settings = Settings.model_validate(target.settings.model_dump() | _rate_overrides())
+    return Broadcasts.from_settings(settings, target.aws)
 
 
 def _rate_overrides() -> dict[str, Any]:
@@ -58,6 +62,7 @@ def _new_id() -> str:
 
 
 @app.command()
+@targeted
 def send(
     template: str = typer.Option(..., "--template", help="Template key, e.g. newsletter/monthly."),
     subject: str | None = typer.Option(None, help="Subject (default: the template's front matter)."),
@@ -80,10 +85,8 @@ def send(
     no_wait: bool = typer.Option(
         False, "--no-wait", help="Return once started instead of following progress."
     ),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Send (or schedule) a broadcast and follow its progress."""
     from shared.broadcasts.model import parse_request
@@ -97,8 +100,7 @@ def send(
             audience={"tags": tag, "any_tags": any_tag, "exclude_tags": exclude_tag, "where": where},
             at=at,
         )
-        chosen = select(target, stack, state_dir, region)
-        service = _service(chosen.settings)
+        service = _service(target)
         service.check(request)
     except InvalidInput as exc:
         _fail(_option_message(exc))
@@ -108,7 +110,7 @@ def send(
         return
     size, sample = service.preview(request)
     console.print(
-        f"audience: [bold]{size}[/bold] subscriber(s) ({request.audience.describe()}) on {chosen.label}",
+        f"audience: [bold]{size}[/bold] subscriber(s) ({request.audience.describe()}) on {target.label}",
         highlight=False,
     )
     if sample:
@@ -117,7 +119,7 @@ def send(
         return
     when = f" at {request.at.isoformat()}" if request.at else " now"
     if not yes and not typer.confirm(
-        f"Send {request.template} to {size} subscriber(s) on {chosen.label}{when}?"
+        f"Send {request.template} to {size} subscriber(s) on {target.label}{when}?"
     ):
         raise typer.Exit(1)
     answer = service.send(request)
@@ -186,17 +188,13 @@ def _summary(record: Any) -> str:
 
 
 @app.command("list")
-def list_(
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
-) -> None:
+@targeted
+def list_(*, target: Target) -> None:
     """Broadcasts, newest first."""
     table = Table(title="Broadcasts")
     for column in ("id", "status", "template", "audience", "sent", "skipped", "failed", "created", "at"):
         table.add_column(column)
-    for record in _service(select(target, stack, state_dir, region).settings).list():
+    for record in _service(target).list():
         table.add_row(
             record.id, record.status, record.template, str(record.audience_size), str(record.sent),
             str(sum(record.skipped.values())), str(record.failed), record.created_at[:19], record.at or "",
@@ -205,18 +203,17 @@ def list_(
 
 
 @app.command()
+@targeted
 def get(
     broadcast_id: str = ID,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """One broadcast: its record merged with its engagement counters (STATS)."""
     from shared.core.errors import NotFound
 
     try:
-        details = _service(select(target, stack, state_dir, region).settings).details(broadcast_id)
+        details = _service(target).details(broadcast_id)
     except NotFound as exc:
         _fail(str(exc), 1)
         return
@@ -224,18 +221,17 @@ def get(
 
 
 @app.command()
+@targeted
 def cancel(
     broadcast_id: str = ID,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Stop a scheduled or running broadcast (batches already in a worker's hands finish)."""
     from shared.core.errors import NotFound
 
     try:
-        record, changed = _service(select(target, stack, state_dir, region).settings).cancel(broadcast_id)
+        record, changed = _service(target).cancel(broadcast_id)
     except NotFound as exc:
         _fail(str(exc), 1)
         return
@@ -246,18 +242,17 @@ def cancel(
 
 
 @app.command()
+@targeted
 def resume(
     broadcast_id: str = ID,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Resume a cancelled or failed broadcast: whoever has not received it yet gets it."""
     from shared.core.errors import Conflict, NotFound
 
     try:
-        record = _service(select(target, stack, state_dir, region).settings).resume(broadcast_id)
+        record = _service(target).resume(broadcast_id)
     except (NotFound, Conflict) as exc:
         _fail(str(exc), 1)
         return

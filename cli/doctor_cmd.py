@@ -3,30 +3,32 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import REGION, STACK, STATE_DIR, TARGET, errors_to_exit, select
+from cli.target import errors_to_exit, targeted
+
+if TYPE_CHECKING:
+    from ops.targets import Target
 
 console = Console()
 STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
 
 
+@targeted
 def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """Check a deployment's health: each check passes or fails with a hint; exit 1 when one fails."""
     from ops import doctor as checks
 
     with errors_to_exit():
-        report = checks.run(select(target, stack, state_dir, region))
+        report = checks.run(target)
     if as_json:
         typer.echo(json.dumps(report.public(), indent=2))
     else:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.stats_cmd import tables
-from cli.target import REGION, STACK, STATE_DIR, TARGET
+from cli.target import targeted
+
+if TYPE_CHECKING:
+    from ops.targets import Target
 
 console = Console()
 app = typer.Typer(help="A subscriber's event timeline.")
@@ -31,25 +32,23 @@ def _detail(item: dict[str, Any]) -> str:
 
 
 @app.command()
+@targeted
 def events(
     email: str = typer.Argument(..., help="The subscriber's address."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Every event of one subscriber, oldest first."""
     import json
 
     from shared.core.models import normalise_email
-    from shared.store.subscribers import SubscriberStore
 
     try:
         address = normalise_email(email)
     except ValueError as exc:
         raise typer.BadParameter(f"email: {exc}") from None
-    store = SubscriberStore(*tables(target, stack, state_dir, region))
+    store = target.subscriber_store()
     items = store.list_events(address)
     if as_json:
         console.print_json(json.dumps(items, default=str))

@@ -3,33 +3,36 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import REGION, STACK, STATE_DIR, TARGET, errors_to_exit, select
+from cli.target import errors_to_exit, targeted
+
+if TYPE_CHECKING:
+    from ops.targets import Target
 
 app = typer.Typer(help="Sequence executions (Step Functions).", no_args_is_help=True)
 console = Console()
 
 
 @app.command()
+@targeted
 def failed(
     sequence: str | None = typer.Option(None, help="Only this sequence."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines, newest first."""
     from ops.admin import failed_executions
 
     with errors_to_exit():
-        resolved = select(target, stack, state_dir, region)
-        found = failed_executions(sequence, arn_prefix=resolved.settings.state_machine_arn_prefix)
+        found = failed_executions(
+            sequence, arn_prefix=target.settings.state_machine_arn_prefix, aws=target.aws
+        )
     if as_json:
         typer.echo(json.dumps([f.public() for f in found], indent=2))
         return

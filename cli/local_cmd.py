@@ -44,9 +44,7 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
     from cli.local import read_state
     from cli.local import ses_events as ev
-    from cli.target import select
-    from ops.targets import LOCAL
-    from shared.core.aws import client
+    from cli.target import local
 
     state = read_state(state_dir)
     message = find_message(Path(state["outbox"]), target)
@@ -60,15 +58,15 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
         record = ev.bounce_event(mail, recipients)
     else:
         record = ev.complaint_event(mail, recipients)
-    select(LOCAL, None, state_dir)  # points the AWS clients at the running runtime
+    runtime = local(state_dir)  # the running runtime, and clients that reach it
     configuration_set = message.get("configuration_set")
     if not configuration_set:
         raise typer.BadParameter("the message was sent without a configuration set: SES publishes no events")
-    destinations = client("sesv2").get_configuration_set_event_destinations(
+    destinations = runtime.client("sesv2").get_configuration_set_event_destinations(
         ConfigurationSetName=configuration_set
     )
     kind_name = ev.destination_event_type(record)
-    sns = client("sns")
+    sns = runtime.client("sns")
     topics = []
     for destination in destinations["EventDestinations"]:
         topic = (destination.get("SnsDestination") or {}).get("TopicArn")

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cli.target import REGION, STACK, STATE_DIR, TARGET, select
+from cli.target import targeted
+
+if TYPE_CHECKING:
+    from ops.targets import Target
 
 
-def mcp(
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
-) -> None:
+@targeted
+def mcp(*, target: Target) -> None:
     """Serve mailstep's operations as MCP tools on stdin/stdout (an assistant starts this)."""
     from cli.mcp_server import serve
 
-    serve(select(target, stack, state_dir, region))
+    serve(target)

@@ -42,7 +42,6 @@ from shared.engagement.suppression import Suppressions
 from shared.sending.rendering import TEMPLATES_DIR, Renderer
 from shared.sequences import SEQUENCES_DIR
 from shared.store.stats import StatsStore
-from shared.store.subscribers import SubscriberStore
 
 INSTRUCTIONS = """mailstep: self-hosted email (subscribers, sequences, engagement) on AWS.
 Tools read and change the live data of one deployment ({label}). Emails are normalised
@@ -77,10 +76,10 @@ def _plain(value: Any) -> Any:
 def build_server(
     target: Target, *, sequences_dir: Path = SEQUENCES_DIR, templates_dir: Path = TEMPLATES_DIR
 ) -> MCPServer:
-    settings = target.settings
-    store = SubscriberStore(settings.table_name, settings.events_table_name)
-    admin = SubscriberAdmin.from_settings(settings)
-    stats_store = StatsStore(settings.table_name, settings.events_table_name)
+    settings = target.settings  # every adapter below uses the target's clients
+    admin = SubscriberAdmin.of(target)
+    store = admin.store
+    stats_store = target.stats_store()
     suppressions = Suppressions(store, admin.engine)
     server = MCPServer("mailstep", instructions=INSTRUCTIONS.format(label=target.label), version="0.1.0")
 
@@ -174,7 +173,10 @@ def build_server(
     def failed_sequence_executions(sequence_id: str | None = None) -> list[dict[str, Any]]:
         """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines, newest first."""
         return [
-            f.public() for f in failed_executions(sequence_id, arn_prefix=settings.state_machine_arn_prefix)
+            f.public()
+            for f in failed_executions(
+                sequence_id, arn_prefix=settings.state_machine_arn_prefix, aws=target.aws
+            )
         ]
 
     # ----- events and stats ----------------------------------------------------------------
@@ -263,7 +265,7 @@ def build_server(
     def broadcasts() -> Any:
         from ops.broadcasts import Broadcasts
 
-        return Broadcasts.from_settings(settings)
+        return Broadcasts.from_settings(settings, target.aws)
 
     def broadcast_request(
         template: str,

@@ -85,16 +85,13 @@ def received_notification(reply: EmailMessage, topic_arn: str, message_id: str) 
 def publish_reply(state_dir: Path, target: str, body: str) -> dict[str, Any]:
     from cli.local import read_state
     from cli.local.ses_events import feedback_id
-    from cli.target import select
-    from ops.targets import LOCAL
+    from cli.target import local
     from shared.core import specs
-    from shared.core.aws import client
 
     state = read_state(state_dir)
     message = find_message(Path(state["outbox"]), target)
     eml = Path(state["outbox"]) / f"{message['message_id']}.eml"
-    select(LOCAL, None, state_dir)  # points the AWS clients at the running runtime
-    sns = client("sns")
+    sns = local(state_dir).client("sns")  # the running runtime's
     topics = [t["TopicArn"] for t in sns.list_topics()["Topics"]]
     topic = next((t for t in topics if t.rsplit(":", 1)[-1] == specs.INBOUND_TOPIC.local_name), None)
     if topic is None:

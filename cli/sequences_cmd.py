@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from cli.target import REGION, STACK, STATE_DIR, TARGET, errors_to_exit, select
+from cli.target import errors_to_exit, targeted
 from shared.sequences import SEQUENCES_DIR
+
+if TYPE_CHECKING:
+    from ops.targets import Target
 
 console = Console()
 app = typer.Typer(
@@ -135,26 +139,23 @@ def step_tree(sequence) -> Tree:  # type: ignore[no-untyped-def]
 
 
 @app.command("subscribers")
+@targeted
 def subscribers(
     sequence_id: str = typer.Argument(..., help="The sequence id."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Subscribers with an active execution of the sequence (its EXEC pairs)."""
     from shared.core.models import validate_name
-    from shared.store.subscribers import SubscriberStore
 
-    chosen = select(target, stack, state_dir, region)
     with errors_to_exit():
         try:
             validate_name(sequence_id, "sequence id")
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
-        store = SubscriberStore(chosen.settings.table_name, chosen.settings.events_table_name)
+        store = target.subscriber_store()
         members = store.sequence_members(sequence_id)
-        table = Table(title=f"Active in {sequence_id} ({len(members)}) - {chosen.label}")
+        table = Table(title=f"Active in {sequence_id} ({len(members)}) - {target.label}")
         for column in ("email", "started", "execution"):
             table.add_column(column)
         for email in members:
@@ -165,22 +166,13 @@ def subscribers(
 
 
 @app.command("reconcile")
+@targeted
 def reconcile(
     sequence_id: str = typer.Argument(..., help="The sequence id."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Remove EXEC pairs whose execution is no longer running (a crash between steps)."""
-    from shared.sequences.engine import SequenceEngine
-    from shared.sequences.validate import Catalog
-    from shared.store.subscribers import SubscriberStore
-
-    chosen = select(target, stack, state_dir, region)
     with errors_to_exit():
-        settings = chosen.settings
-        store = SubscriberStore(settings.table_name, settings.events_table_name)
-        engine = SequenceEngine(catalog=Catalog(), arn_prefix=settings.state_machine_arn_prefix, store=store)
-        removed = engine.reconcile(sequence_id)
+        removed = target.sequence_engine().reconcile(sequence_id)
         console.print(f"{removed} stale pair(s) removed from {sequence_id}")

@@ -1,29 +1,25 @@
 """``mailstep stats``: sent, delivered, opened, clicked, bounced, complained, unsubscribed.
 
 Works against the running local runtime (``--state-dir``, the default) or a deployed stack
-(``--stack``). The numbers come from ``shared.store.stats``; this module only formats them.
+(``--stack``): the options of ``cli.target.targeted``. The numbers come from
+``shared.store.stats``; this module only formats them.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import REGION, STACK, STATE_DIR, TARGET, select
+from cli.target import targeted
+
+if TYPE_CHECKING:
+    from ops.targets import Target
 
 console = Console()
 app = typer.Typer(help="Engagement statistics per sequence, broadcast or template.")
-
-
-def tables(target: str | None, stack: str | None, state_dir: Path, region: str | None) -> tuple[str, str]:
-    """(main table, events table) of the selected target (cli/target.py); points the AWS
-    clients at it."""
-    settings = select(target, stack, state_dir, region).settings
-    return settings.table_name, settings.events_table_name
 
 
 def _percent(rate: float | None) -> str:
@@ -42,26 +38,25 @@ def counters_table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 
 @app.command()
+@targeted
 def stats(
     sequence: str | None = typer.Option(None, help="A sequence id."),
     broadcast: str | None = typer.Option(None, help="A broadcast id."),
     template: str | None = typer.Option(None, help="A template key, e.g. onboarding/welcome."),
     since: str | None = typer.Option(None, help="Only events from this date on (2026-01-31)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Engagement totals, unique opens/clicks and rates; every source when none is named."""
     import json
 
-    from shared.store.stats import StatsStore, report
+    from shared.store.stats import report
 
     chosen = [v for v in (sequence, broadcast, template) if v]
     if len(chosen) > 1:
         raise typer.BadParameter("name at most one of --sequence, --broadcast, --template")
-    store = StatsStore(*tables(target, stack, state_dir, region))
+    store = target.stats_store()
     source = sequence or broadcast
     if not chosen:
         if since:

@@ -1,7 +1,7 @@
 """``mailstep subscribers ...``: look up, change, erase, import and export subscribers.
 
 Parsing and formatting only: the logic is ``ops.admin`` and ``ops.csv_io``. Every
-command takes the target options of ``cli.target`` (local runtime or ``--stack NAME``).
+command takes the target options of ``cli.target.targeted`` (local runtime or ``--stack NAME``).
 """
 
 from __future__ import annotations
@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli.target import REGION, STACK, STATE_DIR, TARGET, errors_to_exit, select
+from cli.target import errors_to_exit, targeted
+
+if TYPE_CHECKING:
+    from ops.admin import SubscriberAdmin
+    from ops.targets import Target
 
 app = typer.Typer(
     help="Subscribers: get, list, update, unsubscribe, resubscribe, delete, import, export.",
@@ -29,10 +33,10 @@ EMAIL = typer.Argument(..., help="The subscriber's address.")
 AS_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
-def _admin(target: str | None, stack: str | None, state_dir: Path, region: str | None) -> Any:
+def _admin(target: Target) -> SubscriberAdmin:
     from ops.admin import SubscriberAdmin
 
-    return SubscriberAdmin.from_settings(select(target, stack, state_dir, region).settings)
+    return SubscriberAdmin.of(target)
 
 
 def _print_json(data: Any) -> None:
@@ -56,17 +60,16 @@ def _profile_table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 
 @app.command()
+@targeted
 def get(
     email: str = EMAIL,
     as_json: bool = AS_JSON,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """One subscriber: profile, active sequences and suppression."""
     with errors_to_exit():
-        detail = _admin(target, stack, state_dir, region).get(email).public()
+        detail = _admin(target).get(email).public()
     if as_json:
         _print_json(detail)
         return
@@ -89,22 +92,19 @@ def get(
 
 
 @app.command("list")
+@targeted
 def list_(
     tag: str | None = typer.Option(None, help="Only subscribers with this tag."),
     status: str | None = typer.Option(None, help="subscribed | unsubscribed"),
     limit: int = typer.Option(50, help="Subscribers per page (1-1000)."),
     cursor: str | None = typer.Option(None, help="The cursor printed by the previous page."),
     as_json: bool = AS_JSON,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """One page of subscribers; prints the cursor of the next page when there is one."""
     with errors_to_exit():
-        page = _admin(target, stack, state_dir, region).list(
-            tag=tag, status=status, limit=limit, cursor=cursor
-        )
+        page = _admin(target).list(tag=tag, status=status, limit=limit, cursor=cursor)
     data = page.public()
     if as_json:
         _print_json(data)
@@ -115,23 +115,22 @@ def list_(
 
 
 @app.command()
+@targeted
 def update(
     email: str = EMAIL,
     tag: list[str] = typer.Option([], "--tag", help="+name adds, -name removes (repeatable)."),
     attr: list[str] = typer.Option([], "--attr", help="key=value sets, key= deletes (repeatable)."),
     first_name: str | None = typer.Option(None, "--first-name", help="Replace the first name."),
     as_json: bool = AS_JSON,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """Change an existing subscriber's tags, attributes or first name."""
     from ops.admin import parse_update
 
     with errors_to_exit():
         change = parse_update(tag, attr, first_name)
-        result = _admin(target, stack, state_dir, region).update(email, change)
+        result = _admin(target).update(email, change)
     _written(result, as_json, "updated")
 
 
@@ -152,17 +151,15 @@ def _simple(verb: str, method: str, doc: str) -> None:
     def command(
         email: str = EMAIL,
         as_json: bool = AS_JSON,
-        target: str | None = TARGET,
-        stack: str | None = STACK,
-        state_dir: Path = STATE_DIR,
-        region: str | None = REGION,
+        *,
+        target: Target,
     ) -> None:
         with errors_to_exit():
-            result = getattr(_admin(target, stack, state_dir, region), method)(email)
+            result = getattr(_admin(target), method)(email)
         _written(result, as_json, verb)
 
     command.__doc__ = doc
-    app.command(method)(command)
+    app.command(method)(targeted(command))
 
 
 _simple(
@@ -174,20 +171,19 @@ _simple(
 
 
 @app.command()
+@targeted
 def delete(
     email: str = EMAIL,
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     as_json: bool = AS_JSON,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """Erase a subscriber (GDPR): every item in both tables, partners included."""
     if not yes:
         typer.confirm(f"Erase {email} and all their data?", abort=True)
     with errors_to_exit():
-        result = _admin(target, stack, state_dir, region).delete(email)
+        result = _admin(target).delete(email)
     if as_json:
         _print_json(result.public())
         return
@@ -198,6 +194,7 @@ def delete(
 
 
 @app.command("import")
+@targeted
 def import_(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV file with a header row."),
     tag: list[str] = typer.Option(
@@ -213,25 +210,24 @@ def import_(
     restart: bool = typer.Option(False, "--restart", help="Ignore a checkpoint of an interrupted run."),
     sequences_dir: Path = typer.Option(Path("sequences"), help="Sequence definitions (with --trigger)."),
     as_json: bool = AS_JSON,
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """Import subscribers from CSV: streamed, validated, idempotent, resumable."""
     from ops.admin import tag_arg
     from ops.csv_io import SequenceTrigger, checkpoint_path, import_csv
-    from shared.store.subscribers import SubscriberStore
+    from shared.sequences.sfn import StepFunctions
 
     with errors_to_exit():
         tags = tuple(tag_arg(t) for t in tag)
-        chosen = select(target, stack, state_dir, region)
-        settings = chosen.settings
+        sfn = StepFunctions(target.client("stepfunctions"))
         # moto's DynamoDB (the local runtime) is not safe for concurrent transactions.
-        workers = workers or (1 if chosen.kind == "local" else 8)
-        store = SubscriberStore(settings.table_name, settings.events_table_name)
+        workers = workers or (1 if target.kind == "local" else 8)
+        store = target.subscriber_store()
         starter = (
-            SequenceTrigger.load(store, settings.state_machine_arn_prefix, sequences_dir) if trigger else None
+            SequenceTrigger.load(store, target.settings.state_machine_arn_prefix, sequences_dir, sfn)
+            if trigger
+            else None
         )
         checkpoint = checkpoint_path(file)
         if restart and checkpoint.exists():
@@ -287,17 +283,16 @@ def _import_summary(report: Any) -> None:
 
 
 @app.command()
+@targeted
 def export(
     tag: str | None = typer.Option(None, help="Only subscribers with this tag."),
     status: str | None = typer.Option(None, help="subscribed | unsubscribed"),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    state_dir: Path = STATE_DIR,
-    region: str | None = REGION,
+    *,
+    target: Target,
 ) -> None:
     """Write subscribers as CSV to stdout (streamed): `mailstep subscribers export > list.csv`."""
     from ops.csv_io import export_csv
 
     with errors_to_exit():
-        count = export_csv(_admin(target, stack, state_dir, region), sys.stdout, tag=tag, status=status)
+        count = export_csv(_admin(target), sys.stdout, tag=tag, status=status)
     err.print(f"exported {count} subscribers")

@@ -2,38 +2,39 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.stats_cmd import tables
-from cli.target import REGION, STACK, STATE_DIR, TARGET
+from cli.target import targeted
+
+if TYPE_CHECKING:
+    from ops.targets import Target
+    from shared.engagement.suppression import Suppressions
 
 console = Console()
 app = typer.Typer(help="Suppressed addresses (permanent bounces, complaints).", no_args_is_help=True)
 
 
-def _suppressions(target: str | None, stack: str | None, state_dir: Path, region: str | None):  # type: ignore[no-untyped-def]
+def _suppressions(target: Target) -> Suppressions:
     from shared.engagement.suppression import Suppressions
-    from shared.store.subscribers import SubscriberStore
 
-    return Suppressions(SubscriberStore(*tables(target, stack, state_dir, region)))
+    return Suppressions(target.subscriber_store())
 
 
 @app.command("list")
+@targeted
 def list_(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Every suppressed address with its reason."""
     import json
 
-    found = _suppressions(target, stack, state_dir, region).list()
+    found = _suppressions(target).list()
     if as_json:
         console.print_json(json.dumps([s.public() for s in found]))
         return
@@ -46,12 +47,11 @@ def list_(
 
 
 @app.command()
+@targeted
 def remove(
     email: str = typer.Argument(..., help="The address to allow mail to again."),
-    target: str | None = TARGET,
-    stack: str | None = STACK,
-    region: str | None = REGION,
-    state_dir: Path = STATE_DIR,
+    *,
+    target: Target,
 ) -> None:
     """Lift a suppression (the profile may be mailed again)."""
     from shared.core.models import normalise_email
@@ -60,7 +60,7 @@ def remove(
         address = normalise_email(email)
     except ValueError as exc:
         raise typer.BadParameter(f"email: {exc}") from None
-    if _suppressions(target, stack, state_dir, region).remove(address):
+    if _suppressions(target).remove(address):
         console.print(f"{address} is no longer suppressed")
     else:
         console.print(f"{address} was not suppressed")

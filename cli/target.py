@@ -11,21 +11,28 @@ Rules: ``--target local`` uses the local runtime (an error when none is running)
 ``AWS_REGION``) and endpoint (``AWS_ENDPOINT_URL`` when set); with neither, the local runtime
 is used when one is running, otherwise the command stops and says how to choose.
 
-Both end in ``ops.targets.stack_target``: the local runtime registers itself in its
-emulated CloudFormation as the stack ``Mailstep`` (``cli.local.cfn_stack``), so choosing it
-only points the AWS clients at its endpoint first. This module is the only one of the CLI
-that writes ``os.environ`` (where boto3 reads endpoint, region and credentials).
+A command gets the four options by the :func:`targeted` decorator, which declares them once
+for every command (they stay options of the command itself: ``mailstep subscribers list
+--stack Mailstep``, which a group callback could not accept) and hands the command the
+resolved :class:`ops.targets.Target` as its ``target`` parameter: the settings and the
+configured clients (``shared.core.aws.ClientFactory``) of that deployment, which the command
+passes on to ``ops`` and to the adapters. Both kinds end in ``ops.targets.stack_target``: the
+local runtime registers itself in its emulated CloudFormation as the stack ``Mailstep``
+(``cli.local.cfn_stack``), so choosing it only means clients aimed at its endpoint.
+The process environment is read (``AWS_REGION``, ``AWS_ENDPOINT_URL``), never written.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlparse
 
 import typer
@@ -35,11 +42,24 @@ from cli.dev_cmd import DEFAULT_STATE_DIR
 if TYPE_CHECKING:
     from ops.targets import Target
 
-TARGET = typer.Option(None, "--target", help="local | stack (default: local when `mailstep dev` runs).")
-STACK = typer.Option(None, "--stack", envvar="MAILSTEP_STACK", help="Name of a deployed stack.")
-REGION = typer.Option(None, "--region", help="AWS region of the stack (default: AWS_REGION).")
-STATE_DIR = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="State folder of the running `mailstep dev`.")
+TargetKind = Annotated[
+    str | None, typer.Option("--target", help="local | stack (default: local when `mailstep dev` runs).")
+]
+StackName = Annotated[
+    str | None, typer.Option("--stack", envvar="MAILSTEP_STACK", help="Name of a deployed stack.")
+]
+Region = Annotated[
+    str | None, typer.Option("--region", help="AWS region of the stack (default: AWS_REGION).")
+]
+StateDir = Annotated[Path, typer.Option("--state-dir", help="State folder of the running `mailstep dev`.")]
 STATE_FILE = "runtime.json"  # written by cli.local.runtime (LocalRuntime._write_state)
+# The options :func:`targeted` adds to a command: (parameter, annotation, default).
+TARGET_OPTIONS = (
+    ("target_kind", TargetKind, None),
+    ("stack", StackName, None),
+    ("state_dir", StateDir, DEFAULT_STATE_DIR),
+    ("region", Region, None),
+)
 
 
 class TargetError(Exception):
@@ -63,20 +83,6 @@ def local_state(state_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def _point_at_local(state: dict[str, Any]) -> None:
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": str(state["endpoint"]),
-            "AWS_DEFAULT_REGION": str(state["region"]),
-            "AWS_REGION": str(state["region"]),
-            "AWS_ACCESS_KEY_ID": "mailstep-local",
-            "AWS_SECRET_ACCESS_KEY": "mailstep-local",
-        }
-    )
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        os.environ.pop(name, None)
-
-
 def quiet_logs() -> None:
     """The structured logs go to stderr (stdout carries command output: JSON, CSV, the MCP
     protocol), at WARNING unless POWERTOOLS_LOG_LEVEL asks for more."""
@@ -93,12 +99,12 @@ def quiet_logs() -> None:
 
 
 def resolve(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
-    """Resolve the options to a ``ops.targets.Target`` and point the AWS clients at it."""
+    """Resolve the options to a ``ops.targets.Target`` with clients that reach it."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from ops import targets
     from shared.core import specs
-    from shared.core.aws import reset_clients
+    from shared.core.aws import AwsConfig, ClientFactory
 
     quiet_logs()
     if target not in (None, targets.LOCAL, targets.STACK):
@@ -110,19 +116,18 @@ def resolve(target: str | None, stack: str | None, state_dir: Path, region: str 
         if state is None:
             hint = "start `mailstep dev`, or choose a deployed stack with --stack NAME (or MAILSTEP_STACK)"
             raise TargetError(f"no running local runtime in {state_dir}: {hint}")
-        _point_at_local(state)
         region = str(state["region"])
+        aws = ClientFactory(AwsConfig.emulated(str(state["endpoint"]), region))
     else:
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if not region:
             raise TargetError("no AWS region: pass --region or set AWS_REGION")
-        os.environ["AWS_REGION"] = os.environ["AWS_DEFAULT_REGION"] = region
-    reset_clients()
+        aws = ClientFactory(AwsConfig(region=region))  # credentials and endpoint: boto3's usual lookup
     name = specs.STACK_NAME if local else stack or specs.STACK_NAME
     try:
         if local:
-            return targets.local_target(str(state_dir), region)
-        return targets.stack_target(name, region)
+            return targets.local_target(str(state_dir), region, aws)
+        return targets.stack_target(name, region, aws)
     except targets.StackNotFound as exc:
         if local:
             raise TargetError(
@@ -144,6 +149,46 @@ def select(target: str | None, stack: str | None, state_dir: Path, region: str |
     except (TargetError, MailstepError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def local(state_dir: Path) -> Target:
+    """The running local runtime in ``state_dir`` (``mailstep local ...``), or exit 2."""
+    from ops.targets import LOCAL
+
+    return select(LOCAL, None, state_dir)
+
+
+def targeted(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a typer command the target options (``--target``, ``--stack``, ``--state-dir``,
+    ``--region``); the command declares ``target: Target`` and receives the resolved target.
+
+        @app.command()
+        @targeted
+        def get(email: str = EMAIL, *, target: Target) -> None: ...
+
+    Typer builds the command from the signature this returns: the command's own parameters
+    (``target`` left out) followed by the four options.
+    """
+    # (``Target`` is imported for type checking only: ops loads when a command runs)
+    signature = inspect.signature(command, locals={"Target": Any}, eval_str=True)
+    if "target" not in signature.parameters:
+        raise TypeError(f"{command.__name__} needs a `target: Target` parameter")
+    own = [p for p in signature.parameters.values() if p.name != "target"]
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        for name, annotation, default in TARGET_OPTIONS
+    ]
+
+    @functools.wraps(command)
+    def run(
+        *, target_kind: str | None, stack: str | None, state_dir: Path, region: str | None, **params: Any
+    ) -> None:
+        command(**params, target=select(target_kind, stack, state_dir, region))
+
+    run.__signature__ = signature.replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in [*own, *options]} | {"return": None}
+    del run.__wrapped__  # typer reads the signature above, not the command's
+    return run
 
 
 @contextmanager

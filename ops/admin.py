@@ -19,10 +19,11 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError as PydanticValidationError
 
+from shared.core.aws import ClientFactory
 from shared.core.errors import FieldProblem, InvalidInput, NotFound, SubscriberNotFound
 from shared.core.models import (
     SUBSCRIBED,
@@ -40,6 +41,9 @@ from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import Catalog
 from shared.store.subscribers import Change, EraseReport, Execution, Profile, SubscriberStore
+
+if TYPE_CHECKING:
+    from ops.targets import Target
 
 STATUSES = (SUBSCRIBED, UNSUBSCRIBED)
 MAX_PAGE = 1000
@@ -243,10 +247,23 @@ class SubscriberAdmin:
         self.suppressions = Suppressions(store, self.engine)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SubscriberAdmin:
-        store = SubscriberStore(settings.table_name, settings.events_table_name)
-        engine = SequenceEngine(catalog=Catalog(), arn_prefix=settings.state_machine_arn_prefix, store=store)
+    def from_settings(cls, settings: Settings, aws: ClientFactory | None = None) -> SubscriberAdmin:
+        """Wired to ``settings`` through ``aws`` (by default the environment's clients)."""
+        aws = aws or ClientFactory()
+        store = SubscriberStore(
+            settings.table_name, settings.events_table_name, client=aws.client("dynamodb")
+        )
+        engine = SequenceEngine(
+            catalog=Catalog(),
+            arn_prefix=settings.state_machine_arn_prefix,
+            store=store,
+            sfn=StepFunctions(aws.client("stepfunctions")),
+        )
         return cls(store, engine)
+
+    @classmethod
+    def of(cls, target: Target) -> SubscriberAdmin:
+        return cls.from_settings(target.settings, target.aws)
 
     # ----- reads ---------------------------------------------------------------------------
     def get(self, email: str) -> SubscriberDetail:
@@ -379,15 +396,19 @@ class FailedExecution:
 
 
 def failed_executions(
-    sequence: str | None = None, sfn: StepFunctions | None = None, arn_prefix: str = ""
+    sequence: str | None = None,
+    sfn: StepFunctions | None = None,
+    arn_prefix: str = "",
+    aws: ClientFactory | None = None,
 ) -> list[FailedExecution]:
     """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines (named after
     the target's ``state_machine_arn_prefix`` + sequence id), newest first; one sequence with
-    ``sequence``."""
+    ``sequence``. ``aws``: the target's clients (by default the environment's)."""
     from ops.targets import sequence_state_machines
 
-    sfn = sfn or StepFunctions()
-    machines = sequence_state_machines(arn_prefix)
+    aws = aws or ClientFactory()
+    sfn = sfn or StepFunctions(aws.client("stepfunctions"))
+    machines = sequence_state_machines(arn_prefix, aws)
     if sequence is not None:
         try:
             sequence = validate_name(sequence, "sequence id")

@@ -14,10 +14,12 @@ from shared.broadcasts.fanout import BroadcastQueues, first_page, resolve_body
 from shared.broadcasts.model import ACTIVE, CANCELLED, FAILED, SCHEDULED, Broadcast, BroadcastRequest
 from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.schedule import Scheduler
+from shared.core.aws import ClientFactory
 from shared.core.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from shared.core.settings import Settings
 from shared.sending.rate import read_quota, share_of
 from shared.sending.rendering import Renderer, renderer
+from shared.sequences.sfn import StepFunctions
 from shared.store.stats import StatsStore
 
 SAMPLE = 5
@@ -45,18 +47,24 @@ class Broadcasts:
     templates: Renderer = field(default_factory=renderer)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Broadcasts:
+    def from_settings(cls, settings: Settings, aws: ClientFactory | None = None) -> Broadcasts:
+        """Wired to ``settings`` through ``aws`` (by default the environment's clients)."""
+        aws = aws or ClientFactory()
+        ddb = aws.client("dynamodb")
+        schedule = settings.broadcast_schedule_arn
         return cls(
-            records=BroadcastStore(settings.table_name),
-            resolver=AudienceResolver(settings.table_name),
-            queues=BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url),
+            records=BroadcastStore(settings.table_name, client=ddb),
+            resolver=AudienceResolver(settings.table_name, client=ddb),
+            queues=BroadcastQueues(
+                settings.broadcast_queue_url, settings.broadcast_control_queue_url, client=aws.client("sqs")
+            ),
             send_rate=lambda: share_of(
-                read_quota().max_send_rate,
+                read_quota(aws.client("sesv2")).max_send_rate,
                 cap=settings.broadcast_max_send_rate,
                 share=settings.broadcast_rate_share,
             ),
-            stats=StatsStore(settings.table_name, settings.events_table_name),
-            scheduler=Scheduler(settings.broadcast_schedule_arn) if settings.broadcast_schedule_arn else None,
+            stats=StatsStore(settings.table_name, settings.events_table_name, client=ddb),
+            scheduler=Scheduler(schedule, StepFunctions(aws.client("stepfunctions"))) if schedule else None,
         )
 
     # ----- preview and send ---------------------------------------------------------------------

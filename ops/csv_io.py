@@ -48,6 +48,7 @@ from shared.core.errors import FieldProblem, InvalidInput
 from shared.core.models import SUBSCRIBE_EVENT, SUBSCRIBED, UNSUBSCRIBED, InboundEvent, problems_from
 from shared.core.observability import logger
 from shared.sequences.engine import SequenceEngine
+from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import Catalog
 from shared.store.subscribers import Profile, SubscriberStore
 
@@ -217,11 +218,16 @@ class SequenceTrigger:
         self.sequences = engine.catalog.by_trigger(SUBSCRIBE_EVENT)
 
     @classmethod
-    def load(cls, store: SubscriberStore, arn_prefix: str, sequences_dir: Path) -> SequenceTrigger:
+    def load(
+        cls, store: SubscriberStore, arn_prefix: str, sequences_dir: Path, sfn: StepFunctions | None = None
+    ) -> SequenceTrigger:
         from shared.sequences.validate import require_catalog
 
         catalog: Catalog = require_catalog(sequences_dir)
-        return cls(SequenceEngine(catalog=catalog, arn_prefix=arn_prefix, store=store))
+        engine = SequenceEngine(
+            catalog=catalog, arn_prefix=arn_prefix, store=store, sfn=sfn or StepFunctions()
+        )
+        return cls(engine)
 
     def __call__(self, profile: Profile) -> int:
         event_id = "import-" + hashlib.sha256(profile.email.encode()).hexdigest()[:32]

@@ -26,7 +26,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ops.targets import LOCAL, Target
-from shared.core.aws import client as aws_client
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 REQUIRED_EVENTS = ("BOUNCE", "COMPLAINT", "DELIVERY")
@@ -64,18 +63,18 @@ def sender_of(target: Target) -> str:
     from shared.core.specs import ENV
 
     for function in target.resources.get("functions", ()):
-        env = aws_client("lambda").get_function_configuration(FunctionName=function).get("Environment", {})
+        env = target.client("lambda").get_function_configuration(FunctionName=function).get("Environment", {})
         value = env.get("Variables", {}).get(ENV["default_from"])
         if value:
             return str(value)
     return target.settings.default_from
 
 
-def _identity(sender: str) -> tuple[str, dict[str, Any] | None]:
+def _identity(target: Target, sender: str) -> tuple[str, dict[str, Any] | None]:
     """(identity name, GetEmailIdentity answer) for the sender's domain, else its address."""
     address = parseaddr(sender)[1]
     domain = address.rpartition("@")[2]
-    ses = aws_client("sesv2")
+    ses = target.client("sesv2")
     for name in (domain, address):
         if not name:
             continue
@@ -91,7 +90,7 @@ def check_identity(target: Target, sender: str) -> list[Check]:
     if target.kind == LOCAL:
         reason = "not emulated: the local SES accepts every sender"
         return [Check("ses-identity", SKIP, reason), Check("ses-dkim", SKIP, reason)]
-    name, identity = _identity(sender)
+    name, identity = _identity(target, sender)
     if identity is None:
         hint = f"create and verify the identity: aws sesv2 create-email-identity --email-identity {name}"
         return [
@@ -121,8 +120,8 @@ def check_identity(target: Target, sender: str) -> list[Check]:
     return checks
 
 
-def check_account() -> list[Check]:
-    account = aws_client("sesv2").get_account()
+def check_account(target: Target) -> list[Check]:
+    account = target.client("sesv2").get_account()
     checks = []
     production = bool(account.get("ProductionAccessEnabled"))
     enabled = bool(account.get("SendingEnabled", True))
@@ -160,10 +159,10 @@ def check_account() -> list[Check]:
     return checks
 
 
-def check_configuration_sets(names: tuple[str, ...]) -> Check:
+def check_configuration_sets(target: Target, names: tuple[str, ...]) -> Check:
     if not names:
         return Check("configuration-set", FAIL, "no configuration set found", "deploy the stack (cdk deploy)")
-    ses = aws_client("sesv2")
+    ses = target.client("sesv2")
     problems, fine = [], []
     for name in names:
         try:
@@ -197,7 +196,7 @@ def check_alarms(target: Target) -> Check:
         return Check(
             "alarms", FAIL, "the stack has no CloudWatch alarms", "deploy a stack version with alarms"
         )
-    cloudwatch = aws_client("cloudwatch")
+    cloudwatch = target.client("cloudwatch")
     found: list[dict[str, Any]] = []
     for start in range(0, len(names), 100):
         paginator = cloudwatch.get_paginator("describe_alarms")
@@ -212,9 +211,9 @@ def check_alarms(target: Target) -> Check:
     return Check("alarms", PASS, f"{len(found)} alarms, none in ALARM")
 
 
-def dead_letter_queues(queue_urls: tuple[str, ...]) -> dict[str, str]:
+def dead_letter_queues(target: Target, queue_urls: tuple[str, ...]) -> dict[str, str]:
     """DLQ ARN -> its URL, for every queue with a redrive policy."""
-    sqs = aws_client("sqs")
+    sqs = target.client("sqs")
     by_arn: dict[str, str] = {}
     targets: set[str] = set()
     for url in queue_urls:
@@ -227,11 +226,11 @@ def dead_letter_queues(queue_urls: tuple[str, ...]) -> dict[str, str]:
     return {arn: by_arn[arn] for arn in sorted(targets) if arn in by_arn}
 
 
-def check_dlqs(queue_urls: tuple[str, ...]) -> Check:
-    dlqs = dead_letter_queues(queue_urls)
+def check_dlqs(target: Target, queue_urls: tuple[str, ...]) -> Check:
+    dlqs = dead_letter_queues(target, queue_urls)
     if not dlqs:
         return Check("dlqs", FAIL, "no queue with a dead-letter queue found", "deploy the stack (cdk deploy)")
-    sqs = aws_client("sqs")
+    sqs = target.client("sqs")
     waiting = {}
     for arn, url in dlqs.items():
         attributes = sqs.get_queue_attributes(
@@ -266,11 +265,11 @@ def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
 def run(target: Target) -> Report:
     checks: list[Check] = []
     checks += _guard("ses-identity", lambda: check_identity(target, sender_of(target)))
-    checks += _guard("ses-account", check_account)
+    checks += _guard("ses-account", lambda: check_account(target))
     configuration_sets = tuple(target.resources.get("configuration_sets", ())) or (
         (target.settings.configuration_set,) if target.settings.configuration_set else ()
     )
-    checks += _guard("configuration-set", lambda: [check_configuration_sets(configuration_sets)])
+    checks += _guard("configuration-set", lambda: [check_configuration_sets(target, configuration_sets)])
     checks += _guard("alarms", lambda: [check_alarms(target)])
-    checks += _guard("dlqs", lambda: [check_dlqs(tuple(target.resources.get("queues", ())))])
+    checks += _guard("dlqs", lambda: [check_dlqs(target, tuple(target.resources.get("queues", ())))])
     return Report(target=target.label, checks=tuple(checks))

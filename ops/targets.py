@@ -9,19 +9,32 @@ DLQs, the SES configuration set, alarms, functions, state machines) for ``mailst
 The local runtime registers itself in its emulated CloudFormation as a stack named
 ``specs.STACK_NAME`` (``cli.local.cfn_stack``): :func:`local_target` is :func:`stack_target`
 against the runtime's endpoint, labelled as the local runtime.
+
+A :class:`Target` is a value: the settings, the resources and the configured clients
+(``shared.core.aws.ClientFactory``) of one deployment. Everything the operator commands do
+goes through the adapters it builds (:meth:`Target.subscriber_store`, :meth:`Target.send_context`...),
+so nothing depends on where ``os.environ`` points.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from shared.core import specs
-from shared.core.aws import client as aws_client
+from shared.core.aws import ClientFactory
 from shared.core.errors import InvalidInput, NotFound
 from shared.core.settings import Settings
+
+if TYPE_CHECKING:
+    from shared.sending.pipeline import SendContext
+    from shared.sequences.engine import SequenceEngine
+    from shared.store.stats import StatsStore
+    from shared.store.subscribers import SubscriberStore
 
 LOCAL, STACK = "local", "stack"
 
@@ -32,7 +45,8 @@ class StackNotFound(NotFound):
 
 @dataclass(frozen=True)
 class Target:
-    """A resolved target: its settings plus the resource names doctor and executions need."""
+    """A resolved target: its settings, the resource names doctor and executions need, and the
+    clients that reach it."""
 
     kind: str  # LOCAL | STACK
     name: str  # the stack name, or the local runtime's state folder
@@ -42,10 +56,67 @@ class Target:
     # Physical resources by kind: "queues" (URLs), "configuration_sets", "alarms" (names),
     # "state_machines" (ARNs), "functions" (names). Empty lists mean "none found".
     resources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    aws: ClientFactory = field(default_factory=ClientFactory, compare=False, repr=False)
 
     @property
     def label(self) -> str:
         return f"local runtime ({self.name})" if self.kind == LOCAL else f"stack {self.name} ({self.region})"
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of ``service`` for this target."""
+        return self.aws.client(service)
+
+    # ----- the shared adapters, wired to this target's settings and clients -------------------
+    def subscriber_store(self) -> SubscriberStore:
+        from shared.store.subscribers import SubscriberStore
+
+        settings = self.settings
+        return SubscriberStore(
+            settings.table_name, settings.events_table_name, client=self.client("dynamodb")
+        )
+
+    def stats_store(self) -> StatsStore:
+        from shared.store.stats import StatsStore
+
+        settings = self.settings
+        return StatsStore(settings.table_name, settings.events_table_name, client=self.client("dynamodb"))
+
+    def sequence_engine(
+        self, store: SubscriberStore | None = None, sequences_dir: Path | None = None
+    ) -> SequenceEngine:
+        """The sequence engine; with no ``sequences_dir`` it has no catalog (enough to stop and
+        reconcile: the EXEC pairs name the executions)."""
+        from shared.sequences.engine import SequenceEngine
+        from shared.sequences.sfn import StepFunctions
+        from shared.sequences.validate import Catalog, require_catalog
+
+        return SequenceEngine(
+            catalog=require_catalog(sequences_dir) if sequences_dir is not None else Catalog(),
+            arn_prefix=self.settings.state_machine_arn_prefix,
+            store=store or self.subscriber_store(),
+            sfn=StepFunctions(self.client("stepfunctions")),
+        )
+
+    def send_context(self) -> SendContext:
+        """What the send pipeline needs (``SendContext.from_settings``), on this target's clients."""
+        from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+        from shared.sending.pipeline import MailIdentity, SendContext
+        from shared.sending.sender import SesSender
+        from shared.store.send_log import SendLog
+
+        settings = self.settings
+        secrets = SecretsProvider(boto3_client=self.client("secretsmanager"))
+        return SendContext(
+            store=self.subscriber_store(),
+            log=SendLog(settings.table_name, client=self.client("dynamodb")),
+            ses=SesSender(settings.configuration_set, client=self.client("sesv2")),
+            identity=MailIdentity.from_settings(settings),
+            token_secret=lambda: str(secrets.get(settings.unsubscribe_secret)),
+            data_ttl_days=settings.data_ttl_days,
+            token_ttl_days=settings.unsubscribe_token_ttl_days,
+            lease_seconds=settings.send_claim_lease_seconds,
+        )
 
 
 def _settings_from(values: Mapping[str, str], origin: str) -> Settings:
@@ -55,10 +126,10 @@ def _settings_from(values: Mapping[str, str], origin: str) -> Settings:
     return Settings.model_validate(dict(values))
 
 
-def stack_outputs(stack_name: str) -> dict[str, str]:
+def stack_outputs(stack_name: str, aws: ClientFactory) -> dict[str, str]:
     """The raw CloudFormation outputs of ``stack_name`` (output key -> value)."""
     try:
-        stacks = aws_client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
+        stacks = aws.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "ValidationError":
             raise StackNotFound(f"stack {stack_name!r} not found in this account and region") from None
@@ -77,10 +148,10 @@ RESOURCE_TYPES = {
 }
 
 
-def stack_resources(stack_name: str) -> dict[str, tuple[str, ...]]:
+def stack_resources(stack_name: str, aws: ClientFactory) -> dict[str, tuple[str, ...]]:
     """Physical ids of the stack's queues, configuration sets, alarms, state machines and functions."""
     found: dict[str, list[str]] = {kind: [] for kind in RESOURCE_TYPES.values()}
-    cfn = aws_client("cloudformation")
+    cfn = aws.client("cloudformation")
     token: str | None = None
     while True:
         page = cfn.list_stack_resources(StackName=stack_name, **({"NextToken": token} if token else {}))
@@ -93,21 +164,23 @@ def stack_resources(stack_name: str) -> dict[str, tuple[str, ...]]:
             return {k: tuple(v) for k, v in found.items()}
 
 
-def state_machine_arn_prefix(region: str, stack_name: str = specs.STACK_NAME) -> str:
+def state_machine_arn_prefix(region: str, stack_name: str, aws: ClientFactory) -> str:
     """``arn:aws:states:<region>:<account>:stateMachine:<stack name>-seq-`` for stacks that
     predate the ``StateMachineArnPrefix`` output."""
-    account = aws_client("sts").get_caller_identity()["Account"]
+    account = aws.client("sts").get_caller_identity()["Account"]
     return f"arn:aws:states:{region}:{account}:stateMachine:{specs.state_machine_prefix(stack_name)}"
 
 
-def stack_target(stack_name: str, region: str) -> Target:
-    """The target of the stack named ``stack_name`` in the account and region of the clients."""
-    outputs = stack_outputs(stack_name)
+def stack_target(stack_name: str, region: str, aws: ClientFactory | None = None) -> Target:
+    """The target of the stack named ``stack_name`` in the account and region of the clients
+    (``aws``; by default the environment's)."""
+    aws = aws or ClientFactory()
+    outputs = stack_outputs(stack_name, aws)
     fields = specs.stack_outputs()
     values = {fields[k]: v for k, v in outputs.items() if k in fields}
     if not values.get("state_machine_arn_prefix"):
-        values["state_machine_arn_prefix"] = state_machine_arn_prefix(region, stack_name)
-    resources = stack_resources(stack_name)
+        values["state_machine_arn_prefix"] = state_machine_arn_prefix(region, stack_name, aws)
+    resources = stack_resources(stack_name, aws)
     if not values.get("configuration_set") and len(resources["configuration_sets"]) == 1:
         values["configuration_set"] = resources["configuration_sets"][0]  # what the senders name
     return Target(
@@ -117,13 +190,14 @@ def stack_target(stack_name: str, region: str) -> Target:
         settings=_settings_from(values, f"stack {stack_name!r}"),
         api_url=outputs.get(specs.API_URL_OUTPUT, ""),
         resources=resources,
+        aws=aws,
     )
 
 
-def local_target(state_dir: str, region: str) -> Target:
-    """The running local runtime (the clients point at its endpoint): the stack it registered
+def local_target(state_dir: str, region: str, aws: ClientFactory | None = None) -> Target:
+    """The running local runtime (``aws`` points at its endpoint): the stack it registered
     under ``specs.STACK_NAME``, labelled with its state folder."""
-    return replace(stack_target(specs.STACK_NAME, region), kind=LOCAL, name=state_dir)
+    return replace(stack_target(specs.STACK_NAME, region, aws), kind=LOCAL, name=state_dir)
 
 
 def state_machine_name_prefix(arn_prefix: str) -> str:
@@ -132,8 +206,8 @@ def state_machine_name_prefix(arn_prefix: str) -> str:
     return arn_prefix.rpartition(":stateMachine:")[2] if arn_prefix else specs.STATE_MACHINE_PREFIX
 
 
-def _state_machines(prefix: str) -> list[str]:
-    sfn = aws_client("stepfunctions")
+def _state_machines(prefix: str, aws: ClientFactory) -> list[str]:
+    sfn = aws.client("stepfunctions")
     found: list[str] = []
     token: str | None = None
     while True:
@@ -144,10 +218,11 @@ def _state_machines(prefix: str) -> list[str]:
             return found
 
 
-def sequence_state_machines(arn_prefix: str = "") -> dict[str, str]:
+def sequence_state_machines(arn_prefix: str = "", aws: ClientFactory | None = None) -> dict[str, str]:
     """Sequence id -> state machine ARN of the target's sequence machines, named
     ``<stack name>-seq-<id>``; ``arn_prefix`` is the target's ``settings.state_machine_arn_prefix``
     (listed live: sequences are deployed after the stack)."""
     prefix = state_machine_name_prefix(arn_prefix)
     marker = f":stateMachine:{prefix}"
-    return {arn.split(marker, 1)[1]: arn for arn in _state_machines(prefix) if marker in arn}
+    found = _state_machines(prefix, aws or ClientFactory())
+    return {arn.split(marker, 1)[1]: arn for arn in found if marker in arn}

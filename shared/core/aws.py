@@ -1,16 +1,25 @@
-"""The one cached factory for boto3 clients.
+"""boto3 clients: the Lambdas' cached factory, and factories for an explicit configuration.
 
-Clients are created lazily (so moto, started after import, still intercepts them) and
-honour ``AWS_ENDPOINT_URL`` (the local runtime points it at the embedded moto server).
+``client(service)`` is what the Lambdas use: clients are created lazily (so moto, started
+after import, still intercepts them), cached per service, and configured by the environment
+(``AWS_REGION``, credentials, ``AWS_ENDPOINT_URL``) as Lambda sets it.
+
+``ClientFactory(AwsConfig(...))`` builds clients for a configuration given as a value
+(endpoint, region, credentials), never read from or written to ``os.environ``: the CLI and
+the MCP server point at the local runtime or at a stack this way, and the local runtime
+talks to its embedded endpoint this way. Fields left ``None`` fall back to boto3's usual
+lookup (environment, shared config files); ``ClientFactory()`` hands out the clients of
+``client()`` itself.
 
 ``register_hook`` attaches a botocore event handler (e.g. ``after-call``) to every client
-this factory has created or will create; the bench uses it to count requests.
+either way has created or will create; the bench uses it to count requests.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -34,14 +43,92 @@ _created: list[Any] = []
 _lock = threading.Lock()
 
 
-@cache
-def client(service: str, region: str | None = None) -> Any:
-    created = boto3.session.Session().client(service, region_name=region, config=_CONFIG)
+def _track(created: Any) -> Any:
     with _lock:
         for event_name, handler in _hooks:
             created.meta.events.register(event_name, handler)
         _created.append(created)
     return created
+
+
+@cache
+def client(service: str, region: str | None = None) -> Any:
+    """The process-wide client of ``service``, configured by the environment (the Lambdas)."""
+    return _track(boto3.session.Session().client(service, region_name=region, config=_CONFIG))
+
+
+@dataclass(frozen=True)
+class AwsConfig:
+    """Where clients connect: ``None`` leaves a field to boto3's usual lookup."""
+
+    region: str | None = None
+    endpoint_url: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    @classmethod
+    def emulated(cls, endpoint_url: str, region: str, key: str = "mailstep-local") -> AwsConfig:
+        """An emulated endpoint (the local runtime): fixed credentials, no profile or token."""
+        return cls(region=region, endpoint_url=endpoint_url, access_key_id=key, secret_access_key=key)
+
+
+class ClientFactory:
+    """Clients for one :class:`AwsConfig`, created lazily and cached per service (thread-safe).
+
+    ``ClientFactory(AwsConfig.emulated(endpoint, region)).client("dynamodb")``; the adapters
+    in ``shared`` take such a client as their ``client=`` parameter.
+    """
+
+    def __init__(self, config: AwsConfig | None = None) -> None:
+        self.config = config  # None: the environment's clients, those of client()
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
+
+    def __repr__(self) -> str:
+        return f"ClientFactory({self.config!r})"
+
+    @property
+    def region(self) -> str | None:
+        return (self.config and self.config.region) or self.session.region_name
+
+    @property
+    def session(self) -> boto3.session.Session:
+        with self._lock:
+            if self._session is None:
+                self._session = self._new_session()
+            return self._session
+
+    def _new_session(self) -> boto3.session.Session:
+        config = self.config or AwsConfig()
+        if config.access_key_id is None:
+            return boto3.session.Session(region_name=config.region)
+        # Explicit keys: a profile or session token of the environment must not apply.
+        import botocore.session
+
+        core = botocore.session.Session(session_vars={"profile": (None, None, None, None)})
+        return boto3.session.Session(
+            aws_access_key_id=config.access_key_id,
+            aws_secret_access_key=config.secret_access_key,
+            aws_session_token=None,
+            region_name=config.region,
+            botocore_session=core,
+        )
+
+    def client(self, service: str) -> Any:
+        if self.config is None:
+            return client(service)
+        with self._lock:
+            found = self._clients.get(service)
+        if found is not None:
+            return found
+        session = self.session
+        created = session.client(service, endpoint_url=self.config.endpoint_url, config=_CONFIG)
+        with self._lock:
+            if service in self._clients:
+                return self._clients[service]
+            self._clients[service] = _track(created)
+            return created
 
 
 def register_hook(event_name: str, handler: Hook) -> None:
@@ -61,7 +148,7 @@ def unregister_hook(event_name: str, handler: Hook) -> None:
 
 
 def reset_clients() -> None:
-    """Forget cached clients (tests and the local runtime call this after changing endpoints)."""
+    """Forget the cached environment-configured clients (tests call this after changing endpoints)."""
     with _lock:
         _created.clear()
     client.cache_clear()
