@@ -18,12 +18,13 @@ that crashes after its upsert does); the operator starts them with an event.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from shared.consent.context import ConsentContext
 from shared.consent.pending import DOUBLE, PendingSignup
 from shared.consent.record import opt_in
+from shared.core import clock
 from shared.core.errors import ConcurrentModification, Conflict
 from shared.core.models import SUBSCRIBED
 from shared.sending.tokens import ExpiredToken, TokenClaims, verify
@@ -52,7 +53,7 @@ def _confirmed_already(profile: Profile | None) -> bool:
 
 def inspect(token: str, ctx: ConsentContext, *, now: datetime | None = None) -> Confirmation:
     """What the confirm page shows (GET): reads only."""
-    moment = now or datetime.now(UTC)
+    moment = now or clock.utc_now()
     claims = _verify(token, ctx, moment)
     pending = ctx.pending.get(claims.email, now=moment.timestamp())
     if pending is not None:
@@ -73,7 +74,7 @@ def confirm(
     now: datetime | None = None,
 ) -> Confirmation:
     """Confirm the sign-up the token names (POST); idempotent."""
-    moment = now or datetime.now(UTC)
+    moment = now or clock.utc_now()
     claims = _verify(token, ctx, moment)
     for _ in range(MAX_ATTEMPTS):
         pending = ctx.pending.get(claims.email, now=moment.timestamp())

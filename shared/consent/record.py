@@ -14,15 +14,16 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from shared.consent.context import ConsentContext
 from shared.consent.pending import PendingSignup
 from shared.consent.topics import choices_from
+from shared.core import clock
 from shared.core.models import CONTROL_RE, SUBSCRIBED, InboundEvent
 from shared.core.observability import logger, redact_email
-from shared.store import keys
+from shared.store.events import event_record
 from shared.store.subscribers import Change, Profile
 
 CONFIRMED_EVENT = "subscriber.confirmed"
@@ -50,10 +51,6 @@ def clean_user_agent(value: str | None) -> str:
     return CONTROL_RE.sub("", value or "")[:MAX_USER_AGENT]
 
 
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def opt_in(
     ctx: ConsentContext,
     signup: PendingSignup,
@@ -67,7 +64,7 @@ def opt_in(
     """Subscribe ``signup.email`` with consent recorded (profile and TAG# partners in one
     transaction, joined by ``extra``), then announce ``subscriber.confirmed``."""
     consent = {
-        "at": iso(moment),
+        "at": clock.iso(moment),
         "method": method,
         "form": signup.form,
         "signup_id": signup.signup_id,
@@ -107,21 +104,19 @@ def announce(
 ) -> list[str]:
     """The ``subscriber.confirmed`` event item, then the sequences it triggers (their
     execution names derive from the sign-up id, so a repeat starts nothing new)."""
-    ts = iso(moment)
     data: dict[str, Any] = {"form": signup.form, "method": method}
     if signup.topics is not None:
         data["topics"] = list(signup.topics)
-    ctx.store.record_event(
+    record = event_record(
         signup.email,
-        {
-            "SK": keys.event_sk(ts, CONFIRMED_EVENT, signup.signup_id[:16]),
-            "type": CONFIRMED_EVENT,
-            "origin": "signup",
-            "at": ts,
-            "data": data,
-            "ttl": int((moment + timedelta(days=ctx.config.data_ttl_days)).timestamp()),
-        },
+        CONFIRMED_EVENT,
+        at=moment,
+        ttl_days=ctx.config.data_ttl_days,
+        suffix=signup.signup_id[:16],
+        origin="signup",
+        data=data,
     )
+    ctx.store.record_event(signup.email, record)
     if ctx.sequences is None:
         return []
     event = InboundEvent(type=CONFIRMED_EVENT, email=signup.email, id=f"signup-{signup.signup_id}", data=data)

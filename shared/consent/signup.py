@@ -18,7 +18,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
@@ -27,8 +27,9 @@ from pydantic import ValidationError as PydanticValidationError
 
 from shared.consent.context import ConsentContext, normalise_origin
 from shared.consent.pending import DOUBLE, SINGLE, PendingSignup
-from shared.consent.record import iso, opt_in
+from shared.consent.record import opt_in
 from shared.consent.topics import MAX_TOPICS, TopicCatalog
+from shared.core import clock
 from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.models import (
     CONTROL_RE,
@@ -254,7 +255,7 @@ def signup(
     user_agent: str | None = None,
     now: datetime | None = None,
 ) -> SignupOutcome:
-    moment = now or datetime.now(UTC)
+    moment = now or clock.utc_now()
     method = SINGLE if ctx.config.single_opt_in(request.form) else DOUBLE
 
     def outcome(action: Action) -> SignupOutcome:
@@ -273,7 +274,7 @@ def signup(
         email=request.email,
         signup_id=uuid.uuid4().hex,
         form=request.form,
-        created_at=iso(moment),
+        created_at=clock.iso(moment),
         expires_at=int(expires.timestamp()),
         last_mail_at=int(moment.timestamp()),
         first_name=request.first_name,
