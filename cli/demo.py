@@ -517,9 +517,13 @@ FINALE: Chapter = chapter_state
 
 def demo() -> None:
     """Start mailstep locally, tell a short story through its HTTP API, show the result."""
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     from cli.local import LocalRuntime, RuntimeConfig
+    from shared.core.observability import logger
+
+    # This process's logs at WARNING unless POWERTOOLS_LOG_LEVEL asks for more; the functions
+    # run in their execution environments with the template's environment, and this process
+    # flushes no metrics.
+    logger.setLevel(os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING").upper())
     from cli.local.artifact import ArtifactError
 
     console = Console()
