@@ -64,7 +64,26 @@ KEYS: dict[str, str] = {
     "use_existing_identity": "useExistingIdentity",
     "reply_forward_to": "replyForwardTo",
     "stack_name": "stackName",
+    "signup_allowed_origins": "signupAllowedOrigins",
+    "signup_double_opt_in": "signupDoubleOptIn",
+    "signup_single_opt_in_forms": "signupSingleOptInForms",
+    "signup_pending_days": "signupPendingDays",
+    "signup_cooldown_seconds": "signupCooldownSeconds",
+    "signup_max_body_bytes": "signupMaxBodyBytes",
+    "signup_throttle_rate": "signupThrottleRate",
+    "signup_throttle_burst": "signupThrottleBurst",
 }
+# Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
+SIGNUP_SETTINGS = (
+    "signup_allowed_origins",
+    "signup_double_opt_in",
+    "signup_single_opt_in_forms",
+    "signup_pending_days",
+    "signup_cooldown_seconds",
+    "signup_max_body_bytes",
+)
+ORIGIN_RE = re.compile(r"^https?://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+FORM_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
 class ConfigError(ValueError):
@@ -113,6 +132,40 @@ class MailstepConfig(BaseModel):
     # The CloudFormation stack name; a second copy in one account/region needs another name.
     # Sequence state machines are named "<stackName>-seq-<sequence id>".
     stack_name: str = Field(default=STACK_NAME, pattern=r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
+    # Used by sign-up (docs/signup.md): the origins a form may redirect to and that get CORS
+    # (a list, or comma-separated); double opt-in; the forms that subscribe directly.
+    signup_allowed_origins: tuple[str, ...] = ()
+    signup_double_opt_in: bool = True
+    signup_single_opt_in_forms: tuple[str, ...] = ()
+    signup_pending_days: int = Field(default=7, ge=1, le=60)
+    signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
+    signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
+    # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
+    signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
+    signup_throttle_burst: int = Field(default=10, ge=1, le=5000)
+
+    @field_validator("signup_allowed_origins", "signup_single_opt_in_forms", mode="before")
+    @classmethod
+    def _list(cls, value: Any) -> Any:
+        if isinstance(value, str):  # -c mailstep:signupAllowedOrigins=https://a.test,https://b.test
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("signup_allowed_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in value:
+            if not ORIGIN_RE.match(origin):
+                raise ValueError(f"{origin!r} is not an origin: scheme://host[:port], lower case, no path")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("signup_single_opt_in_forms")
+    @classmethod
+    def _forms(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for form in value:
+            if not FORM_ID_RE.match(form):
+                raise ValueError(f"{form!r} is not a form id ([a-z0-9][a-z0-9_.-]*, at most 64)")
+        return tuple(dict.fromkeys(value))
 
     @field_validator("log_retention_days")
     @classmethod
@@ -197,6 +250,22 @@ class MailstepConfig(BaseModel):
             "postal_address": self.postal_address,
         }
         return {field: value for field, value in values.items() if value}
+
+    def signup_settings(self) -> dict[str, str]:
+        """Settings fields of the sign-up function that the deployment sets (the others keep
+        their defaults from ``shared.core.settings``), as environment values."""
+        values: dict[str, str] = {}
+        for name in SIGNUP_SETTINGS:
+            if name not in self.model_fields_set:
+                continue
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                values[name] = ",".join(value)
+            elif isinstance(value, bool):
+                values[name] = "true" if value else "false"
+            else:
+                values[name] = str(value)
+        return {name: value for name, value in values.items() if value}
 
     @classmethod
     def from_context(cls, node: Node) -> MailstepConfig:

@@ -52,6 +52,7 @@ class MailstepStack(Stack):
         settings["state_machine_arn_prefix"] = state_machine_arn_prefix(self)
         if config.reply_forward_to:
             settings["reply_forward_to"] = config.reply_forward_to
+        settings |= config.signup_settings()  # only the sign-up keys the deployment sets
         functions = Functions(
             self,
             "Functions",

@@ -1,5 +1,7 @@
-"""Unsubscribe pages: GET /u/{token} asks, POST /u/{token} unsubscribes (form and RFC 8058
-one-click), POST /u/{token}/resubscribe opts back in. Thin: route -> shared logic -> page."""
+"""Preference centre: GET /u/{token} shows the reader's topics and "unsubscribe from
+everything", POST /u/{token}/preferences saves the topics, POST /u/{token} unsubscribes
+(form and RFC 8058 one-click), POST /u/{token}/resubscribe opts back in. Thin: route ->
+shared logic -> page."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from shared.consent.topics import require_topics
 from shared.core.observability import logger, metrics
 from shared.core.secrets import get_secret
 from shared.core.settings import Settings
@@ -24,13 +27,21 @@ pages = UnsubscribePages.create(
     default_from=settings.default_from,
     data_ttl_days=settings.data_ttl_days,
     sequences=engine_from_settings(settings, store),
+    topics=require_topics(),
 )
 app = APIGatewayHttpResolver()
 
 
 @app.get("/u/<token>")
 def confirm(token: str) -> Response:
-    return pages.confirm(token)
+    return pages.confirm(token, saved=app.current_event.get_query_string_value("saved") == "1")
+
+
+@app.post("/u/<token>/preferences")
+def preferences(token: str) -> Response:
+    response = pages.save_preferences(token, app.current_event.decoded_body)
+    metrics.add_metric(name="PreferencesSaved", unit="Count", value=1)
+    return response
 
 
 @app.post("/u/<token>")

@@ -17,6 +17,8 @@ LAMBDA_RUNTIME = "python3.12"
 # Source folders shipped in every Lambda's code asset (with [project].dependencies of
 # pyproject.toml at the versions of requirements.lock: stacks/constructs/functions.py).
 LAMBDA_SOURCE_DIRS = ("shared", "functions", "templates", "sequences")
+# Single files at the project root shipped beside them (the topics of shared/consent).
+LAMBDA_SOURCE_FILES = ("topics.yaml",)
 
 # Settings field -> environment variable. The only place these names are spelled.
 ENV: dict[str, str] = {
@@ -406,7 +408,8 @@ SENDER_FUNCTION = FunctionSpec(
 UNSUBSCRIBE_FUNCTION = FunctionSpec(
     name="unsubscribe",
     handler="functions.unsubscribe.handler.handler",
-    description="Unsubscribe pages: GET /u/{token} (confirm), POST /u/{token} (one-click), resubscribe",
+    description="Preference centre: GET /u/{token} (topics, unsubscribe), POST /u/{token} (one-click), "
+    "preferences, resubscribe",
     grants=(
         # profile (un/resubscribe transaction), the unsubscribe counter (UpdateItem ADD), the
         # subscriber's EXEC pairs (Query, DeleteItem) when marketing executions stop
@@ -419,6 +422,7 @@ UNSUBSCRIBE_FUNCTION = FunctionSpec(
         RouteSpec("GET", "/u/{token}"),
         RouteSpec("POST", "/u/{token}"),
         RouteSpec("POST", "/u/{token}/resubscribe"),
+        RouteSpec("POST", "/u/{token}/preferences"),  # the preference centre's topic choices
     ),
     mail_settings=True,
 )
@@ -612,3 +616,41 @@ BROADCAST_WORKER_FUNCTION = FunctionSpec(
 )
 QUEUES = (*QUEUES, BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE)
 FUNCTIONS = (*FUNCTIONS, BROADCAST_RESOLVER_FUNCTION, BROADCAST_WORKER_FUNCTION)
+
+
+# ----- sign-up and consent (docs/signup.md) ------------------------------------------------------
+# Public: POST /v1/signup (no API key; throttled per route in the stack), GET /c/{token} (reads
+# only), POST /c/{token} (confirms). Settings passed only when the deployment sets them (the
+# defaults live in shared.core.settings).
+SIGNUP_SETTINGS = (
+    "signup_double_opt_in",
+    "signup_single_opt_in_forms",
+    "signup_allowed_origins",
+    "signup_pending_days",
+    "signup_cooldown_seconds",
+    "signup_max_body_bytes",
+)
+ENV |= {field: field.upper() for field in SIGNUP_SETTINGS}
+SIGNUP_ROUTE = RouteSpec("POST", "/v1/signup")
+SIGNUP_FUNCTION = FunctionSpec(
+    name="signup",
+    handler="functions.signup.handler.handler",
+    description="Sign-up: POST /v1/signup (double opt-in), GET/POST /c/{token} (confirm)",
+    grants=(
+        # profile reads, the pending item (cooldown PutItem, release UpdateItem), the send
+        # pipeline (claim Put/Delete, SENT# Put + counter Update), the confirm transaction
+        # (profile Put, pending and TAG# Delete), EXEC pairs of started sequences
+        Grant(
+            MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")
+        ),
+        Grant(EVENTS_TABLE, _ddb("PutItem")),  # subscriber.confirmed
+        Grant(UNSUBSCRIBE_SECRET, ("secretsmanager:GetSecretValue",)),  # signs the confirm links
+        *send_email_grants(),  # the confirmation mail
+        Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),  # trigger: subscriber.confirmed
+        Grant(SEQUENCE_EXECUTIONS, ("states:DescribeExecution", "states:StopExecution")),
+    ),
+    routes=(SIGNUP_ROUTE, RouteSpec("GET", "/c/{token}"), RouteSpec("POST", "/c/{token}")),
+    mail_settings=True,
+    optional_settings=SIGNUP_SETTINGS,
+)
+FUNCTIONS = (*FUNCTIONS, SIGNUP_FUNCTION)

@@ -1,4 +1,6 @@
-"""HTML pages of the unsubscribe routes (the handler wires these to Powertools routes).
+"""HTML pages of the public link routes (the handlers wire these to Powertools routes): the
+preference centre (``/u/<token>``: topics, unsubscribe from everything, resubscribe) here, the
+sign-up confirmation pages (``/c/<token>``) in ``shared.web.signup``.
 
 Every answer is a small HTML page with ``Cache-Control: no-store``, ``noindex`` and
 ``Referrer-Policy: no-referrer`` (the token is in the URL). Domain errors map to statuses
@@ -8,12 +10,15 @@ through ``shared.web.http.status_for`` (invalid or expired token: 400; unknown s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response, content_types
 
+from shared.consent.preferences import current_choices, parse_choices, save_choices
+from shared.consent.topics import TopicCatalog
 from shared.core.errors import MailstepError
+from shared.core.models import SUBSCRIBED
 from shared.core.observability import logger
 from shared.sending.mime import parse_mailbox
 from shared.sending.rendering import Renderer, renderer
@@ -40,6 +45,20 @@ HEADERS = {
 }
 
 
+def sender_name(default_from: str) -> str:
+    """What the pages call the sender: the display name of ``default_from``, else its address."""
+    name, address = parse_mailbox(default_from, "default_from")
+    return name or address
+
+
+def page(pages: Renderer | None, name: str, status: int = 200, **context: Any) -> Response:
+    """``templates/_pages/<name>.html`` as an answer with the link pages' headers."""
+    html = (pages or renderer()).render_page(name, context)
+    return Response(
+        status_code=status, content_type=content_types.TEXT_HTML, body=html, headers=dict(HEADERS)
+    )
+
+
 @dataclass(frozen=True)
 class UnsubscribePages:
     store: SubscriberStore
@@ -48,6 +67,7 @@ class UnsubscribePages:
     data_ttl_days: int = 180
     pages: Renderer | None = None
     sequences: ExecutionStopper | None = None
+    topics: TopicCatalog = field(default_factory=TopicCatalog)
 
     @classmethod
     def create(
@@ -57,14 +77,15 @@ class UnsubscribePages:
         default_from: str,
         data_ttl_days: int,
         sequences: ExecutionStopper | None = None,
+        topics: TopicCatalog | None = None,
     ) -> UnsubscribePages:
-        name, address = parse_mailbox(default_from, "default_from")
         return cls(
             store=store,
             secret=secret,
-            sender_name=name or address,
+            sender_name=sender_name(default_from),
             data_ttl_days=data_ttl_days,
             sequences=sequences,
+            topics=topics or TopicCatalog(),
         )
 
     def _ctx(self) -> UnsubscribeContext:
@@ -73,15 +94,31 @@ class UnsubscribePages:
         )
 
     def _page(self, name: str, status: int = 200, **context: Any) -> Response:
-        html = (self.pages or renderer()).render_page(name, {"sender_name": self.sender_name, **context})
-        return Response(
-            status_code=status, content_type=content_types.TEXT_HTML, body=html, headers=dict(HEADERS)
+        return page(self.pages, name, status, sender_name=self.sender_name, **context)
+
+    def confirm(self, token: str, *, saved: bool = False) -> Response:
+        """GET: the preference centre (the reader's topics and "unsubscribe from everything");
+        verifies the token and reads the profile, changes nothing."""
+        claims = inspect(token, self.secret())
+        profile = self.store.get_profile(claims.email) if len(self.topics) else None
+        return self._page(
+            "preferences",
+            masked_email=mask_email(claims.email),
+            choices=current_choices(profile, self.topics) if profile is not None else [],
+            unsubscribed=profile is not None and profile.status != SUBSCRIBED,
+            saved=saved and profile is not None,
+            save_action=f"{token}/preferences",  # relative to /u/<token>
+            unsubscribe_action="",  # this very URL: POST /u/<token>
         )
 
-    def confirm(self, token: str) -> Response:
-        """GET: verify and ask; changes nothing."""
+    def save_preferences(self, token: str, body: str | None) -> Response:
+        """POST /u/<token>/preferences: store the checked topics (nothing else changes), then
+        show the page again through a redirect (a reload does not post twice)."""
         claims = inspect(token, self.secret())
-        return self._page("confirm", masked_email=mask_email(claims.email))
+        chosen = parse_choices(body, self.topics)
+        save_choices(claims.email, chosen, self.store, self.topics, data_ttl_days=self.data_ttl_days)
+        # relative to /u/<token>/preferences: back to GET /u/<token>
+        return Response(status_code=303, headers={**HEADERS, "Location": f"../{token}?saved=1"})
 
     def unsubscribe(self, token: str, body: str | None) -> Response:
         origin: Origin = "one_click" if (body or "").strip() == ONE_CLICK_BODY else "form"

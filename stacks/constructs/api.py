@@ -1,9 +1,11 @@
-"""API: one HTTP API with a route per ``shared.core.specs.routes()``, access logs and stage throttling."""
+"""API: one HTTP API with a route per ``shared.core.specs.routes()``, access logs, stage
+throttling, a tighter throttle of its own on the public sign-up route, and CORS for the
+configured sign-up origins."""
 
 from __future__ import annotations
 
 import jsii
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_lambda as lambda_
@@ -44,8 +46,14 @@ class Api(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, config: MailstepConfig) -> None:
         super().__init__(scope, construct_id)
+        self.config = config
         self.http_api = apigwv2.HttpApi(
-            self, "HttpApi", api_name=specs.APP_NAME, description="mailstep API", create_default_stage=False
+            self,
+            "HttpApi",
+            api_name=specs.APP_NAME,
+            description="mailstep API",
+            create_default_stage=False,
+            cors_preflight=_cors(config),
         )
         access_logs = logs.LogGroup(
             self, "AccessLogs", retention=config.log_retention, removal_policy=RemovalPolicy.DESTROY
@@ -78,6 +86,8 @@ class Api(Construct):
                 methods=[apigwv2.HttpMethod(route.method)],
                 integration=integrations[fn_spec.name],
             ):
+                if route == specs.SIGNUP_ROUTE:
+                    self._throttle(created)
                 Validations.of(created).acknowledge(
                     Acknowledgment(
                         id="AwsSolutions-APIG4",
@@ -86,3 +96,30 @@ class Api(Construct):
                         "links). A Lambda authorizer would add an invocation per request for the same check.",
                     )
                 )
+
+    def _throttle(self, route: apigwv2.HttpRoute) -> None:
+        """The public sign-up route's own throttle (a stage route setting keyed by the route;
+        the stage must be created after the route it names)."""
+        stage = self.stage.node.default_child
+        assert isinstance(stage, apigwv2.CfnStage)
+        key = f"{specs.SIGNUP_ROUTE.method} {specs.SIGNUP_ROUTE.path}"
+        stage.route_settings = {
+            key: {
+                "ThrottlingRateLimit": self.config.signup_throttle_rate,
+                "ThrottlingBurstLimit": self.config.signup_throttle_burst,
+            }
+        }
+        self.stage.node.add_dependency(route)
+
+
+def _cors(config: MailstepConfig) -> apigwv2.CorsPreflightOptions | None:
+    """CORS for the sign-up origins (a form's page calling POST /v1/signup with fetch); none
+    configured: no CORS (a plain HTML form post needs none)."""
+    if not config.signup_allowed_origins:
+        return None
+    return apigwv2.CorsPreflightOptions(
+        allow_origins=list(config.signup_allowed_origins),
+        allow_methods=[apigwv2.CorsHttpMethod.POST],
+        allow_headers=["content-type"],
+        max_age=Duration.hours(1),
+    )

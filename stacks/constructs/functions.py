@@ -1,6 +1,7 @@
 """Functions: one Lambda per ``shared.core.specs.FUNCTIONS`` entry, built by ``_python_function()``.
 
-All functions share ONE code asset: the folders in ``LAMBDA_SOURCE_DIRS`` plus the runtime
+All functions share ONE code asset: the folders in ``LAMBDA_SOURCE_DIRS`` and the root files in
+``LAMBDA_SOURCE_FILES`` plus the runtime
 dependencies (``[project].dependencies`` of pyproject.toml and what they need, at the versions
 of ``requirements.lock``, less what the Lambda runtime provides), installed for the Lambda
 platform by pip on the synthesizing machine (no Docker), then pruned of files nothing runs
@@ -190,6 +191,7 @@ def _source_files(root: Path) -> list[Path]:
             relative = path.relative_to(root)
             if path.is_file() and not any(p == "__pycache__" or p.startswith(".") for p in relative.parts):
                 files.append(path)
+    files += [root / name for name in specs.LAMBDA_SOURCE_FILES if (root / name).is_file()]
     return files
 
 
@@ -251,6 +253,9 @@ class PipBundling:
         for folder in specs.LAMBDA_SOURCE_DIRS:
             if (self.root / folder).is_dir():
                 shutil.copytree(self.root / folder, out / folder, ignore=_SKIP, dirs_exist_ok=True)
+        for name in specs.LAMBDA_SOURCE_FILES:
+            if (self.root / name).is_file():
+                shutil.copy2(self.root / name, out / name)
         return True
 
 
