@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,9 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def start_dev(state_dir: Path, *extra: str) -> subprocess.Popen[str]:
-    """``mailstep dev`` on free ports; its output goes to ``<state_dir>/dev.log``."""
+def start_dev(state_dir: Path, *extra: str, api_port: int = 0) -> subprocess.Popen[str]:
+    """``mailstep dev`` on free ports (the API on ``api_port`` when given); its output goes
+    to ``<state_dir>/dev.log``."""
     state_dir.mkdir(parents=True, exist_ok=True)
     log = (state_dir / "dev.log").open("w")
     return subprocess.Popen(
@@ -50,7 +51,7 @@ def start_dev(state_dir: Path, *extra: str) -> subprocess.Popen[str]:
             "--port",
             "0",
             "--api-port",
-            "0",
+            str(api_port),
             "--public-port",
             "0",
             "--speed",
@@ -84,6 +85,7 @@ def wait_for_state(state_dir: Path, process: subprocess.Popen[str], timeout_s: f
 class Local:
     state: dict[str, Any]
     state_dir: Path
+    clients: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
 
     @property
     def api_url(self) -> str:
@@ -107,14 +109,18 @@ class Local:
         return Path(self.state["outbox"])
 
     def client(self, service: str, retries: int = 3) -> Any:
-        return boto3.client(
-            service,
-            endpoint_url=self.state["endpoint"],
-            region_name=self.state["region"],
-            aws_access_key_id="e2e",
-            aws_secret_access_key="e2e",
-            config=Config(retries={"mode": "standard", "total_max_attempts": retries}),
-        )
+        """A boto3 client against the runtime's endpoint, one per service and retry count
+        (making a client costs more than most calls; clients are thread-safe)."""
+        if (service, retries) not in self.clients:
+            self.clients[service, retries] = boto3.client(
+                service,
+                endpoint_url=self.state["endpoint"],
+                region_name=self.state["region"],
+                aws_access_key_id="e2e",
+                aws_secret_access_key="e2e",
+                config=Config(retries={"mode": "standard", "total_max_attempts": retries}),
+            )
+        return self.clients[service, retries]
 
     def http(self, method: str, path: str, body: Any = None, key: str | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -190,18 +196,6 @@ def stop_dev(process: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def receive_all(sqs: Any, queue_url: str, want: int, timeout_s: float = 10) -> list[dict[str, Any]]:
-    """Read SNS-enveloped SES records from a test queue until ``want`` arrived."""
-    records: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout_s
-    while len(records) < want and time.monotonic() < deadline:
-        answer = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
-        for message in answer.get("Messages", []):
-            records.append(json.loads(json.loads(message["Body"])["Message"]))
-            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-    return records
 
 
 # ----- grants the e2e run never used -----------------------------------------------------------

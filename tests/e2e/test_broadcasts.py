@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from cli.local.ses import read_outbox
 from shared.broadcasts.model import BATCH_CONTRACT, BatchMessage, to_body
 from shared.core.specs import BROADCAST_QUEUE, SEND_QUEUE
-from shared.sending.jobs import SendJob, to_message
-from shared.sending.sender import decode_tag_value
+from shared.sending.jobs import SendJob
 from shared.store.dynamo import serialize
 from shared.store.subscribers import Profile, keys
 from tests.e2e.conftest import Local
+from tests.e2e.helpers import enqueue, ok_json, ops, post, queue_url, sent_by, wait_for, wait_until_drained
 
 TEMPLATE = "newsletter/monthly"
 PEOPLE = 2000
@@ -79,26 +78,14 @@ def expected(
     return {p["email"] for p in people if p["eligible"] and wanted(p["tags"], p["attributes"])}
 
 
-def sent_by(local: Local, broadcast_id: str) -> list[dict[str, Any]]:
-    return [
-        m
-        for m in read_outbox(local.outbox)
-        if decode_tag_value(m.get("email_tags", {}).get("source", "")) == broadcast_id
-    ]
-
-
 def broadcast(local: Local, *args: str, timeout: float = 150) -> Any:
-    answer = local.cli("broadcast", *args, "--state-dir", str(local.state_dir), timeout=timeout)
+    answer = ops(local, "broadcast", *args, timeout=timeout)
     answer.stdout = " ".join(answer.stdout.split())  # rich wraps at the terminal width
     return answer
 
 
 def record(local: Local, broadcast_id: str) -> dict[str, Any]:
-    import json
-
-    answer = local.cli("broadcast", "get", broadcast_id, "--state-dir", str(local.state_dir))
-    assert answer.returncode == 0, answer.stdout + answer.stderr
-    return dict(json.loads(answer.stdout))
+    return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
 
 
 def test_dry_run_and_bad_arguments(local: Local, people) -> None:
@@ -173,7 +160,7 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
 
     # When SQS delivers one of its batches again (at-least-once), after the broadcast is done
     sqs = local.client("sqs")
-    queue = sqs.get_queue_url(QueueName=BROADCAST_QUEUE.local_name)["QueueUrl"]
+    queue = queue_url(local, BROADCAST_QUEUE.local_name)
     batch = BatchMessage(
         broadcast_id="e2e-spring", round=stored["round"], page=0, index=0, emails=sorted(want)[:5]
     )
@@ -184,18 +171,6 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
     assert len(sent_by(local, "e2e-spring")) == len(want)
     after = record(local, "e2e-spring")
     assert (after["status"], after["sent"], after["failed"]) == ("done", len(want), 0)
-
-
-def wait_until_drained(sqs: Any, queue_url: str, timeout_s: float = 60) -> None:
-    """Until the queue holds no message, visible or in flight (the worker deleted it)."""
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
-        if all(attributes[name] == "0" for name in names):
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"{queue_url} still holds messages after {timeout_s}s")
 
 
 def test_an_audience_without_a_tag_is_read_by_scan_and_filtered_by_attributes(local, people) -> None:
@@ -238,18 +213,18 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
             "--no-wait",
         )
         assert started.returncode == 0, started.stdout + started.stderr
-        deadline = time.monotonic() + 60
-        while len(sent_by(local, "e2e-cancel")) < 40 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(
+            lambda: len(sent_by(local, "e2e-cancel")) >= 40, 60, "40 mails of e2e-cancel", interval_s=0.2
+        )
         cancelled = broadcast(local, "cancel", "e2e-cancel")
         assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stdout
+
         # Batches already in a worker's hands finish; then the queue drains without sending.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def settled() -> dict[str, Any] | None:
             stored = record(local, "e2e-cancel")
-            if stored["resolved"] and stored["processed"] >= stored["audience"]:
-                break
-            time.sleep(0.5)
+            return stored if stored["resolved"] and stored["processed"] >= stored["audience"] else None
+
+        stored = wait_for(settled, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
     finally:
         local.http("POST", "/_local/ses", {"max_send_rate": 1000})
     went = sent_by(local, "e2e-cancel")
@@ -277,8 +252,9 @@ def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlo
             "--no-wait",
         )
         assert started.returncode == 0, started.stdout + started.stderr
-        while len(sent_by(local, "e2e-backlog")) < 20:
-            time.sleep(0.2)
+        wait_for(
+            lambda: len(sent_by(local, "e2e-backlog")) >= 20, 60, "20 mails of e2e-backlog", interval_s=0.2
+        )
         # When a transactional mail is queued behind a backlog of hundreds of broadcast mails
         job = SendJob(
             email="bc00001@example.com",
@@ -288,23 +264,23 @@ def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlo
             transactional=True,
             data={"order_id": "A-1", "total": "9.00"},
         )
-        local.client("sqs").send_message(QueueUrl=_queue_url(local), MessageBody=to_message(job))
+        enqueue(local, job, queue=SEND_QUEUE.local_name)
         queued = time.monotonic()
-        while not [
-            m for m in read_outbox(local.outbox) if m.get("email_tags", {}).get("source") == "receipts"
-        ]:
-            assert time.monotonic() - queued < 10, "the transactional mail waited behind the broadcast"
-            time.sleep(0.1)
+        wait_for(
+            lambda: sent_by(local, "receipts"), 10, "the transactional mail, queued behind the broadcast"
+        )
         waited = time.monotonic() - queued
         # And when a sequence starts for a subscriber meanwhile (its first step sends at once)
         customer = "bc00002@example.com"
         shipped = {"type": "order.shipped", "email": customer, "id": f"backlog-{time.time_ns()}", "data": {}}
-        code, answer = local.http("POST", "/v1/events", shipped, local.api_key)
-        assert code == 200 and answer["results"][0]["sequences_started"] == ["order-shipped"], answer
+        (answer,) = post(local, shipped)
+        assert answer["sequences_started"] == ["order-shipped"], answer
         triggered = time.monotonic()
-        while not _mailed(local, "order-shipped", customer):
-            assert time.monotonic() - triggered < 10, "the sequence mail waited behind the broadcast"
-            time.sleep(0.1)
+        wait_for(
+            lambda: [m for m in sent_by(local, "order-shipped") if customer in m["destination"]],
+            10,
+            "the sequence mail, started behind the broadcast",
+        )
         sequence_waited = time.monotonic() - triggered
         backlog = record(local, "e2e-backlog")
     finally:
@@ -313,18 +289,6 @@ def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlo
     # Then both went out within seconds while most of the broadcast was still waiting
     assert waited < 10 and sequence_waited < 10
     assert backlog["audience"] - backlog["sent"] > 100
-
-
-def _mailed(local: Local, source: str, email: str) -> bool:
-    """The outbox holds a message of ``source`` (sequence, broadcast...) to ``email``."""
-    return any(
-        decode_tag_value(m.get("email_tags", {}).get("source", "")) == source and email in m["destination"]
-        for m in read_outbox(local.outbox)
-    )
-
-
-def _queue_url(local: Local) -> str:
-    return str(local.client("sqs").get_queue_url(QueueName=SEND_QUEUE.local_name)["QueueUrl"])
 
 
 def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Local, people) -> None:
@@ -349,10 +313,9 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
     )
 
     assert answer.returncode == 0 and "scheduled" in answer.stdout, answer.stdout + answer.stderr
-    deadline = time.monotonic() + 180
-    while (stored := record(local, "e2e-later"))["status"] != "done":
-        assert time.monotonic() < deadline, stored
-        time.sleep(0.5)
+    wait_for(
+        lambda: record(local, "e2e-later")["status"] == "done", 180, "e2e-later to be done", interval_s=0.5
+    )
     # The Wait state stood for the three days (virtual clock), then the audience was sent.
     assert local.status()["clock"]["advanced_s"] - waited_before >= 3 * 86400 - 120
     got = Counter(d for m in sent_by(local, "e2e-later") for d in m["destination"])

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.e2e.conftest import Local
-from tests.e2e.test_operations import scan
+from tests.e2e.helpers import scan_all
 
 SUBSCRIBERS = [f"race{i}@example.com" for i in range(4)]
 TAGS = ["race-a", "race-b", "race-c"]
@@ -47,7 +47,7 @@ def test_concurrent_events_on_a_few_subscribers_keep_every_pair_and_never_answer
         statuses = list(pool.map(post, events))
 
     assert all(s == 200 for s in statuses), sorted(set(statuses))
-    items = scan(local, local.state["tables"]["table_name"])
+    items = scan_all(local, local.state["tables"]["table_name"])
     for email in SUBSCRIBERS:
         profile = next(i for i in items if i["PK"]["S"] == f"SUB#{email}" and i["SK"]["S"] == "PROFILE")
         tags = set(profile.get("tags", {}).get("SS", []))

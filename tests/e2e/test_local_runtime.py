@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 import urllib.error
 import urllib.request
-import uuid
 from email import message_from_bytes, policy
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.e2e.conftest import Local, post_events, receive_all, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import Local, post_events, start_dev, stop_dev, wait_for_state
+from tests.e2e.helpers import MAIN, item, post, receive_all, scan_all, unique, wait_for
 
 THIRTY_DAYS_S = 30 * 86400
 ROLE_NAME = "e2e-handlers"
@@ -45,10 +46,6 @@ def ensure_role(local: Local) -> str:
         if exc.response["Error"]["Code"] != "EntityAlreadyExists":
             raise
     return ROLE
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create_function(local: Local, handler: str, env: dict[str, str] | None = None) -> str:
@@ -82,13 +79,13 @@ def run_state_machine(
     execution = sfn.start_execution(
         stateMachineArn=machine["stateMachineArn"], name=unique("run"), input=json.dumps(payload or {})
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def ended() -> dict[str, Any] | None:
         described = sfn.describe_execution(executionArn=execution["executionArn"])
-        if described["status"] != "RUNNING":
-            return dict(described), time.perf_counter() - started
-        time.sleep(0.01)
-    raise AssertionError("execution still running after 20 s")
+        return None if described["status"] == "RUNNING" else dict(described)
+
+    described = wait_for(ended, 20, "the execution to end", interval_s=0.01)
+    return described, time.perf_counter() - started
 
 
 def events_queue(local: Local) -> str:
@@ -125,28 +122,13 @@ def records_for(records: list[dict[str, Any]], message_id: str) -> list[dict[str
 
 
 # ----- HTTP API ---------------------------------------------------------------------------
-def scan_all(local: Local) -> list[dict[str, Any]]:
-    """Every item of the main table (paged: the session's table outgrows one Scan page)."""
-    pages = (
-        local.client("dynamodb").get_paginator("scan").paginate(TableName=local.state["tables"]["table_name"])
-    )
-    return [item for page in pages for item in page["Items"]]
-
-
 def test_post_events_creates_a_subscriber_visible_through_the_endpoint(local: Local) -> None:
     email = f"{unique('ada')}@example.com"
-    status, answer = local.http(
-        "POST",
-        "/v1/events",
-        {"type": "subscriber.subscribed", "email": email, "tags": {"add": ["pro"]}},
-        local.api_key,
-    )
-    assert status == 200, answer
-    assert answer["results"][0]["subscriber"] == "created"
-    items = scan_all(local)
-    keys = {(i["PK"]["S"], i["SK"]["S"]) for i in items}
-    assert (f"SUB#{email}", "PROFILE") in keys
-    assert ("TAG#pro", f"SUB#{email}") in keys
+    (answer,) = post(local, {"type": "subscriber.subscribed", "email": email, "tags": {"add": ["pro"]}})
+    assert answer["subscriber"] == "created"
+    profile = item(local, f"SUB#{email}", "PROFILE")
+    assert profile is not None and profile["email"]["S"] == email and "pro" in profile["tags"]["SS"]
+    assert item(local, "TAG#pro", f"SUB#{email}") is not None
 
 
 def test_concurrent_requests_each_get_an_execution_environment_of_their_own(local: Local) -> None:
@@ -181,8 +163,7 @@ def test_a_wrong_key_gets_401_and_writes_nothing(local: Local) -> None:
     )
     assert status == 401
     assert answer["error"]["code"] == "unauthorized"
-    items = scan_all(local)
-    assert all(i["PK"]["S"] != f"SUB#{email}" for i in items)
+    assert all(i["PK"]["S"] != f"SUB#{email}" for i in scan_all(local, MAIN))
 
 
 def test_a_bad_request_gets_400_naming_the_field(local: Local) -> None:
@@ -278,34 +259,31 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
     sqs.send_message(QueueUrl=url, MessageBody=body)
     sqs.send_message(QueueUrl=url, MessageBody="fail")
     sqs.send_message(QueueUrl=url, MessageBody=retried)
-    ddb = local.client("dynamodb")
 
-    def stored(message_body: str, timeout_s: float) -> dict[str, Any] | None:
+    def stored(message_body: str, timeout_s: float) -> dict[str, Any]:
         """The item the handler wrote for ``message_body``, once it is there."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            key = {"PK": {"S": f"E2E#{message_body}"}, "SK": {"S": "SQS"}}
-            found = ddb.get_item(TableName="mailstep-main", Key=key).get("Item")
-            if found is not None:
-                return dict(found)
-            time.sleep(0.05)
-        return None
+        return wait_for(
+            lambda: item(local, f"E2E#{message_body}", "SQS"),
+            timeout_s,
+            f"the mapped handler to store {message_body}",
+            interval_s=0.05,
+        )
 
-    item = stored(body, 10)
-    assert item is not None, "the mapped handler never ran"
-    assert item["function"]["S"] == function.rsplit(":", 1)[-1]
-    assert item["source"]["S"] == arn
+    first = stored(body, 10)
+    assert first["function"]["S"] == function.rsplit(":", 1)[-1]
+    assert first["source"]["S"] == arn
     # `mailstep dev` runs functions in their own execution environments, from their code
-    assert int(item["pid"]["N"]) != local.state["pid"] and local.state["lambdas"] == "artifact"
+    assert int(first["pid"]["N"]) != local.state["pid"] and local.state["lambdas"] == "artifact"
     # a record the function failed comes back only after the queue's visibility timeout (3 s)
     again = stored(retried, 15)
-    assert again is not None and again["receive_count"]["S"] == "2"
+    assert again["receive_count"]["S"] == "2"
     assert float(again["stored_at"]["N"]) - sent_at >= 2.5
     # the record that always fails lands in the DLQ after maxReceiveCount
-    moved: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 15
-    while not moved and time.monotonic() < deadline:
-        moved = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1).get("Messages", [])
+    moved = wait_for(
+        lambda: sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1).get("Messages", []),
+        15,
+        "the always-failing record in the DLQ",
+    )
     assert [m["Body"] for m in moved] == ["fail"]
 
 
@@ -463,7 +441,7 @@ def test_local_engagement_commands_publish_ses_events(local: Local, command: str
     queue = events_queue(local)
     recipient = f"{unique('reader')}@example.com"
     message_id = send(local, recipient)
-    receive_all(local.client("sqs"), queue, 2)  # Send + Delivery
+    receive_all(local.client("sqs"), queue, 1)  # Delivery (the configuration set publishes no Send)
     extra = ["--link", "https://acme.test/pricing"] if command == "click" else []
     result = local.cli("local", command, recipient, "--state-dir", str(local.state_dir), *extra)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -492,30 +470,52 @@ def test_mailstep_demo_exits_0() -> None:
     assert "demo finished" in result.stdout
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def test_mailstep_dev_serves_within_10_s_and_stops_on_sigint(tmp_path: Path, artifact: Any) -> None:
-    """The runtime itself is up in < 10 s (it reports its own start time: emulated AWS,
-    every resource, the state machines and both HTTP fronts; the artifact is built already).
-    The wall-clock bound from spawning the process is looser because CI runs other test
-    workers on the same 2 cores. Ctrl-C ends it, its execution environments included, within
-    a few seconds."""
+    """Measured from outside, as a user sees it: from spawning ``mailstep dev`` until its API
+    answers a request (401 without a key), on a port chosen here, without reading anything
+    the runtime reports about itself. This is a start with the deployment artifact already
+    built (the ``artifact`` fixture; the build is cached in ``.mailstep/build``): the very
+    first start of a checkout also synthesizes and bundles, which takes longer. Ctrl-C ends
+    it, its execution environments included, within a few seconds."""
+    from cli.local.artifact import build
+
+    build()  # cached: the same artifact unless a source changed since the session started
+    port = free_port()
+    state_dir = tmp_path / "dev"
     started = time.monotonic()
-    process = start_dev(tmp_path / "dev")
+    process = start_dev(state_dir, api_port=port)
     try:
-        state = wait_for_state(tmp_path / "dev", process, 30)
-        request = urllib.request.Request(state["api_url"] + "/v1/events", data=b"{}", method="POST")
-        try:
-            urllib.request.urlopen(request, timeout=5)
-        except urllib.error.HTTPError as exc:
-            assert exc.code == 401
-        served = time.monotonic() - started  # measured from outside: spawn to the first answer
-        assert state["started_in_s"] < 10
-        assert served < 20, f"first answer {served:.1f} s after spawning mailstep dev"
+
+        def answer() -> int | None:
+            assert process.poll() is None, (state_dir / "dev.log").read_text()[-3000:]
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/events", data=b"{}", method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+                    return int(response.status)
+            except urllib.error.HTTPError as exc:
+                return exc.code
+            except (urllib.error.URLError, ConnectionError):
+                return None  # not listening yet
+
+        code = wait_for(answer, 30, "mailstep dev to answer on its API port", interval_s=0.05)
+        served = time.monotonic() - started
+        print(f"\nmailstep dev answered {served:.2f} s after it was spawned (artifact built)")
+        assert code == 401
+        assert served < 10, f"first answer {served:.1f} s after spawning mailstep dev"
+        state = wait_for_state(state_dir, process, 5)
+        assert state["api_url"] == f"http://127.0.0.1:{port}"
     finally:
         stopping = time.monotonic()
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=10) == 0
     assert time.monotonic() - stopping < 8  # ~2 s alone; CI runs another test worker beside it
-    log = (tmp_path / "dev" / "dev.log").read_text()
+    log = (state_dir / "dev.log").read_text()
     assert state["api_key"] in log and "stopped." in log
 
 

@@ -9,10 +9,28 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import yaml
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from shared.core.specs import STATE_MACHINE_PREFIX
+from shared.sending.jobs import SendJob
 from tests.e2e.conftest import ROOT, Local, subprocess_env
-from tests.e2e.test_sequences import paused_clock
+from tests.e2e.helpers import (
+    MAIN,
+    add_contact,
+    enqueue,
+    events_of,
+    item,
+    ok_json,
+    ops,
+    partition,
+    paused_clock,
+    scan_all,
+    sent_by,
+    subscribe,
+    unique,
+    wait_for,
+)
 
 EXPECTED_TOOLS = {
     "subscriber_get",
@@ -78,11 +96,21 @@ def run_session(local: Local, body: Callable[[Tools], Awaitable[None]]) -> None:
     anyio.run(main)
 
 
-def subscribe(local: Local, email: str, **extra: Any) -> None:
-    code, answer = local.http(
-        "POST", "/v1/events", {"type": "subscriber.subscribed", "email": email, **extra}, key=local.api_key
-    )
-    assert code == 200, answer
+def profile_of(local: Local, email: str) -> dict[str, Any]:
+    """The stored PROFILE item, as plain values: what an MCP answer must match."""
+    found = item(local, f"SUB#{email}", "PROFILE")
+    assert found is not None, f"no profile for {email}"
+    return {
+        "email": found["email"]["S"],
+        "status": found["status"]["S"],
+        "first_name": found.get("first_name", {}).get("S"),
+        "tags": sorted(found.get("tags", {}).get("SS", [])),
+        "suppressed": found.get("suppressed", {}).get("BOOL", False),
+    }
+
+
+def shown(subscriber: dict[str, Any]) -> dict[str, Any]:
+    return {k: subscriber[k] for k in ("email", "status", "first_name", "tags", "suppressed")}
 
 
 def test_tools_are_listed_with_schemas(local: Local) -> None:
@@ -93,143 +121,296 @@ def test_tools_are_listed_with_schemas(local: Local) -> None:
         erase = by_name["subscriber_erase"]
         assert erase.description and "confirm" in erase.description
         assert set(erase.input_schema["properties"]) == {"email", "confirm"}
+        send = by_name["broadcast_send"]
+        assert "confirm" in send.input_schema["properties"] and "confirm=true" in str(send.description)
 
     run_session(local, body)
 
 
 def test_subscriber_tools_match_the_store(local: Local) -> None:
-    for i in range(5):
-        subscribe(local, f"mcp{i}@example.com", tags=["mcp-group"], first_name=f"M{i}")
+    group = unique("mcp-group")
+    people = [f"{group}-{i}@example.com" for i in range(5)]
+    for i, email in enumerate(people):
+        add_contact(local, email, tags=[group], first_name=f"M{i}", attributes={"n": i})
+    first_email, updated_email, unsub_email, events_email, erased_email = people
 
     async def body(tools: Tools) -> None:
-        got = await tools.call("subscriber_get", email=" mcp0@EXAMPLE.com ")
-        assert got["email"] == "mcp0@example.com" and "mcp-group" in got["tags"]
-
-        first = await tools.call("subscribers_list", tag="mcp-group", limit=3)
-        assert len(first["subscribers"]) == 3 and first["cursor"]
-        rest = await tools.call("subscribers_list", tag="mcp-group", limit=3, cursor=first["cursor"])
-        emails = {s["email"] for s in first["subscribers"] + rest["subscribers"]}
-        assert emails == {f"mcp{i}@example.com" for i in range(5)} and rest["cursor"] is None
-
-        updated = await tools.call(
-            "subscriber_update",
-            email="mcp1@example.com",
-            add_tags=["mcp-vip"],
-            attributes={"plan": "pro", "n": 2},
+        # get: normalises the address (trimmed, domain lower-cased) and answers what the store holds
+        got = await tools.call(
+            "subscriber_get", email=f" {first_email.replace('example.com', 'EXAMPLE.COM')} "
         )
-        assert updated["tags_added"] == ["mcp-vip"] and updated["subscriber"]["attributes"] == {
-            "plan": "pro",
-            "n": 2,
+        assert shown(got) == profile_of(local, first_email)
+        assert shown(got) == {
+            "email": first_email,
+            "status": "subscribed",
+            "first_name": "M0",
+            "tags": [group],
+            "suppressed": False,
         }
-        assert "must match" in (
-            await tools.error("subscriber_update", email="mcp1@example.com", add_tags=["Bad Tag"])
+        assert got["attributes"] == {"n": 0} and got["executions"] == [] and got["suppression"] is None
+
+        # list: two pages of 3 + 2, together exactly the five seeded, each as stored
+        first = await tools.call("subscribers_list", tag=group, limit=3)
+        assert len(first["subscribers"]) == 3 and first["cursor"]
+        rest = await tools.call("subscribers_list", tag=group, limit=3, cursor=first["cursor"])
+        assert len(rest["subscribers"]) == 2 and rest["cursor"] is None
+        listed = {s["email"]: shown(s) for s in first["subscribers"] + rest["subscribers"]}
+        assert listed == {email: profile_of(local, email) for email in people}
+
+        # update: the answer and the store both hold the new tag and attributes
+        updated = await tools.call(
+            "subscriber_update", email=updated_email, add_tags=["mcp-vip"], attributes={"plan": "pro", "n": 2}
         )
+        assert (updated["email"], updated["changed"], updated["tags_added"], updated["tags_removed"]) == (
+            updated_email,
+            True,
+            ["mcp-vip"],
+            [],
+        )
+        assert updated["subscriber"]["attributes"] == {"plan": "pro", "n": 2}
+        assert shown(updated["subscriber"]) == profile_of(local, updated_email)
+        assert profile_of(local, updated_email)["tags"] == sorted([group, "mcp-vip"])
+        assert item(local, "TAG#mcp-vip", f"SUB#{updated_email}") is not None
+        assert "must match" in await tools.error(
+            "subscriber_update", email=updated_email, add_tags=["Bad Tag"]
+        )
+        assert profile_of(local, updated_email)["tags"] == sorted([group, "mcp-vip"])  # refused: unchanged
         assert "no such subscriber" in await tools.error("subscriber_get", email="nobody-mcp@example.com")
 
-        out = await tools.call("subscriber_unsubscribe", email="mcp2@example.com")
-        assert out["subscriber"]["status"] == "unsubscribed"
-        unsubscribed = await tools.call("subscribers_list", tag="mcp-group", status="unsubscribed")
-        assert [s["email"] for s in unsubscribed["subscribers"]] == ["mcp2@example.com"]
-        back = await tools.call("subscriber_resubscribe", email="mcp2@example.com")
-        assert back["subscriber"]["status"] == "subscribed"
+        # unsubscribe / resubscribe: the status changes in the store, the list filters by it
+        out = await tools.call("subscriber_unsubscribe", email=unsub_email)
+        assert out["subscriber"]["status"] == "unsubscribed" == profile_of(local, unsub_email)["status"]
+        unsubscribed = await tools.call("subscribers_list", tag=group, status="unsubscribed")
+        assert [s["email"] for s in unsubscribed["subscribers"]] == [unsub_email]
+        back = await tools.call("subscriber_resubscribe", email=unsub_email)
+        assert back["subscriber"]["status"] == "subscribed" == profile_of(local, unsub_email)["status"]
 
-        events = await tools.call("events_by_subscriber", email="mcp3@example.com")
-        assert any(e["type"] == "subscriber.subscribed" for e in events)
+        # events: the same timeline the CLI shows (one contact.created event, with its tags)
+        events = await tools.call("events_by_subscriber", email=events_email)
+        assert [e["type"] for e in events] == ["contact.created"]
+        assert events == events_of(local, events_email)
 
-        refused = await tools.error("subscriber_erase", email="mcp4@example.com")
-        assert "confirm=true" in refused
-        assert (await tools.call("subscriber_get", email="mcp4@example.com"))["email"] == "mcp4@example.com"
-        erased = await tools.call("subscriber_erase", email="mcp4@example.com", confirm=True)
-        assert erased["deleted_items"] >= 2
-        assert "no such subscriber" in await tools.error("subscriber_get", email="mcp4@example.com")
+        # erase: refused without confirm (nothing deleted), then every item goes
+        assert "confirm=true" in await tools.error("subscriber_erase", email=erased_email)
+        assert profile_of(local, erased_email)["email"] == erased_email
+        erased = await tools.call("subscriber_erase", email=erased_email, confirm=True)
+        assert (erased["email"], erased["deleted_items"], erased["sequences_stopped"]) == (
+            erased_email,
+            2,  # the profile and its one TAG# partner
+            [],
+        )
+        assert erased["deleted_events"] >= 1  # its contact.created event (and idempotency record)
+        assert "no such subscriber" in await tools.error("subscriber_get", email=erased_email)
 
     run_session(local, body)
-    main = local.state["tables"]["table_name"]
-    items = local.client("dynamodb").scan(TableName=main)["Items"]
-    assert not [i for i in items if "mcp4@example.com" in json.dumps(i)]
+    leftovers = [
+        i for t in (MAIN, "mailstep-events") for i in scan_all(local, t) if erased_email in json.dumps(i)
+    ]
+    assert leftovers == []
 
 
-def test_sequence_template_stats_suppression_and_doctor_tools(local: Local) -> None:
+def test_sequence_and_template_tools_match_the_catalog_and_the_store(local: Local) -> None:
+    email = f"{unique('mcp-seq')}@example.com"
+    catalog = {
+        path.stem: yaml.safe_load(path.read_text()) for path in sorted((ROOT / "sequences").glob("*.yaml"))
+    }
+    templates = ROOT / "templates"
+    template_keys = sorted(
+        p.relative_to(templates).with_suffix("").as_posix()
+        for p in templates.rglob("*")
+        if p.is_file()
+        and p.suffix in (".md", ".html")
+        and not p.relative_to(templates).parts[0].startswith("_")
+    )
     with paused_clock(local):  # onboarding stays active (at its first Wait) while it is counted
-        subscribe(local, "mcp-seq@example.com")
-        _sequence_template_stats_suppression_and_doctor_tools(local)
+        assert subscribe(local, email)["sequences_started"] == ["onboarding"]
+        wait_for(lambda: sent_by(local, "onboarding") and item(local, f"SUB#{email}", "EXEC#onboarding"))
+        pair = item(local, f"SUB#{email}", "EXEC#onboarding")
+        assert pair is not None
+
+        async def body(tools: Tools) -> None:
+            sequences = await tools.call("sequences_list")
+            assert [s for s in sequences if "invalid" in s] == []
+            by_id = {s["id"]: s for s in sequences}
+            assert set(by_id) == set(catalog)
+            for sequence_id, spec in catalog.items():
+                row = by_id[sequence_id]
+                assert row["trigger"] == spec["trigger"], sequence_id
+                assert row["exit_on"] == spec.get("exit_on", []), sequence_id
+                assert row["transactional"] == spec.get("transactional", False), sequence_id
+                members = {i["SK"]["S"].removeprefix("SUB#") for i in partition(local, f"EXEC#{sequence_id}")}
+                assert row["active_executions"] == len(members), sequence_id
+            active = await tools.call("sequence_subscribers", sequence_id="onboarding")
+            members = {i["SK"]["S"].removeprefix("SUB#") for i in partition(local, "EXEC#onboarding")}
+            assert {a["email"] for a in active} == members and email in members
+            mine = next(a for a in active if a["email"] == email)
+            assert mine["execution_arn"] == pair["execution_arn"]["S"]
+            assert mine["started_at"] == pair["started_at"]["S"]
+            assert "sequence id" in await tools.error("sequence_subscribers", sequence_id="Bad#Id")
+
+            listed = await tools.call("templates_list")
+            assert [t["key"] for t in listed] == template_keys
+            welcome = next(t for t in listed if t["key"] == "onboarding/welcome")
+            assert welcome == {
+                "key": "onboarding/welcome",
+                "subject": "Welcome aboard, {{ first_name or 'friend' }}",
+                "layout": "default",
+            }
+            validated = await tools.call("templates_validate")
+            assert validated == {"ok": True, "templates": len(template_keys), "problems": []}
+            preview = await tools.call("template_preview", key="onboarding/welcome", first_name="Grace")
+            assert preview["subject"] == "Welcome aboard, Grace"
+            assert preview["preheader"] == "Three things to do in your first ten minutes."
+            assert "Welcome aboard, Grace!" in preview["text"] and "Grace" in preview["html"]
+            assert "TemplateNotFound" in await tools.error("template_preview", key="no/such-template")
+
+        run_session(local, body)
 
 
-def _sequence_template_stats_suppression_and_doctor_tools(local: Local) -> None:
+def test_stats_events_suppression_failed_and_doctor_tools_match_what_happened(local: Local) -> None:
+    # Given one mail of a source of its own, delivered, opened twice and clicked once ...
+    reader = f"{unique('mcp-reader')}@example.com"
+    source = unique("mcp-stats")
+    add_contact(local, reader)
+    enqueue(local, SendJob(email=reader, template="onboarding/tips", source=source, step="tips"))
+    wait_for(lambda: any(e["type"] == "delivery" for e in events_of(local, reader)), what="the delivery")
+    for command in ("open", "open", "click"):
+        result = ops(local, "local", command, reader)
+        assert result.returncode == 0, result.stderr
+    wait_for(
+        lambda: sum(e["type"] in ("open", "click") for e in events_of(local, reader)) == 3, what="3 events"
+    )
+    # ... a permanent bounce that suppressed an address ...
+    bounced = f"bounce+{unique('mcp')}@simulator.amazonses.com"
+    add_contact(local, bounced)
+    enqueue(local, SendJob(email=bounced, template="onboarding/tips", source=source, step="tips"))
+    wait_for(lambda: item(local, f"SUB#{bounced}", "SUPPRESSION"), what="the bounce's suppression")
+    wait_for(lambda: any(e["type"] == "bounce" for e in events_of(local, bounced)), what="the bounce event")
+    # ... and a failed execution of a sequence state machine
+    failing = unique("mcp-fail")
+    sfn = local.client("stepfunctions")
+    role = local.client("iam").create_role(
+        RoleName=failing, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
+    )["Role"]["Arn"]
+    definition = {"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "E2E", "Cause": "test"}}}
+    machine = sfn.create_state_machine(
+        name=f"{STATE_MACHINE_PREFIX}{failing}", definition=json.dumps(definition), roleArn=role
+    )["stateMachineArn"]
+    run = sfn.start_execution(stateMachineArn=machine, name="run-1", input="{}")["executionArn"]
+    wait_for(
+        lambda: sfn.describe_execution(executionArn=run)["status"] == "FAILED", what="the failed execution"
+    )
 
     async def body(tools: Tools) -> None:
-        sequences = await tools.call("sequences_list")
-        ids = {s["id"]: s for s in sequences if "id" in s}
-        assert "onboarding" in ids and ids["onboarding"]["trigger"] == "subscriber.subscribed"
-        assert all(isinstance(s["active_executions"], int) for s in ids.values())
-        active = await tools.call("sequence_subscribers", sequence_id="onboarding")
-        assert len(active) == ids["onboarding"]["active_executions"]
-        assert "sequence id" in await tools.error("sequence_subscribers", sequence_id="Bad#Id")
+        # stats: the counts of what happened to that source
+        scoped = await tools.call("stats", sequence=source)
+        rows = {r["metric"]: r for r in scoped["rows"]}
+        assert (scoped["scope"], scoped["since"]) == (source, None)
+        assert (rows["sent"]["total"], rows["delivered"]["total"]) == (2, 1)
+        assert (rows["opened"]["total"], rows["opened"]["unique"]) == (2, 1)
+        assert (rows["clicked"]["total"], rows["clicked"]["unique"]) == (1, 1)
+        assert rows["bounced"]["total"] == 1
+        everything = await tools.call("stats")
+        assert everything[source] == scoped["rows"]
+        assert scoped["rows"] == ok_json(ops(local, "stats", "--sequence", source, "--json"))["rows"]
 
-        templates = await tools.call("templates_list")
-        keys = [t["key"] for t in templates]
-        assert keys and "onboarding/welcome" in keys
-        validated = await tools.call("templates_validate")
-        assert validated["templates"] == len(keys)
-        preview = await tools.call("template_preview", key="onboarding/welcome", first_name="Grace")
-        assert "Grace" in preview["html"] and preview["subject"]
-        assert "TemplateNotFound" in await tools.error("template_preview", key="no/such-template")
+        # events: by source and by template, the events of those two mails
+        by_source = await tools.call("events_by_sequence", source=source)
+        mine = events_of(local, reader) + events_of(local, bounced)
+        # (the timeline also shows the send log's "send" entries; the events table has the rest)
+        expected_types = sorted(e["type"] for e in mine if e.get("source") == source and e["type"] != "send")
+        assert sorted(e["type"] for e in by_source) == expected_types
+        assert set(expected_types) == {"delivery", "open", "click", "bounce"}
+        assert {e["PK"].removeprefix("SUB#") for e in by_source} == {reader, bounced}
+        limited = await tools.call("events_by_sequence", source=source, limit=2)
+        assert len(limited) == 2 and all(e["source"] == source for e in limited)
+        by_template = await tools.call("events_by_template", template="onboarding/tips", limit=1000)
+        assert all(e["template"] == "onboarding/tips" for e in by_template)
+        assert sorted(e["type"] for e in by_template if e.get("source") == source) == expected_types
 
-        stats = await tools.call("stats")
-        assert isinstance(stats, dict)
-        scoped = await tools.call("stats", sequence="onboarding")
-        assert scoped["scope"] == "onboarding" and {r["metric"] for r in scoped["rows"]}
-        by_sequence = await tools.call("events_by_sequence", source="onboarding", limit=5)
-        assert len(by_sequence) <= 5 and all(e.get("source") == "onboarding" for e in by_sequence)
-        by_template = await tools.call("events_by_template", template="onboarding/welcome", limit=5)
-        assert all(e.get("template") == "onboarding/welcome" for e in by_template)
+        # suppression: the bounced address with its reason, lifted once
+        suppressed = {s["email"]: s for s in await tools.call("suppression_list")}
+        assert suppressed[bounced]["reason"] == "bounce" and suppressed[bounced]["source"] == source
+        assert reader not in suppressed
+        assert await tools.call("suppression_remove", email=bounced) == {"email": bounced, "removed": True}
+        assert bounced not in {s["email"] for s in await tools.call("suppression_list")}
+        assert item(local, f"SUB#{bounced}", "SUPPRESSION") is None
+        assert profile_suppressed(local, bounced) is False
+        again = await tools.call("suppression_remove", email=bounced)
+        assert again == {"email": bounced, "removed": False}
 
-        assert isinstance(await tools.call("suppression_list"), list)
-        removed = await tools.call("suppression_remove", email="never-suppressed@example.com")
-        assert removed == {"email": "never-suppressed@example.com", "removed": False}
+        # failed executions: exactly the one that failed, by its sequence id
+        failed = await tools.call("failed_sequence_executions", sequence_id=failing)
+        assert [(f["sequence"], f["status"], f["name"]) for f in failed] == [(failing, "FAILED", "run-1")]
 
-        assert isinstance(await tools.call("failed_sequence_executions"), list)
+        # doctor: the same checks and verdicts as `mailstep doctor`
         doctor = await tools.call("doctor")
-        assert {c["name"] for c in doctor["checks"]} >= {"ses-quota", "dlqs", "configuration-set"}
+        cli = json.loads(ops(local, "doctor", "--json").stdout)
+        assert [(c["name"], c["status"]) for c in doctor["checks"]] == [
+            (c["name"], c["status"]) for c in cli["checks"]
+        ]
+        statuses = {c["name"]: c["status"] for c in doctor["checks"]}
+        assert statuses["ses-identity"] == statuses["alarms"] == "skip"  # not emulated locally
+        assert statuses["configuration-set"] == statuses["ses-quota"] == "pass"
 
     run_session(local, body)
+
+
+def profile_suppressed(local: Local, email: str) -> bool | None:
+    found = item(local, f"SUB#{email}", "PROFILE")
+    return None if found is None else bool(found.get("suppressed", {}).get("BOOL", False))
 
 
 def test_broadcast_tools_dry_run_then_send_only_with_confirm(local: Local) -> None:
-    for i in range(3):
-        subscribe(local, f"mcp-bc{i}@example.com", tags=["mcp-bc"])
+    tag = unique("mcp-bc")
+    people = sorted(f"{tag}-{i}@example.com" for i in range(3))
+    for email in people:
+        add_contact(local, email, tags=[tag])
+    add_contact(local, f"{tag}-other@example.com", tags=[f"{tag}-x"])  # not in the audience
 
     async def body(tools: Tools) -> None:
-        dry = await tools.call("broadcast_dry_run", template="newsletter/monthly", tags=["mcp-bc"])
-        assert dry["audience_size"] == 3 and len(dry["sample"]) == 3
-        assert "does not exist" in await tools.error("broadcast_dry_run", template="no/such", tags=["mcp-bc"])
+        dry = await tools.call("broadcast_dry_run", template="newsletter/monthly", tags=[tag])
+        assert dry["audience_size"] == 3 and sorted(dry["sample"]) == people
+        assert "does not exist" in await tools.error("broadcast_dry_run", template="no/such", tags=[tag])
 
         refused = await tools.error(
-            "broadcast_send", template="newsletter/monthly", tags=["mcp-bc"], broadcast_id="mcp-bc-1"
+            "broadcast_send", template="newsletter/monthly", tags=[tag], broadcast_id=tag
         )
         assert "confirm=true" in refused
-        assert "no broadcast" in await tools.error("broadcast_get", broadcast_id="mcp-bc-1")
+        assert "no broadcast" in await tools.error("broadcast_get", broadcast_id=tag)
+        assert sent_by(local, tag) == []  # the refused send sent nothing
 
         sent = await tools.call(
-            "broadcast_send",
-            template="newsletter/monthly",
-            tags=["mcp-bc"],
-            broadcast_id="mcp-bc-1",
-            confirm=True,
+            "broadcast_send", template="newsletter/monthly", tags=[tag], broadcast_id=tag, confirm=True
         )
-        assert sent["created"] is True and sent["broadcast"]["id"] == "mcp-bc-1"
-        again = await tools.call(
-            "broadcast_send",
-            template="newsletter/monthly",
-            tags=["mcp-bc"],
-            broadcast_id="mcp-bc-1",
-            confirm=True,
-        )
-        assert again["created"] is False and again["same"] is True
+        assert sent["created"] is True
+        assert (sent["broadcast"]["id"], sent["broadcast"]["template"]) == (tag, "newsletter/monthly")
+        assert sent["broadcast"]["filters"]["tags"] == [tag]
 
-        got = await tools.call("broadcast_get", broadcast_id="mcp-bc-1")
-        assert got["id"] == "mcp-bc-1" and got["template"] == "newsletter/monthly"
-        listed = await tools.call("broadcasts_list")
-        assert "mcp-bc-1" in [b["id"] for b in listed]
+        async def finished() -> dict[str, Any]:
+            return dict(await tools.call("broadcast_get", broadcast_id=tag))
+
+        got = await finished()
+        deadline = anyio.current_time() + 120
+        while got["status"] != "done":
+            assert anyio.current_time() < deadline, f"the broadcast did not finish: {got}"
+            await anyio.sleep(0.5)
+            got = await finished()
+        assert (got["id"], got["template"], got["audience"], got["sent"], got["failed"]) == (
+            tag,
+            "newsletter/monthly",
+            3,
+            3,
+            0,
+        )
+        assert sorted(d for m in sent_by(local, tag) for d in m["destination"]) == people
+
+        again = await tools.call(
+            "broadcast_send", template="newsletter/monthly", tags=[tag], broadcast_id=tag, confirm=True
+        )
+        assert (again["created"], again["same"], again["broadcast"]["sent"]) == (False, True, 3)
+        listed = {b["id"]: b for b in await tools.call("broadcasts_list")}
+        assert (listed[tag]["status"], listed[tag]["audience"], listed[tag]["sent"]) == ("done", 3, 3)
 
     run_session(local, body)
+    assert sorted(d for m in sent_by(local, tag) for d in m["destination"]) == people  # nobody twice

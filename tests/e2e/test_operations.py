@@ -6,41 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from shared.core.specs import STATE_MACHINE_PREFIX
 from tests.e2e.conftest import Local
-
-
-def ops(local: Local, *args: str, timeout: float = 90) -> Any:
-    return local.cli(*args, "--state-dir", str(local.state_dir), timeout=timeout)
-
-
-def as_json(result: Any) -> Any:
-    """The JSON a command printed (a failure shows its stderr instead of a decode error)."""
-    assert result.stdout.strip(), f"exit {result.returncode}, no output; stderr: {result.stderr[-2000:]}"
-    return json.loads(result.stdout)
-
-
-def subscribe(local: Local, email: str, **extra: Any) -> None:
-    code, answer = local.http(
-        "POST", "/v1/events", {"type": "subscriber.subscribed", "email": email, **extra}, key=local.api_key
-    )
-    assert code == 200, answer
-
-
-def scan(local: Local, table: str) -> list[dict[str, Any]]:
-    ddb = local.client("dynamodb")
-    items: list[dict[str, Any]] = []
-    start = None
-    while True:
-        page = ddb.scan(TableName=table, **({"ExclusiveStartKey": start} if start else {}))
-        items += page["Items"]
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return items
+from tests.e2e.helpers import as_json, ops, post, scan_all, subscribe, wait_for
 
 
 def test_without_a_running_runtime_the_cli_says_how_to_choose(local: Local, tmp_path: Path) -> None:
@@ -93,12 +64,12 @@ def test_subscriber_admin_round_trip(local: Local) -> None:
 def test_delete_leaves_no_item_in_either_table(local: Local) -> None:
     email = "ops-erase@example.com"
     subscribe(local, email, tags=["ops-erase-a", "ops-erase-b"], attributes={"plan": "pro"})
-    local.http("POST", "/v1/events", {"type": "trial.started", "email": email}, key=local.api_key)
+    post(local, {"type": "trial.started", "email": email})
     tables = local.state["tables"]
     main, events = tables["table_name"], tables["events_table_name"]
 
     def mentions() -> list[dict[str, Any]]:
-        return [i for t in (main, events) for i in scan(local, t) if email in json.dumps(i)]
+        return [i for t in (main, events) for i in scan_all(local, t) if email in json.dumps(i)]
 
     def settled() -> bool:
         """Both sequences ended and every mail sent has its SES delivery event recorded: an
@@ -109,17 +80,14 @@ def test_delete_leaves_no_item_in_either_table(local: Local) -> None:
         running = any(i["SK"]["S"].startswith("EXEC#") for i in items)
         return sent > 0 and delivered == sent and not running
 
-    deadline = time.monotonic() + 60
-    while not settled():
-        assert time.monotonic() < deadline, "the subscriber's sequences and SES events did not settle"
-        time.sleep(0.2)
+    wait_for(settled, 60, "the subscriber's sequences and SES events to settle", interval_s=0.2)
 
     result = ops(local, "subscribers", "delete", email, "--yes", "--json")
 
     assert result.returncode == 0, result.stderr
     assert as_json(result)["deleted_events"] >= 2
     assert mentions() == []
-    items = scan(local, main)
+    items = scan_all(local, main)
     profiles = {i["PK"]["S"] for i in items if i["SK"]["S"] == "PROFILE"}
     orphans = [
         i for i in items if i["PK"]["S"].startswith(("TAG#", "EXEC#")) and i["SK"]["S"] not in profiles
@@ -171,17 +139,12 @@ def test_executions_failed_lists_failed_sequence_executions(local: Local) -> Non
     machine = sfn.create_state_machine(
         name=f"{STATE_MACHINE_PREFIX}ops-e2e-fail", definition=json.dumps(definition), roleArn=role
     )["stateMachineArn"]
-    sfn.start_execution(stateMachineArn=machine, name="ops-e2e-1", input="{}")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if (
-            sfn.describe_execution(
-                executionArn=f"{machine.replace(':stateMachine:', ':execution:')}:ops-e2e-1"
-            )["status"]
-            != "RUNNING"
-        ):
-            break
-        time.sleep(0.2)
+    execution = sfn.start_execution(stateMachineArn=machine, name="ops-e2e-1", input="{}")["executionArn"]
+    wait_for(
+        lambda: sfn.describe_execution(executionArn=execution)["status"] != "RUNNING",
+        20,
+        "the failing execution to end",
+    )
 
     result = ops(local, "executions", "failed", "--sequence", "ops-e2e-fail", "--json")
 
@@ -237,7 +200,7 @@ def test_import_starts_sequences_only_with_trigger_and_only_once(local: Local, t
     def executions() -> set[str]:
         return {
             i["SK"]["S"].split("#", 1)[1]
-            for i in scan(local, main)
+            for i in scan_all(local, main)
             if i["SK"]["S"].startswith("EXEC#") and "ops-trig" in i["PK"]["S"]
         }
 

@@ -17,8 +17,7 @@ from cli.replies_cmd import received_notification, reply_mime
 from shared.core import specs
 from shared.store.send_log import SendLog
 from tests.e2e.conftest import Local
-from tests.e2e.test_engagement import events_of, wait_for
-from tests.e2e.test_sequences import MAIN, eml, mails, paused_clock, post, unique
+from tests.e2e.helpers import MAIN, eml, events_of, item, mails, paused_clock, post, unique_email, wait_for
 
 
 def welcome_mail(local: Local, email: str) -> dict[str, Any]:
@@ -35,7 +34,7 @@ def replies_of(local: Local, email: str) -> list[dict[str, Any]]:
 
 
 def test_a_reply_to_a_sequence_mail_quotes_ses_s_message_id_and_is_matched_to_its_send(local: Local) -> None:
-    email = unique("replier")
+    email = unique_email("replier")
     assert local.state["region"] == "us-east-1"  # SES's domain there: email.amazonses.com
     with paused_clock(local):
         # Given the welcome mail onboarding sent
@@ -60,14 +59,8 @@ def test_a_reply_to_a_sequence_mail_quotes_ses_s_message_id_and_is_matched_to_it
         # Then the reply event names the send it answers
         (reply,) = replies_of(local, email)
         # ... and, as onboarding has `exit_on: [reply]`, the reply ends its execution
-        ddb = local.client("dynamodb")
         wait_for(
-            lambda: (
-                "Item"
-                not in ddb.get_item(
-                    TableName=MAIN, Key={"PK": {"S": f"SUB#{email}"}, "SK": {"S": "EXEC#onboarding"}}
-                )
-            ),
+            lambda: item(local, f"SUB#{email}", "EXEC#onboarding") is None,
             what="the onboarding execution to stop",
         )
     data = reply["data"]
@@ -77,7 +70,7 @@ def test_a_reply_to_a_sequence_mail_quotes_ses_s_message_id_and_is_matched_to_it
 
 
 def test_references_find_the_send_when_in_reply_to_is_not_an_ses_id(local: Local) -> None:
-    email = unique("threaded")
+    email = unique_email("threaded")
     with paused_clock(local):
         meta = welcome_mail(local, email)
         sent = eml(local, meta)

@@ -3,84 +3,43 @@ unsubscribe routes through the local https front (self-signed certificate, verif
 
 from __future__ import annotations
 
-import json
 import ssl
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
-from email import policy
-from email.parser import BytesParser
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.sending.jobs import SendJob, to_message
+from shared.sending.jobs import SendJob
 from tests.e2e.conftest import Local
+from tests.e2e.helpers import (
+    add_contact,
+    drained,
+    eml,
+    enqueue,
+    messages,
+    outbox,
+    partition,
+    post,
+    profile_status,
+    queue_url,
+    wait_for,
+)
 
-MAIN = "mailstep-main"
 ONE_CLICK = "List-Unsubscribe=One-Click"
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _profile(local: Local, email: str, first_name: str = "Ada") -> None:
-    # a custom event type upserts the profile without starting any sequence
-    body = {"type": "e2e.sending", "email": email, "first_name": first_name}
-    assert local.http("POST", "/v1/events", body, key=local.api_key)[0] == 200
-
-
-def _enqueue(local: Local, job: SendJob, times: int = 1) -> None:
-    sqs = local.client("sqs")
-    url = sqs.get_queue_url(QueueName="mailstep-send")["QueueUrl"]
-    for _ in range(times):
-        sqs.send_message(QueueUrl=url, MessageBody=to_message(job))
-
-
-def _messages(local: Local, source: str) -> list[tuple[dict[str, Any], Any]]:
-    found = []
-    for meta_path in sorted(local.outbox.glob("*.json")):
-        meta = json.loads(meta_path.read_text())
-        if meta.get("email_tags", {}).get("source") == source:
-            eml = Path(meta_path.with_suffix(".eml")).read_bytes()
-            found.append((meta, BytesParser(policy=policy.default).parsebytes(eml)))
-    return found
+    add_contact(local, email, first_name=first_name)
 
 
 def _sent_items(local: Local, email: str) -> list[dict[str, Any]]:
-    answer = local.client("dynamodb").query(
-        TableName=MAIN,
-        KeyConditionExpression="PK = :pk AND begins_with(SK, :sent)",
-        ExpressionAttributeValues={":pk": {"S": f"SUB#{email}"}, ":sent": {"S": "SENT#"}},
-        ConsistentRead=True,
-    )
-    return list(answer["Items"])
-
-
-def _status(local: Local, email: str) -> str:
-    item = local.client("dynamodb").get_item(
-        TableName=MAIN, Key={"PK": {"S": f"SUB#{email}"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
-    )["Item"]
-    return str(item["status"]["S"])
+    return [i for i in partition(local, f"SUB#{email}") if i["SK"]["S"].startswith("SENT#")]
 
 
 def _queue_drained(local: Local) -> bool:
-    sqs = local.client("sqs")
-    url = sqs.get_queue_url(QueueName="mailstep-send")["QueueUrl"]
-    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    return (
-        attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
-    )
+    return drained(local.client("sqs"), queue_url(local, "mailstep-send"))
 
 
 def _unsubscribe_targets(msg: Any) -> list[str]:
@@ -102,13 +61,13 @@ def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Lo
     _profile(local, email)
     job = SendJob(email=email, template="onboarding/welcome", source=source, step="welcome")
 
-    _enqueue(local, job, times=3)
+    enqueue(local, job, times=3)
 
-    wait_for(lambda: _messages(local, source), what="the welcome mail in the outbox")
+    wait_for(lambda: messages(local, source), what="the welcome mail in the outbox")
     wait_for(lambda: _queue_drained(local), what="the send queue to drain")
-    messages = _messages(local, source)
-    assert len(messages) == 1 and len(_sent_items(local, email)) == 1
-    meta, msg = messages[0]
+    found = messages(local, source)
+    assert len(found) == 1 and len(_sent_items(local, email)) == 1
+    meta, msg = found[0]
     assert meta["destination"] == [email] and meta["configuration_set"]
     assert (
         meta["email_tags"]["template"] == "onboarding_swelcome" and meta["email_tags"]["kind"] == "marketing"
@@ -124,9 +83,8 @@ def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Lo
 
 def test_transactional_mail_reaches_unsubscribed_and_has_no_list_headers(local: Local):
     email, source = f"buyer-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
-    body = {"type": "subscriber.unsubscribed", "email": email}
-    assert local.http("POST", "/v1/events", body, key=local.api_key)[0] == 200
-    _enqueue(
+    post(local, {"type": "subscriber.unsubscribed", "email": email})
+    enqueue(
         local,
         SendJob(
             email=email,
@@ -137,12 +95,12 @@ def test_transactional_mail_reaches_unsubscribed_and_has_no_list_headers(local: 
             data={"order_id": "A-1", "total": "$9"},
         ),
     )
-    _enqueue(local, SendJob(email=email, template="onboarding/tips", source=source, step="tips"))
-    wait_for(lambda: _messages(local, source), what="the receipt")
+    enqueue(local, SendJob(email=email, template="onboarding/tips", source=source, step="tips"))
+    wait_for(lambda: messages(local, source), what="the receipt")
     wait_for(lambda: _queue_drained(local), what="the send queue to drain")
-    messages = _messages(local, source)
-    assert len(messages) == 1  # the marketing mail was skipped: unsubscribed
-    meta, msg = messages[0]
+    found = messages(local, source)
+    assert len(found) == 1  # the marketing mail was skipped: unsubscribed
+    meta, msg = found[0]
     assert meta["email_tags"]["kind"] == "transactional"
     assert msg["List-Unsubscribe"] is None and msg["List-Unsubscribe-Post"] is None
     assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
@@ -152,8 +110,8 @@ def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Lo
     email, source = f"mixed-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
     _profile(local, email)
     receipt = {"order_id": "A-2", "total": "$5"}
-    _enqueue(local, SendJob(email=email, template="onboarding/welcome", source=source, step="welcome"))
-    _enqueue(
+    enqueue(local, SendJob(email=email, template="onboarding/welcome", source=source, step="welcome"))
+    enqueue(
         local,
         SendJob(
             email=email,
@@ -164,15 +122,14 @@ def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Lo
             data=receipt,
         ),
     )
-    wait_for(lambda: len(_messages(local, source)) == 2, what="a marketing and a transactional mail")
+    wait_for(lambda: len(messages(local, source)) == 2, what="a marketing and a transactional mail")
 
     checked = {"transactional": 0, "other": 0}
-    for meta_path in local.outbox.glob("*.json"):
-        meta = json.loads(meta_path.read_text())
+    for meta in outbox(local):
         tags = meta.get("email_tags", {})
         if "send_id" not in tags:  # not sent by the send pipeline
             continue
-        msg = BytesParser(policy=policy.default).parsebytes(meta_path.with_suffix(".eml").read_bytes())
+        msg = eml(local, meta)
         if tags["kind"] == "transactional":
             assert msg["List-Unsubscribe"] is None and msg["List-Unsubscribe-Post"] is None
             checked["transactional"] += 1
@@ -190,18 +147,18 @@ def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Lo
 def test_unsubscribe_link_get_changes_nothing_and_one_click_post_unsubscribes(local: Local):
     email, source = f"grace-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
     _profile(local, email, "Grace")
-    _enqueue(local, SendJob(email=email, template="welcome", source=source, step="w"))
-    meta, msg = wait_for(lambda: _messages(local, source), what="the welcome mail")[0]
+    enqueue(local, SendJob(email=email, template="welcome", source=source, step="w"))
+    meta, msg = wait_for(lambda: messages(local, source), what="the welcome mail")[0]
     url = _unsubscribe_targets(msg)[0]
     assert url.startswith(local.public_url + "/u/")
 
     status, page = _http(local, "GET", url)
-    assert status == 200 and "<form" in page and _status(local, email) == "subscribed"
+    assert status == 200 and "<form" in page and profile_status(local, email) == "subscribed"
 
     for _ in range(2):
         status, page = _http(local, "POST", url, ONE_CLICK.encode())
         assert status == 200 and "You are unsubscribed" in page
-    assert _status(local, email) == "unsubscribed"
+    assert profile_status(local, email) == "unsubscribed"
 
     tampered = url[:-3] + ("AAA" if not url.endswith("AAA") else "BBB")
     assert _http(local, "POST", tampered, ONE_CLICK.encode())[0] == 400

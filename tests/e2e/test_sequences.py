@@ -10,28 +10,32 @@ stopped. Every test uses its own addresses, so it reads only its own mail and pa
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from email import policy
-from email.parser import BytesParser
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from shared.core.specs import STATE_MACHINE_PREFIX
-from shared.sending.sender import decode_tag_value
 from shared.sequences.engine import execution_name
 from shared.sequences.sfn import execution_arn
 from tests.e2e.conftest import Local
+from tests.e2e.helpers import (
+    MAIN,
+    eml,
+    item,
+    mails,
+    partition,
+    paused_clock,
+    post,
+    profile_status,
+    scan_all,
+    wait_for,
+)
+from tests.e2e.helpers import unique_email as unique
 
-MAIN = "mailstep-main"
-BATCH = 10  # events per POST: keeps each request well inside the client timeout
 WALKERS = 50
 DAY = 86400
 ONBOARDING_WAITS_S = DAY + 2 * DAY + 7 * DAY
@@ -39,61 +43,13 @@ CHECK_IN_SUBJECTS = {"How is it going?", "Quick check-in"}  # the step and its A
 
 
 # ----- helpers ------------------------------------------------------------------------------
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}@example.com"
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)
-
-
-def post(local: Local, *events: dict[str, Any]) -> list[dict[str, Any]]:
-    """POST /v1/events in batches; the results of every event, in order."""
-    results: list[dict[str, Any]] = []
-    for start in range(0, len(events), BATCH):
-        status, answer = local.http(
-            "POST", "/v1/events", {"events": list(events[start : start + BATCH])}, local.api_key
-        )
-        assert status == 200, answer
-        results += answer["results"]
-    return results
-
-
-@contextmanager
-def paused_clock(local: Local) -> Iterator[None]:
-    """Virtual time stands still inside: executions stop at their next Wait."""
-    status, clock = local.http("POST", "/_local/clock", {"paused": True})
-    assert status == 200 and clock["paused"] is True
-    try:
-        yield
-    finally:
-        status, clock = local.http("POST", "/_local/clock", {"paused": False})
-        assert status == 200 and clock["paused"] is False
-
-
 _MACHINES: dict[str, dict[str, str]] = {}  # endpoint -> state machine name -> ARN
-_CLIENTS: dict[tuple[str, str], Any] = {}
-
-
-def aws(local: Local, service: str) -> Any:
-    """One boto3 client per service and runtime (making a client costs more than a call)."""
-    key = (local.state["endpoint"], service)
-    if key not in _CLIENTS:
-        _CLIENTS[key] = local.client(service)
-    return _CLIENTS[key]
 
 
 def machine_arn(local: Local, sequence_id: str) -> str:
     endpoint = local.state["endpoint"]
     if endpoint not in _MACHINES:
-        machines = aws(local, "stepfunctions").list_state_machines()["stateMachines"]
+        machines = local.client("stepfunctions").list_state_machines()["stateMachines"]
         _MACHINES[endpoint] = {m["name"]: m["stateMachineArn"] for m in machines}
     return _MACHINES[endpoint][f"{STATE_MACHINE_PREFIX}{sequence_id}"]
 
@@ -105,7 +61,7 @@ def run_arn(local: Local, sequence_id: str, email: str, event_id: str) -> str:
 
 def runs_for(local: Local, sequence_id: str, email: str, since: datetime) -> list[str]:
     """Every execution of the sequence started since ``since`` for this subscriber."""
-    sfn, found = aws(local, "stepfunctions"), []
+    sfn, found = local.client("stepfunctions"), []
     pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn(local, sequence_id))
     for page in pages:
         for run in page["executions"]:
@@ -118,75 +74,36 @@ def runs_for(local: Local, sequence_id: str, email: str, since: datetime) -> lis
 
 def run_status(local: Local, arn: str) -> str | None:
     try:
-        return str(aws(local, "stepfunctions").describe_execution(executionArn=arn)["status"])
-    except aws(local, "stepfunctions").exceptions.ExecutionDoesNotExist:
+        return str(local.client("stepfunctions").describe_execution(executionArn=arn)["status"])
+    except local.client("stepfunctions").exceptions.ExecutionDoesNotExist:
         return None
 
 
 def waiting(local: Local, arn: str) -> bool:
     """The execution sits in a Wait state (entered, not left)."""
-    history = aws(local, "stepfunctions").get_execution_history(executionArn=arn)["events"]
+    history = local.client("stepfunctions").get_execution_history(executionArn=arn)["events"]
     return bool(history) and history[-1]["type"] == "WaitStateEntered"
 
 
 def exec_items(local: Local, emails: set[str]) -> list[tuple[str, str]]:
     """Every EXEC pair item (both halves) of these subscribers, scanned through the endpoint."""
-    ddb, found = aws(local, "dynamodb"), []
-    kwargs: dict[str, Any] = {}
-    while True:
-        page = ddb.scan(TableName=MAIN, ConsistentRead=True, **kwargs)
-        for item in page["Items"]:
-            pk, sk = item["PK"]["S"], item["SK"]["S"]
-            subscriber = (pk if pk.startswith("SUB#") else sk).removeprefix("SUB#")
-            if "EXEC#" in pk + sk and subscriber in emails:
-                found.append((pk, sk))
-        if "LastEvaluatedKey" not in page:
-            return found
-        kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+    found = []
+    for found_item in scan_all(local):
+        pk, sk = found_item["PK"]["S"], found_item["SK"]["S"]
+        subscriber = (pk if pk.startswith("SUB#") else sk).removeprefix("SUB#")
+        if "EXEC#" in pk + sk and subscriber in emails:
+            found.append((pk, sk))
+    return found
 
 
 def members(local: Local, sequence_id: str) -> set[str]:
     """Subscribers with an active execution: the ``EXEC#<id>`` partition (one small query)."""
-    pages = (
-        aws(local, "dynamodb")
-        .get_paginator("query")
-        .paginate(
-            TableName=MAIN,
-            KeyConditionExpression="PK = :pk",
-            ExpressionAttributeValues={":pk": {"S": f"EXEC#{sequence_id}"}},
-            ConsistentRead=True,
-        )
-    )
-    return {i["SK"]["S"].removeprefix("SUB#") for page in pages for i in page["Items"]}
+    return {i["SK"]["S"].removeprefix("SUB#") for i in partition(local, f"EXEC#{sequence_id}")}
 
 
 def pair(local: Local, email: str, sequence_id: str) -> str | None:
-    item = (
-        aws(local, "dynamodb")
-        .get_item(
-            TableName=MAIN,
-            Key={"PK": {"S": f"SUB#{email}"}, "SK": {"S": f"EXEC#{sequence_id}"}},
-            ConsistentRead=True,
-        )
-        .get("Item")
-    )
-    return None if item is None else str(item["execution_arn"]["S"])
-
-
-def mails(local: Local, emails: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """Outbox metadata per recipient, oldest first, with the decoded template and source."""
-    found: dict[str, list[dict[str, Any]]] = {e: [] for e in emails}
-    for path in local.outbox.glob("*.json"):
-        meta = json.loads(path.read_text())
-        (to,) = meta["destination"]
-        if to in found:
-            tags = meta["email_tags"]
-            meta["template"] = decode_tag_value(tags["template"])
-            meta["source"] = decode_tag_value(tags["source"])
-            found[to].append(meta)
-    for messages in found.values():
-        messages.sort(key=lambda m: (m["timestamp"], m["message_id"]))
-    return found
+    found = item(local, f"SUB#{email}", f"EXEC#{sequence_id}")
+    return None if found is None else str(found["execution_arn"]["S"])
 
 
 def by_source(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -194,19 +111,6 @@ def by_source(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
     for meta in messages:
         out.setdefault(meta["source"], []).append(meta["template"])
     return out
-
-
-def eml(local: Local, meta: dict[str, Any]) -> Any:
-    return BytesParser(policy=policy.default).parsebytes(
-        (local.outbox / f"{meta['message_id']}.eml").read_bytes()
-    )
-
-
-def profile_status(local: Local, email: str) -> str:
-    item = aws(local, "dynamodb").get_item(
-        TableName=MAIN, Key={"PK": {"S": f"SUB#{email}"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
-    )["Item"]
-    return str(item["status"]["S"])
 
 
 def one_click(local: Local, link: str) -> int:
@@ -227,7 +131,7 @@ def one_click(local: Local, link: str) -> int:
 
 # ----- onboarding, 50 subscribers -----------------------------------------------------------
 def test_fifty_subscribers_walk_onboarding_through_every_wait_with_their_branch(local: Local) -> None:
-    run = uuid.uuid4().hex[:8]
+    run = unique("walk").removesuffix("@example.com")
     readers = [(f"walk{i:02d}-{run}@example.com", f"Reader{i:02d}", i % 2 == 1) for i in range(WALKERS)]
     emails = {email for email, _, _ in readers}
     advanced_before = local.status()["clock"]["advanced_s"]
@@ -268,7 +172,7 @@ def test_fifty_subscribers_walk_onboarding_through_every_wait_with_their_branch(
             ("onboarding", "marketing")
         }
     assert {received[e][3]["subject"] for e in emails} == CHECK_IN_SUBJECTS  # both A/B variants were picked
-    tagged = aws(local, "dynamodb").query(
+    tagged = local.client("dynamodb").query(
         TableName=MAIN,
         KeyConditionExpression="PK = :pk",
         ExpressionAttributeValues={":pk": {"S": "TAG#onboarded"}},

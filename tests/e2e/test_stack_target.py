@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.request
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ import pytest
 
 from shared.core import specs
 from tests.e2e.conftest import ROOT, Local, subprocess_env
+from tests.e2e.helpers import ok_json, unique, wait_for
 
 STACK = specs.STACK_NAME
 LABEL = f"stack {STACK} (us-east-1)"
@@ -50,13 +48,6 @@ def stack_cli(local: Local, nowhere: Path, *args: str, stack: str = STACK, timeo
     )
 
 
-def ok_json(result: Any) -> Any:
-    assert result.returncode == 0, (
-        f"exit {result.returncode}: {result.stdout[-1500:]} {result.stderr[-1500:]}"
-    )
-    return json.loads(result.stdout)
-
-
 def outputs(local: Local) -> dict[str, str]:
     stack = local.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
     return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
@@ -72,20 +63,6 @@ def post_event(local: Local, event: dict[str, Any]) -> tuple[int, Any]:
     )
     with urllib.request.urlopen(request, timeout=30, context=local.ssl_context()) as response:  # noqa: S310
         return response.status, json.loads(response.read())
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def test_the_local_runtime_is_registered_as_the_stack_with_every_output_and_its_resources(

@@ -1,0 +1,91 @@
+"""The CSV acceptance at its full size: ``mailstep subscribers import`` of 10,000 rows through
+the CLI, as an operator runs it, against a ``mailstep dev`` of its own (the session runtime's
+tables stay small for the tests that scan them). Nothing of moto is patched by the test: the
+runtime is the one users start."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Local, start_dev, stop_dev, wait_for_state
+from tests.e2e.helpers import MAIN, as_json, partition, scan_all
+from tests.integration.test_csv_import import make_csv
+
+ROWS = 10_000
+TAG = "import-10k"
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
+    state_dir = tmp_path_factory.mktemp("csv-10k")
+    process = start_dev(state_dir)
+    try:
+        yield Local(state=wait_for_state(state_dir, process, 60), state_dir=state_dir)
+    finally:
+        stop_dev(process)
+
+
+def import_file(runtime: Local, source: Path) -> tuple[dict[str, Any], float]:
+    """``mailstep subscribers import`` with a tag; its JSON report (exit 1: rows were rejected)
+    and the wall time of the command."""
+    started = time.monotonic()
+    result = runtime.cli(
+        "subscribers", "import", str(source), "--tag", TAG, "--json", "--state-dir", str(runtime.state_dir),
+        timeout=240,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert result.returncode == 1, f"exit {result.returncode}: {result.stderr[-2000:]}"
+    return as_json(result), took
+
+
+def test_ten_thousand_rows_import_with_their_tag_partners_and_a_rerun_writes_nothing(
+    runtime: Local, tmp_path: Path
+) -> None:
+    # Given 10,000 rows, one in twenty bad (500: bad email, bad tag, bad attribute, duplicate)
+    source = tmp_path / "people.csv"
+    expected = make_csv(source, ROWS)
+    good = {f"user{i:05d}@example.com" for i in range(ROWS) if i + 2 not in expected}
+    assert len(good) == 9_500 and len(expected) == 500
+
+    # When the operator imports it
+    first, first_s = import_file(runtime, source)
+
+    # Then every good row is a subscriber, every bad one is reported with its line and reason
+    assert (first["rows"], first["created"], first["updated"], first["unchanged"]) == (ROWS, 9_500, 0, 0)
+    assert {r["line"]: r["reason"].split(":")[0] for r in first["rejected"]} == expected
+    items = scan_all(runtime, MAIN)
+    profiles = {i["email"]["S"]: i for i in items if i["SK"]["S"] == "PROFILE"}
+    assert set(profiles) == good
+    sample = profiles["user00001@example.com"]
+    assert set(sample["tags"]["SS"]) == {"imported", "cohort-a", TAG}
+    assert sample["first_name"]["S"] == "User 1" and sample["status"]["S"] == "subscribed"
+    # ... and each profile's tags are exactly its TAG# partners (written in the same transaction)
+    partners = Counter(
+        (i["PK"]["S"].removeprefix("TAG#"), i["SK"]["S"].removeprefix("SUB#"))
+        for i in items
+        if i["PK"]["S"].startswith("TAG#")
+    )
+    assert set(partners.values()) == {1}
+    assert set(partners) == {(tag, email) for email, p in profiles.items() for tag in p["tags"]["SS"]}
+    assert {i["SK"]["S"].removeprefix("SUB#") for i in partition(runtime, f"TAG#{TAG}")} == good
+    assert sum(1 for tag, _ in partners if tag == "imported") == sum(
+        1 for i in range(ROWS) if i % 2 and i + 2 not in expected
+    )
+
+    # When the same file is imported again
+    second, second_s = import_file(runtime, source)
+
+    # Then every row is unchanged and not one item of the table was written
+    assert (second["created"], second["updated"], second["unchanged"]) == (0, 0, 9_500)
+    assert len(second["rejected"]) == 500
+    assert sorted(map(repr, scan_all(runtime, MAIN))) == sorted(map(repr, items))
+    print(
+        f"\n{ROWS} rows through the CLI: first run {first_s:.1f} s ({first['rows_per_second']:.0f} rows/s), "
+        f"re-run {second_s:.1f} s ({second['rows_per_second']:.0f} rows/s)"
+    )
