@@ -56,6 +56,7 @@ def test_every_starter_template_renders_with_subject_html_and_text():
     engine = renderer()
     data = {
         "order_id": "A-1",
+        "confirm_url": "https://acme.test/c/token",
         "total": "$10",
         "lines": [{"description": "Plan", "amount": "$10"}],
         "items": [{"title": "New", "summary": "Things", "url": "https://acme.test/new"}],
