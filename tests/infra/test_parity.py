@@ -393,7 +393,7 @@ def test_the_prefix_reaches_outputs_environment_grants_and_the_cleanup_rule(stag
     (rule,) = staging.resources("AWS::Events::Rule").values()
     assert render(rule["Properties"]["EventPattern"]["detail"]["stateMachineArn"][0]["prefix"]) == expected
     controllers = [f for f in specs.FUNCTIONS if f.controls_sequences]
-    assert {f.name for f in controllers} == {"api", "unsubscribe", "engagement", "inbound"}
+    assert {f.name for f in controllers} == {"api", "unsubscribe", "engagement", "inbound", "signup"}
     for fn_spec in specs.FUNCTIONS:
         fn_id, fn = function_by_handler(staging, fn_spec.handler)
         variable = fn["Properties"]["Environment"]["Variables"].get("STATE_MACHINE_ARN_PREFIX")
