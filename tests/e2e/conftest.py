@@ -224,6 +224,12 @@ NOT_REACHED_BY_E2E = {
         "states:StartExecution",
     ): "a sequence with trigger: reply (none ships)",
     ("mailstep-inbound", "states:DescribeExecution"): "stopping an execution that already ended",
+    ("mailstep-signup", "dynamodb:Query"): "a subscriber.confirmed start that finds an EXEC pair of the same "
+    "sequence (re-entry, or a stale pair) lists the executions; tests/integration/test_sequence_execution.py",
+    ("mailstep-signup", "states:DescribeExecution"): "the same re-entry path asks the found execution's "
+    "status; tests/integration/test_sequence_execution.py",
+    ("mailstep-signup", "states:StopExecution"): "re-entry restart of a subscriber.confirmed sequence "
+    "(none ships with reentry: restart); tests/integration/test_sequence_execution.py",
 }
 
 

@@ -1,0 +1,391 @@
+"""Sign-up, confirmation and the preference centre on the local runtime, as a website and a
+reader use them: HTML form posts and JSON to POST /v1/signup, the confirmation link from the
+outbox, GET (changes nothing) and POST on /c/<token>, then /u/<token> from a later mail.
+
+Every request runs the deployed shape: the bundled asset, the template's routes and IAM."""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+from tests.e2e.conftest import Local
+from tests.e2e.helpers import (
+    EVENTS,
+    eml,
+    item,
+    mails,
+    ops,
+    partition,
+    scan_all,
+    subscribe,
+    unique_email,
+    wait_for,
+)
+
+FORM = "application/x-www-form-urlencoded"
+CONFIRM_TEMPLATE = "system/confirm"
+WELCOME_SEQUENCE = "welcome-confirmed"
+BROWSER_UA = "Mozilla/5.0 (X11; Linux x86_64) mailstep-e2e"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def request(
+    url: str,
+    method: str = "GET",
+    body: bytes | str | None = None,
+    content_type: str | None = None,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, dict[str, str], str]:
+    """One request, redirects not followed: (status, headers, body text)."""
+    data = body.encode() if isinstance(body, str) else body
+    headers = {"user-agent": BROWSER_UA}
+    if content_type:
+        headers["content-type"] = content_type
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with opener.open(req, timeout=60) as answer:
+            return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode()
+
+
+def sign_up(
+    local: Local, fields: dict[str, Any] | list[tuple[str, str]], *, as_json: bool = False
+) -> tuple[int, dict[str, str], str]:
+    if as_json:
+        return request(local.api_url + "/v1/signup", "POST", json.dumps(fields), "application/json")
+    return request(local.api_url + "/v1/signup", "POST", urlencode(fields, doseq=True), FORM)
+
+
+def confirmation_mails(local: Local, email: str) -> list[dict[str, Any]]:
+    return [m for m in mails(local, {email})[email] if m["template"] == CONFIRM_TEMPLATE]
+
+
+def link(local: Local, meta: dict[str, Any], path: str) -> str:
+    """The first https link to ``path`` (``/c/`` or ``/u/``) in a mail's HTML part."""
+    message = eml(local, meta)
+    html = message.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    found = re.search(r'href="(https://[^"]+' + re.escape(path) + r'[^"]+)"', html)
+    assert found, f"no {path} link in {meta['message_id']}"
+    return found.group(1).replace("&amp;", "&")
+
+
+def public(local: Local, url: str) -> str:
+    """A link of a mail (PUBLIC_BASE_URL is the runtime's https front) as a URL to request."""
+    parts = urlsplit(url)
+    assert local.public_url.startswith(f"{parts.scheme}://{parts.netloc}"), url
+    return url
+
+
+def everything_of(local: Local, email: str) -> list[dict[str, Any]]:
+    """Every item of the address in both tables."""
+    return partition(local, f"SUB#{email}") + partition(local, f"SUB#{email}", EVENTS)
+
+
+def audience_size(local: Local) -> int:
+    answer = ops(local, "broadcast", "send", "--template", "newsletter/monthly", "--dry-run")
+    text = " ".join(answer.stdout.split())
+    found = re.search(r"audience: (\d+) subscriber", text)
+    assert answer.returncode == 0 and found, answer.stdout + answer.stderr
+    return int(found.group(1))
+
+
+def iam_calls(local: Local, function: str) -> dict[tuple[str, str], int]:
+    code, report = local.http("GET", "/_local/iam")
+    assert code == 200
+    counts: dict[tuple[str, str], int] = {}
+    for call in report["calls"]:
+        if call["function"] == function:
+            key = (call["action"], call["resource"].rsplit(":", 1)[-1])
+            counts[key] = counts.get(key, 0) + int(call["count"])
+    return counts
+
+
+def difference(after: dict[tuple[str, str], int], before: dict[tuple[str, str], int]) -> dict[str, int]:
+    return {
+        f"{a} {r}": n - before.get((a, r), 0)
+        for (a, r), n in sorted(after.items())
+        if n != before.get((a, r), 0)
+    }
+
+
+# ----- sign-up ----------------------------------------------------------------------------------
+def test_a_form_post_makes_a_pending_sign_up_and_one_mail_and_the_cooldown_holds(local: Local) -> None:
+    email = unique_email("signup")
+    before = iam_calls(local, "mailstep-signup")
+
+    # Given a form post as the documented snippet sends it (hidden empty topics + one box)
+    status, headers, page = sign_up(
+        local,
+        [
+            ("email", email),
+            ("first_name", "Ada"),
+            ("topics", ""),
+            ("topics", "newsletter"),
+            ("form", "footer"),
+        ],
+    )
+
+    # Then a "check your inbox" page, a pending sign-up (no profile) and one confirmation mail
+    assert status == 200 and headers["content-type"].startswith("text/html") and "Check your inbox" in page
+    pending = item(local, f"SUB#{email}", "PENDING")
+    assert pending is not None and item(local, f"SUB#{email}", "PROFILE") is None
+    assert pending["form"]["S"] == "footer" and pending["topics"]["L"] == [{"S": "newsletter"}]
+    assert pending["ttl"] == pending["expires_at"]
+    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    print(
+        "\nper new sign-up (signup function requests):",
+        difference(iam_calls(local, "mailstep-signup"), before),
+    )
+
+    # When the same address signs up 5 more times within the cooldown (JSON and form)
+    middle = iam_calls(local, "mailstep-signup")
+    answers = [sign_up(local, {"email": email}, as_json=True) for _ in range(3)]
+    answers += [
+        sign_up(local, {"email": f"  {email.replace('@example.com', '@Example.COM')} "}) for _ in range(2)
+    ]
+
+    # Then every answer looks the same, nothing more is sent, the pending item is unchanged
+    assert {a[0] for a in answers} == {200}
+    assert {a[2] for a in answers[:3]} == {
+        json.dumps(
+            {"status": "accepted", "confirmation": True, "message": json.loads(answers[0][2])["message"]}
+        )
+    }
+    time.sleep(1)
+    assert confirmation_mails(local, email) == [mail]
+    assert item(local, f"SUB#{email}", "PENDING") == pending
+    print("5 repeats within the cooldown:", difference(iam_calls(local, "mailstep-signup"), middle))
+
+
+def test_the_honeypot_answers_like_a_success_and_writes_nothing(local: Local) -> None:
+    email = unique_email("bot")
+    real = sign_up(local, {"email": unique_email("person")}, as_json=True)
+
+    bot_json = sign_up(local, {"email": email, "website": "http://spam.example"}, as_json=True)
+    bot_form = sign_up(local, {"email": email, "first_name": "Bot", "website": "x"})
+
+    assert bot_json[0] == real[0] == 200 and bot_json[2] == real[2]
+    assert bot_form[0] == 200 and "Check your inbox" in bot_form[2]
+    time.sleep(1)
+    assert everything_of(local, email) == [] and mails(local, {email})[email] == []
+
+
+def test_a_form_post_with_a_foreign_redirect_is_refused(local: Local) -> None:
+    email = unique_email("redirect")
+    status, _, page = sign_up(local, {"email": email, "redirect": "https://evil.example/thanks"})
+    assert status == 400 and "redirect" in page and "<html" in page
+    assert everything_of(local, email) == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "content_type", "status", "field"),
+    [
+        ({"email": "x@example.com", "first_name": "A" * 9000}, FORM, 413, None),
+        ({"first_name": "<script>alert(1)</script>"}, "json", 400, "first_name"),
+        ({"first_name": "Eve\r\nBcc: victim@example.com"}, "json", 400, "first_name"),
+        ({"first_name": "Visit https://spam.example"}, "json", 400, "first_name"),
+        ({"topics": ["newsletter", "casino"]}, "json", 400, "topics"),
+        ({"redirect": "https://evil.example/x"}, "json", 400, "redirect"),
+        ({"redirect": "javascript:alert(1)"}, "json", 400, "redirect"),
+        ({"unknown": 1}, "json", 400, "unknown"),
+        ({"email": "not an address"}, "json", 400, "email"),
+        ({}, "text/plain", 400, "content-type"),
+    ],
+)
+def test_hostile_sign_ups_get_a_clear_4xx_and_write_nothing(
+    local: Local, fields: dict[str, Any], content_type: str, status: int, field: str | None
+) -> None:
+    email = unique_email("hostile")
+    body = {"email": email, **fields}
+    if content_type == "json":
+        answer = request(local.api_url + "/v1/signup", "POST", json.dumps(body), "application/json")
+    elif content_type == FORM:
+        answer = request(local.api_url + "/v1/signup", "POST", urlencode(body), FORM)
+    else:
+        answer = request(local.api_url + "/v1/signup", "POST", json.dumps(body), content_type)
+    assert answer[0] == status, answer
+    if field is not None:
+        error = json.loads(answer[2])["error"]
+        assert error["field"] == field, error
+    assert everything_of(local, email) == [] and mails(local, {email})[email] == []
+
+
+# ----- confirmation -----------------------------------------------------------------------------
+def test_get_changes_nothing_and_post_confirms_with_consent_and_starts_the_welcome(local: Local) -> None:
+    email = unique_email("confirm")
+    size_before = audience_size(local)
+    assert (
+        sign_up(local, {"email": email, "first_name": "Grace", "topics": ["product-updates"]}, as_json=True)[
+            0
+        ]
+        == 200
+    )
+    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    url = public(local, link(local, mail, "/c/"))
+    ctx = local.ssl_context()
+    pending = item(local, f"SUB#{email}", "PENDING")
+
+    # A pending sign-up is in no broadcast audience
+    assert audience_size(local) == size_before
+
+    # GET (a link scanner, or the reader) shows a page with a button and changes nothing
+    for _ in range(2):
+        status, headers, page = request(url, context=ctx)
+        assert status == 200 and '<form method="post"' in page and "Confirm your subscription" in page
+        assert headers["cache-control"] == "no-store" and email not in page
+    assert item(local, f"SUB#{email}", "PENDING") == pending
+    assert item(local, f"SUB#{email}", "PROFILE") is None
+
+    # POST confirms: subscribed, consent recorded, the pending sign-up gone
+    before = iam_calls(local, "mailstep-signup")
+    status, _, page = request(url, "POST", b"", FORM, context=ctx)
+    assert status == 200 and "You are subscribed" in page
+    print(
+        "\nper confirmation (signup function requests):",
+        difference(iam_calls(local, "mailstep-signup"), before),
+    )
+    profile = item(local, f"SUB#{email}", "PROFILE")
+    assert profile is not None and profile["status"]["S"] == "subscribed"
+    consent = profile["consent"]["M"]
+    assert consent["method"]["S"] == "double" and consent["form"]["S"] == "default"
+    assert consent["user_agent"]["S"] == BROWSER_UA and len(consent["ip_hash"]["S"]) == 32
+    assert "127.0.0.1" not in json.dumps(profile)
+    assert profile["topics_in"]["SS"] == ["product-updates"] and profile["topics_out"]["SS"] == ["newsletter"]
+    assert item(local, f"SUB#{email}", "PENDING") is None
+    kinds = [i["type"]["S"] for i in partition(local, f"SUB#{email}", EVENTS)]
+    assert "subscriber.confirmed" in kinds
+
+    # and the sequence triggered by subscriber.confirmed sends its welcome
+    wait_for(
+        lambda: [m for m in mails(local, {email})[email] if m["source"] == WELCOME_SEQUENCE],
+        60,
+        "the welcome mail",
+    )
+    assert audience_size(local) == size_before + 1
+
+    # Confirming again changes nothing
+    version = profile["version"]
+    status, _, page = request(url, "POST", b"", FORM, context=ctx)
+    assert status == 200 and "already confirmed" in page
+    assert item(local, f"SUB#{email}", "PROFILE")["version"] == version  # type: ignore[index]
+
+
+def test_forged_tampered_and_wrong_purpose_tokens_are_refused_and_write_nothing(local: Local) -> None:
+    email = unique_email("forged")
+    sign_up(local, {"email": email}, as_json=True)
+    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    url = link(local, mail, "/c/")
+    ctx = local.ssl_context()
+    token = url.rsplit("/", 1)[1]
+    flipped = token[:-3] + ("A" if token[-3] != "A" else "B") + token[-2:]
+    before = partition(local, f"SUB#{email}")
+    for bad in ("nonsense", flipped, token[:20]):
+        for method in ("GET", "POST"):
+            status, _, page = request(
+                f"{local.public_url}/c/{bad}", method, b"" if method == "POST" else None, FORM, ctx
+            )
+            assert status == 400 and "not valid" in page, (bad, method, status)
+    # a confirmation token does not unsubscribe, and an unsubscribe page is no confirmation
+    assert request(f"{local.public_url}/u/{token}", context=ctx)[0] == 400
+    assert partition(local, f"SUB#{email}") == before
+
+
+def test_an_expired_sign_up_is_gone_for_every_read_and_mailstep_scan(local: Local) -> None:
+    email = unique_email("expired")
+    sign_up(local, {"email": email}, as_json=True)
+    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    url = link(local, mail, "/c/")
+    ctx = local.ssl_context()
+
+    # Given its expiry passed (the clock moved past expires_at; DynamoDB TTL has not run)
+    past = int(time.time()) - 1
+    local.client("dynamodb").update_item(
+        TableName="mailstep-main",
+        Key={"PK": {"S": f"SUB#{email}"}, "SK": {"S": "PENDING"}},
+        UpdateExpression="SET expires_at = :t, #ttl = :t",
+        ExpressionAttributeNames={"#ttl": "ttl"},
+        ExpressionAttributeValues={":t": {"N": str(past)}},
+    )
+    left = partition(local, f"SUB#{email}")
+
+    # Then its (still signed) link shows and confirms nothing, and writes nothing
+    assert request(url, context=ctx)[0] == 400
+    status, _, page = request(url, "POST", b"", FORM, context=ctx)
+    assert status == 400 and "expired" in page
+    assert partition(local, f"SUB#{email}") == left and item(local, f"SUB#{email}", "PROFILE") is None
+
+    # and no scan mailstep makes finds it: live sign-ups are filtered by expiry, not by TTL
+    live = [
+        i
+        for i in scan_all(local)
+        if i["SK"]["S"] == "PENDING" and int(i["expires_at"]["N"]) > int(time.time())
+    ]
+    assert f"SUB#{email}" not in {i["PK"]["S"] for i in live}
+    # every item the sign-up left expires (TTL) at the sign-up's expiry at the latest: the
+    # pending item and the confirmation mail's SENT# log; the send claim is gone already
+    assert left and all(int(i["ttl"]["N"]) <= past for i in left if "ttl" in i and i["SK"]["S"] == "PENDING")
+    assert not [i for i in left if i["SK"]["S"].startswith("CLAIM#")]
+
+    # and a new sign-up is not held back by the expired one's cooldown
+    sign_up(local, {"email": email}, as_json=True)
+    wait_for(lambda: len(confirmation_mails(local, email)) == 2, 30, "a second confirmation mail")
+
+
+# ----- the preference centre --------------------------------------------------------------------
+def choice(local: Local, email: str) -> tuple[str, list[str] | None, list[str] | None]:
+    """(status, topics_in, topics_out) of the profile (onboarding keeps changing its tags)."""
+    found = item(local, f"SUB#{email}", "PROFILE")
+    assert found is not None
+    topics = [sorted(found[name]["SS"]) if name in found else None for name in ("topics_in", "topics_out")]
+    return found["status"]["S"], topics[0], topics[1]
+
+
+def test_the_preference_centre_shows_and_saves_topics_and_keeps_one_click(local: Local) -> None:
+    email = unique_email("prefs")
+    subscribe(local, email)  # onboarding's first mail carries the /u/ link
+    (welcome,) = wait_for(lambda: mails(local, {email})[email][:1], 60, "the onboarding welcome")
+    url = public(local, link(local, welcome, "/u/"))
+    ctx = local.ssl_context()
+    profile = choice(local, email)
+
+    # GET lists every topic with the reader's current choice (defaults) and changes nothing
+    status, _, page = request(url, context=ctx)
+    assert status == 200 and "Product updates" in page and "Newsletter" in page
+    assert re.search(r'value="product-updates"[^>]*checked', page)
+    assert not re.search(r'value="newsletter"[^>]*checked', page)
+    assert "Unsubscribe from everything" in page
+    assert choice(local, email) == profile == ("subscribed", None, None)
+
+    # POST /u/<token>/preferences saves the whole choice, then shows the page again
+    body = urlencode([("topics", ""), ("topics", "newsletter")])
+    status, headers, _ = request(url + "/preferences", "POST", body, FORM, context=ctx)
+    assert status == 303 and headers["location"].endswith("?saved=1")
+    saved = item(local, f"SUB#{email}", "PROFILE")
+    assert saved is not None and saved["status"]["S"] == "subscribed"
+    assert saved["topics_in"]["SS"] == ["newsletter"] and saved["topics_out"]["SS"] == ["product-updates"]
+    status, _, page = request(url + "?saved=1", context=ctx)
+    assert "Saved." in page and re.search(r'value="newsletter"[^>]*checked', page)
+
+    # An unknown topic is refused and changes nothing
+    status, _, _ = request(url + "/preferences", "POST", "topics=casino", FORM, context=ctx)
+    assert status == 400 and choice(local, email) == ("subscribed", ["newsletter"], ["product-updates"])
+
+    # RFC 8058 one-click still unsubscribes from everything
+    status, _, page = request(url, "POST", "List-Unsubscribe=One-Click", FORM, context=ctx)
+    assert status == 200 and "You are unsubscribed" in page
+    assert item(local, f"SUB#{email}", "PROFILE")["status"]["S"] == "unsubscribed"  # type: ignore[index]
