@@ -35,6 +35,13 @@
   repaired by the redelivery. Transient/undetermined bounces and delays are only counted.
 - SES ``Subscription`` with ``unsubscribeAll``: the subscriber is unsubscribed and their
   marketing executions stopped, like mailstep's own unsubscribe link.
+- Send recovery: an event that proves SES accepted a message (Send, Delivery, Bounce,
+  Complaint, DeliveryDelay) and carries mailstep's tags is evidence for that send. Before
+  the events are written, the batch's evidence goes to ``SendLog.record_evidence`` (one
+  BatchGetItem of the claims and log keys): a claim still ``sending`` for that send id
+  with no ``SENT#`` (its worker died between SES and the log) gets its ``SENT#`` written
+  from the event, so the takeover after the claim's lease answers ``already_sent`` instead
+  of sending again. A failure there fails the records that carried evidence (redelivered).
 
 Entry points: :class:`EngagementBatch` (the Lambda: ``add`` each SQS record, then ``flush``
 once) and :func:`process_body` / :func:`process_event` (one body written alone: a batch of
@@ -70,12 +77,14 @@ from shared.engagement.ses_events import (
     MalformedEvent,
     SesEvent,
     Subscription,
+    iso_timestamp,
     parse_body,
 )
 from shared.engagement.suppression import BOUNCE, COMPLAINT, ExecutionStopper, Suppression, Suppressions
 from shared.sending.sender import decode_tag_value
 from shared.store.dynamo import NO_REASON, TRANSACTION_LIMIT, Action, Cancellation, serialize
 from shared.store.events import event_record
+from shared.store.send_log import SendEvidence
 from shared.store.stats import (
     SOURCE_SCOPE,
     TEMPLATE_SCOPE,
@@ -93,6 +102,8 @@ BACKOFF_S = 0.05  # first backoff ceiling after a conflict; doubles per attempt 
 BACKOFF_CAP_S = 1.0
 RECORDED, DUPLICATE = "recorded", "duplicate"
 EVENT_PUT, SHARED = "event", "counters_or_marker"  # roles of a transaction's actions
+# Event kinds that prove SES accepted the message (evidence for a send whose log is missing).
+ACCEPTED_KINDS = frozenset({"send", "delivery", "bounce", "complaint", "delivery_delay"})
 CONDITION_FAILED = "ConditionalCheckFailed"
 # Codes that name something wrong with an item, not a passing conflict: the chunk is
 # written again one event per transaction so that only the bad item's record fails.
@@ -141,6 +152,7 @@ class Outcome:
     suppressed: int = 0
     unsubscribed: int = 0
     skipped_recipients: int = 0
+    recovered_sends: int = 0  # SENT# entries written from this event (see record_evidence)
     correlated_via: list[str] = field(default_factory=list)
 
     @property
@@ -187,6 +199,7 @@ class PreparedEvent:
     event: SesEvent
     outcome: Outcome
     writes: list[EventWrite] = field(default_factory=list)
+    evidence: list[SendEvidence] = field(default_factory=list)  # sends this event proves
 
 
 @dataclass
@@ -320,6 +333,9 @@ def prepare(event: SesEvent, ctx: EngagementContext, erased: set[str] | None = N
             continue
         correlation = correlate(event, email, ctx.store)
         outcome.correlated_via.append(correlation.via or "none")
+        found = send_evidence(event, email, correlation)
+        if found is not None:
+            prepared.evidence.append(found)
         if event.permanent_bounce or event.kind == "complaint":
             ctx.suppressions.suppress(_suppression(event, email, correlation))
             outcome.suppressed += 1
@@ -332,11 +348,18 @@ def prepare(event: SesEvent, ctx: EngagementContext, erased: set[str] | None = N
 
 def write_events(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> list[BaseException | None]:
     """Write the events of a batch once each (see the module docstring) and count them in the
-    outcomes. Returns, per prepared event, why it could not be written (None: written)."""
-    results = write_all([w for prepared in batch for w in prepared.writes], ctx.store)
+    outcomes. Returns, per prepared event, why it could not be written (None: written).
+    The batch's send evidence is recorded first (:func:`recover_sends`)."""
+    unrecovered = recover_sends(batch, ctx)
+    results = write_all(
+        [w for prepared in batch if id(prepared) not in unrecovered for w in prepared.writes], ctx.store
+    )
     errors: list[BaseException | None] = []
     for prepared in batch:
-        error: BaseException | None = None
+        error: BaseException | None = unrecovered.get(id(prepared))
+        if error is not None:
+            errors.append(error)
+            continue
         for write in prepared.writes:
             result = results[write]
             if isinstance(result, BaseException):
@@ -363,6 +386,54 @@ def write_events(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> list
             correlated_via=",".join(sorted(set(prepared.outcome.correlated_via))),
         )
     return errors
+
+
+def send_evidence(event: SesEvent, email: str, correlation: Correlation) -> SendEvidence | None:
+    """The send this event proves SES accepted, when its tags name one (source, step, id)."""
+    if event.kind not in ACCEPTED_KINDS or correlation.via != "tags":
+        return None
+    if not (correlation.source and correlation.step and correlation.send_id and correlation.template):
+        return None
+    subject = event.mail.common_headers.subject if event.mail.common_headers else None
+    return SendEvidence(
+        email=email,
+        source=correlation.source,
+        step=correlation.step,
+        send_id=correlation.send_id,
+        template=correlation.template,
+        ses_message_id=event.mail.message_id,
+        subject=(subject or "")[:500],
+        transactional=_decoded(event.mail.tag("kind")) == "transactional",
+        at=iso_timestamp(event.mail.timestamp),
+    )
+
+
+def recover_sends(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> dict[int, BaseException]:
+    """Write the ``SENT#`` entries the batch's events prove (``SendLog.record_evidence``).
+    Returns, by ``id`` of the prepared event, why its evidence could not be recorded: those
+    events are not written now, so that SQS delivers them again."""
+    evidence = [found for prepared in batch for found in prepared.evidence]
+    if not evidence:
+        return {}
+    try:
+        written = ctx.store.send_log.record_evidence(evidence, ttl_days=ctx.data_ttl_days)
+    except Exception as exc:  # reported per record: SQS delivers them again
+        logger.warning("send evidence not recorded", error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return {id(prepared): exc for prepared in batch if prepared.evidence}
+    recovered = {id(found) for found in written}
+    for prepared in batch:
+        for found in prepared.evidence:
+            if id(found) in recovered:
+                prepared.outcome.recovered_sends += 1
+                logger.info(
+                    "send log written from an SES event",
+                    source=found.source,
+                    step=found.step,
+                    send_id=found.send_id,
+                    ses_message_id=found.ses_message_id,
+                    event_type=prepared.event.event_type,
+                )
+    return {}
 
 
 # ----- correlation -------------------------------------------------------------------------

@@ -17,8 +17,13 @@ raised (:class:`SendOutcome`):
 
 Crash window: the claim is held under a lease (``send_claim_lease_seconds``). If a worker
 dies after SES accepted the message but before ``SENT#`` was written, the retry finds the
-claim taken until the lease expires and then sends again: at most one duplicate, never a
-loss. A send whose ``SENT#`` exists is never sent again (``shared.store.send_log``).
+claim taken until the lease ends. Meanwhile SES's events for the message (they carry the
+send id in their tags) reach the engagement consumer, which writes the missing ``SENT#``
+from them (``SendLog.record_evidence``); the retry after the lease then answers
+``already_sent``. Only when no event arrived before the lease ended is the mail sent again:
+never a loss, and a duplicate only when SES accepted the first message but its events were
+later than the lease. A send whose ``SENT#`` exists is never sent again
+(``shared.store.send_log``).
 
 Counting: ``send`` is added to the source and template counters with the ``SENT#`` write
 (``count_sends``); a broadcast worker turns that off and counts each batch once instead.
@@ -188,6 +193,8 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         now=int(moment.timestamp()),
         lease_seconds=ctx.lease_seconds,
         log_until=_log_ttl(moment, ctx),
+        sent_at=clock.iso(moment),
+        count=ctx.count_sends,
     )
     if claim.status == "already_sent":
         logger.info("send skipped", extra={**log, "reason": "already_sent"})
@@ -257,9 +264,11 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         transactional=job.transactional,
         sent_at=clock.iso(moment),
         ttl=_log_ttl(moment, ctx),
+        after_takeover=claim.took_over,
     )
-    ctx.log.complete(record, count=ctx.count_sends)
-    logger.info("sent", extra={**log, "message_id": result.message_id})
+    if not ctx.log.complete(record, count=ctx.count_sends):
+        logger.info("send log already written from an SES event", extra=log)
+    logger.info("sent", extra={**log, "message_id": result.message_id, "after_takeover": claim.took_over})
     return SendOutcome(status="sent", send_id=send_id, message_id=result.message_id)
 
 

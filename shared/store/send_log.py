@@ -3,23 +3,39 @@
 One claim item per (subscriber, source, step): ``SK = SEND#<source>#<step>``.
 
 - ``claim`` is one conditional PutItem: it succeeds when no claim exists, or when a
-  previous claim's lease expired (that worker crashed, or it finished: see below).
-- ``complete`` writes the ``SENT#`` item (with ``ttl``). The ``SENT#`` item is what says
-  "sent": the claim is not written a second time, so a send costs 2 writes (claim, log).
-  A single send also ADDs 1 to ``send`` of its source and template counters in the same
-  transaction (``count=True``); a broadcast worker counts a whole batch at once instead
-  (``shared.broadcasts.records``).
+  previous claim's lease expired (that worker crashed, or it finished: see below). The
+  claim carries what a recovery needs to write the send's log entry without the worker:
+  ``send_id``, ``sent_at`` (so the ``SENT#`` key is known before SES is called) and
+  ``count`` (whether the send is counted with its log entry).
+- ``complete`` writes the ``SENT#`` item (with ``ttl``), conditioned on not existing. The
+  ``SENT#`` item is what says "sent": the claim is not written a second time, so a send
+  costs 2 writes (claim, log). A single send also ADDs 1 to ``send`` of its source and
+  template counters in the same transaction (``count=True``); a broadcast worker counts a
+  whole batch at once instead (``shared.broadcasts.records``).
 - When a claim is found taken (a redelivered job) or is taken over after its lease
   (``ReturnValues=ALL_OLD`` shows a previous claim), the subscriber's ``SENT#`` log is read
   for that (source, step): found -> ``already_sent``. Only these rare paths read.
 - ``release`` deletes our claim when nothing was sent (SES refused or throttled), so a
   retry can send.
 
-Crash window: a worker that dies after SES accepted the message but before ``SENT#`` was
-written leaves a claim and no log; after the lease a retry sends again (at most one
-duplicate, never a loss). ``SENT#`` items expire after ``DATA_TTL_DAYS``: a claim taken over
-after its log could have expired (``log_until`` passed) counts as sent, so an expired log
-never turns into a second send.
+Crash window and its recovery: a worker that dies after SES accepted the message but
+before ``SENT#`` was written leaves a claim ``sending`` and no log. SES's events for that
+message carry the send's tags (source, step, send id); the engagement consumer, seeing an
+event that proves SES accepted the message (Send, Delivery, Bounce, Complaint,
+DeliveryDelay), calls :meth:`SendLog.record_evidence`: when the claim is ``sending`` for
+that send id and its ``SENT#`` entry is missing, it writes the entry from the event
+(``recovered: ses_event``, counted when the claim says so). A takeover after the lease then
+finds the entry and answers ``already_sent``; SES is not called again. Only when no such
+event arrived before the lease ended does the takeover send again: a duplicate is possible
+only if SES accepted the first message and its events were later than the lease.
+
+The SES message id of a send that returned is not written to the claim: that would be a
+third write per send, and the window it would close (SES answered, ``SENT#`` not yet
+written) is the one the event covers.
+
+``SENT#`` items expire after ``DATA_TTL_DAYS``: a claim taken over after its log could have
+expired (``log_until`` passed) counts as sent, so an expired log never turns into a second
+send.
 
 Why not Powertools idempotency: its records are built to expire (``expires_after_seconds``)
 and are deleted when the function raises. Send-once needs a record that never stops
@@ -36,13 +52,25 @@ from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 
+from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.store import keys
-from shared.store.dynamo import Action, deserialize, key, query_all, serialize, transact, values
+from shared.store.dynamo import (
+    Action,
+    TransactionConflict,
+    batch_get,
+    deserialize,
+    key,
+    query_all,
+    serialize,
+    transact,
+    values,
+)
 from shared.store.stats import send_counters
 
 SENDING = "sending"
 SENT = "sent"  # claims completed by versions that wrote the claim a second time
+RECOVERED_FROM_EVENT = "ses_event"  # ``recovered`` of a SENT# item written from an SES event
 
 ClaimStatus = Literal["claimed", "already_sent", "in_flight"]
 
@@ -53,6 +81,7 @@ class Claim:
     claim_id: str = ""
     message_id: str | None = None  # when already sent
     lease_until: int = 0  # when in flight
+    took_over: bool = False  # claimed after an earlier claim's lease ended, with no log found
 
 
 @dataclass(frozen=True)
@@ -67,6 +96,45 @@ class SentRecord:
     transactional: bool
     sent_at: str  # ISO timestamp
     ttl: int  # epoch seconds
+    after_takeover: bool = False  # sent again after an earlier claim's lease ended
+    recovered: str | None = None  # RECOVERED_FROM_EVENT: written by the engagement consumer
+
+
+@dataclass(frozen=True)
+class SendEvidence:
+    """An SES event that proves SES accepted the message of a send (its tags name it)."""
+
+    email: str
+    source: str
+    step: str
+    send_id: str
+    template: str
+    ses_message_id: str
+    subject: str
+    transactional: bool
+    at: str  # the event's timestamp
+
+
+def sent_item(record: SentRecord) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "PK": keys.sub_pk(record.email),
+        "SK": keys.sent_sk(record.sent_at, record.source, record.send_id),
+        "email": record.email,
+        "template": record.template,
+        "subject": record.subject,
+        "source": record.source,
+        "step": record.step,
+        "send_id": record.send_id,
+        "ses_message_id": record.ses_message_id,
+        "transactional": record.transactional,
+        "sent_at": record.sent_at,
+        "ttl": record.ttl,
+    }
+    if record.after_takeover:
+        item["after_takeover"] = True
+    if record.recovered:
+        item["recovered"] = record.recovered
+    return item
 
 
 class SendLog:
@@ -89,10 +157,14 @@ class SendLog:
         now: int,
         lease_seconds: int,
         log_until: int,
+        sent_at: str = "",
+        count: bool = True,
     ) -> Claim:
-        """``log_until``: when this send's ``SENT#`` item would expire (its ``ttl``)."""
+        """``log_until``: when this send's ``SENT#`` item would expire (its ``ttl``);
+        ``sent_at``: the ``sent_at`` its ``SENT#`` item will have (its key); ``count``: whether
+        that item is written with the ``send`` counters (a recovery writes it the same way)."""
         claim_id = uuid.uuid4().hex
-        item = {
+        item: dict[str, Any] = {
             "PK": keys.sub_pk(email),
             "SK": keys.send_claim_sk(source, step),
             "state": SENDING,
@@ -104,7 +176,10 @@ class SendLog:
             "source": source,
             "step": step,
             "claimed_at": now,
+            "count": count,
         }
+        if sent_at:
+            item["sent_at"] = sent_at
         try:
             response = self.client.put_item(
                 TableName=self.table,
@@ -133,6 +208,7 @@ class SendLog:
             if logged is not None or int(old.get("log_until", now)) < now:
                 self.release(email, source, step, claim_id, restore=previous)
                 return Claim("already_sent", message_id=(logged or {}).get("ses_message_id"))
+            return Claim("claimed", claim_id=claim_id, took_over=True)
         return Claim("claimed", claim_id=claim_id)
 
     def sent(self, email: str, source: str, step: str) -> dict[str, Any] | None:
@@ -158,34 +234,98 @@ class SendLog:
         ):
             yield deserialize(raw)
 
-    def complete(self, record: SentRecord, *, count: bool = True) -> None:
-        """Write ``SENT#``; with ``count``, ADD 1 to ``send`` of the source and template
-        counters in the same transaction (the count and the log never disagree)."""
-        sent_item = {
-            "PK": keys.sub_pk(record.email),
-            "SK": keys.sent_sk(record.sent_at, record.source, record.send_id),
-            "email": record.email,
-            "template": record.template,
-            "subject": record.subject,
-            "source": record.source,
-            "step": record.step,
-            "send_id": record.send_id,
-            "ses_message_id": record.ses_message_id,
-            "transactional": record.transactional,
-            "sent_at": record.sent_at,
-            "ttl": record.ttl,
+    def complete(self, record: SentRecord, *, count: bool = True) -> bool:
+        """Write ``SENT#`` unless it exists; with ``count``, ADD 1 to ``send`` of the source
+        and template counters in the same transaction (the count and the log never
+        disagree). False: the entry was written before (by a recovery from an SES event)."""
+        put = {
+            "TableName": self.table,
+            "Item": serialize(sent_item(record)),
+            "ConditionExpression": "attribute_not_exists(PK)",
         }
         if not count:
-            self.client.put_item(TableName=self.table, Item=serialize(sent_item))
-            return
+            try:
+                self.client.put_item(**put)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                return False
+            return True
         counters = send_counters(self.table, {(record.source, record.template): 1}, at=record.sent_at)
-        transact(
-            self.client,
-            [
-                Action("sent", {"Put": {"TableName": self.table, "Item": serialize(sent_item)}}),
-                *(Action("counters", update) for update in counters),
-            ],
-        )
+        try:
+            transact(
+                self.client,
+                [Action("sent", {"Put": put}), *(Action("counters", update) for update in counters)],
+            )
+        except TransactionConflict as exc:
+            if exc.failed("sent"):
+                return False
+            raise
+        return True
+
+    def record_evidence(self, evidence: list[SendEvidence], *, ttl_days: int) -> list[SendEvidence]:
+        """Write the ``SENT#`` entry of every send that ``evidence`` proves SES accepted and
+        whose claim is still ``sending`` for that send id with no entry (its worker died
+        between SES and the log). One BatchGetItem reads the claims and, where the claim
+        knows it, the entry's key. Returns the evidence that wrote an entry."""
+        wanted: dict[tuple[str, str, str], SendEvidence] = {}
+        for found in evidence:
+            wanted.setdefault((found.email, found.source, found.step), found)
+        if not wanted:
+            return []
+        claim_keys = [key(keys.sub_pk(e), keys.send_claim_sk(src, step)) for e, src, step in wanted]
+        claims: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for raw in batch_get(self.client, self.table, claim_keys, ConsistentRead=True):
+            item = deserialize(raw)
+            claims[(keys.email_from_sub(item["PK"]), str(item.get("source")), str(item.get("step")))] = item
+        orphans = {
+            k: (e, claims[k])
+            for k, e in wanted.items()
+            if k in claims and claims[k].get("state") == SENDING and claims[k].get("send_id") == e.send_id
+        }
+        if not orphans:
+            return []
+        logged = {
+            (keys.email_from_sub(item["PK"]), str(item["SK"]))
+            for item in map(
+                deserialize,
+                batch_get(
+                    self.client,
+                    self.table,
+                    [
+                        key(keys.sub_pk(e.email), keys.sent_sk(c["sent_at"], e.source, e.send_id))
+                        for e, c in orphans.values()
+                        if c.get("sent_at")
+                    ],
+                    ConsistentRead=True,
+                    ProjectionExpression="PK, SK",
+                ),
+            )
+        }
+        written = []
+        for found, claim in orphans.values():
+            sent_at = str(claim.get("sent_at") or "")
+            if sent_at:
+                if (found.email, keys.sent_sk(sent_at, found.source, found.send_id)) in logged:
+                    continue
+            elif self.sent(found.email, found.source, found.step) is not None:  # an older claim
+                continue
+            record = SentRecord(
+                email=found.email,
+                source=found.source,
+                step=found.step,
+                send_id=found.send_id,
+                template=str(claim.get("template") or found.template),
+                subject=found.subject,
+                ses_message_id=found.ses_message_id,
+                transactional=found.transactional,
+                sent_at=sent_at or found.at,
+                ttl=int(claim.get("log_until") or 0) or clock.ttl_after(ttl_days),
+                recovered=RECOVERED_FROM_EVENT,
+            )
+            if self.complete(record, count=bool(claim.get("count", True))):
+                written.append(found)
+        return written
 
     def release(
         self, email: str, source: str, step: str, claim_id: str, *, restore: dict[str, Any] | None = None
