@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAMBDA_PYTHON_VERSION = specs.LAMBDA_RUNTIME.removeprefix("python")  # "3.12"
 # Inputs of the synthesized stack (sources, definitions, configuration, pins).
 _INPUTS = (
-    "app.py", "cdk.json", "pyproject.toml", "requirements.lock",
+    "app.py", "cdk.json", "pyproject.toml", "requirements.lock", "topics.yaml",
     "stacks", "shared", "functions", "templates", "sequences",
 )  # fmt: skip
 LOCK_FILE = "requirements.lock"
