@@ -22,15 +22,14 @@ from datetime import datetime
 from typing import Literal
 
 from shared.consent.context import ConsentContext
-from shared.consent.pending import DOUBLE, PendingSignup
 from shared.consent.record import opt_in
 from shared.core import clock
 from shared.core.errors import ConcurrentModification, Conflict
 from shared.core.models import SUBSCRIBED
 from shared.sending.tokens import ExpiredToken, TokenClaims, verify
-from shared.store.subscribers import Profile
+from shared.store.pending import DOUBLE, PendingSignup
+from shared.store.subscribers import WRITE_RETRY, Profile
 
-MAX_ATTEMPTS = 4
 Status = Literal["pending", "confirmed", "already_confirmed"]
 
 
@@ -76,7 +75,7 @@ def confirm(
     """Confirm the sign-up the token names (POST); idempotent."""
     moment = now or clock.utc_now()
     claims = _verify(token, ctx, moment)
-    for _ in range(MAX_ATTEMPTS):
+    for _ in WRITE_RETRY.tries():
         pending = ctx.pending.get(claims.email, now=moment.timestamp())
         if pending is None:
             profile = ctx.store.get_profile(claims.email)

@@ -11,12 +11,12 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from shared.consent import TOPICS_FILE
-from shared.consent.pending import PendingSignups
 from shared.consent.topics import TopicCatalog, require_topics
 from shared.core.models import InboundEvent
 from shared.core.settings import Settings
 from shared.sending.pipeline import SendContext
 from shared.sequences import SEQUENCES_DIR
+from shared.store.pending import PendingSignups
 from shared.store.subscribers import Profile, SubscriberStore
 
 

@@ -4,7 +4,7 @@ thing its address calls for, with the same answer whatever that was.
 - honeypot field filled -> nothing is written, nothing is sent;
 - already subscribed (or suppressed) -> no mail, no change;
 - single opt-in form -> subscribed at once, consent recorded with method ``single``;
-- otherwise -> a pending sign-up (``shared.consent.pending``) and ONE transactional
+- otherwise -> a pending sign-up (``shared.store.pending``) and ONE transactional
   confirmation mail through the send pipeline, at most one per address per cooldown window
   (one conditional write decides).
 
@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from shared.consent.context import ConsentContext, normalise_origin
-from shared.consent.pending import DOUBLE, SINGLE, PendingSignup
 from shared.consent.record import opt_in
 from shared.consent.topics import MAX_TOPICS, TopicCatalog
 from shared.core import clock
@@ -43,6 +42,7 @@ from shared.core.observability import logger, redact_email
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendOutcome, send
 from shared.sending.tokens import TokenClaims, issue
+from shared.store.pending import DOUBLE, SINGLE, PendingSignup
 from shared.store.subscribers import Profile, SubscriberStore
 
 SOURCE = "signup"  # the send pipeline's source of confirmation mails (counters: STATS#signup)

@@ -23,7 +23,6 @@ from cli.local.provision import LocalResources
 from shared.consent import TOPICS_FILE
 from shared.consent.confirm import confirm, inspect
 from shared.consent.context import ConsentConfig, ConsentContext
-from shared.consent.pending import PendingSignups
 from shared.consent.record import CONFIRMED_EVENT
 from shared.consent.signup import SignupRequest, SignupRules, signup
 from shared.consent.topics import require_topics
@@ -38,6 +37,7 @@ from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import require_catalog
 from shared.store.dynamo import key, values
+from shared.store.pending import PendingSignups
 from shared.store.subscribers import Profile, SubscriberStore, keys
 from tests.integration.conftest import scan_all
 
