@@ -3,6 +3,8 @@
 Partial batch responses: a malformed record, an unknown contract/version, or a batch with
 recipients still retryable (throttled for long, claim in flight elsewhere, time running
 out) fails only that record; SQS redelivers it after the visibility timeout (then the DLQ).
+A record on its final receive (``ApproximateReceiveCount`` reached the queue's
+``maxReceiveCount``) that fails marks its batch dead-lettered on the broadcast record first.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from shared.broadcasts.model import parse_batch
 from shared.broadcasts.worker import SAFETY_MARGIN_S, WorkerContext, process_batch
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
+from shared.core.specs import BROADCAST_QUEUE
 
 settings = Settings.from_env()
 context = WorkerContext.from_settings(settings)
@@ -27,7 +30,13 @@ processor = BatchProcessor(event_type=EventType.SQS)
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict[str, Any]:
     deadline = time.time() + lambda_context.get_remaining_time_in_millis() / 1000 - SAFETY_MARGIN_S
-    result = process_batch(parse_batch(record.body), context, deadline=deadline)
+    receives = int(record.attributes.approximate_receive_count or 1)
+    result = process_batch(
+        parse_batch(record.body),
+        context,
+        deadline=deadline,
+        final_receive=receives >= BROADCAST_QUEUE.max_receives,  # the redrive policy (specs)
+    )
     metrics.add_metric(name="BroadcastMailsSent", unit="Count", value=result.counts.get("sent", 0))
     return {"status": result.status, "counts": result.counts}
 

@@ -287,6 +287,10 @@ class Broadcast:
     error: str | None = None
     execution_arn: str | None = None
     send_rate: float = 1.0  # mails per second for all broadcast workers (set when it is sent)
+    # Batches of this round that ended in the dead-letter queue (marked on their final
+    # receive) and not counted since, and their recipients.
+    dead_lettered_batches: int = 0
+    dead_lettered_recipients: int = 0
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Broadcast:
@@ -313,6 +317,19 @@ class Broadcast:
             error=item.get("error"),
             execution_arn=item.get("execution_arn"),
             send_rate=float(item.get("send_rate", 1.0)),
+            dead_lettered_batches=int(item.get("dead_lettered_batches", 0)),
+            dead_lettered_recipients=int(item.get("dead_lettered_recipients", 0)),
+        )
+
+    @property
+    def stalled(self) -> bool:
+        """Still active, but every resolved recipient was counted or is in a batch that
+        ended in the dead-letter queue: nothing moves until the DLQ is redriven."""
+        return (
+            self.status in ACTIVE
+            and self.resolved
+            and self.dead_lettered_batches > 0
+            and self.processed + self.dead_lettered_recipients >= self.audience_size
         )
 
     @property
@@ -339,6 +356,8 @@ class Broadcast:
             "finished_at": self.finished_at,
             "error": self.error,
             "send_rate": self.send_rate,
+            "dead_lettered_batches": self.dead_lettered_batches,
+            "dead_lettered_recipients": self.dead_lettered_recipients,
         }
 
 

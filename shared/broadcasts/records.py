@@ -5,6 +5,8 @@
                                                 conditioned on not existing: the --id guard
     BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once
     BROADCAST#<id>     / BATCH#<round>#<p>#<i>  "this batch was counted" marker
+    BROADCAST#<id>     / DEAD#<round>#<p>#<i>   "this batch went to the dead-letter queue"
+                                                marker (removed when the batch is counted)
 
 Every counter change is an atomic ADD; every status change is conditioned on the status it
 leaves, so concurrent workers, the resolver and the CLI never overwrite each other.
@@ -59,8 +61,15 @@ NAMES = {
         "finished_at",
         "execution_arn",
         "send_rate",
+        "dead_lettered_batches",
+        "dead_lettered_recipients",
     )
 }
+
+
+def dead_letter_sk(round_: int, page: int, index: int) -> str:
+    """Marker: this batch was marked dead-lettered on its final receive."""
+    return "DEAD" + keys.broadcast_batch_sk(round_, page, index).removeprefix("BATCH")
 
 
 def _used(names: dict[str, str], *expressions: str | None) -> dict[str, str]:
@@ -246,6 +255,7 @@ class BroadcastStore:
             record,
             "SET #status = :resolving, #round = :next, #page = :zero, #resolved = :false, "
             "#audience_size = :zero, #processed = :zero, #sent = :zero, #failed = :zero, "
+            "#dead_lettered_batches = :zero, #dead_lettered_recipients = :zero, "
             f"{resets}, #updated_at = :now, #send_rate = :rate "
             "REMOVE #cursor, #finished_at, #error",
             condition="#status IN (:cancelled, :failed) AND #round = :round",
@@ -406,6 +416,63 @@ class BroadcastStore:
         ]
         try:
             transact(self.client, actions)
+        except TransactionConflict:
+            return False
+        return True
+
+    def mark_dead_lettered(self, record: Broadcast, page: int, index: int, recipients: int) -> bool:
+        """The batch's final receive failed: SQS moves it to the dead-letter queue. Put its
+        ``DEAD#`` marker and ADD it to ``dead_lettered_batches``/``_recipients`` in one
+        transaction, once (a second final receive, e.g. after a redrive, adds nothing).
+        False: marked before, or the round moved on."""
+        marker = {
+            "PK": keys.broadcast_pk(record.id),
+            "SK": dead_letter_sk(record.round, page, index),
+            "recipients": recipients,
+            "marked_at": _now(),
+        }
+        return self._dead_letter(record, marker, +1, recipients, "attribute_not_exists(PK)", put=True)
+
+    def clear_dead_lettered(self, record: Broadcast, page: int, index: int, recipients: int) -> bool:
+        """A batch marked dead-lettered was counted after all (redriven): remove its marker
+        and take it out of the dead-lettered counts, once. False: it was not marked."""
+        marker = {"PK": keys.broadcast_pk(record.id), "SK": dead_letter_sk(record.round, page, index)}
+        return self._dead_letter(record, marker, -1, -recipients, "attribute_exists(PK)", put=False)
+
+    def _dead_letter(
+        self,
+        record: Broadcast,
+        marker: dict[str, Any],
+        batches: int,
+        recipients: int,
+        condition: str,
+        *,
+        put: bool,
+    ) -> bool:
+        write = (
+            {"Put": {"TableName": self.table, "Item": serialize(marker), "ConditionExpression": condition}}
+            if put
+            else {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": key(marker["PK"], marker["SK"]),
+                    "ConditionExpression": condition,
+                }
+            }
+        )
+        update = {
+            "TableName": self.table,
+            "Key": key(keys.BROADCAST, record.sk),
+            "UpdateExpression": "SET #updated_at = :now ADD #dead_lettered_batches :b, "
+            "#dead_lettered_recipients :r",
+            "ConditionExpression": "#round = :round",
+            "ExpressionAttributeNames": _used(
+                NAMES, "#updated_at #dead_lettered_batches #dead_lettered_recipients #round"
+            ),
+            "ExpressionAttributeValues": values(now=_now(), b=batches, r=recipients, round=record.round),
+        }
+        try:
+            transact(self.client, [Action("marker", write), Action("record", {"Update": update})])
         except TransactionConflict:
             return False
         return True

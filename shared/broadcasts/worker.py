@@ -16,7 +16,14 @@ Per batch:
    every resolved recipient was counted.
 
 ``already_sent`` counts as sent: only this broadcast uses its send-once keys, so it means
-an earlier delivery of this batch (or an earlier round) sent the mail.
+an earlier delivery of this batch (or an earlier round) sent the mail, or that SES's event
+for a mail whose worker died before logging it was recorded (``shared.store.send_log``).
+
+Dead letters: on a batch's final receive (its SQS ``ApproximateReceiveCount`` reached the
+queue's ``maxReceiveCount``, ``final_receive``), a batch that fails is marked on the record
+before the record fails (``BroadcastStore.mark_dead_lettered``: once per batch), so the
+record says that recipients wait in the dead-letter queue instead of looking in progress;
+a marked batch counted later (after a redrive) is taken out of that count again.
 """
 
 from __future__ import annotations
@@ -118,9 +125,44 @@ class WorkerContext:
         )
 
 
-def process_batch(message: BatchMessage, ctx: WorkerContext, *, deadline: float | None = None) -> BatchResult:
+def process_batch(
+    message: BatchMessage,
+    ctx: WorkerContext,
+    *,
+    deadline: float | None = None,
+    final_receive: bool = False,
+) -> BatchResult:
     """Send one batch (see module doc). ``deadline``: wall time (epoch seconds) after which
-    no new send starts. Raises :class:`BatchIncomplete` when recipients remain retryable."""
+    no new send starts. Raises :class:`BatchIncomplete` when recipients remain retryable;
+    on the ``final_receive``, a batch that raises is first marked dead-lettered."""
+    try:
+        return _process(message, ctx, deadline)
+    except BroadcastNotFound:
+        raise
+    except Exception as exc:
+        if final_receive:
+            _mark_dead_lettered(message, ctx, exc)
+        raise
+
+
+def _mark_dead_lettered(message: BatchMessage, ctx: WorkerContext, exc: Exception) -> None:
+    record = ctx.records.get(message.broadcast_id)
+    if record is None or record.round != message.round:
+        return
+    marked = ctx.records.mark_dead_lettered(record, message.page, message.index, len(message.emails))
+    logger.warning(
+        "broadcast batch goes to the dead-letter queue",
+        broadcast=record.id,
+        round=message.round,
+        page=message.page,
+        batch=message.index,
+        recipients=len(message.emails),
+        marked=marked,
+        error=f"{type(exc).__name__}: {str(exc)[:200]}",
+    )
+
+
+def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) -> BatchResult:
     record = ctx.records.get(message.broadcast_id)
     if record is None:
         raise BroadcastNotFound(f"no broadcast {message.broadcast_id!r}")
@@ -158,6 +200,8 @@ def process_batch(message: BatchMessage, ctx: WorkerContext, *, deadline: float 
         raise BatchIncomplete(sum(deferred.values()), deferred)
     counts["processed"] = len(message.emails)
     counted = ctx.records.count_batch(record, message.page, message.index, counts)
+    if counted and record.dead_lettered_batches:  # a redriven batch that was marked
+        ctx.records.clear_dead_lettered(record, message.page, message.index, len(message.emails))
     finished = ctx.records.finish_if_done(record) if counted else None
     logger.info(
         "broadcast batch counted", counted=counted, counts=dict(counts), done=finished is not None, **log
