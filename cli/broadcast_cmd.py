@@ -34,6 +34,7 @@ app = typer.Typer(
 console = Console()
 ID = typer.Argument(..., help="Broadcast id.")
 FINAL = ("done", "cancelled", "failed")
+FOLLOW_IDLE_S = 600.0  # the follow loop gives up when nothing moved for this long
 
 
 def _service(target: Target) -> Broadcasts:
@@ -161,22 +162,61 @@ def _option_message(exc: Any) -> str:
     return str(exc.message)
 
 
-def _follow(service: Any, broadcast_id: str) -> None:
+def _follow(service: Any, broadcast_id: str, idle_timeout_s: float = FOLLOW_IDLE_S) -> None:
+    """Show progress until the broadcast ends; stop (exit 1) when the rest of it waits in
+    the dead-letter queue, or when nothing moved for ``idle_timeout_s``."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    stalled = idle = False
     try:
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("resolving", total=None)
+            seen: tuple[Any, ...] = ()
+            moved = time.monotonic()
             while True:
                 record = service.get(broadcast_id)
                 total = record.audience_size if record.resolved else None
                 progress.update(task, completed=record.processed, total=total, description=record.status)
                 if record.status in FINAL:
                     break
+                if record.stalled:
+                    stalled = True
+                    break
+                state = (record.status, record.processed, record.audience_size, record.dead_lettered_batches)
+                if state != seen:
+                    seen, moved = state, time.monotonic()
+                elif time.monotonic() - moved > idle_timeout_s:
+                    idle = True
+                    break
                 time.sleep(0.5)
     except KeyboardInterrupt:
         console.print("stopped following; the broadcast goes on (`mailstep broadcast get` shows it)")
         return
-    console.print(_summary(record))
+    console.print(_summary(record), soft_wrap=True)
+    if stalled:
+        from ops.broadcasts import dead_letters
+
+        letters = dead_letters(record, service.queues)
+        console.print(
+            f"stopped following: {letters['batches']} batch(es) ({letters['recipients']} recipients) "
+            "ended in the dead-letter queue after failing every receive; the rest is counted. "
+            f"Fix the cause (the broadcast worker's log says it), then redrive: {letters['redrive']} "
+            "(docs/operations.md, DLQ redrive). Nothing already sent is sent again.",
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+    if idle:
+        console.print(
+            f"stopped following: no progress for {idle_timeout_s:.0f} s; the broadcast goes on "
+            "(`mailstep broadcast get` shows it)",
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+
+
+def _status(record: Any) -> str:
+    if not record.dead_lettered_batches:
+        return str(record.status)
+    return f"{record.status} ({record.dead_lettered_batches} batch(es) in the DLQ: see `broadcast get`)"
 
 
 def _summary(record: Any) -> str:
@@ -196,7 +236,7 @@ def list_(*, target: Target) -> None:
         table.add_column(column)
     for record in _service(target).list():
         table.add_row(
-            record.id, record.status, record.template, str(record.audience_size), str(record.sent),
+            record.id, _status(record), record.template, str(record.audience_size), str(record.sent),
             str(sum(record.skipped.values())), str(record.failed), record.created_at[:19], record.at or "",
         )  # fmt: skip
     console.print(table)

@@ -150,4 +150,17 @@ class Broadcasts:
         out = record.public()
         if self.stats is not None:
             out["engagement"] = {row["metric"]: row for row in self.stats.source(broadcast_id).rows()}
+        if record.dead_lettered_batches:
+            out["dead_letters"] = dead_letters(record, self.queues)
         return out
+
+
+def dead_letters(record: Broadcast, queues: BroadcastQueues) -> dict[str, Any]:
+    """What waits in the batch queue's DLQ for this broadcast, and the command that redrives it."""
+    return {
+        "batches": record.dead_lettered_batches,
+        "recipients": record.dead_lettered_recipients,
+        "redrive": queues.redrive_command(),
+        "note": "these batches failed every receive and wait in the dead-letter queue; fix the cause "
+        "(the worker's log says it), then redrive: nothing already sent is sent again",
+    }

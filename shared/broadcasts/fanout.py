@@ -19,6 +19,7 @@ time limit can cut a large audience short and a crash loses at most the page in 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,19 @@ class BroadcastQueues:
     @property
     def sqs(self) -> Any:
         return self.client or aws_client("sqs")
+
+    def redrive_command(self) -> str:
+        """The command that moves the batch queue's dead letters back (docs/operations.md,
+        "DLQ redrive"), with the dead-letter queue's ARN from the queue's redrive policy."""
+        arn = "<ARN of the broadcast queue's dead-letter queue>"
+        try:
+            attributes = self.sqs.get_queue_attributes(
+                QueueUrl=self.batch_url, AttributeNames=["RedrivePolicy"]
+            )
+            arn = json.loads(attributes["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
+        except Exception as exc:  # the command is still useful with a placeholder
+            logger.info("dead-letter queue ARN not read", error=type(exc).__name__)
+        return f"aws sqs start-message-move-task --source-arn {arn}"
 
     def _send(self, url: str, bodies: list[str]) -> None:
         for start in range(0, len(bodies), SQS_BATCH):
