@@ -85,6 +85,15 @@ class ExecutionEnvironment:
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def kill(self) -> int | None:
+        """SIGKILL the child (a fault, as when Lambda's host dies mid-invocation): the
+        invocation in progress fails like a crash. Returns the pid, or None if not running."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return None
+        process.kill()
+        return process.pid
+
     def invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         """One invocation: the bootstrap's reply (``payload``, ``errored``, ``calls``)."""
         if not self.alive:
@@ -185,6 +194,7 @@ class FunctionPool:
 
     spec: EnvironmentSpec
     idle: list[ExecutionEnvironment] = field(default_factory=list)
+    running: list[ExecutionEnvironment] = field(default_factory=list)  # in an invocation
     busy: int = 0
     started: int = 0  # cold starts
     closed: bool = False
@@ -198,13 +208,19 @@ class FunctionPool:
                 raise EnvironmentLost("the local runtime is stopping")
             self.busy += 1
             if self.idle:
-                return self.idle.pop()
-        self.started += 1
-        return ExecutionEnvironment(self.spec)
+                environment = self.idle.pop()
+                self.running.append(environment)
+                return environment
+            self.started += 1
+            environment = ExecutionEnvironment(self.spec)
+            self.running.append(environment)
+            return environment
 
     def release(self, environment: ExecutionEnvironment) -> None:
         with self._condition:
             self.busy -= 1
+            if environment in self.running:
+                self.running.remove(environment)
             if environment.alive and not self.closed:
                 self.idle.append(environment)
             self._condition.notify()
@@ -325,6 +341,21 @@ class Environments:
                         if not any(f == name and grant.decide(a, r) for f, a, r in used):
                             unused.append({"function": name, "action": action, "resource": resource})
         return unused
+
+    def kill_one(self, function_name: str) -> int | None:
+        """Kill one environment of ``function_name`` that is in an invocation (the oldest);
+        its pid, or None when none is running."""
+        with self._lock:
+            pool = self.pools.get(function_name)
+        if pool is None:
+            return None
+        with pool._condition:
+            running = list(pool.running)
+        for environment in running:
+            pid = environment.kill()
+            if pid is not None:
+                return pid
+        return None
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {

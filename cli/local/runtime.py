@@ -443,6 +443,28 @@ class LocalRuntime:
             "unused_grants": self.environments.unused_grants(ignore=service_actions),
         }
 
+    def _kill_environment(self, body: bytes) -> tuple[int, Any]:
+        """``POST /_local/environments/kill`` {function}: SIGKILL one execution environment of
+        that function (spec name or physical name) that is in an invocation, as a crashed
+        Lambda host would; 409 when none is running."""
+        try:
+            name = json.loads(body or b"{}")["function"]
+            if not isinstance(name, str):
+                raise TypeError("function must be a name")
+        except (ValueError, TypeError, KeyError) as exc:
+            message = "function is required" if isinstance(exc, KeyError) else str(exc)
+            return 400, {"error": {"code": "invalid_request", "message": message}}
+        if self.environments is None:
+            return 409, {"error": {"code": "no_environments", "message": "functions run in-process"}}
+        spec = next((f for f in specs.FUNCTIONS if f.name == name), None)
+        physical = local_function_name(spec) if spec else name
+        pid = self.environments.kill_one(physical)
+        if pid is None:
+            return 409, {
+                "error": {"code": "not_running", "message": f"no environment of {physical} is running"}
+            }
+        return 200, {"function": physical, "killed_pid": pid}
+
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send};
         ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry)."""
@@ -450,6 +472,8 @@ class LocalRuntime:
             return 200, self.status()
         if method == "GET" and path == "/_local/iam":
             return 200, self.iam_report()
+        if method == "POST" and path == "/_local/environments/kill":
+            return self._kill_environment(body)
         if method == "POST" and path == "/_local/clock":
             try:
                 paused = json.loads(body or b"{}")["paused"]
