@@ -1,12 +1,15 @@
 """Suppression: a permanent bounce or a complaint stops all mail to an address, everywhere.
 
 What "suppressed" means, and who reads it:
-- the profile flag ``suppressed`` (``SubscriberStore.set_suppressed``: one optimistic-
-  concurrency transaction with the profile's tag partners) is THE gate: the send pipeline
-  skips the subscriber with reason ``suppressed``, the sequence engine starts nothing for
-  them, broadcast audiences leave them out; an upsert never clears it;
+- the profile flag ``suppressed`` (one optimistic-concurrency transaction with the
+  profile's tag partners) is THE gate: the send pipeline skips the subscriber with reason
+  ``suppressed``, the sequence engine starts nothing for them, broadcast audiences leave
+  them out; an upsert never clears it;
 - ``SUB#<email>`` / ``SUPPRESSION`` records why (reason, detail, when, which mail): it
-  never expires and is what ``mailstep suppression list`` shows;
+  never expires and is what ``mailstep suppression list`` shows. An address that is no
+  subscriber (a bounce of other mail sent through the configuration set) gets only this
+  item, no profile; a profile created for it later starts suppressed
+  (``SubscriberStore.mutate`` reads the item when it creates a profile);
 - every execution of the subscriber is stopped, transactional ones too (DESIGN.md 5).
 
 Order of :meth:`Suppressions.suppress`, and why a crash anywhere is safe: (1) the flag,
@@ -19,12 +22,12 @@ a crash in between leaves the address suppressed, never half-allowed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from shared.core.observability import logger, redact_email
 from shared.store.dynamo import from_dynamo
-from shared.store.subscribers import SubscriberStore, keys
+from shared.store.subscribers import Profile, SubscriberStore, keys
 
 BOUNCE, COMPLAINT, MANUAL = "bounce", "complaint", "manual"
 
@@ -62,7 +65,7 @@ class Suppressions:
 
     def suppress(self, record: Suppression) -> SuppressResult:
         email = record.email
-        change = self.store.set_suppressed(email, True)
+        change = self.store.mutate(email, _flag_existing)  # no profile: none is created
         self._put(record)
         stopped: list[str] = []
         if self.stopper is not None:
@@ -100,6 +103,13 @@ class Suppressions:
         """Every SUPPRESSION item (a filtered scan: an operator command, not a hot path)."""
         found = [_from_item(item) for item in self.store.suppression_items()]
         return sorted(found, key=lambda s: (s.at, s.email))
+
+
+def _flag_existing(current: Profile | None, now: str) -> Profile | None:
+    """Set the flag of an existing profile; an unknown address gets no profile."""
+    if current is None or current.suppressed:
+        return None
+    return replace(current, suppressed=True)
 
 
 def _from_item(item: dict[str, Any]) -> Suppression:

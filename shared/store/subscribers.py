@@ -327,6 +327,10 @@ class SubscriberStore:
             proposed = mutation(current, now)
             if proposed is None or (current is not None and _same(current, proposed)):
                 return Change(profile=current)
+            if current is None and not proposed.suppressed and self.get_suppression(email) is not None:
+                # an address suppressed before it was a subscriber (a bounce or complaint of
+                # other mail): the new profile starts suppressed (one read per creation)
+                proposed = replace(proposed, suppressed=True)
             if len(proposed.tags) > MAX_TAGS_PER_SUBSCRIBER:
                 raise InvalidInput(
                     f"a subscriber holds at most {MAX_TAGS_PER_SUBSCRIBER} tags",

@@ -168,12 +168,6 @@ def test_a_bounced_address_that_later_subscribes_is_never_mailed(local: Local) -
     assert [m["message_id"] for m in outbox(local) if email in m["destination"]] == mailed_before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="suppress() flags the profile through SubscriberStore.set_suppressed, which creates a "
-    "subscribed+suppressed PROFILE for an unknown address; not creating it needs profile creation "
-    "to honour the SUPPRESSION record (shared/store), or a later subscribe would be mailed",
-)
 def test_a_bounce_for_an_address_that_is_no_subscriber_creates_no_subscriber(local: Local) -> None:
     email = bounce_unknown_address(local)
 
