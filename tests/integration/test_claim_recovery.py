@@ -1,0 +1,293 @@
+"""Recovery of a send whose worker died between SES and the send log, and dead-lettered
+broadcast batches, on moto.
+
+- The engagement consumer writes the missing ``SENT#`` of a claim left ``sending`` from an
+  SES event that carries its send id; a takeover after the lease then answers
+  ``already_sent`` and SES is not called again.
+- A broadcast batch that fails on its final receive is marked dead-lettered on the record
+  once; a duplicate delivery of that final receive does not count it twice; the batch
+  counted after a redrive leaves the count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ses.models import ses_backends
+
+from cli.local.provision import LocalResources, create_queue
+from ops.broadcasts import Broadcasts
+from shared.broadcasts.audience import AudienceResolver
+from shared.broadcasts.fanout import BroadcastQueues
+from shared.broadcasts.model import parse_batch, parse_request
+from shared.broadcasts.records import BroadcastStore, dead_letter_sk
+from shared.broadcasts.worker import BatchIncomplete, process_batch
+from shared.core.aws import client, register_hook, unregister_hook
+from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
+from shared.engagement.consumer import EngagementContext, process_body
+from shared.engagement.suppression import Suppressions
+from shared.sending.jobs import SendJob
+from shared.sending.pipeline import MailIdentity, SendContext, SendOutcome, send, send_id_for
+from shared.sending.sender import SesSender, encode_tag_value
+from shared.store.send_log import RECOVERED_FROM_EVENT, SendLog, SentRecord
+from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore, keys
+from tests.integration.broadcast_support import Env, FakeSes, seed
+from tests.integration.conftest import scan_all
+
+FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
+SECRET = "claim-recovery-unsubscribe-secret-0123456789"
+EMAIL = "jane@example.com"
+JOB = SendJob(email=EMAIL, template="welcome", source="onboarding", step="s1")
+
+
+class WorkerDied(Exception):
+    """The worker process ended between SES's answer and the send log."""
+
+
+class DiesAfterSes(SendLog):
+    def complete(self, record: SentRecord, *, count: bool = True) -> bool:
+        raise WorkerDied(record.ses_message_id)
+
+
+class EventArrivesFirst(SendLog):
+    """The SES event reaches the consumer before the (slow, alive) worker writes its log."""
+
+    def __init__(self, table: str, deliver: Any) -> None:
+        super().__init__(table)
+        self.deliver = deliver
+        self.written: list[bool] = []
+
+    def complete(self, record: SentRecord, *, count: bool = True) -> bool:
+        self.deliver(record.ses_message_id)
+        self.written.append(super().complete(record, count=count))
+        return self.written[-1]
+
+
+def _ses() -> Any:
+    return ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+
+
+@pytest.fixture
+def outbox(aws: None) -> Iterator[list[Any]]:
+    with contextlib.suppress(ClientError):
+        client("sesv2").create_email_identity(EmailIdentity="acme.test")
+    _ses().sent_messages.clear()
+    yield _ses().sent_messages
+    _ses().sent_messages.clear()
+
+
+def send_context(store: SubscriberStore, log: SendLog) -> SendContext:
+    return SendContext(
+        store=store,
+        log=log,
+        ses=SesSender("mailstep"),
+        identity=MailIdentity(from_="Acme <hello@acme.test>", postal_address="Acme, 1 Main St"),
+        token_secret=lambda: SECRET,
+        data_ttl_days=30,
+    )
+
+
+@pytest.fixture
+def table(resources: LocalResources) -> str:
+    return resources.tables["table_name"]
+
+
+@pytest.fixture
+def engagement(store: SubscriberStore) -> EngagementContext:
+    return EngagementContext(store=store, suppressions=Suppressions(store), data_ttl_days=30)
+
+
+def ses_event(kind: str, job: SendJob, message_id: str, **tags: str) -> str:
+    """An SES event (SNS envelope) for ``job``'s mail, tagged as the send pipeline tags."""
+    record = json.loads((FIXTURES / f"{kind}.json").read_text())
+    record = copy.deepcopy(record)
+    mail = record["mail"]
+    mail["messageId"], mail["destination"] = message_id, [job.email]
+    values = {
+        "template": job.template,
+        "source": job.source,
+        "step": job.step,
+        "send_id": send_id_for(job),
+        "kind": "marketing",
+        **tags,
+    }
+    mail["tags"].update({name: [encode_tag_value(value)] for name, value in values.items()})
+    body = next(k for k in record if k not in ("eventType", "mail"))
+    if "recipients" in record[body]:
+        record[body]["recipients"] = [job.email]
+    return json.dumps({"Type": "Notification", "MessageId": str(uuid.uuid4()), "Message": json.dumps(record)})
+
+
+def sent_items(table: str) -> list[dict[str, Any]]:
+    return [i for i in scan_all(table) if i["SK"].startswith(keys.SENT_PREFIX)]
+
+
+@contextlib.contextmanager
+def operations() -> Iterator[list[str]]:
+    calls: list[str] = []
+
+    def hook(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    register_hook("after-call", hook)
+    try:
+        yield calls
+    finally:
+        unregister_hook("after-call", hook)
+
+
+def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not_send_again(
+    store, table, outbox, engagement, resources
+) -> None:
+    # Given a worker that died after SES accepted the mail, before writing SENT#
+    store.upsert(EMAIL)
+    now = datetime.now(UTC)
+    with pytest.raises(WorkerDied) as died:
+        send(JOB, send_context(store, DiesAfterSes(table)), now=now)
+    assert len(outbox) == 1 and sent_items(table) == []
+
+    # When SES's Delivery event for that mail reaches the engagement consumer
+    outcome = process_body(ses_event("delivery", JOB, str(died.value)), engagement)
+
+    # Then the send log holds the send, written from the event, and counted once
+    assert outcome.recovered_sends == 1
+    (item,) = sent_items(table)
+    assert item["recovered"] == RECOVERED_FROM_EVENT
+    assert item["send_id"] == send_id_for(JOB) and item["ses_message_id"] == str(died.value)
+    stats = StatsStore(table, resources.tables["events_table_name"])
+    assert stats.source("onboarding").total("send") == 1
+
+    # When the job comes back within the lease, and again after it (a takeover)
+    ctx = send_context(store, SendLog(table))
+    within = send(JOB, ctx, now=now + timedelta(seconds=5))
+    with operations() as calls:
+        after = send(JOB, ctx, now=now + timedelta(seconds=ctx.lease_seconds + 1))
+
+    # Then both answer already_sent and SES is not called: one mail, one log entry, one count
+    assert (within.status, within.reason) == ("skipped", "already_sent")
+    assert (after.status, after.reason) == ("skipped", "already_sent")
+    assert "SendEmail" not in calls
+    assert len(outbox) == 1 and len(sent_items(table)) == 1
+    assert stats.source("onboarding").total("send") == 1
+    # and a redelivered event writes nothing more
+    assert process_body(ses_event("delivery", JOB, str(died.value)), engagement).recovered_sends == 0
+
+
+def test_without_an_event_the_takeover_after_the_lease_sends_again(store, table, outbox) -> None:
+    store.upsert(EMAIL)
+    now = datetime.now(UTC)
+    with pytest.raises(WorkerDied):
+        send(JOB, send_context(store, DiesAfterSes(table)), now=now)
+    ctx = send_context(store, SendLog(table))
+    again = send(JOB, ctx, now=now + timedelta(seconds=ctx.lease_seconds + 1))
+    assert again.status == "sent" and len(outbox) == 2
+    (item,) = sent_items(table)
+    assert item["after_takeover"] is True
+
+
+def test_an_event_that_beats_the_living_worker_leaves_one_log_entry_counted_once(
+    store, table, outbox, engagement, resources
+) -> None:
+    store.upsert(EMAIL)
+    log = EventArrivesFirst(
+        table, lambda message_id: process_body(ses_event("delivery", JOB, message_id), engagement)
+    )
+
+    outcome = send(JOB, send_context(store, log))
+
+    assert outcome.status == "sent"
+    assert log.written == [False]  # the consumer wrote it first; the worker's write found it
+    assert len(sent_items(table)) == 1
+    assert StatsStore(table, resources.tables["events_table_name"]).source("onboarding").total("send") == 1
+
+
+def test_events_of_completed_or_unknown_sends_write_no_log(store, table, outbox, engagement) -> None:
+    store.upsert(EMAIL)
+    ctx = send_context(store, SendLog(table))
+    sent = send(JOB, ctx)
+    assert sent.status == "sent"
+    # a completed send: the claim is sending, but its entry exists
+    assert process_body(ses_event("delivery", JOB, str(sent.message_id)), engagement).recovered_sends == 0
+    # a mail mailstep has no claim for (another system on the configuration set)
+    other = SendJob(email=EMAIL, template="welcome", source="elsewhere", step="x")
+    assert process_body(ses_event("delivery", other, "m-other"), engagement).recovered_sends == 0
+    # an event for the claim's key but another send id
+    assert process_body(ses_event("delivery", JOB, "m-3", send_id="f" * 24), engagement).recovered_sends == 0
+    # a Reject proves nothing was sent
+    with pytest.raises(WorkerDied):
+        send(
+            SendJob(email=EMAIL, template="welcome", source="onboarding", step="s2"),
+            send_context(store, DiesAfterSes(table)),
+        )
+    s2 = SendJob(email=EMAIL, template="welcome", source="onboarding", step="s2")
+    assert process_body(ses_event("reject", s2, "m-4"), engagement).recovered_sends == 0
+    assert len(sent_items(table)) == 1
+
+
+# ----- dead-lettered broadcast batches ---------------------------------------------------------
+@pytest.fixture
+def env(resources: LocalResources) -> Iterator[Env]:
+    queues = [create_queue(BROADCAST_QUEUE), create_queue(BROADCAST_CONTROL_QUEUE)]
+    table = resources.tables["table_name"]
+    bq = BroadcastQueues(queues[0].url, queues[1].url)
+    service = Broadcasts(
+        records=BroadcastStore(table), resolver=AudienceResolver(table), queues=bq, send_rate=lambda: 1000.0
+    )
+    yield Env(table, resources.tables["events_table_name"], bq, FakeSes(), service, [1000.0])
+    sqs = client("sqs")
+    for queue in queues:
+        sqs.delete_queue(QueueUrl=queue.url)
+        sqs.delete_queue(QueueUrl=queue.dlq_url)
+
+
+def in_flight(job: SendJob, ctx: SendContext) -> SendOutcome:
+    return SendOutcome(status="retryable", send_id=send_id_for(job), reason="in_flight")
+
+
+def test_a_batch_failing_its_final_receive_is_marked_dead_lettered_once_and_cleared_when_counted(
+    env: Env, store
+) -> None:
+    seed(store, 30)
+    env.service.send(parse_request(id="dl", template="newsletter/monthly", audience={"tags": ["a"]}))
+    env.resolve_all()
+    (message,) = env.batches()
+    batch = parse_batch(message["Body"])
+    stuck = env.worker(send_fn=in_flight)
+
+    # An earlier receive that fails marks nothing
+    with pytest.raises(BatchIncomplete):
+        process_batch(batch, stuck)
+    assert env.service.get("dl").dead_lettered_batches == 0
+
+    # The final receive fails: marked once, even when SQS delivers that receive twice
+    for _ in range(2):
+        with pytest.raises(BatchIncomplete):
+            process_batch(batch, stuck, final_receive=True)
+    record = env.service.get("dl")
+    assert (record.dead_lettered_batches, record.dead_lettered_recipients) == (1, len(batch.emails))
+    assert record.stalled and record.status == "sending"
+    details = env.service.details("dl")
+    assert details["dead_letters"]["batches"] == 1
+    assert details["dead_letters"]["redrive"].startswith("aws sqs start-message-move-task --source-arn arn:")
+    marker = [
+        i for i in scan_all(env.table) if i["SK"] == dead_letter_sk(record.round, batch.page, batch.index)
+    ]
+    assert len(marker) == 1
+
+    # When it is redriven and works, it is counted and leaves the dead-letter count
+    result = process_batch(batch, env.worker())
+    record = env.service.get("dl")
+    assert result.status == "counted" and record.status == "done"
+    assert (record.dead_lettered_batches, record.dead_lettered_recipients) == (0, 0)
+    assert not record.stalled
