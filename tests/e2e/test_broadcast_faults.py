@@ -108,7 +108,9 @@ def kill_worker(local: Local) -> int:
         )
         return int(answer["killed_pid"]) if code == 200 else None
 
-    return wait_for(kill, 30, "a running broadcast worker to kill", interval_s=0.05)
+    pid = wait_for(kill, 30, "a running broadcast worker to kill", interval_s=0.05)
+    assert pid is not None
+    return pid
 
 
 @pytest.mark.timeout(900)
