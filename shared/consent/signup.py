@@ -32,8 +32,8 @@ from shared.core import clock
 from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.models import (
     CONTROL_RE,
-    MAX_FIRST_NAME,
     SUBSCRIBED,
+    clean_first_name,
     invalid_input,
     normalise_email,
     validate_name,
@@ -89,18 +89,10 @@ class SignupRequest(BaseModel):
     @field_validator("first_name", mode="before")
     @classmethod
     def _first_name(cls, value: Any) -> str | None:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        if CONTROL_RE.search(value):
-            raise ValueError("must not contain control characters (CR, LF, ...)")
-        if NAME_FORBIDDEN.search(value):
+        name = clean_first_name(value)
+        if name and NAME_FORBIDDEN.search(name):
             raise ValueError("must be a plain name (no markup, braces or links)")
-        value = value.strip()
-        if len(value) > MAX_FIRST_NAME:
-            raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
-        return value or None
+        return name or None
 
     @field_validator("topics", mode="before")
     @classmethod

@@ -290,16 +290,7 @@ class InboundEvent(BaseModel):
     @field_validator("first_name", mode="before")
     @classmethod
     def _first_name(cls, value: Any) -> str | None:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        if CONTROL_RE.search(value):
-            raise ValueError("must not contain control characters (CR, LF, ...)")
-        value = value.strip()
-        if len(value) > MAX_FIRST_NAME:
-            raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
-        return value
+        return clean_first_name(value)
 
     @field_validator("attributes", mode="before")
     @classmethod
@@ -399,3 +390,18 @@ def parse_event_body(payload: Any) -> EventBatch:
 
 
 EventOutcomeStatus = Literal["created", "updated", "unchanged", "recorded"]
+
+
+def clean_first_name(value: Any) -> str | None:
+    """A first name as every input takes it: a string without control characters, trimmed,
+    at most ``MAX_FIRST_NAME`` characters (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if CONTROL_RE.search(value):
+        raise ValueError("must not contain control characters (CR, LF, ...)")
+    value = value.strip()
+    if len(value) > MAX_FIRST_NAME:
+        raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
+    return value
