@@ -11,10 +11,10 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.consent.topics import require_topics
 from shared.core.observability import logger, metrics
 from shared.core.secrets import get_secret
 from shared.core.settings import Settings
+from shared.core.topics import require_topics
 from shared.sequences.engine import engine_from_settings
 from shared.store.subscribers import SubscriberStore
 from shared.web.pages import UnsubscribePages

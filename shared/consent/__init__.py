@@ -1,10 +1,6 @@
-"""Consent: topics (``topics.yaml``), public sign-up with double opt-in, confirmation, and the
-reader's topic choices.
+"""Consent: public sign-up with double opt-in, confirmation, and the
+reader's topic choices (the catalog itself is ``shared.core.topics``).
 
 Imports ``core``, ``store``, ``sending`` and ``sequences``; never ``web``, ``broadcasts`` or
 ``engagement`` (``web`` and ``engagement`` may import it).
 """
-
-from pathlib import Path
-
-TOPICS_FILE = Path(__file__).resolve().parent.parent.parent / "topics.yaml"

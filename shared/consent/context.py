@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from shared.consent import TOPICS_FILE
-from shared.consent.topics import TopicCatalog, require_topics
 from shared.core.models import InboundEvent
 from shared.core.settings import Settings
+from shared.core.topics import TOPICS_FILE, TopicCatalog, require_topics
 from shared.sending.pipeline import SendContext
 from shared.sequences import SEQUENCES_DIR
 from shared.store.pending import PendingSignups

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from urllib.parse import parse_qs
 
-from shared.consent.topics import MAX_TOPICS, Topic, TopicCatalog, choices_from, wants
 from shared.core import clock
 from shared.core.errors import FieldProblem, InvalidInput, PayloadTooLarge, SubscriberNotFound
 from shared.core.observability import logger, redact_email
+from shared.core.topics import MAX_TOPICS, Topic, TopicCatalog, choices_from
 from shared.store.events import event_record
 from shared.store.subscribers import Profile, SubscriberStore
 
@@ -37,7 +37,7 @@ class Choice:
 def current_choices(profile: Profile | None, catalog: TopicCatalog) -> list[Choice]:
     """Every declared topic, in file order, with whether the reader receives it."""
     reader = profile or Profile(email="")
-    return [Choice(topic, wants(reader, topic.id, catalog)) for topic in catalog]
+    return [Choice(topic, reader.receives(topic.id, catalog)) for topic in catalog]
 
 
 def parse_choices(

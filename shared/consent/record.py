@@ -18,10 +18,10 @@ from datetime import datetime
 from typing import Any
 
 from shared.consent.context import ConsentContext
-from shared.consent.topics import choices_from
 from shared.core import clock
 from shared.core.models import CONTROL_RE, SUBSCRIBED, InboundEvent
 from shared.core.observability import logger, redact_email
+from shared.core.topics import choices_from
 from shared.store.events import event_record
 from shared.store.pending import PendingSignup
 from shared.store.subscribers import Change, Profile

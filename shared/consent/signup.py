@@ -27,7 +27,6 @@ from pydantic import ValidationError as PydanticValidationError
 
 from shared.consent.context import ConsentContext, normalise_origin
 from shared.consent.record import opt_in
-from shared.consent.topics import MAX_TOPICS, TopicCatalog
 from shared.core import clock
 from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.models import (
@@ -39,6 +38,7 @@ from shared.core.models import (
     validate_name,
 )
 from shared.core.observability import logger, redact_email
+from shared.core.topics import MAX_TOPICS, TopicCatalog
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendOutcome, send
 from shared.sending.tokens import TokenClaims, issue

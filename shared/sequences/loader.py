@@ -7,15 +7,15 @@ the file, the line and the step path (``steps[2].then[0]``) it belongs to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from shared.core.errors import InvalidInput
+from shared.core.yaml_source import Composer, Path_, Problem, Source
+from shared.core.yaml_source import read_source as read_yaml
 from shared.sequences.model import (
     MAX_STEPS,
     STEP_KEYS,
@@ -29,7 +29,6 @@ from shared.sequences.model import (
     parse_condition,
 )
 
-Path_ = tuple[str | int, ...]
 TOP_KEYS = (
     "description",
     "trigger",
@@ -44,20 +43,6 @@ TOP_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One validation error: file, 1-based line, step path (or None) and message."""
-
-    file: str
-    line: int
-    step: str | None
-    message: str
-
-    def __str__(self) -> str:
-        where = f" {self.step}:" if self.step else ""
-        return f"{self.file}:{self.line}:{where} {self.message}"
-
-
 class SequenceInvalid(InvalidInput):
     """One or more sequence files are invalid; ``problems`` lists them in file/line order."""
 
@@ -65,21 +50,6 @@ class SequenceInvalid(InvalidInput):
         self.sequence_problems = sorted(problems, key=lambda p: (p.file, p.line, p.message))
         text = "\n".join(str(p) for p in self.sequence_problems)
         super().__init__(f"invalid sequence definition:\n{text}")
-
-
-@dataclass
-class Source:
-    """Plain data of one file plus the line of every path in it."""
-
-    file: str
-    data: Any
-    lines: dict[Path_, int] = field(default_factory=dict)
-
-    def line(self, path: Path_) -> int:
-        for end in range(len(path), -1, -1):
-            if path[:end] in self.lines:
-                return self.lines[path[:end]]
-        return 1
 
 
 def step_label(path: Path_) -> str | None:
@@ -97,52 +67,12 @@ def step_label(path: Path_) -> str | None:
     return out
 
 
-class _Composer:
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.lines: dict[Path_, int] = {}
-        self.problems: list[Problem] = []
-
-    def build(self, node: yaml.Node, path: Path_) -> Any:
-        self.lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node)
-                if key in out:
-                    self.problems.append(
-                        Problem(
-                            self.file,
-                            key_node.start_mark.line + 1,
-                            step_label(path),
-                            f"duplicate key {key!r}",
-                        )
-                    )
-                self.lines[(*path, key)] = key_node.start_mark.line + 1
-                out[key] = self.build(value_node, (*path, key))
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+def _Composer(file: str) -> Composer:  # noqa: N802 - the tests build sources with it
+    return Composer(file, step_label)
 
 
 def read_source(path: Path, display: str | None = None) -> tuple[Source | None, list[Problem]]:
-    file = display or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Problem(file, 1, None, f"cannot read the file: {exc.__class__.__name__}")]
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        return None, [Problem(file, line, None, f"YAML syntax error: {exc.problem or exc}")]
-    if node is None:
-        return None, [Problem(file, 1, None, "the file is empty")]
-    composer = _Composer(file)
-    data = composer.build(node, ())
-    return Source(file, data, composer.lines), composer.problems
+    return read_yaml(path, display, step_label)
 
 
 class _Parser:

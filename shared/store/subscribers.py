@@ -37,6 +37,7 @@ from shared.core.errors import (
 from shared.core.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
 from shared.core.retry import Backoff
 from shared.core.specs import TTL_ATTRIBUTE
+from shared.core.topics import TopicCatalog
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
@@ -101,6 +102,10 @@ class Profile:
     consent: dict[str, Any] | None = None
     topics_in: frozenset[str] = frozenset()
     topics_out: frozenset[str] = frozenset()
+
+    def receives(self, topic: str, catalog: TopicCatalog) -> bool:
+        """Whether this reader receives mail of ``topic`` (``TopicCatalog.receives``)."""
+        return catalog.receives(topic, self.topics_in, self.topics_out)
 
     def to_item(self) -> dict[str, Any]:
         item: dict[str, Any] = {

@@ -16,10 +16,10 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response, content_types
 
 from shared.consent.preferences import current_choices, parse_choices, save_choices
-from shared.consent.topics import TopicCatalog
 from shared.core.errors import MailstepError
 from shared.core.models import SUBSCRIBED
 from shared.core.observability import logger
+from shared.core.topics import TopicCatalog
 from shared.sending.mime import parse_mailbox
 from shared.sending.rendering import Renderer, renderer
 from shared.sending.tokens import ExpiredToken, InvalidToken

@@ -20,15 +20,14 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
 from cli.local.provision import LocalResources
-from shared.consent import TOPICS_FILE
 from shared.consent.confirm import confirm, inspect
 from shared.consent.context import ConsentConfig, ConsentContext
 from shared.consent.record import CONFIRMED_EVENT
 from shared.consent.signup import SignupRequest, SignupRules, signup
-from shared.consent.topics import require_topics
 from shared.core.aws import client
 from shared.core.errors import ConcurrentModification, Conflict
 from shared.core.settings import Settings
+from shared.core.topics import TOPICS_FILE, require_topics
 from shared.sending.pipeline import MailIdentity, SendContext
 from shared.sending.rendering import TEMPLATES_DIR
 from shared.sending.sender import SendResult, SesSender

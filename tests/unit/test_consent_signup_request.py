@@ -10,9 +10,9 @@ import pytest
 
 from shared.consent.context import ConsentConfig, parse_origins
 from shared.consent.signup import SignupRequest, SignupRules, parse_signup
-from shared.consent.topics import Topic, TopicCatalog
 from shared.core.errors import InvalidInput, PayloadTooLarge
 from shared.core.settings import Settings
+from shared.core.topics import Topic, TopicCatalog
 from shared.web.http import status_for
 
 CATALOG = TopicCatalog(

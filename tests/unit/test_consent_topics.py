@@ -1,4 +1,4 @@
-"""topics.yaml: the shipped file loads; every bad file names its file and line; ``wants``
+"""topics.yaml: the shipped file loads; every bad file names its file and line; ``receives``
 combines a reader's choices with the topic defaults."""
 
 from __future__ import annotations
@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.consent import TOPICS_FILE
-from shared.consent.topics import (
+from shared.core.topics import (
+    TOPICS_FILE,
     TopicsInvalid,
     choices_from,
     load_topics,
     require_topics,
     subscribed_topics,
-    wants,
 )
 from shared.store.subscribers import Profile
 
@@ -90,15 +89,15 @@ def test_wants_follows_the_choice_first_then_the_default(tmp_path: Path) -> None
     path.write_text(GOOD)
     catalog = require_topics(path)
     nobody = Profile(email="a@example.com")
-    assert wants(nobody, "product-updates", catalog) is True  # default on
-    assert wants(nobody, "newsletter", catalog) is False  # default off
+    assert nobody.receives("product-updates", catalog) is True  # default on
+    assert nobody.receives("newsletter", catalog) is False  # default off
     chose = Profile(
         email="a@example.com", topics_in=frozenset({"newsletter"}), topics_out=frozenset({"product-updates"})
     )
-    assert wants(chose, "product-updates", catalog) is False
-    assert wants(chose, "newsletter", catalog) is True
-    assert subscribed_topics(chose, catalog) == ["newsletter"]
-    assert wants(nobody, "undeclared", catalog) is True
+    assert chose.receives("product-updates", catalog) is False
+    assert chose.receives("newsletter", catalog) is True
+    assert subscribed_topics(chose.topics_in, chose.topics_out, catalog) == ["newsletter"]
+    assert nobody.receives("undeclared", catalog) is True
 
 
 def test_a_stated_choice_opts_out_of_every_other_declared_topic(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@
 
 The file is read with line numbers (the sequences loader's composer), so every error names
 the file and the line. A reader's choices live on the profile as ``topics_in`` /
-``topics_out``; :func:`wants` is the one rule that combines them with the defaults.
+``topics_out``; :meth:`TopicCatalog.receives` is the one rule that combines them with the
+defaults (the send pipeline, audience resolution, the preference page and the operator tools use it).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.consent import TOPICS_FILE
 from shared.core.errors import InvalidInput
 from shared.core.models import validate_name
-from shared.sequences.loader import Problem, Source, read_source
-from shared.store.subscribers import Profile
+from shared.core.yaml_source import Problem, Source, read_source
 
+TOPICS_FILE = Path(__file__).resolve().parent.parent.parent / "topics.yaml"
 MAX_TOPICS = 50
 MAX_NAME = 80
 MAX_DESCRIPTION = 300
@@ -53,6 +53,17 @@ class TopicCatalog:
 
     def get(self, topic_id: str) -> Topic | None:
         return self.topics.get(topic_id)
+
+    def receives(self, topic: str, topics_in: Iterable[str], topics_out: Iterable[str]) -> bool:
+        """Whether a reader with these choices receives mail of ``topic``: their own choice
+        first, else the topic's default. An undeclared topic counts as on (a mail naming it is a
+        configuration error the validators report; it must not silently reach nobody)."""
+        if topic in topics_out:
+            return False
+        if topic in topics_in:
+            return True
+        declared = self.topics.get(topic)
+        return declared.default if declared is not None else True
 
 
 class TopicsInvalid(InvalidInput):
@@ -152,18 +163,6 @@ def _topic(item: Any, path: tuple[str | int, ...], problem: Any) -> Topic | None
     return Topic(id=topic_id, name=name.strip(), description=description.strip(), default=default)
 
 
-def wants(profile: Profile, topic: str, catalog: TopicCatalog) -> bool:
-    """Whether the reader receives mail of ``topic``: their own choice first, else the topic's
-    default. An undeclared topic counts as on (a mail naming it is a configuration error the
-    validators report; it must not silently reach nobody)."""
-    if topic in profile.topics_out:
-        return False
-    if topic in profile.topics_in:
-        return True
-    declared = catalog.get(topic)
-    return declared.default if declared is not None else True
-
-
 def choices_from(chosen: Iterable[str], catalog: TopicCatalog) -> tuple[frozenset[str], frozenset[str]]:
     """(topics_in, topics_out) of a complete choice: the chosen topics in, every other declared
     topic out (a form that sends topics states the whole choice)."""
@@ -171,6 +170,8 @@ def choices_from(chosen: Iterable[str], catalog: TopicCatalog) -> tuple[frozense
     return selected, frozenset(t.id for t in catalog if t.id not in selected)
 
 
-def subscribed_topics(profile: Profile, catalog: TopicCatalog) -> list[str]:
-    """The declared topics the reader receives, in file order."""
-    return [t.id for t in catalog if wants(profile, t.id, catalog)]
+def subscribed_topics(
+    topics_in: Iterable[str], topics_out: Iterable[str], catalog: TopicCatalog
+) -> list[str]:
+    """The declared topics a reader with these choices receives, in file order."""
+    return [t.id for t in catalog if catalog.receives(t.id, topics_in, topics_out)]
