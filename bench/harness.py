@@ -12,12 +12,12 @@ from typing import Any
 
 from bench.meter import Measurement, Meter
 from cli.local.lambdas import STATS
-from shared.core.aws import client
+from shared.core.aws import ClientFactory
 
 
-def state_transitions() -> int:
+def state_transitions(aws: ClientFactory) -> int:
     """Step Functions state transitions so far (StateEntered events of every execution)."""
-    sfn = client("stepfunctions")
+    sfn = aws.client("stepfunctions")
     total = 0
     for machine in sfn.list_state_machines().get("stateMachines", []):
         for execution in sfn.list_executions(stateMachineArn=machine["stateMachineArn"]).get(
@@ -32,6 +32,11 @@ def state_transitions() -> int:
 class Bench:
     runtime: Any  # cli.local.LocalRuntime
     meter: Meter
+
+    @property
+    def aws(self) -> ClientFactory:
+        """The clients of the runtime's endpoint (its factory: the meter counts their requests)."""
+        return self.runtime.aws
 
     def post(self, path: str, body: Any) -> tuple[int, Any]:
         request = urllib.request.Request(  # noqa: S310 - the local API
@@ -59,9 +64,9 @@ class Bench:
 
     def measure(self, label: str, units: int, unit_name: str, step: Callable[[], None]) -> Measurement:
         before = self._totals()
-        transitions_before = state_transitions()
+        transitions_before = state_transitions(self.aws)
         step()
-        transitions = state_transitions() - transitions_before  # the history reads are not counted
+        transitions = state_transitions(self.aws) - transitions_before  # the history reads are not counted
         after = self._totals()
         requests = Counter(after["usage"].requests)
         requests.subtract(before["usage"].requests)

@@ -18,7 +18,7 @@ from cli.local.ses import read_outbox
 from ops.broadcasts import Broadcasts
 from shared.broadcasts.model import parse_request
 from shared.core import specs
-from shared.core.aws import client
+from shared.core.aws import ClientFactory
 from shared.core.settings import Settings
 from shared.sending.sender import decode_tag_value
 from shared.store.dynamo import serialize
@@ -32,7 +32,7 @@ WARM_RECIPIENTS = 150  # 3 batches of 50: one per worker (the mapping's MaximumC
 TEMPLATE = "newsletter/monthly"
 
 
-def _seed(table: str, tag: str, count: int) -> None:
+def _seed(aws: ClientFactory, table: str, tag: str, count: int) -> None:
     now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     items = []
     for i in range(count):
@@ -40,7 +40,7 @@ def _seed(table: str, tag: str, count: int) -> None:
         profile = Profile(email=email, first_name=f"R{i}", attributes={"plan": "pro"}, tags=frozenset({tag}),
                           created_at=now, updated_at=now, version=1)  # fmt: skip
         items += [profile.to_item(), {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email}]
-    ddb = client("dynamodb")
+    ddb = aws.client("dynamodb")
     for start in range(0, len(items), 25):
         request = {table: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}
         while request:
@@ -55,11 +55,11 @@ def _service(bench: Bench) -> Broadcasts:
         broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
         broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
     )
-    return Broadcasts.from_settings(settings)
+    return Broadcasts.from_settings(settings, aws=bench.aws)
 
 
-def _drained(url: str) -> bool:
-    attributes = client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+def _drained(aws: ClientFactory, url: str) -> bool:
+    attributes = aws.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     return (
         int(attributes["ApproximateNumberOfMessages"])
         + int(attributes["ApproximateNumberOfMessagesNotVisible"])
@@ -77,7 +77,7 @@ def _run(bench: Bench, service: Broadcasts, broadcast_id: str, tag: str) -> None
             )
         time.sleep(0.2)
     engagement = bench.runtime.resources.queues[specs.ENGAGEMENT_QUEUE.id].url
-    while not _drained(engagement) and time.monotonic() < deadline:  # its SES events, too
+    while not _drained(bench.aws, engagement) and time.monotonic() < deadline:  # its SES events, too
         time.sleep(0.2)
 
 
@@ -92,9 +92,9 @@ def _achieved_rate(bench: Bench, broadcast_id: str) -> float:
 
 def run(bench: Bench) -> list[Measurement]:
     table = bench.runtime.resources.tables["table_name"]
-    _seed(table, "bench-warm", WARM_RECIPIENTS)
-    _seed(table, "bench-news", RECIPIENTS)
-    _seed(table, "bench-rate", RECIPIENTS)
+    _seed(bench.aws, table, "bench-warm", WARM_RECIPIENTS)
+    _seed(bench.aws, table, "bench-news", RECIPIENTS)
+    _seed(bench.aws, table, "bench-rate", RECIPIENTS)
     service = _service(bench)
     _run(bench, service, "bench-warmup", "bench-warm")  # imports, secret, first claims
 

@@ -22,10 +22,11 @@ from bench.harness import Bench
 from bench.meter import Measurement
 from cli.local.sequence_machines import deploy_state_machines
 from shared.core import specs
-from shared.core.aws import client
+from shared.core.aws import ClientFactory
 from shared.core.models import InboundEvent
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.engine import SequenceEngine
+from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import require_catalog
 from shared.store.subscribers import SubscriberStore
 
@@ -37,8 +38,8 @@ LINEAR = "trigger: bench.linear\nsteps:\n" + "  - wait: 1d\n".join(
 )
 
 
-def _wait_all(machine_arns: list[str], expected: int, timeout_s: float = 300.0) -> None:
-    sfn = client("stepfunctions")
+def _wait_all(aws: ClientFactory, machine_arns: list[str], expected: int, timeout_s: float = 300.0) -> None:
+    sfn = aws.client("stepfunctions")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         done = running = 0
@@ -55,17 +56,19 @@ def _wait_all(machine_arns: list[str], expected: int, timeout_s: float = 300.0) 
 def run(bench: Bench) -> list[Measurement]:
     runtime = bench.runtime
     region = runtime.config.region
-    account = client("sts").get_caller_identity()["Account"]
+    aws = bench.aws
+    account = aws.client("sts").get_caller_identity()["Account"]
     # The bench's own machines (a linear drip beside the shipped sequences) get a role of theirs.
     trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
              "Principal": {"Service": "states.amazonaws.com"}}]}  # fmt: skip
-    role = client("iam").create_role(RoleName="bench-sequences", AssumeRolePolicyDocument=json.dumps(trust))[
-        "Role"
-    ]["Arn"]
+    role = aws.client("iam").create_role(
+        RoleName="bench-sequences", AssumeRolePolicyDocument=json.dumps(trust)
+    )["Role"]["Arn"]
     step_arn = runtime.resources.functions[specs.SEQUENCE_STEP_FUNCTION.name].arn
     prefix = f"arn:aws:states:{region}:{account}:stateMachine:{specs.STATE_MACHINE_PREFIX}"
     tables = runtime.resources.tables
-    store = SubscriberStore(tables["table_name"], tables["events_table_name"])
+    store = SubscriberStore(tables["table_name"], tables["events_table_name"], client=aws.client("dynamodb"))
+    sfn = StepFunctions(aws.client("stepfunctions"))
 
     with tempfile.TemporaryDirectory() as folder:
         drip = Path(folder) / "sequences"
@@ -74,9 +77,9 @@ def run(bench: Bench) -> list[Measurement]:
         for path in SEQUENCES_DIR.glob("*.yaml"):
             (drip / path.name).write_text(path.read_text())
         templates = SEQUENCES_DIR.parent / "templates"
-        deployed = deploy_state_machines(step_arn, role, drip, templates)
+        deployed = deploy_state_machines(step_arn, role, drip, templates, sfn=sfn)
         catalog = require_catalog(drip, templates)
-    engine = SequenceEngine(catalog=catalog, arn_prefix=prefix, store=store)
+    engine = SequenceEngine(catalog=catalog, arn_prefix=prefix, store=store, sfn=sfn)
 
     def walk(sequence_id: str, label: str, mails: int, tag_half: bool) -> Measurement:
         sequence = catalog.sequences[sequence_id]
@@ -91,7 +94,7 @@ def run(bench: Bench) -> list[Measurement]:
             for profile in profiles:
                 event = InboundEvent(type=sequence.trigger_event, email=profile.email)
                 engine.start(sequence, profile, event)
-            _wait_all([deployed[sequence_id]], SUBSCRIBERS)
+            _wait_all(aws, [deployed[sequence_id]], SUBSCRIBERS)
 
         return bench.measure(label, SUBSCRIBERS * mails, "email", step)
 

@@ -20,7 +20,8 @@ moto internals (moto is pinned: ``cli.local.hooks.MOTO_VERSION``), and it relies
 - ``DeleteStack`` calls ``delete(account_id, region_name)`` on each resource.
 
 :func:`self_check` fails loudly when one of these moved, and :func:`register_stack` reads
-the stack back through the API before it returns.
+the stack back through the API before it returns. Requests go through the ``aws`` client
+factory the caller gives (the local runtime's); without one, the environment's clients.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from typing import Any
 
 from cli.local.provision import LocalResources, all_queues, all_topics
 from shared.core import specs
-from shared.core.aws import client as aws_client
+from shared.core.aws import ClientFactory
+from shared.sequences.sfn import StepFunctions
 
 # Logical id of the template's one placeholder resource (the stack needs one).
 PLACEHOLDER = "LocalRuntime"
@@ -88,13 +90,20 @@ def self_check() -> None:
         raise CfnStackDrift("local CloudFormation stack drifted from moto: " + "; ".join(problems))
 
 
-def register_stack(stack_name: str, outputs: dict[str, str], resources: list[Resource]) -> None:
+def register_stack(
+    stack_name: str,
+    outputs: dict[str, str],
+    resources: list[Resource],
+    *,
+    aws: ClientFactory | None = None,
+) -> None:
     """Create (or replace) ``stack_name`` in the emulated CloudFormation of this process's
     moto with these Outputs (key -> value) and resources (logical id, type, physical id)."""
     from moto.backends import get_backend
 
     self_check()
-    cfn = aws_client("cloudformation")
+    aws = aws or ClientFactory()
+    cfn = aws.client("cloudformation")
     live = ("CREATE_COMPLETE", "UPDATE_COMPLETE")
     if any(
         s["StackName"] == stack_name for s in cfn.list_stacks(StackStatusFilter=list(live))["StackSummaries"]
@@ -115,11 +124,11 @@ def register_stack(stack_name: str, outputs: dict[str, str], resources: list[Res
     for logical_id, resource_type, physical_id in summaries:
         resource_map._resource_json_map[logical_id] = {"Type": resource_type}
         resource_map._parsed_resources[logical_id] = StackResource(logical_id, resource_type, physical_id)
-    _verify(stack_name, outputs, summaries)
+    _verify(stack_name, outputs, summaries, aws)
 
 
-def _verify(stack_name: str, outputs: dict[str, str], summaries: list[Resource]) -> None:
-    cfn = aws_client("cloudformation")
+def _verify(stack_name: str, outputs: dict[str, str], summaries: list[Resource], aws: ClientFactory) -> None:
+    cfn = aws.client("cloudformation")
     described = cfn.describe_stacks(StackName=stack_name)["Stacks"][0].get("Outputs", [])
     listed: set[Resource] = set()
     paginator = cfn.get_paginator("list_stack_resources")
@@ -136,16 +145,19 @@ def _logical_id(*parts: str) -> str:
     return "".join(p[:1].upper() + p[1:] for part in parts for p in re.split(r"[^A-Za-z0-9]+", part) if p)
 
 
-def local_stack_resources(resources: LocalResources, stack_name: str = specs.STACK_NAME) -> list[Resource]:
+def local_stack_resources(
+    resources: LocalResources, stack_name: str = specs.STACK_NAME, *, aws: ClientFactory | None = None
+) -> list[Resource]:
     """The local runtime's resources as the stack's: tables, secrets, queues with their DLQs,
     topics, configuration sets, functions and the state machines (the sequences', named
     ``specs.state_machine_prefix(stack_name)`` + id, and the broadcast schedule)."""
     from shared.broadcasts.schedule import STATE_MACHINE_NAME
 
+    aws = aws or ClientFactory()
     found: list[Resource] = [
         (spec.id, "AWS::DynamoDB::Table", resources.tables[spec.setting]) for spec in specs.TABLES
     ]
-    secrets = aws_client("secretsmanager")
+    secrets = aws.client("secretsmanager")
     found += [
         (spec.id, "AWS::SecretsManager::Secret", secrets.describe_secret(SecretId=name)["ARN"])
         for spec in specs.SECRETS
@@ -173,14 +185,14 @@ def local_stack_resources(resources: LocalResources, stack_name: str = specs.STA
     prefix = specs.state_machine_prefix(stack_name)
     found += [
         (_logical_id(machine["name"]), "AWS::StepFunctions::StateMachine", machine["stateMachineArn"])
-        for machine in _state_machines()
+        for machine in _state_machines(aws)
         if machine["name"].startswith(prefix) or machine["name"] == STATE_MACHINE_NAME
     ]
     return found
 
 
-def _state_machines() -> list[dict[str, Any]]:
-    paginator = aws_client("stepfunctions").get_paginator("list_state_machines")
+def _state_machines(aws: ClientFactory) -> list[dict[str, Any]]:
+    paginator = aws.client("stepfunctions").get_paginator("list_state_machines")
     return [m for page in paginator.paginate() for m in page["stateMachines"]]
 
 
@@ -191,6 +203,7 @@ def local_outputs(
     api_url: str,
     region: str,
     account_id: str,
+    aws: ClientFactory | None = None,
 ) -> dict[str, str]:
     """The stack outputs (``specs.stack_outputs()`` keys and ``specs.API_URL_OUTPUT``) with the
     values of the local resources. Deploys the broadcast schedule state machine (in the cloud
@@ -198,11 +211,12 @@ def local_outputs(
     from cli.local.provision import LOCAL_ROLE_NAME
     from shared.broadcasts.schedule import ensure_local_state_machine
 
+    aws = aws or ClientFactory()
     queues = {
         spec.setting: resources.queues[spec.id].url for spec in all_queues() if spec.id in resources.queues
     }
     control = queues[specs.BROADCAST_CONTROL_QUEUE.setting]
-    role = aws_client("iam").get_role(RoleName=LOCAL_ROLE_NAME)["Role"]["Arn"]
+    role = aws.client("iam").get_role(RoleName=LOCAL_ROLE_NAME)["Role"]["Arn"]
     values = {
         **resources.tables,
         **resources.secrets,
@@ -212,7 +226,9 @@ def local_outputs(
             for topic in all_topics()
             if topic.id in resources.topics
         },
-        "broadcast_schedule_arn": ensure_local_state_machine(control, role),
+        "broadcast_schedule_arn": ensure_local_state_machine(
+            control, role, StepFunctions(aws.client("stepfunctions"))
+        ),
         "state_machine_arn_prefix": (
             f"arn:aws:states:{region}:{account_id}:stateMachine:{specs.state_machine_prefix(stack_name)}"
         ),

@@ -12,6 +12,8 @@ template, resolved to those resources (``cli.local.template``):
 - every ``AWS::StepFunctions::StateMachine`` (definition with its substitutions, role).
 
 :func:`deploy` returns the :class:`~cli.local.environments.EnvironmentSpec` of each function.
+Requests go through the ``aws`` client factory the caller gives (the local runtime's, for its
+endpoint); without one, the environment's clients.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from cli.local.environments import DEFAULT_CONCURRENCY, EnvironmentSpec
 from cli.local.provision import LocalFunction, LocalResources, local_function_name, placeholder_code
 from cli.local.template import LocalTemplate
 from shared.core import specs
-from shared.core.aws import client as aws_client
+from shared.core.aws import ClientFactory
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,15 @@ def _arn(template: LocalTemplate, service: str, resource: str) -> str:
     return f"arn:aws:{service}:{template.region}:{template.account}:{resource}"
 
 
-def bind(template: LocalTemplate, resources: LocalResources, public_url: str) -> None:
+def bind(
+    template: LocalTemplate, resources: LocalResources, public_url: str, *, aws: ClientFactory | None = None
+) -> None:
     """Give every template resource the local runtime creates its local physical values."""
+    aws = aws or ClientFactory()
     for table in specs.TABLES:
         name = resources.tables[table.setting]
         template.bind(table.id, Ref=name, Arn=_arn(template, "dynamodb", f"table/{name}"))
-    sm = aws_client("secretsmanager")
+    sm = aws.client("secretsmanager")
     for secret in specs.SECRETS:
         arn = sm.describe_secret(SecretId=resources.secrets[secret.setting])["ARN"]
         template.bind(secret.id, Ref=arn, Id=arn)
@@ -90,12 +95,12 @@ def bind(template: LocalTemplate, resources: LocalResources, public_url: str) ->
         template.bind(logical_id, Ref=arn, Arn=arn, Name=name)
     for logical_id in template.of_type("AWS::S3::Bucket"):
         name = f"{template.stack_name}-{logical_id}".lower()[:63]
-        aws_client("s3").create_bucket(Bucket=name)
+        aws.client("s3").create_bucket(Bucket=name)
         template.bind(logical_id, Ref=name, Arn=f"arn:aws:s3:::{name}", DomainName=f"{name}.s3.amazonaws.com")
 
 
-def _roles(template: LocalTemplate) -> None:
-    iam = aws_client("iam")
+def _roles(template: LocalTemplate, aws: ClientFactory) -> None:
+    iam = aws.client("iam")
     for logical_id, resource in template.of_type("AWS::IAM::Role").items():
         name = template.physical[logical_id]["Ref"]
         trust = template.resolve(resource["Properties"].get("AssumeRolePolicyDocument", {}))
@@ -138,9 +143,9 @@ def lambda_environment(
     }
 
 
-def role_statements(role_arn: str) -> list[dict[str, Any]] | None:
+def role_statements(role_arn: str, aws: ClientFactory | None = None) -> list[dict[str, Any]] | None:
     """The inline policy statements of a role in the emulated IAM; None when it has none there."""
-    iam = aws_client("iam")
+    iam = (aws or ClientFactory()).client("iam")
     name = role_arn.rsplit("/", 1)[-1]
     try:
         names = iam.list_role_policies(RoleName=name)["PolicyNames"]
@@ -156,7 +161,14 @@ def role_statements(role_arn: str) -> list[dict[str, Any]] | None:
 
 
 def uploaded_function(
-    function: Any, artifact: Artifact, *, endpoint: str, region: str, account: str, logs_dir: Path
+    function: Any,
+    artifact: Artifact,
+    *,
+    endpoint: str,
+    region: str,
+    account: str,
+    logs_dir: Path,
+    aws: ClientFactory | None = None,
 ) -> EnvironmentSpec:
     """A function created through the Lambda API (not from the template): it runs from the
     code zip it was created with, with the same runtime, and its role's inline policies from
@@ -180,7 +192,7 @@ def uploaded_function(
             endpoint=endpoint,
             region=region,
         ),
-        policy=role_statements(function.role),
+        policy=role_statements(function.role, aws),
         role_arn=function.role,
         region=region,
         account=account,
@@ -198,9 +210,11 @@ def deploy(
     endpoint: str,
     logs_dir: Path,
     enforce_iam: bool = True,
+    aws: ClientFactory | None = None,
 ) -> Deployment:
-    _roles(template)
-    lam = aws_client("lambda")
+    aws = aws or ClientFactory()
+    _roles(template, aws)
+    lam = aws.client("lambda")
     configs = template.functions()
     by_logical = {c.logical_id: c for c in configs.values()}
     functions: dict[str, LocalFunction] = {}
@@ -260,12 +274,12 @@ def deploy(
         if mapping.function_logical_id not in by_logical:
             raise ValueError(f"event source mapping {mapping.logical_id} names an unknown function")
         lam.create_event_source_mapping(**kwargs)
-    _state_machines(template)
+    _state_machines(template, aws)
     return Deployment(template=template, functions=functions, environments=environments)
 
 
-def _state_machines(template: LocalTemplate) -> None:
-    sfn = aws_client("stepfunctions")
+def _state_machines(template: LocalTemplate, aws: ClientFactory) -> None:
+    sfn = aws.client("stepfunctions")
     for logical_id, resource in template.of_type("AWS::StepFunctions::StateMachine").items():
         properties = resource["Properties"]
         definition = str(template.resolve(properties["DefinitionString"]))

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cli.local.template import LocalTemplate
-from shared.core.aws import client as aws_client
+from shared.core.aws import ClientFactory
 from shared.core.observability import logger
 
 SOURCE = "aws.states"
@@ -90,13 +90,21 @@ class ExecutionStatusRules:
     """Delivers execution status changes to the rules' Lambda targets (one watcher thread)."""
 
     def __init__(
-        self, rules: list[Rule], invoke: Invoke, statuses: Statuses, *, region: str, account: str
+        self,
+        rules: list[Rule],
+        invoke: Invoke,
+        statuses: Statuses,
+        *,
+        region: str,
+        account: str,
+        aws: ClientFactory | None = None,
     ) -> None:
         self.rules = rules
         self.invoke = invoke
         self.statuses = statuses  # read in process: listing through the API costs the emulator
         self.region = region
         self.account = account
+        self.aws = aws or ClientFactory()  # the emulated endpoint's clients (the local runtime's)
         self.delivered = 0
         self._seen: set[str] = set()
         self._stop = threading.Event()
@@ -124,7 +132,7 @@ class ExecutionStatusRules:
         delivered = 0
         for arn in ended:
             self._seen.add(arn)
-            delivered += self._deliver(aws_client("stepfunctions").describe_execution(executionArn=arn))
+            delivered += self._deliver(self.aws.client("stepfunctions").describe_execution(executionArn=arn))
         self.delivered += delivered
         return delivered
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.local.bootstrap import LambdaContext, call_handler
+from cli.local.process_env import in_process_environment
 from shared.core.observability import logger
 
 
@@ -51,10 +51,10 @@ _import_lock = threading.Lock()
 
 
 def _resolve(handler_path: str, env: dict[str, str]) -> Any:
-    """Import ``module.fn``; the first import runs with the function's environment applied."""
+    """Import ``module.fn``; the first import (the init phase, where a handler reads its
+    settings) runs with the function's environment applied to this process."""
     module_name, _, attribute = handler_path.rpartition(".")
-    with _import_lock:
-        os.environ.update(env)
+    with _import_lock, in_process_environment(env):
         module = importlib.import_module(module_name)
     return getattr(module, attribute)
 

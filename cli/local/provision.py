@@ -4,6 +4,10 @@ Used by the local runtime and the tests. Production resources are created by the
 stack from the same specs. Everything here is generic over the specs: a new table,
 queue, topic, subscription, configuration set or function (with its event sources) is
 picked up with no change to this module.
+
+Every request goes through the ``aws`` client factory the caller gives (the local runtime's,
+for its endpoint); without one, the environment's clients (``shared.core.aws.client``, e.g.
+under moto's in-process mock in the integration tests).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from typing import Any
 
 from cli.local.sequence_machines import deploy_state_machines
 from shared.core import specs
-from shared.core.aws import client as aws_client
+from shared.core.aws import ClientFactory
 from shared.core.specs import ENV, FunctionSpec, QueueSpec, TableSpec, TopicSpec
+from shared.sequences.sfn import StepFunctions
 
 LOCAL_ROLE_NAME = f"{specs.APP_NAME}-local-lambda"
 DLQ_SUFFIX = "-dlq"
@@ -57,8 +62,8 @@ class LocalResources:
         return {ENV[name]: value for name, value in values.items() if name in ENV}
 
 
-def create_table(spec: TableSpec, name: str | None = None, ddb: Any = None) -> str:
-    ddb = ddb or aws_client("dynamodb")
+def create_table(spec: TableSpec, name: str | None = None, *, aws: ClientFactory | None = None) -> str:
+    ddb = (aws or ClientFactory()).client("dynamodb")
     name = name or spec.local_name
     attributes = {spec.partition_key, spec.sort_key} | {
         a for g in spec.gsis for a in (g.partition_key, g.sort_key)
@@ -114,8 +119,8 @@ def all_topics() -> list[TopicSpec]:
     return list(found.values())
 
 
-def create_queue(spec: QueueSpec) -> LocalQueue:
-    sqs = aws_client("sqs")
+def create_queue(spec: QueueSpec, *, aws: ClientFactory | None = None) -> LocalQueue:
+    sqs = (aws or ClientFactory()).client("sqs")
     fifo = spec.local_name.endswith(".fifo")
     base = spec.local_name.removesuffix(".fifo")
     dlq_name = f"{base}{DLQ_SUFFIX}" + (".fifo" if fifo else "")
@@ -147,8 +152,8 @@ def placeholder_code(where: str = "in-process from the source tree") -> bytes:
     return buffer.getvalue()
 
 
-def _lambda_role() -> str:
-    iam = aws_client("iam")
+def _lambda_role(aws: ClientFactory) -> str:
+    iam = aws.client("iam")
     trust = {
         "Version": "2012-10-17",
         "Statement": [
@@ -192,6 +197,7 @@ def provision(
     functions: bool = False,
     settings: dict[str, str] | None = None,
     messaging: bool | None = None,
+    aws: ClientFactory | None = None,
 ) -> LocalResources:
     """Create every resource named in the specs; returns names, URLs, ARNs and the API key.
 
@@ -200,10 +206,11 @@ def provision(
     its event source mappings and deploys the sequence state machines (the fast in-process
     mode; the local runtime's artifact mode registers them from the synthesized template
     instead, ``cli.local.deployment``). ``settings`` (Settings field -> value) are given to
-    every function.
+    every function. ``aws``: the clients of the endpoint (by default the environment's).
     """
-    tables = {spec.setting: create_table(spec) for spec in specs.TABLES}
-    sm = aws_client("secretsmanager")
+    aws = aws or ClientFactory()
+    tables = {spec.setting: create_table(spec, aws=aws) for spec in specs.TABLES}
+    sm = aws.client("secretsmanager")
     key = api_key or _secrets.token_urlsafe(32)
     secret_names = {}
     for secret in specs.SECRETS:
@@ -214,8 +221,8 @@ def provision(
     if not (functions if messaging is None else messaging):
         return LocalResources(tables=tables, secrets=secret_names, api_key=key)
 
-    queues = {q.id: create_queue(q) for q in all_queues()}
-    sns = aws_client("sns")
+    queues = {q.id: create_queue(q, aws=aws) for q in all_queues()}
+    sns = aws.client("sns")
     topics = {t.id: sns.create_topic(Name=t.local_name)["TopicArn"] for t in all_topics()}
     for sub in specs.SUBSCRIPTIONS:
         attributes = {"RawMessageDelivery": "true"} if sub.raw_message_delivery else {}
@@ -226,7 +233,7 @@ def provision(
             Attributes=attributes,
         )
 
-    ses = aws_client("sesv2")
+    ses = aws.client("sesv2")
     configuration_sets = {}
     for config in specs.CONFIGURATION_SETS:
         ses.create_configuration_set(ConfigurationSetName=config.local_name)
@@ -251,8 +258,8 @@ def provision(
     if not functions:
         return resources
 
-    role = _lambda_role()
-    lam = aws_client("lambda")
+    role = _lambda_role(aws)
+    lam = aws.client("lambda")
     code = placeholder_code()
     registered: dict[str, LocalFunction] = {}
     for spec in specs.FUNCTIONS:
@@ -283,5 +290,9 @@ def provision(
             lam.create_event_source_mapping(**mapping)
         registered[spec.name] = LocalFunction(name=name, arn=arn, spec=spec, env=env)
     # One state machine per sequence file, calling the step function (as the CDK construct does).
-    deploy_state_machines(registered[specs.SEQUENCE_STEP_FUNCTION.name].arn, role)
+    deploy_state_machines(
+        registered[specs.SEQUENCE_STEP_FUNCTION.name].arn,
+        role,
+        sfn=StepFunctions(aws.client("stepfunctions")),
+    )
     return dataclasses.replace(resources, functions=registered)

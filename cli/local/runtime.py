@@ -3,8 +3,9 @@
     with LocalRuntime(RuntimeConfig()) as rt:
         rt.endpoint, rt.api_url, rt.public_url, rt.api_key, rt.outbox
 
-Starts moto's server in this process, points this process at it (``AWS_ENDPOINT_URL``
-and friends), provisions everything in ``shared.core.specs`` through ``cli.local.provision``,
+Starts moto's server in this process and talks to it through one client factory
+(``rt.aws``, a ``shared.core.aws.ClientFactory`` for the endpoint): provisions everything in
+``shared.core.specs`` through ``cli.local.provision``,
 runs every Lambda from the deployment artifact (``cli.local.artifact``: the synthesized
 template and the bundled code asset) in execution environments of its own on Python 3.12
 with the template's environment and IAM (``cli.local.deployment``, ``cli.local.environments``),
@@ -13,12 +14,16 @@ mode of the integration tests), Step Functions on a virtual clock, a faithful
 SES, and an HTTP front for the API routes, served twice: plain http on ``api_port``
 (``api_url``) and https on ``public_port`` (``public_url``, the public base URL of links
 in mail) with a self-signed certificate made at start in ``<state dir>/tls/`` (``cli.local.tls``).
-One runtime per process (moto's Step Functions engine calls Lambda back on
-``MOTO_PORT``, a process-wide setting).
+The process environment points at the endpoint too (``AWS_ENDPOINT_URL``, region,
+credentials, ``MOTO_PORT``, the shared settings) while the runtime runs, for what in this
+process reads it (the in-process functions, moto's Step Functions engine, ``mailstep demo``):
+set and restored by ``cli.local.process_env.in_process_environment``, nowhere else.
+One runtime per process (``MOTO_PORT`` is a process-wide setting).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -43,12 +48,13 @@ from cli.local.environments import Environments
 from cli.local.eventbridge import ExecutionStatusRules, rules_of
 from cli.local.http_front import HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
+from cli.local.process_env import in_process_environment
 from cli.local.provision import LocalResources, local_function_name, provision
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
 from cli.local.template import LocalTemplate
 from cli.local.tls import TlsFiles, client_context, ensure_certificate, server_context
 from shared.core import specs
-from shared.core.aws import reset_clients
+from shared.core.aws import AwsConfig, ClientFactory, reset_clients
 from shared.core.secrets import reset_cache
 
 ACCOUNT_ID = "123456789012"
@@ -87,6 +93,7 @@ class RuntimeConfig:
 @dataclass
 class LocalRuntime:
     config: RuntimeConfig = field(default_factory=RuntimeConfig)
+    aws: ClientFactory = field(init=False)  # clients of the embedded endpoint
     clock: VirtualClock = field(init=False)
     ses: LocalSes = field(init=False)
     resources: LocalResources = field(init=False)
@@ -102,7 +109,7 @@ class LocalRuntime:
     started_in_s: float = field(default=0.0, init=False)
     _server: Any = field(default=None, init=False)
     _tmp: Any = field(default=None, init=False)
-    _saved_env: dict[str, str | None] = field(default_factory=dict, init=False)
+    _environment: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     # ----- lifecycle ---------------------------------------------------------------------
@@ -149,10 +156,9 @@ class LocalRuntime:
     def outbox(self) -> Path:
         return self.state_dir / "outbox"
 
-    def _set_env(self, values: dict[str, str]) -> None:
-        for name, value in values.items():
-            self._saved_env.setdefault(name, os.environ.get(name))
-            os.environ[name] = value
+    def _set_env(self, values: dict[str, str], unset: tuple[str, ...] = ()) -> None:
+        """Point this process's environment at the runtime until :meth:`stop` (see the module docstring)."""
+        self._environment.enter_context(in_process_environment(values, unset=unset))
 
     def start(self) -> None:
         from moto.core.config import default_user_config
@@ -170,6 +176,7 @@ class LocalRuntime:
             config.state_dir = Path(self._tmp.name)
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.tls = ensure_certificate(config.state_dir / "tls")
+        self.aws = ClientFactory(AwsConfig.emulated(self.endpoint, config.region))
         self._set_env(
             {
                 "AWS_ENDPOINT_URL": self.endpoint,
@@ -180,11 +187,9 @@ class LocalRuntime:
                 "AWS_SECRET_ACCESS_KEY": "mailstep-local",
                 "TZ": "UTC",
                 "POWERTOOLS_METRICS_NAMESPACE": "Mailstep",
-            }
+            },
+            unset=("AWS_SESSION_TOKEN", "AWS_PROFILE"),
         )
-        os.environ.pop("AWS_SESSION_TOKEN", None)
-        os.environ.pop("AWS_PROFILE", None)
-        time.tzset()
         default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -218,9 +223,9 @@ class LocalRuntime:
             "state_machine_arn_prefix": arn_prefix,
         }
         if self.artifact is None:
-            self.resources = provision(config.api_key, functions=True, settings=public)
+            self.resources = provision(config.api_key, functions=True, settings=public, aws=self.aws)
         else:
-            self.resources = provision(config.api_key, messaging=True)
+            self.resources = provision(config.api_key, messaging=True, aws=self.aws)
             self._deploy_artifact(self.artifact, public["public_base_url"])
         self._set_env({**self.resources.env(), specs.ENV["state_machine_arn_prefix"]: arn_prefix})
 
@@ -240,9 +245,9 @@ class LocalRuntime:
         resources = (
             self.deployment.template.stack_resources()
             if self.deployment
-            else local_stack_resources(self.resources)
+            else local_stack_resources(self.resources, aws=self.aws)
         )
-        register_stack(specs.STACK_NAME, self.stack_outputs(), resources)
+        register_stack(specs.STACK_NAME, self.stack_outputs(), resources, aws=self.aws)
         self.started_in_s = time.perf_counter() - started
         self._write_state()
 
@@ -251,7 +256,7 @@ class LocalRuntime:
         template = LocalTemplate(
             artifact.template, region=self.config.region, account=ACCOUNT_ID, stack_name=specs.STACK_NAME
         )
-        bind(template, self.resources, public_url)
+        bind(template, self.resources, public_url, aws=self.aws)
         # Everything moto invokes (routes, SQS mappings, Step Functions tasks) runs in the
         # environments; set before deploy() creates the mappings that start polling.
         self.environments = Environments(
@@ -263,6 +268,7 @@ class LocalRuntime:
                 region=self.config.region,
                 account=ACCOUNT_ID,
                 logs_dir=self.logs_dir,
+                aws=self.aws,
             ),
         )
         hooks.ACTIVE.invoker = self.environments.invoke
@@ -273,6 +279,7 @@ class LocalRuntime:
             endpoint=self.endpoint,
             logs_dir=self.logs_dir,
             enforce_iam=self.config.enforce_iam,
+            aws=self.aws,
         )
         self.environments.specs.update(self.deployment.environments)
         # The template's EventBridge rules on execution status changes (sequence cleanup).
@@ -282,6 +289,7 @@ class LocalRuntime:
             self._execution_statuses,
             region=self.config.region,
             account=ACCOUNT_ID,
+            aws=self.aws,
         )
         self.eventbridge.start()
         self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
@@ -312,12 +320,7 @@ class LocalRuntime:
             self._server.stop()
             self._server = None
         hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = hooks.ACTIVE.invoker = None
-        for name, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        self._saved_env.clear()
+        self._environment.close()  # the environment as it was before start()
         reset_clients()
         reset_cache()
         if self._tmp is not None:
@@ -330,7 +333,11 @@ class LocalRuntime:
         if self.deployment is not None:  # the synthesized template's outputs, resolved locally
             return self.deployment.template.outputs()
         return local_outputs(
-            self.resources, api_url=self.public_url, region=self.config.region, account_id=ACCOUNT_ID
+            self.resources,
+            api_url=self.public_url,
+            region=self.config.region,
+            account_id=ACCOUNT_ID,
+            aws=self.aws,
         )
 
     def _write_state(self) -> None:
