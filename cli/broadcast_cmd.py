@@ -75,6 +75,11 @@ def send(
         "--where",
         help="Attribute condition: plan=pro, plan!=free, seats>3, country in de,fr (repeatable).",
     ),
+    topic: str | None = typer.Option(
+        None,
+        "--topic",
+        help="Topic of this mail (topics.yaml): readers who opted out are skipped (topic_opt_out).",
+    ),
     at: str | None = typer.Option(None, "--at", help="Send later: ISO 8601 time with zone, in the future."),
     broadcast_id: str | None = typer.Option(
         None, "--id", help="Broadcast id (re-running with it sends nothing new)."
@@ -98,7 +103,13 @@ def send(
             id=broadcast_id or _new_id(),
             template=template,
             subject=subject,
-            audience={"tags": tag, "any_tags": any_tag, "exclude_tags": exclude_tag, "where": where},
+            audience={
+                "tags": tag,
+                "any_tags": any_tag,
+                "exclude_tags": exclude_tag,
+                "where": where,
+                "topic": topic,
+            },
             at=at,
         )
         service = _service(target)
@@ -154,6 +165,8 @@ def _option_message(exc: Any) -> str:
         "audience.any_tags": "--any-tag",
         "audience.exclude_tags": "--exclude-tag",
         "audience.where": "--where",
+        "audience.topic": "--topic",
+        "topic": "--topic",
     }
     for problem in exc.problems:
         for name, option in names.items():

@@ -17,6 +17,7 @@ from shared.broadcasts.schedule import Scheduler
 from shared.core.aws import ClientFactory
 from shared.core.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from shared.core.settings import Settings
+from shared.core.topics import TopicCatalog, require_topics
 from shared.sending.rate import read_quota, share_of
 from shared.sending.rendering import Renderer, renderer
 from shared.sequences.sfn import StepFunctions
@@ -45,6 +46,7 @@ class Broadcasts:
     stats: StatsStore | None = None
     scheduler: Scheduler | None = None
     templates: Renderer = field(default_factory=renderer)
+    topics: TopicCatalog = field(default_factory=TopicCatalog)
 
     @classmethod
     def from_settings(cls, settings: Settings, aws: ClientFactory | None = None) -> Broadcasts:
@@ -52,9 +54,11 @@ class Broadcasts:
         aws = aws or ClientFactory()
         ddb = aws.client("dynamodb")
         schedule = settings.broadcast_schedule_arn
+        topics = require_topics()
         return cls(
             records=BroadcastStore(settings.table_name, client=ddb),
-            resolver=AudienceResolver(settings.table_name, client=ddb),
+            resolver=AudienceResolver(settings.table_name, client=ddb, topics=topics),
+            topics=topics,
             queues=BroadcastQueues(
                 settings.broadcast_queue_url, settings.broadcast_control_queue_url, client=aws.client("sqs")
             ),
@@ -82,6 +86,11 @@ class Broadcasts:
                 f"--template {request.template!r} does not exist (known: {known})",
                 [FieldProblem("template", "unknown template")],
             )
+        topic = request.audience.topic
+        if topic is not None and topic not in self.topics:
+            known = ", ".join(t.id for t in self.topics) or "none"
+            problem = f"{topic!r} is not declared in topics.yaml (declared: {known})"
+            raise InvalidInput(f"--topic {problem}", [FieldProblem("topic", problem)])
         if request.at is not None and self.scheduler is None:
             raise InvalidInput("--at needs the broadcast schedule state machine (not deployed)", [])
 

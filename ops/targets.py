@@ -98,25 +98,10 @@ class Target:
         )
 
     def send_context(self) -> SendContext:
-        """What the send pipeline needs (``SendContext.from_settings``), on this target's clients."""
-        from aws_lambda_powertools.utilities.parameters import SecretsProvider
+        """What the send pipeline needs, on this target's clients."""
+        from shared.sending.pipeline import SendContext
 
-        from shared.sending.pipeline import MailIdentity, SendContext
-        from shared.sending.sender import SesSender
-        from shared.store.send_log import SendLog
-
-        settings = self.settings
-        secrets = SecretsProvider(boto3_client=self.client("secretsmanager"))
-        return SendContext(
-            store=self.subscriber_store(),
-            log=SendLog(settings.table_name, client=self.client("dynamodb")),
-            ses=SesSender(settings.configuration_set, client=self.client("sesv2")),
-            identity=MailIdentity.from_settings(settings),
-            token_secret=lambda: str(secrets.get(settings.unsubscribe_secret)),
-            data_ttl_days=settings.data_ttl_days,
-            token_ttl_days=settings.unsubscribe_token_ttl_days,
-            lease_seconds=settings.send_claim_lease_seconds,
-        )
+        return SendContext.from_settings(self.settings, self.subscriber_store(), aws=self.aws)
 
 
 def _settings_from(values: Mapping[str, str], origin: str) -> Settings:

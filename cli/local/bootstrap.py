@@ -19,7 +19,8 @@ in AWS (:class:`RolePolicy`, :func:`authorize`). Each reply lists the requests m
 This module is also imported by the local runtime itself (``cli.local.lambdas``) for the
 in-process mode: :class:`LambdaContext` and :func:`call_handler` are the one definition.
 
-It is the one module of ``cli/`` that writes ``os.environ``: :func:`_init` gives the
+It is one of the two modules of ``cli/`` that write ``os.environ`` (the other is
+``cli.local.process_env``, for the runtime's own process): :func:`_init` gives the
 execution environment's process the function's environment, as Lambda does (the handler
 and the boto3 it imports read their settings and endpoint from there).
 """

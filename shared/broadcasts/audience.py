@@ -12,8 +12,10 @@ The driving read depends on the filter:
   in the events table and are never read.
 
 Candidates from a ``TAG#`` partition are checked against their profile (BatchGetItem, 100
-per call): every other tag condition, the ``--where`` conditions, and eligibility
-(subscribed, not suppressed). The position between pages is a small JSON cursor
+per call): every other tag condition, the ``--where`` conditions, eligibility (subscribed,
+not suppressed) and, for a topic broadcast, whether the reader receives the topic
+(``TopicCatalog.receives``: their choice, else the topic's default).
+The position between pages is a small JSON cursor
 (``part`` = which driving read, ``key`` = DynamoDB's LastEvaluatedKey), so a page is
 resolved in one short Lambda invocation and the next one continues where it stopped.
 """
@@ -28,6 +30,7 @@ from typing import Any
 from shared.broadcasts.model import Audience
 from shared.core.aws import client as aws_client
 from shared.core.models import SUBSCRIBED
+from shared.core.topics import TopicCatalog
 from shared.store import keys
 from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, values
 
@@ -35,7 +38,7 @@ PAGE_SIZE = 1000  # recipients per page (a page is split into batches for the wo
 CHUNK = 100  # keys per Query/BatchGetItem round trip
 SCAN_CHUNK = 500  # items evaluated per Scan call
 MAX_EVALUATED = 5000  # candidates looked at per page at most (bounds a page's run time)
-_PROJECTION = "email, tags, attributes, #status, suppressed"
+_PROJECTION = "email, tags, attributes, #status, suppressed, topics_in, topics_out"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Candidate:
     attributes: dict[str, Any]
     status: str
     suppressed: bool
+    topics_in: frozenset[str] = frozenset()
+    topics_out: frozenset[str] = frozenset()
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Candidate:
@@ -55,11 +60,9 @@ class Candidate:
             attributes=from_dynamo(data.get("attributes", {})),
             status=data.get("status", SUBSCRIBED),
             suppressed=bool(data.get("suppressed", False)),
+            topics_in=frozenset(data.get("topics_in", set())),
+            topics_out=frozenset(data.get("topics_out", set())),
         )
-
-    @property
-    def eligible(self) -> bool:
-        return self.status == SUBSCRIBED and not self.suppressed
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,8 @@ class Page:
     cursor: str | None  # where the next page starts; None when exhausted
     evaluated: int
     # Subscribers the filters matched but who may not get marketing mail, by reason
-    # (``suppressed``, ``unsubscribed``): recorded on the broadcast as skipped, never sent.
+    # (``suppressed``, ``unsubscribed``, ``topic_opt_out``): recorded on the broadcast as
+    # skipped, never sent.
     excluded: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -84,8 +88,10 @@ class AudienceResolver:
         *,
         page_size: int = PAGE_SIZE,
         max_evaluated: int = MAX_EVALUATED,
+        topics: TopicCatalog | None = None,
     ) -> None:
         self.table = table_name
+        self.topics = topics or TopicCatalog()
         self._client = client
         self.page_size = page_size
         self.max_evaluated = max_evaluated
@@ -125,14 +131,24 @@ class AudienceResolver:
             for candidate in candidates:
                 if candidate.tags & earlier or not audience.matches(candidate.tags, candidate.attributes):
                     continue
-                if candidate.eligible:
+                reason = self._excluded(candidate, audience.topic)
+                if reason is None:
                     emails.append(candidate.email)
                 else:
-                    reason = "suppressed" if candidate.suppressed else "unsubscribed"
                     excluded[reason] = excluded.get(reason, 0) + 1
             if start is None:
                 part += 1
         return Page(emails, None, evaluated, excluded)
+
+    def _excluded(self, candidate: Candidate, topic: str | None) -> str | None:
+        """Why a matching candidate gets no marketing mail (None: they do)."""
+        if candidate.suppressed:
+            return "suppressed"
+        if candidate.status != SUBSCRIBED:
+            return "unsubscribed"
+        if topic and not self.topics.receives(topic, candidate.topics_in, candidate.topics_out):
+            return "topic_opt_out"
+        return None
 
     def iterate(self, audience: Audience) -> Iterator[str]:
         """Every recipient (the CLI's dry run and tests)."""

@@ -40,6 +40,7 @@ from shared.broadcasts.worker import BroadcastNotFound
 from shared.core.aws import client as aws_client
 from shared.core.observability import logger
 from shared.core.settings import Settings
+from shared.core.topics import require_topics
 
 BATCH_SIZE = 50  # recipients per broadcast.batch (also the cancel granularity per worker)
 SQS_BATCH = 10
@@ -108,7 +109,7 @@ class FanoutContext:
     def from_settings(cls, settings: Settings) -> FanoutContext:
         return cls(
             records=BroadcastStore(settings.table_name),
-            resolver=AudienceResolver(settings.table_name),
+            resolver=AudienceResolver(settings.table_name, topics=require_topics()),
             queues=BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url),
         )
 

@@ -37,7 +37,7 @@ FAILED = "failed"
 STATUSES = (SCHEDULED, RESOLVING, SENDING, DONE, CANCELLED, FAILED)
 ACTIVE = frozenset({SCHEDULED, RESOLVING, SENDING})
 STEP = "broadcast"  # the send-once key of a broadcast mail is (subscriber, broadcast id, STEP)
-SKIP_REASONS = ("no_profile", "suppressed", "unsubscribed", "cancelled")
+SKIP_REASONS = ("no_profile", "suppressed", "unsubscribed", "topic_opt_out", "cancelled")
 MAX_FILTER_TAGS = 20
 MAX_WHERE = 20
 MAX_IN_VALUES = 50
@@ -142,7 +142,8 @@ class Audience(BaseModel):
 
     ``tags``: must carry all; ``any_tags``: at least one; ``exclude_tags``: none of them;
     ``where``: every attribute condition. Unsubscribed and suppressed subscribers are never
-    part of the audience."""
+    part of the audience. ``topic`` (topics.yaml) names the kind of mail: a reader who does not
+    receive it is left out (counted as skipped ``topic_opt_out``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -150,6 +151,12 @@ class Audience(BaseModel):
     any_tags: tuple[str, ...] = ()
     exclude_tags: tuple[str, ...] = ()
     where: tuple[str, ...] = ()
+    topic: str | None = None
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        return None if value is None else validate_name(value, "topic")
 
     @field_validator("tags", "any_tags", "exclude_tags", mode="before")
     @classmethod
@@ -202,7 +209,8 @@ class Audience(BaseModel):
         if self.exclude_tags:
             parts.append("none of " + ", ".join(self.exclude_tags))
         parts += list(self.where)
-        return "; ".join(parts) or "everyone"
+        described = "; ".join(parts) or "everyone"
+        return f"{described} (topic {self.topic})" if self.topic else described
 
 
 class BroadcastRequest(BaseModel):

@@ -242,7 +242,12 @@ def _send_one(
 ) -> SendOutcome | None:
     try:
         job = SendJob(
-            email=email, template=record.template, source=record.id, step=STEP, subject=record.subject
+            email=email,
+            template=record.template,
+            source=record.id,
+            step=STEP,
+            subject=record.subject,
+            topic=record.audience.topic,  # the pipeline checks the choice again at send time
         )
     except ValidationError:
         return SendOutcome(status="failed", send_id="-", reason="invalid_message")

@@ -4,7 +4,7 @@ On the send queue a job travels as a versioned envelope (DESIGN.md section 6b)::
 
     {"contract": "send.job", "version": 1, "email": "...", "template": "onboarding/welcome",
      "source": "onboarding", "step": "welcome", "subject": null, "transactional": false,
-     "sender": null, "data": {}}
+     "topic": "product-updates", "sender": null, "data": {}}
 
 It carries ids and the event data the mail is about, never profile state: the worker
 loads the current profile. An unknown contract or version, malformed JSON or a missing
@@ -49,6 +49,9 @@ class SendJob(BaseModel):
     step: str = "0"  # step id within the source (sequences: execution-scoped if re-entry may resend)
     subject: str | None = Field(default=None, max_length=MAX_SUBJECT_TEMPLATE)  # overrides front matter
     transactional: bool = False
+    # The topic the mail belongs to (topics.yaml): a reader who opted out is skipped with
+    # ``topic_opt_out``; transactional mail is never topic-gated.
+    topic: str | None = None
     sender: SenderOverride | None = None
     data: dict[str, Any] = Field(default_factory=dict)
 
@@ -61,6 +64,11 @@ class SendJob(BaseModel):
     @classmethod
     def _source(cls, value: str) -> str:
         return validate_name(value, "source")
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        return None if value is None else validate_name(value, "topic")
 
     @field_validator("step")
     @classmethod

@@ -8,6 +8,7 @@ raised (:class:`SendOutcome`):
 
 - ``sent``: SES accepted it; ``message_id`` is SES's id.
 - ``skipped``: ``no_profile`` | ``suppressed`` | ``unsubscribed`` (marketing only) |
+  ``topic_opt_out`` (the job names a topic the reader does not receive; marketing only) |
   ``already_sent`` (the send-once key was used before).
 - ``retryable``: ``in_flight`` (another worker holds the claim) | ``throttled`` (SES
   throttling, 5xx, timeouts) | ``account`` (sending paused, quota...). Nothing was sent;
@@ -40,10 +41,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from shared.core import clock
+from shared.core.aws import ClientFactory
 from shared.core.errors import InvalidInput
 from shared.core.models import UNSUBSCRIBED
 from shared.core.observability import logger, redact_email
 from shared.core.settings import Settings
+from shared.core.topics import TopicCatalog, require_topics
 from shared.sending.jobs import SendJob
 from shared.sending.mime import Envelope, build_message, parse_mailbox, to_bytes
 from shared.sending.rendering import (
@@ -138,20 +141,37 @@ class SendContext:
     lease_seconds: int = 300
     count_sends: bool = True  # False: the caller counts sends (a broadcast batch)
     renderer: Renderer = field(default_factory=renderer)
+    topics: TopicCatalog = field(default_factory=TopicCatalog)  # topics.yaml: defaults and names
 
     @classmethod
-    def from_settings(cls, settings: Settings, store: SubscriberStore | None = None) -> SendContext:
-        from shared.core.secrets import get_secret
+    def from_settings(
+        cls, settings: Settings, store: SubscriberStore | None = None, aws: ClientFactory | None = None
+    ) -> SendContext:
+        """Wired to ``settings`` on ``aws``'s clients (None: the environment's, as in a Lambda)."""
+        if aws is None:
+            from shared.core.secrets import get_secret
 
+            def secret() -> str:
+                return get_secret(settings.unsubscribe_secret)
+        else:
+            from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+            provider = SecretsProvider(boto3_client=aws.client("secretsmanager"))
+
+            def secret() -> str:
+                return str(provider.get(settings.unsubscribe_secret))
+
+        ddb = aws.client("dynamodb") if aws else None
         return cls(
-            store=store or SubscriberStore(settings.table_name, settings.events_table_name),
-            log=SendLog(settings.table_name),
-            ses=SesSender(settings.configuration_set),
+            store=store or SubscriberStore(settings.table_name, settings.events_table_name, client=ddb),
+            log=SendLog(settings.table_name, client=ddb),
+            ses=SesSender(settings.configuration_set, client=aws.client("sesv2") if aws else None),
             identity=MailIdentity.from_settings(settings),
-            token_secret=lambda: get_secret(settings.unsubscribe_secret),
+            token_secret=secret,
             data_ttl_days=settings.data_ttl_days,
             token_ttl_days=settings.unsubscribe_token_ttl_days,
             lease_seconds=settings.send_claim_lease_seconds,
+            topics=require_topics(),
         )
 
 
@@ -176,7 +196,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
     profile = ctx.store.get_profile(job.email)
     if profile is None and job.source == TEST_SOURCE:
         profile = Profile(email=job.email)
-    skip = _ineligible(profile, job)
+    skip = _ineligible(profile, job, ctx.topics)
     if skip is not None:
         logger.info("send skipped", extra={**log, "reason": skip})
         if profile is not None:
@@ -224,6 +244,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
             "step": job.step,
             "send_id": send_id,
             "kind": "transactional" if job.transactional else "marketing",
+            **({"topic": job.topic} if job.topic and not job.transactional else {}),
         },
     )
     if result.status != "sent" or not result.message_id:
@@ -276,13 +297,17 @@ def _log_ttl(moment: datetime, ctx: SendContext) -> int:
     return clock.ttl_after(ctx.data_ttl_days, moment)
 
 
-def _ineligible(profile: Profile | None, job: SendJob) -> str | None:
+def _ineligible(profile: Profile | None, job: SendJob, topics: TopicCatalog) -> str | None:
     if profile is None:
         return "no_profile"
     if profile.suppressed:
         return "suppressed"
-    if profile.status == UNSUBSCRIBED and not job.transactional:
+    if job.transactional:
+        return None
+    if profile.status == UNSUBSCRIBED:
         return "unsubscribed"
+    if job.topic and not profile.receives(job.topic, topics):
+        return "topic_opt_out"
     return None
 
 
@@ -294,9 +319,12 @@ def _compose(
     reply_to = (job.sender.reply_to if job.sender else "") or identity.reply_to
     from_name, from_email = parse_mailbox(from_value, "sender.from")
     unsubscribe_url = None
+    topic = None if job.transactional else job.topic
     if not job.transactional:
         token = issue(
-            TokenClaims(email=job.email, source=job.source, template=job.template, send_id=send_id),
+            TokenClaims(
+                email=job.email, source=job.source, template=job.template, send_id=send_id, topic=topic or ""
+            ),
             ctx.token_secret(),
             ttl_seconds=ctx.token_ttl_days * clock.DAY_SECONDS,
             now=moment.timestamp(),
@@ -331,8 +359,10 @@ def _compose(
         send_id=send_id,
         unsubscribe_url=unsubscribe_url,
         unsubscribe_mailto=_mailto(identity.unsubscribe_mailto) if unsubscribe_url else None,
-        list_id=None if job.transactional else f"{job.source}.{list_domain}",
-        list_name=job.source,
+        # A topic mail's list is the topic (its one-click leaves only that topic); other
+        # marketing mail's list is its source (sequence or broadcast id).
+        list_id=None if job.transactional else f"{topic or job.source}.{list_domain}",
+        list_name=_list_name(topic, job.source, ctx.topics),
         date=moment,
     )
     return (
@@ -340,6 +370,11 @@ def _compose(
         envelope,
         rendered.subject,
     )
+
+
+def _list_name(topic: str | None, source: str, topics: TopicCatalog) -> str:
+    declared = topics.get(topic) if topic else None
+    return declared.name if declared is not None else (topic or source)
 
 
 def _mailto(address: str) -> str | None:

@@ -1,7 +1,7 @@
 """Signed, expiring, opaque tokens for unsubscribe, resubscribe and sign-up confirmation links.
 
-A token names the subscriber and the mail it came from (source, template, send id), its
-purpose and its expiry. It is encrypted and then authenticated, so a URL in a log or a
+A token names the subscriber and the mail it came from (source, template, send id, topic),
+its purpose and its expiry. It is encrypted and then authenticated, so a URL in a log or a
 browser history reveals no address:
 
     token = base64url( version | nonce(16) | ciphertext | tag(16) )
@@ -57,6 +57,7 @@ class TokenClaims:
     send_id: str = ""
     purpose: Purpose = "unsubscribe"
     expires_at: int = 0  # epoch seconds
+    topic: str = ""  # the topic of the mail (its one-click unsubscribe leaves only that topic)
 
 
 def _keys(secret: str) -> tuple[bytes, bytes]:
@@ -92,6 +93,8 @@ def issue(claims: TokenClaims, secret: str, *, ttl_seconds: int, now: float | No
         payload["t"] = claims.template
     if claims.send_id:
         payload["m"] = claims.send_id
+    if claims.topic:
+        payload["o"] = claims.topic
     plain = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     enc_key, mac_key = _keys(secret)
     nonce = os.urandom(NONCE_BYTES)
@@ -126,6 +129,7 @@ def verify(token: str, secret: str, *, purpose: Purpose, now: float | None = Non
             send_id=str(payload.get("m", "")),
             purpose=_PURPOSE_CODES[payload["p"]],
             expires_at=int(payload["x"]),
+            topic=str(payload.get("o", "")),
         )
     except (ValueError, KeyError, TypeError):
         raise InvalidToken() from None

@@ -285,6 +285,8 @@ class _Compiler:
                 params["variants"] = [v.model_dump(exclude_none=True) for v in step.variants]
             if self.seq.transactional:
                 params["transactional"] = True
+            if self.seq.topic is not None:
+                params["topic"] = self.seq.topic
             if self.seq.sender is not None:
                 params["sender"] = self.seq.sender.model_dump(by_alias=True, exclude_none=True)
             if then_tag is not None:

@@ -15,7 +15,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from shared.core.errors import InvalidInput
 from shared.core.yaml_source import Composer, Path_, Problem, Source
-from shared.core.yaml_source import read_source as read_yaml
+from shared.core.yaml_source import read_source as read_numbered
 from shared.sequences.model import (
     MAX_STEPS,
     STEP_KEYS,
@@ -37,6 +37,7 @@ TOP_KEYS = (
     "transactional",
     "reentry",
     "sender",
+    "topic",
     "timeout",
     "send_window",
     "steps",
@@ -72,7 +73,7 @@ def _Composer(file: str) -> Composer:  # noqa: N802 - the tests build sources wi
 
 
 def read_source(path: Path, display: str | None = None) -> tuple[Source | None, list[Problem]]:
-    return read_yaml(path, display, step_label)
+    return read_numbered(path, display, step_label)
 
 
 class _Parser:
@@ -178,7 +179,9 @@ class _Parser:
             return None
         if "on" in data:
             both = [
-                k for k in ("trigger", "steps", "exit_on", "reentry", "timeout", "send_window") if k in data
+                k
+                for k in ("trigger", "steps", "exit_on", "reentry", "timeout", "send_window", "topic")
+                if k in data
             ]
             if both:
                 self.problem((both[0],), f"a one-off event mail ('on') takes no {both[0]!r}")

@@ -396,6 +396,9 @@ class Sequence(Strict):
     # allow: enter again once the previous execution ended; restart: stop and start over.
     reentry: Literal["ignore", "allow", "restart"] = "ignore"
     sender: Sender | None = None
+    # topics.yaml: a reader who opted out of it gets none of this sequence's mails (skipped
+    # ``topic_opt_out``); transactional sequences take no topic.
+    topic: str | None = None
     timeout: int | None = None
     send_window: SendWindow | None = None
     steps: list[Step] = Field(default_factory=list)
@@ -404,6 +407,11 @@ class Sequence(Strict):
     @classmethod
     def _id(cls, value: Any) -> str:
         return validate_name(value, "sequence id")
+
+    @field_validator("topic", mode="before")
+    @classmethod
+    def _topic(cls, value: Any) -> str | None:
+        return None if value is None else validate_name(value, "topic")
 
     @field_validator("trigger", mode="before")
     @classmethod

@@ -71,6 +71,7 @@ class StepRequest(BaseModel):
     variants: list[Variant] = Field(default_factory=list)
     weight: int = 1
     transactional: bool = False
+    topic: str | None = None
     sender: SenderOverride | None = None
     add: list[str] = Field(default_factory=list)
     remove: list[str] = Field(default_factory=list)
@@ -170,6 +171,7 @@ def _send(request: StepRequest, deps: StepDeps) -> str:
         step=f"{request.step}:{_name_of(request.execution)[-40:]}",
         subject=subject,
         transactional=request.transactional,
+        topic=request.topic,
         sender=request.sender,
         data={**request.data, "variant": variant} if request.variants else request.data,
     )

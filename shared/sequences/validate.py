@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared.core.topics import TopicCatalog, load_topics
 from shared.sequences.loader import (
     Path_,
     Problem,
@@ -100,11 +101,20 @@ def walk(steps: list[Step], path: Path_ = ("steps",)) -> Iterator[tuple[Path_, S
             yield from walk(step.else_, (*here, "else"))
 
 
-def check_sequence(sequence: Sequence, source: Source, templates: TemplateCheck) -> list[Problem]:
+def check_sequence(
+    sequence: Sequence, source: Source, templates: TemplateCheck, topics: TopicCatalog | None = None
+) -> list[Problem]:
     problems: list[Problem] = []
 
     def add(path: Path_, message: str) -> None:
         problems.append(Problem(source.file, source.line(path), step_label(path), message))
+
+    if sequence.topic is not None:
+        if sequence.transactional:
+            add(("topic",), "a transactional sequence takes no topic (transactional mail is never gated)")
+        elif topics is not None and sequence.topic not in topics:
+            known = ", ".join(t.id for t in topics) or "none"
+            add(("topic",), f"topic {sequence.topic!r} is not declared in topics.yaml (declared: {known})")
 
     if sequence.on is not None:
         for message in templates(sequence.on.send, sequence.on.subject):
@@ -208,14 +218,20 @@ def load_catalog(
     *,
     templates: TemplateCheck | None = None,
     display_root: Path | None = None,
+    topics: TopicCatalog | None = None,
 ) -> tuple[Catalog, list[Problem]]:
-    """Load and validate every file of ``sequences_dir``; returns the valid ones and all problems."""
+    """Load and validate every file of ``sequences_dir``; returns the valid ones and all problems.
+    A sequence's ``topic`` must be declared in ``topics`` (by default the ``topics.yaml`` beside
+    ``sequences_dir``; its own problems are reported with the sequences')."""
     sequences_dir = Path(sequences_dir)
+    problems: list[Problem] = []
+    if topics is None:
+        topics, topic_problems = load_topics(sequences_dir.parent / "topics.yaml", "topics.yaml")
+        problems += topic_problems
     check = templates or renderer_template_check(
         Path(templates_dir) if templates_dir else sequences_dir.parent / "templates"
     )
     catalog = Catalog()
-    problems: list[Problem] = []
     for path in sequence_files(sequences_dir):
         display = str(path.relative_to(display_root)) if display_root else f"{sequences_dir.name}/{path.name}"
         sequence, source, found = load_file(path, display)
@@ -234,7 +250,7 @@ def load_catalog(
         if sequence is None or source is None:
             problems += found
             continue
-        extra = check_sequence(sequence, source, check)
+        extra = check_sequence(sequence, source, check, topics)
         if extra:
             problems += extra
             continue

@@ -415,6 +415,23 @@ class SubscriberStore:
 
         return self.mutate(email, apply)
 
+    def set_topics(self, email: str, *, on: Iterable[str] = (), off: Iterable[str] = ()) -> Change:
+        """Change some of the reader's topic choices (the others stay): ``on`` topics are
+        received, ``off`` topics are not, whatever their defaults. Idempotent (a repeat changes
+        nothing); a reader without a profile is ``SubscriberNotFound``."""
+        turn_on, turn_off = frozenset(on), frozenset(off)
+
+        def apply(current: Profile | None, now: str) -> Profile:
+            if current is None:
+                raise SubscriberNotFound("no such subscriber")
+            return replace(
+                current,
+                topics_in=(current.topics_in - turn_off) | turn_on,
+                topics_out=(current.topics_out - turn_on) | turn_off,
+            )
+
+        return self.mutate(email, apply)
+
     def set_suppressed(self, email: str, suppressed: bool) -> Change:
         def apply(current: Profile | None, now: str) -> Profile:
             base = current or Profile(email=email, status=SUBSCRIBED)

@@ -127,12 +127,21 @@ class UnsubscribePages:
             "unsubscribed",
             masked_email=mask_email(result.claims.email),
             resubscribe_action=f"{result.resubscribe_token}/resubscribe",
+            topic_name=self._topic_name(result.topic),
+            preferences_href=token,  # relative to /u/<token>: the preference centre (GET)
         )
+
+    def _topic_name(self, topic: str) -> str:
+        declared = self.topics.get(topic) if topic else None
+        return declared.name if declared is not None else topic
 
     def resubscribe(self, token: str) -> Response:
         result = resubscribe(token, self._ctx())
         return self._page(
-            "resubscribed", masked_email=mask_email(result.claims.email), suppressed=result.suppressed
+            "resubscribed",
+            masked_email=mask_email(result.claims.email),
+            suppressed=result.suppressed,
+            topic_name=self._topic_name(result.claims.topic),
         )
 
     def error(self, exc: Exception) -> Response:

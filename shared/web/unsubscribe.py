@@ -6,8 +6,12 @@
   ``List-Unsubscribe=One-Click``): :func:`unsubscribe` opts the subscriber out through the
   store (idempotent), and only when that changed something records an ``unsubscribe``
   event and adds 1 to the source's ``unsubscribe`` counter. Repeated POSTs are harmless.
+  The one-click POST of a *topic* mail (the token names the topic) leaves only that topic
+  (``topic_unsubscribe`` event; the reader stays subscribed to everything else); the page's
+  "Unsubscribe from everything" button always unsubscribes from everything.
 - ``POST /u/<token>/resubscribe`` with the resubscribe token the confirmation page
-  carries: :func:`resubscribe` opts back in (suppressions stay).
+  carries: :func:`resubscribe` opts back in (suppressions stay); after a topic one-click it
+  turns that topic back on.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from shared.store.subscribers import SubscriberStore
 RESUBSCRIBE_TTL_SECONDS = 30 * 86400
 UNSUBSCRIBE_EVENT = "unsubscribe"
 RESUBSCRIBE_EVENT = "resubscribe"
+TOPIC_UNSUBSCRIBE_EVENT = "topic_unsubscribe"
+TOPIC_RESUBSCRIBE_EVENT = "topic_resubscribe"
 COUNTER = "unsubscribe"
 Origin = Literal["one_click", "form"]
 
@@ -49,6 +55,7 @@ class UnsubscribeResult:
     resubscribe_token: str
     # Sequences whose (non-transactional) executions this unsubscribe stopped.
     sequences_stopped: list[str] = field(default_factory=list)
+    topic: str = ""  # set when only this topic was left (a topic mail's one-click)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,8 @@ def unsubscribe(
 ) -> UnsubscribeResult:
     moment = now or clock.utc_now()
     claims = verify(token, ctx.secret, purpose="unsubscribe", now=moment.timestamp())
+    if origin == "one_click" and claims.topic:
+        return _leave_topic(claims, ctx, moment)
     change = ctx.store.unsubscribe(claims.email)
     if change.changed:
         _record(ctx, claims, UNSUBSCRIBE_EVENT, origin, moment)
@@ -87,29 +96,61 @@ def unsubscribe(
         changed=change.changed,
         sequences_stopped=stopped,
     )
-    again = issue(
+    return UnsubscribeResult(
+        claims=claims,
+        changed=change.changed,
+        resubscribe_token=_resubscribe_token(claims, ctx, moment, topic=""),
+        sequences_stopped=stopped,
+    )
+
+
+def _leave_topic(claims: TokenClaims, ctx: UnsubscribeContext, moment: datetime) -> UnsubscribeResult:
+    """One-click of a topic mail: only that topic is turned off. Sequences keep running; their
+    later mails of this topic are skipped by the send pipeline (``topic_opt_out``)."""
+    change = ctx.store.set_topics(claims.email, off=[claims.topic])
+    if change.changed:
+        _record(ctx, claims, TOPIC_UNSUBSCRIBE_EVENT, "one_click", moment)
+        _count(ctx, claims.source)
+    logger.info(
+        "topic unsubscribe",
+        subscriber=redact_email(claims.email),
+        source=claims.source,
+        topic=claims.topic,
+        changed=change.changed,
+    )
+    return UnsubscribeResult(
+        claims=claims,
+        changed=change.changed,
+        resubscribe_token=_resubscribe_token(claims, ctx, moment, topic=claims.topic),
+        topic=claims.topic,
+    )
+
+
+def _resubscribe_token(claims: TokenClaims, ctx: UnsubscribeContext, moment: datetime, *, topic: str) -> str:
+    return issue(
         TokenClaims(
             email=claims.email,
             source=claims.source,
             template=claims.template,
             send_id=claims.send_id,
             purpose="resubscribe",
+            topic=topic,
         ),
         ctx.secret,
         ttl_seconds=RESUBSCRIBE_TTL_SECONDS,
         now=moment.timestamp(),
-    )
-    return UnsubscribeResult(
-        claims=claims, changed=change.changed, resubscribe_token=again, sequences_stopped=stopped
     )
 
 
 def resubscribe(token: str, ctx: UnsubscribeContext, *, now: datetime | None = None) -> ResubscribeResult:
     moment = now or clock.utc_now()
     claims = verify(token, ctx.secret, purpose="resubscribe", now=moment.timestamp())
-    change = ctx.store.resubscribe(claims.email)
+    if claims.topic:
+        change = ctx.store.set_topics(claims.email, on=[claims.topic])
+    else:
+        change = ctx.store.resubscribe(claims.email)
     if change.changed:
-        _record(ctx, claims, RESUBSCRIBE_EVENT, "form", moment)
+        _record(ctx, claims, TOPIC_RESUBSCRIBE_EVENT if claims.topic else RESUBSCRIBE_EVENT, "form", moment)
     logger.info(
         "resubscribe", subscriber=redact_email(claims.email), source=claims.source, changed=change.changed
     )
@@ -133,6 +174,7 @@ def _record(ctx: UnsubscribeContext, claims: TokenClaims, kind: str, origin: str
         source=claims.source,
         template=claims.template or None,
         send_id=claims.send_id or None,
+        topic=claims.topic or None,
     )
     ctx.store.record_event(claims.email, record)
 
