@@ -16,10 +16,12 @@ from cli import (
     replies_cmd,
     send_cmd,
     sequences_cmd,
+    signups_cmd,
     stats_cmd,
     subscribers_cmd,
     suppression_cmd,
     templates_cmd,
+    topics_cmd,
 )
 
 app = typer.Typer(
@@ -34,6 +36,8 @@ app.command("demo", help=demo.demo.__doc__)(demo.demo)
 app.add_typer(local_cmd.app, name="local")
 app.add_typer(broadcast_cmd.app, name="broadcast")
 app.add_typer(subscribers_cmd.app, name="subscribers")
+app.add_typer(topics_cmd.app, name="topics")
+app.add_typer(signups_cmd.app, name="signups")
 app.add_typer(executions_cmd.app, name="executions")
 app.command("doctor", help=doctor_cmd.doctor.__doc__)(doctor_cmd.doctor)
 app.command("mcp", help=mcp_cmd.mcp.__doc__)(mcp_cmd.mcp)

@@ -5,13 +5,17 @@ then returns plain JSON:
 
 - subscriber_get/list/update/unsubscribe/resubscribe/erase: ``ops.admin.SubscriberAdmin``
   (``mailstep subscribers``);
+- topics_list, subscriber_topics, subscriber_topics_update, signups_pending:
+  ``ops.topics.TopicAdmin`` (``mailstep topics list``, ``mailstep subscribers topics``,
+  ``mailstep signups pending``);
 - sequences_list, sequence_subscribers: ``shared.sequences.validate.load_catalog`` and
   ``SubscriberStore.sequence_members`` (``mailstep sequences list|subscribers``);
 - failed_sequence_executions: ``ops.admin.failed_executions`` (``mailstep executions failed``);
 - events_by_subscriber: ``SubscriberStore.list_events`` (``mailstep events``);
   events_by_template, events_by_sequence: ``StatsStore.events`` (the events table GSIs
   TemplateIndex and SequenceIndex, as ``mailstep stats --since`` reads them);
-- stats: ``shared.store.stats.report`` and ``StatsStore.sources`` (``mailstep stats``);
+- stats: ``shared.store.stats.report``, ``StatsStore.sources`` and ``StatsStore.signups``
+  (``mailstep stats [--signups]``);
 - templates_list/validate/preview: ``shared.sending.rendering.Renderer`` (``mailstep templates``);
 - suppression_list/remove: ``shared.engagement.suppression.Suppressions`` (``mailstep suppression``);
 - broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send:
@@ -37,7 +41,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from ops.admin import SubscriberAdmin, email_arg, failed_executions, make_update
 from ops.targets import Target
+from ops.topics import TopicAdmin
 from shared.core.errors import MailstepError
+from shared.core.topics import TOPICS_FILE
 from shared.engagement.suppression import Suppressions
 from shared.sending.rendering import TEMPLATES_DIR, Renderer
 from shared.sequences import SEQUENCES_DIR
@@ -74,7 +80,11 @@ def _plain(value: Any) -> Any:
 
 
 def build_server(
-    target: Target, *, sequences_dir: Path = SEQUENCES_DIR, templates_dir: Path = TEMPLATES_DIR
+    target: Target,
+    *,
+    sequences_dir: Path = SEQUENCES_DIR,
+    templates_dir: Path = TEMPLATES_DIR,
+    topics_file: Path = TOPICS_FILE,
 ) -> MCPServer:
     settings = target.settings  # every adapter below uses the target's clients
     admin = SubscriberAdmin.of(target)
@@ -131,6 +141,35 @@ def build_server(
         if confirm is not True:
             raise ToolError("erasing is irreversible: call again with confirm=true")
         return admin.delete(email).public()
+
+    # ----- topics and pending sign-ups ------------------------------------------------------
+    def topics() -> TopicAdmin:
+        return TopicAdmin.of(target, topics_file)  # topics.yaml read per call: edits show at once
+
+    @tool
+    def topics_list() -> dict[str, Any]:
+        """Every topic of topics.yaml with how many subscribed, not suppressed readers receive
+        it and how many opted in or out explicitly. Reads the whole table once (a Scan)."""
+        return topics().counts().public()
+
+    @tool
+    def subscriber_topics(email: str) -> dict[str, Any]:
+        """One subscriber's topics: each topic, received or not, by their choice or by default."""
+        return topics().subscriber(email).public()
+
+    @tool
+    def subscriber_topics_update(
+        email: str, on: list[str] | None = None, off: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Turn topics on and/or off for one subscriber (the other topics stay as they are).
+        An unknown topic is an error naming it and changes nothing. Returns the topics after."""
+        return topics().change(email, on or [], off or []).public()
+
+    @tool
+    def signups_pending(limit: int = 100) -> dict[str, Any]:
+        """Sign-ups waiting for their confirmation click (not expired), newest first:
+        {total, pending: [{email, form, created_at, expires_at, last_mail_at, topics}]}."""
+        return topics().pending(limit=limit).public()
 
     # ----- sequences -----------------------------------------------------------------------
     @tool
@@ -201,14 +240,20 @@ def build_server(
         broadcast: str | None = None,
         template: str | None = None,
         since: str | None = None,
+        signups: bool = False,
     ) -> dict[str, Any]:
         """Engagement: totals, unique opens/clicks and rates of a sequence, broadcast or
-        template (every source when none is named)."""
+        template (every source when none is named). signups=true: instead the sign-ups
+        (double opt-in), confirmations, confirmation rate and single opt-ins."""
         from shared.store.stats import report
 
         chosen = [v for v in (sequence, broadcast, template) if v]
-        if len(chosen) > 1:
-            raise ToolError("name at most one of sequence, broadcast, template")
+        if len(chosen) + signups > 1:
+            raise ToolError("name at most one of sequence, broadcast, template, signups")
+        if signups:
+            if since:
+                raise ToolError("since needs sequence, broadcast or template")
+            return stats_store.signups().public()
         if not chosen:
             return {name: counters.rows() for name, counters in stats_store.sources().items()}
         counters = report(stats_store, source=sequence or broadcast, template=template, since=since)

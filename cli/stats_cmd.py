@@ -1,4 +1,5 @@
-"""``mailstep stats``: sent, delivered, opened, clicked, bounced, complained, unsubscribed.
+"""``mailstep stats``: sent, delivered, opened, clicked, bounced, complained, unsubscribed;
+and sign-ups, confirmations and the confirmation rate (``--signups``, and below the sources).
 
 Works against the running local runtime (``--state-dir``, the default) or a deployed stack
 (``--stack``): the options of ``cli.target.targeted``. The numbers come from
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ops.targets import Target
 
 console = Console()
-app = typer.Typer(help="Engagement statistics per sequence, broadcast or template.")
+app = typer.Typer(help="Engagement statistics per sequence, broadcast or template; sign-ups.")
 
 
 def _percent(rate: float | None) -> str:
@@ -37,6 +38,16 @@ def counters_table(title: str, rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def signups_table(counts: dict[str, Any]) -> Table:
+    table = Table(title="Sign-ups")
+    for column, justify in (("metric", "left"), ("total", "right"), ("rate", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table.add_row("signed up (double opt-in)", str(counts["signups"]), "")
+    table.add_row("confirmed", str(counts["confirmed"]), _percent(counts["confirmation_rate"]))
+    table.add_row("subscribed at once (single opt-in)", str(counts["single_opt_in"]), "")
+    return table
+
+
 @app.command()
 @targeted
 def stats(
@@ -44,31 +55,44 @@ def stats(
     broadcast: str | None = typer.Option(None, help="A broadcast id."),
     template: str | None = typer.Option(None, help="A template key, e.g. onboarding/welcome."),
     since: str | None = typer.Option(None, help="Only events from this date on (2026-01-31)."),
+    signups: bool = typer.Option(
+        False, "--signups", help="Only sign-ups, confirmations and the confirmation rate."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     *,
     target: Target,
 ) -> None:
-    """Engagement totals, unique opens/clicks and rates; every source when none is named."""
+    """Engagement totals, unique opens/clicks and rates (every source when none is named); sign-ups."""
     import json
 
     from shared.store.stats import report
 
-    chosen = [v for v in (sequence, broadcast, template) if v]
+    chosen = [v for v in (sequence, broadcast, template) if v] + (["signups"] if signups else [])
     if len(chosen) > 1:
-        raise typer.BadParameter("name at most one of --sequence, --broadcast, --template")
+        raise typer.BadParameter("name at most one of --sequence, --broadcast, --template, --signups")
     store = target.stats_store()
     source = sequence or broadcast
+    if signups:
+        if since:
+            raise typer.BadParameter("--since needs --sequence, --broadcast or --template")
+        counts = store.signups().public()
+        if as_json:
+            console.print_json(json.dumps(counts))
+        else:
+            console.print(signups_table(counts))
+        return
     if not chosen:
         if since:
             raise typer.BadParameter("--since needs --sequence, --broadcast or --template")
         everything = {name: c.rows() for name, c in store.sources().items()}
-        if as_json:
+        if as_json:  # the sources only, as before: --signups --json has the sign-ups
             console.print_json(json.dumps(everything))
             return
         if not everything:
             console.print("no engagement recorded yet")
         for name, rows in everything.items():
             console.print(counters_table(name, rows))
+        console.print(signups_table(store.signups().public()))
         return
     try:
         counters = report(store, source=source, template=template, since=since)

@@ -1,6 +1,7 @@
-"""``mailstep subscribers ...``: look up, change, erase, import and export subscribers.
+"""``mailstep subscribers ...``: look up, change, erase, import and export subscribers, and
+see or change one subscriber's topics.
 
-Parsing and formatting only: the logic is ``ops.admin`` and ``ops.csv_io``. Every
+Parsing and formatting only: the logic is ``ops.admin``, ``ops.topics`` and ``ops.csv_io``. Every
 command takes the target options of ``cli.target.targeted`` (local runtime or ``--stack NAME``).
 """
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ops.targets import Target
 
 app = typer.Typer(
-    help="Subscribers: get, list, update, unsubscribe, resubscribe, delete, import, export.",
+    help="Subscribers: get, list, update, topics, unsubscribe, resubscribe, delete, import, export.",
     no_args_is_help=True,
 )
 console = Console()
@@ -132,6 +133,41 @@ def update(
         change = parse_update(tag, attr, first_name)
         result = _admin(target).update(email, change)
     _written(result, as_json, "updated")
+
+
+@app.command()
+@targeted
+def topics(
+    email: str = EMAIL,
+    on: list[str] = typer.Option([], "--on", help="Turn this topic on (repeatable)."),
+    off: list[str] = typer.Option([], "--off", help="Turn this topic off (repeatable)."),
+    as_json: bool = AS_JSON,
+    *,
+    target: Target,
+) -> None:
+    """A subscriber's topics (received or not, their choice or the default); --on/--off change some."""
+    from ops.topics import TopicAdmin
+
+    with errors_to_exit():
+        admin = TopicAdmin.of(target)
+        shown = admin.change(email, on, off) if on or off else admin.subscriber(email)
+    data = shown.public()
+    if as_json:
+        _print_json(data)
+        return
+    state = data["status"] + (", suppressed" if data["suppressed"] else "")
+    table = Table(title=f"Topics of {data['email']} ({state})")
+    for column in ("topic", "name", "receives", "by"):
+        table.add_column(column)
+    for row in data["topics"]:
+        why = "their choice" if row["source"] == "choice" else f"default ({row['default']})"
+        table.add_row(row["id"], row["name"], "yes" if row["receives"] else "no", why)
+    console.print(table)
+    undeclared = data.get("undeclared")
+    if undeclared:
+        console.print(f"choices about undeclared topics: in {undeclared['in']}, out {undeclared['out']}")
+    if "changed" in data:
+        console.print("changed" if data["changed"] else "no change")
 
 
 def _written(result: Any, as_json: bool, verb: str) -> None:

@@ -4,7 +4,8 @@
   link scanners that fetch every URL of a mail confirm nobody.
 - ``POST``: :func:`confirm` makes the profile ``subscribed`` with consent recorded, stores
   the topic choices and deletes the pending sign-up, all in ONE transaction (profile, TAG#
-  partners and the pending item's delete, conditioned on the sign-up's id), then emits
+  partners, the pending item's delete conditioned on the sign-up's id, and the ``confirm``
+  counter, so a confirmation is counted exactly when it happens), then emits
   ``subscriber.confirmed`` to the sequence engine. Confirming again changes nothing and
   answers ``already_confirmed``; a concurrent second confirm loses the transaction's
   condition and answers the same.

@@ -8,22 +8,32 @@
   topics, ``topics_out``: every other declared topic) through the store, and records one
   ``preferences.updated`` event when something changed. Saving never subscribes or
   unsubscribes anyone: "unsubscribe from everything" is its own form on the page.
+- :func:`change_topics` is the operator's change of some topics (``mailstep subscribers
+  topics --on/--off``, the MCP tool): the named topics are validated against the catalog
+  (an unknown one is an error naming it, nothing is written), the others keep their choice
+  or default.
+
+Both write through ONE path (:func:`_store_choice`): ``SubscriberStore.set_topics`` (the
+profile's optimistic transaction), then the ``preferences.updated`` event (its ``origin``
+says who: ``preferences`` or ``operator``) when something changed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import parse_qs
 
 from shared.core import clock
-from shared.core.errors import FieldProblem, InvalidInput, PayloadTooLarge, SubscriberNotFound
+from shared.core.errors import FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.observability import logger, redact_email
 from shared.core.topics import MAX_TOPICS, Topic, TopicCatalog, choices_from
 from shared.store.events import event_record
-from shared.store.subscribers import Profile, SubscriberStore
+from shared.store.subscribers import Change, Profile, SubscriberStore
 
 PREFERENCES_EVENT = "preferences.updated"
+PREFERENCES_ORIGIN, OPERATOR_ORIGIN = "preferences", "operator"
 FIELD = "topics"
 MAX_BODY_BYTES = 8 * 1024
 
@@ -75,26 +85,77 @@ def save_choices(
 ) -> bool:
     """Store the whole choice on ``email``'s profile; True when it changed something.
     A reader without a profile (erased) is a 404: there is nobody to hold the choice."""
-    moment = now or clock.utc_now()
     topics_in, topics_out = choices_from(chosen, catalog)
+    change = _store_choice(
+        email, topics_in, topics_out, store, origin=PREFERENCES_ORIGIN, data_ttl_days=data_ttl_days, now=now
+    )
+    return change.changed
 
-    def apply(current: Profile | None, _now: str) -> Profile:
-        if current is None:
-            raise SubscriberNotFound("no such subscriber")
-        return replace(current, topics_in=topics_in, topics_out=topics_out)
 
-    change = store.mutate(email, apply)
-    if change.changed:
+def change_topics(
+    email: str,
+    on: Iterable[str],
+    off: Iterable[str],
+    store: SubscriberStore,
+    catalog: TopicCatalog,
+    *,
+    origin: str = OPERATOR_ORIGIN,
+    data_ttl_days: int = 180,
+    now: datetime | None = None,
+) -> Change:
+    """Turn the ``on`` topics on and the ``off`` topics off for ``email``; every other topic
+    keeps the reader's choice or its default. Every named topic must be declared: an unknown
+    one (or one named both on and off) is an :class:`InvalidInput` naming it, before anything
+    is read or written. A reader without a profile is :class:`SubscriberNotFound`."""
+    turn_on, turn_off = frozenset(t.strip() for t in on), frozenset(t.strip() for t in off)
+    unknown = sorted((turn_on | turn_off) - {t.id for t in catalog})
+    if unknown:
+        declared = ", ".join(t.id for t in catalog) or "none"
+        names = ", ".join(repr(u[:64]) for u in unknown[:5])
+        problem = f"unknown topic{'s' if len(unknown) > 1 else ''} {names} (declared: {declared})"
+        raise InvalidInput(problem, [FieldProblem(FIELD, problem)])
+    both = sorted(turn_on & turn_off)
+    if both:
+        problem = f"topics both on and off: {', '.join(both)}"
+        raise InvalidInput(problem, [FieldProblem(FIELD, problem)])
+    if not turn_on and not turn_off:
+        raise InvalidInput("nothing to change: name topics to turn on or off", [FieldProblem(FIELD, "empty")])
+    return _store_choice(email, turn_on, turn_off, store, origin=origin, data_ttl_days=data_ttl_days, now=now)
+
+
+def _store_choice(
+    email: str,
+    on: frozenset[str],
+    off: frozenset[str],
+    store: SubscriberStore,
+    *,
+    origin: str,
+    data_ttl_days: int,
+    now: datetime | None,
+) -> Change:
+    """The one write of a reader's topic choices: the store's optimistic transaction, then one
+    ``preferences.updated`` event holding the stored choice when it changed."""
+    moment = now or clock.utc_now()
+    change = store.set_topics(email, on=on, off=off)
+    if change.changed and change.profile is not None:
         record = event_record(
             email,
             PREFERENCES_EVENT,
             at=moment,
             ttl_days=data_ttl_days,
-            origin="preferences",
-            data={"topics_in": sorted(topics_in), "topics_out": sorted(topics_out)},
+            origin=origin,
+            data={
+                "topics_in": sorted(change.profile.topics_in),
+                "topics_out": sorted(change.profile.topics_out),
+            },
         )
         store.record_event(email, record)
     logger.info(
-        "preferences saved", subscriber=redact_email(email), changed=change.changed, topics_in=len(topics_in)
+        "preferences saved",
+        subscriber=redact_email(email),
+        origin=origin,
+        changed=change.changed,
+        topics_on=len(on),
+        topics_off=len(off),
     )
-    return change.changed
+    return change

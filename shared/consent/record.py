@@ -6,6 +6,10 @@ reader clicked the link in the confirmation mail; ``single``: the form's operato
 consent elsewhere), the form id, the sign-up's id and time, a keyed hash of the IP address
 (never the address itself) and the user agent. The events table keeps one
 ``subscriber.confirmed`` item per opt-in (the history; the profile keeps the latest).
+
+Each opt-in is counted in the profile's transaction (``confirm`` for ``double``,
+``single_opt_in`` for ``single``; ``shared.store.stats``): a repeat that changes nothing
+writes nothing and counts nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from shared.core.models import CONTROL_RE, SUBSCRIBED, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.core.topics import choices_from
 from shared.store.events import event_record
-from shared.store.pending import PendingSignup
+from shared.store.pending import DOUBLE, PendingSignup
+from shared.store.stats import CONFIRM, SINGLE_OPT_IN, retry_contended, signup_counter
 from shared.store.subscribers import Change, Profile
 
 CONFIRMED_EVENT = "subscriber.confirmed"
@@ -62,7 +67,8 @@ def opt_in(
     extra: Sequence[dict[str, Any]] = (),
 ) -> OptIn:
     """Subscribe ``signup.email`` with consent recorded (profile and TAG# partners in one
-    transaction, joined by ``extra``), then announce ``subscriber.confirmed``."""
+    transaction, joined by ``extra`` and the opt-in's counter), then announce
+    ``subscriber.confirmed``."""
     consent = {
         "at": clock.iso(moment),
         "method": method,
@@ -86,7 +92,10 @@ def opt_in(
             topics_out=topics_out,
         )
 
-    change = ctx.store.mutate(signup.email, apply, extra=extra)
+    counter = signup_counter(
+        ctx.store.table, CONFIRM if method == DOUBLE else SINGLE_OPT_IN, at=clock.iso(moment)
+    )
+    change = retry_contended(lambda: ctx.store.mutate(signup.email, apply, extra=[*extra, counter]))
     started = announce(ctx, signup, change, method=method, moment=moment) if change.changed else []
     logger.info(
         "opt-in recorded",

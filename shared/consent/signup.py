@@ -8,6 +8,10 @@ thing its address calls for, with the same answer whatever that was.
   confirmation mail through the send pipeline, at most one per address per cooldown window
   (one conditional write decides).
 
+Counted (``shared.store.stats``): a NEW pending sign-up once its confirmation mail went out
+(``signup``; a live sign-up mailed again after the cooldown is the same sign-up), and a
+single opt-in (``single_opt_in``, in the profile's transaction).
+
 The body is JSON or ``application/x-www-form-urlencoded`` (a plain HTML form), bounded in
 size; every problem names its field (:class:`InvalidInput`, a 400).
 """
@@ -42,10 +46,11 @@ from shared.core.topics import MAX_TOPICS, TopicCatalog
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendOutcome, send
 from shared.sending.tokens import TokenClaims, issue
-from shared.store.pending import DOUBLE, SINGLE, PendingSignup
+from shared.store.pending import DOUBLE, SINGLE, Claimed, PendingSignup
+from shared.store.stats import SIGNUP_SOURCE
 from shared.store.subscribers import Profile, SubscriberStore
 
-SOURCE = "signup"  # the send pipeline's source of confirmation mails (counters: STATS#signup)
+SOURCE = SIGNUP_SOURCE  # the send pipeline's source of confirmation mails (counters: STATS#signup)
 TEMPLATE = "system/confirm"
 HONEYPOT = "website"
 DEFAULT_FORM = "default"
@@ -275,17 +280,19 @@ def signup(
     if method == SINGLE:
         opt_in(ctx, signup_, method=SINGLE, ip=ip, user_agent=user_agent, moment=moment)
         return outcome("subscribed")
-    if not ctx.pending.claim(
+    claimed = ctx.pending.claim(
         signup_, cooldown_seconds=ctx.config.cooldown_seconds, now=int(moment.timestamp())
-    ):
+    )
+    if claimed is None:
         return outcome("cooldown")
-    _mail(signup_, ctx, moment)
+    _mail(signup_, claimed, ctx, moment)
     return outcome("pending")
 
 
-def _mail(signup_: PendingSignup, ctx: ConsentContext, moment: datetime) -> SendOutcome:
+def _mail(signup_: PendingSignup, claimed: Claimed, ctx: ConsentContext, moment: datetime) -> SendOutcome:
     """The confirmation mail, through the one send pipeline (transactional: never topic-gated,
-    no unsubscribe link). Nothing sent -> the cooldown is lifted again."""
+    no unsubscribe link). Sent -> its claim is dropped (a new sign-up counted with it);
+    nothing sent -> the cooldown is lifted again."""
     token = issue(
         TokenClaims(email=signup_.email, source=SOURCE, send_id=signup_.signup_id, purpose="confirm"),
         ctx.secret(),
@@ -312,11 +319,11 @@ def _mail(signup_: PendingSignup, ctx: ConsentContext, moment: datetime) -> Send
     )
     result = send(job, send_ctx, now=moment)
     if result.status == "sent":
-        ctx.pending.forget_send_claim(signup_.email, job.source, job.step)
+        ctx.pending.mailed(signup_.email, job.source, job.step, claimed=claimed, at=clock.iso(moment))
         return result
     if result.status == "skipped":
         return result  # suppressed meanwhile: nothing to send, nothing to retry
-    ctx.pending.release(signup_.email, signup_.signup_id)
+    ctx.pending.release(signup_.email, signup_.signup_id, claimed=claimed)
     if result.status == "retryable":
         raise ConcurrentModification(f"the confirmation mail could not be sent now ({result.reason}): retry")
     raise RuntimeError(f"the confirmation mail failed: {result.reason}: {result.detail}")

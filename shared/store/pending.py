@@ -7,23 +7,44 @@ as absent: TTL deletion may lag by days and is never relied on.
 
 The per-address cooldown is ONE conditional PutItem: a new sign-up is written (and a
 confirmation mail may go out) only when there is no pending item, its last mail is older
-than the cooldown, or it has expired.
+than the cooldown, or it has expired. The same request returns the item it replaced, which
+tells a NEW sign-up (no live one before) from a live one mailed again after the cooldown.
+
+A new sign-up is counted (``signup`` of ``shared.store.stats``) once its confirmation mail
+went out, in the transaction that drops the mail's send claim (:meth:`PendingSignups.mailed`),
+conditioned on the claim, so once. A new sign-up whose mail could not go out is deleted again
+(:meth:`PendingSignups.release`): the retry is new too, and counted when it mails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from shared.core.aws import client as aws_client
 from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
-from shared.store.dynamo import deserialize, from_dynamo, key, serialize, values
+from shared.store.dynamo import (
+    Action,
+    TransactionConflict,
+    deserialize,
+    from_dynamo,
+    key,
+    serialize,
+    transact,
+    values,
+)
+from shared.store.stats import SIGNUP, retry_contended, signup_counter
 
 DOUBLE = "double"
 SINGLE = "single"
 COOLDOWN_CONDITION = "attribute_not_exists(PK) OR last_mail_at < :cutoff OR expires_at <= :now"
+# What a claim wrote: a NEW sign-up (no live one before), or a live one RENEWED after the cooldown.
+Claimed = Literal["new", "renewed"]
+NEW: Claimed = "new"
+RENEWED: Claimed = "renewed"
 
 
 @dataclass(frozen=True)
@@ -75,9 +96,12 @@ class PendingSignup:
 
 
 class PendingSignups:
-    def __init__(self, table_name: str, client: Any | None = None) -> None:
+    def __init__(
+        self, table_name: str, client: Any | None = None, *, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.table = table_name
         self._client = client
+        self._sleep = sleep  # the pause before a counted transaction runs again (contention)
 
     @property
     def client(self) -> Any:
@@ -92,31 +116,74 @@ class PendingSignups:
         pending = PendingSignup.from_item(deserialize(item))
         return None if pending.expired(now) else pending
 
-    def claim(self, pending: PendingSignup, *, cooldown_seconds: int, now: int) -> bool:
+    def claim(self, pending: PendingSignup, *, cooldown_seconds: int, now: int) -> Claimed | None:
         """Write ``pending`` unless the address got a confirmation mail within the cooldown
-        (one conditional PutItem); False: within the cooldown, nothing written."""
+        (one conditional PutItem returning the item it replaced): ``"new"`` when no live
+        sign-up was there, ``"renewed"`` when a live one is mailed again; None: within the
+        cooldown, nothing written."""
         try:
-            self.client.put_item(
+            answer = self.client.put_item(
                 TableName=self.table,
                 Item=serialize(pending.to_item()),
                 ConditionExpression=COOLDOWN_CONDITION,
                 ExpressionAttributeValues=values(cutoff=now - cooldown_seconds, now=now),
+                ReturnValues="ALL_OLD",
             )
         except self.client.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+            return None
+        old = answer.get("Attributes")
+        if old and not PendingSignup.from_item(deserialize(old)).expired(now):
+            return RENEWED
+        return NEW
 
-    def release(self, email: str, signup_id: str) -> None:
-        """No mail went out after all: lift the cooldown of this sign-up (a retry may mail)."""
+    def mailed(self, email: str, source: str, step: str, *, claimed: Claimed, at: str) -> None:
+        """The confirmation mail went out: drop its send-once claim (the cooldown already keeps
+        it single, and an address that never confirms must leave no item that outlives its
+        sign-up; the ``SENT#`` log expires with it). A NEW sign-up is counted in the same
+        transaction, conditioned on the claim still being there, so once."""
+        claim_key = key(keys.sub_pk(email), keys.send_claim_sk(source, step))
+        if claimed != NEW:
+            self.client.delete_item(TableName=self.table, Key=claim_key)
+            return
+        actions = [
+            Action(
+                "claim",
+                {
+                    "Delete": {
+                        "TableName": self.table,
+                        "Key": claim_key,
+                        "ConditionExpression": "attribute_exists(PK)",
+                    }
+                },
+            ),
+            Action("counters", signup_counter(self.table, SIGNUP, at=at)),
+        ]
+        try:
+            retry_contended(lambda: transact(self.client, actions), sleep=self._sleep)
+        except TransactionConflict:
+            return  # the claim was dropped before: this sign-up was counted with it
+
+    def release(self, email: str, signup_id: str, *, claimed: Claimed) -> None:
+        """No mail went out after all: lift the cooldown of this sign-up (a retry may mail).
+        A NEW sign-up is deleted (nothing was sent for it: the retry is a new sign-up, counted
+        when it mails); a RENEWED one keeps its item with ``last_mail_at`` reset."""
         pk, sk = keys.pending_key(email)
         try:
-            self.client.update_item(
-                TableName=self.table,
-                Key=key(pk, sk),
-                UpdateExpression="SET last_mail_at = :zero",
-                ConditionExpression="signup_id = :id",
-                ExpressionAttributeValues=values(zero=0, id=signup_id),
-            )
+            if claimed == NEW:
+                self.client.delete_item(
+                    TableName=self.table,
+                    Key=key(pk, sk),
+                    ConditionExpression="signup_id = :id",
+                    ExpressionAttributeValues=values(id=signup_id),
+                )
+            else:
+                self.client.update_item(
+                    TableName=self.table,
+                    Key=key(pk, sk),
+                    UpdateExpression="SET last_mail_at = :zero",
+                    ConditionExpression="signup_id = :id",
+                    ExpressionAttributeValues=values(zero=0, id=signup_id),
+                )
         except self.client.exceptions.ConditionalCheckFailedException:
             return
 
@@ -135,14 +202,6 @@ class PendingSignups:
     def delete(self, email: str) -> None:
         pk, sk = keys.pending_key(email)
         self.client.delete_item(TableName=self.table, Key=key(pk, sk))
-
-    def forget_send_claim(self, email: str, source: str, step: str) -> None:
-        """Drop the send-once claim of a confirmation mail once it went out: the cooldown
-        already keeps it single, and an address that never confirms must leave no item that
-        outlives its sign-up (the ``SENT#`` log expires with it)."""
-        self.client.delete_item(
-            TableName=self.table, Key=key(keys.sub_pk(email), keys.send_claim_sk(source, step))
-        )
 
     def live(self, *, now: int) -> Iterator[PendingSignup]:
         """Every unexpired pending sign-up (a filtered Scan; operators' listing)."""

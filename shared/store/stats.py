@@ -18,17 +18,29 @@
 
 Rates: delivered and bounced per send; complained, opened (unique), clicked (unique) and
 unsubscribed per delivery.
+
+Sign-ups (``shared.consent``) are counted on the sign-up source's item ``STATS#signup`` /
+``COUNTERS`` (the item that also counts its confirmation mails): ``signup`` (a new double
+opt-in sign-up whose confirmation mail went out), ``confirm`` (one confirmed) and
+``single_opt_in`` (subscribed at once by a single opt-in form). Each ADD joins the
+transaction of the effect it counts (:func:`signup_counter`), so it happens once per effect;
+:class:`SignupCounts` reads them back with the confirmation rate.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError
 
 from shared.core import clock
 from shared.core.aws import client as aws_client
+from shared.core.errors import ConcurrentModification
+from shared.core.retry import Backoff
 from shared.core.specs import EVENTS_TABLE
 from shared.store import keys
 from shared.store.dynamo import deserialize, from_dynamo, key, query_all, values
@@ -65,6 +77,18 @@ REPORT_ROWS = (
     ("complained", "complaint", "complaint", "delivery"),
     ("unsubscribed", "unsubscribe", "unsubscribe", "delivery"),
 )
+
+
+# Sign-up counters: attributes of STATS#signup / COUNTERS beside its engagement metrics.
+SIGNUP_SOURCE = "signup"  # the send pipeline's source of confirmation mails, and these counters' item
+SIGNUP, CONFIRM, SINGLE_OPT_IN = "signup", "confirm", "single_opt_in"
+SIGNUP_METRICS = (SIGNUP, CONFIRM, SINGLE_OPT_IN)
+# A transaction holding a counter ADD that a concurrent transaction on the same counters item
+# cancelled (``TransactionConflict``, which botocore does not retry) is run again: 8 tries,
+# pauses of up to 5 ms, 10 ms, ... 200 ms (full jitter).
+CONTENDED_RETRY = Backoff(attempts=8, base=0.005, cap=0.2)
+TRANSACTION_CONFLICT = "TransactionConflict"
+T = TypeVar("T")
 
 
 def unique_name(metric: str) -> str:
@@ -179,6 +203,68 @@ def send_counters(table: str, sends: Mapping[tuple[str, str], int], *, at: str) 
     return [counter_adds(table, pk, sk, {"send": n}, at=at) for (pk, sk), n in per_item.items() if n]
 
 
+def signup_counter(table: str, metric: str, *, at: str) -> dict[str, Any]:
+    """A TransactWriteItems ``Update`` that ADDs 1 to the sign-up metric ``metric``; it joins
+    the transaction of the effect it counts (the pending item's mail, the confirmation, the
+    single opt-in), so the count and the effect never disagree."""
+    if metric not in SIGNUP_METRICS:
+        raise ValueError(f"not a sign-up metric: {metric!r}")
+    return counter_adds(table, keys.stats_pk(SIGNUP_SOURCE), keys.COUNTERS, {metric: 1}, at=at)
+
+
+@dataclass(frozen=True)
+class SignupCounts:
+    """Sign-ups since the counters exist: ``signups`` (double opt-in, confirmation mailed),
+    ``confirmed`` and ``single_opt_in``; the rate is confirmed per sign-up (None: none yet)."""
+
+    signups: int = 0
+    confirmed: int = 0
+    single_opt_in: int = 0
+
+    @property
+    def confirmation_rate(self) -> float | None:
+        return self.confirmed / self.signups if self.signups else None
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "signups": self.signups,
+            "confirmed": self.confirmed,
+            "confirmation_rate": self.confirmation_rate,
+            "single_opt_in": self.single_opt_in,
+        }
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any] | None) -> SignupCounts:
+        plain = from_dynamo(dict(item or {}))
+        return cls(
+            signups=int(plain.get(SIGNUP, 0)),
+            confirmed=int(plain.get(CONFIRM, 0)),
+            single_opt_in=int(plain.get(SINGLE_OPT_IN, 0)),
+        )
+
+
+def contended(exc: ClientError) -> bool:
+    """Whether ``exc`` is a transaction DynamoDB cancelled only because a concurrent
+    transaction touched one of its items (a hot counters item): running it again is safe."""
+    if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+        return False
+    codes = {str(r.get("Code")) for r in exc.response.get("CancellationReasons") or []}
+    return TRANSACTION_CONFLICT in codes and codes <= {TRANSACTION_CONFLICT, "None"}
+
+
+def retry_contended(write: Callable[[], T], *, sleep: Callable[[float], None] = time.sleep) -> T:
+    """``write()`` (a transaction holding a counter ADD), run again while a concurrent
+    transaction on its counters item cancels it (:data:`CONTENDED_RETRY`); then
+    :class:`ConcurrentModification` (a 503: the same request succeeds when retried)."""
+    for _ in CONTENDED_RETRY.tries(sleep=sleep):
+        try:
+            return write()
+        except ClientError as exc:
+            if not contended(exc):
+                raise
+    raise ConcurrentModification("a counters item stayed contended: retry")
+
+
 class StatsStore:
     def __init__(self, table_name: str, events_table_name: str, client: Any | None = None) -> None:
         self.table = table_name
@@ -197,8 +283,15 @@ class StatsStore:
         return self._get(*keys.template_stats_key(template))
 
     def _get(self, pk: str, sk: str) -> Counters:
+        return Counters.from_item(self._item(pk, sk))
+
+    def _item(self, pk: str, sk: str) -> dict[str, Any] | None:
         item = self.client.get_item(TableName=self.table, Key=key(pk, sk), ConsistentRead=True).get("Item")
-        return Counters.from_item(deserialize(item) if item else None)
+        return deserialize(item) if item else None
+
+    def signups(self) -> SignupCounts:
+        """The sign-up counters (one GetItem of ``STATS#signup`` / ``COUNTERS``)."""
+        return SignupCounts.from_item(self._item(keys.stats_pk(SIGNUP_SOURCE), keys.COUNTERS))
 
     def sources(self) -> dict[str, Counters]:
         """Every source's counters (a filtered scan: an operator command, not a hot path)."""

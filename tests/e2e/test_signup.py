@@ -1,6 +1,7 @@
 """Sign-up, confirmation and the preference centre on the local runtime, as a website and a
 reader use them: HTML form posts and JSON to POST /v1/signup, the confirmation link from the
-outbox, GET (changes nothing) and POST on /c/<token>, then /u/<token> from a later mail.
+outbox, GET (changes nothing) and POST on /c/<token>, then /u/<token> from a later mail; and
+as an operator sees them: pending sign-ups, sign-up counts, topics (CLI and MCP).
 
 Every request runs the deployed shape: the bundled asset, the template's routes and IAM."""
 
@@ -20,9 +21,11 @@ import pytest
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     EVENTS,
+    add_contact,
     eml,
     item,
     mails,
+    ok_json,
     ops,
     partition,
     scan_all,
@@ -30,6 +33,7 @@ from tests.e2e.helpers import (
     unique_email,
     wait_for,
 )
+from tests.e2e.test_mcp import Tools, run_session
 
 FORM = "application/x-www-form-urlencoded"
 CONFIRM_TEMPLATE = "system/confirm"
@@ -339,7 +343,7 @@ def test_an_expired_sign_up_is_gone_for_every_read_and_mailstep_scan(local: Loca
     # every item the sign-up left expires (TTL) at the sign-up's expiry at the latest: the
     # pending item and the confirmation mail's SENT# log; the send claim is gone already
     assert left and all(int(i["ttl"]["N"]) <= past for i in left if "ttl" in i and i["SK"]["S"] == "PENDING")
-    assert not [i for i in left if i["SK"]["S"].startswith("CLAIM#")]
+    assert not [i for i in left if i["SK"]["S"].startswith("SEND#")]
 
     # and a new sign-up is not held back by the expired one's cooldown
     sign_up(local, {"email": email}, as_json=True)
@@ -389,3 +393,137 @@ def test_the_preference_centre_shows_and_saves_topics_and_keeps_one_click(local:
     status, _, page = request(url, "POST", "List-Unsubscribe=One-Click", FORM, context=ctx)
     assert status == 200 and "You are unsubscribed" in page
     assert item(local, f"SUB#{email}", "PROFILE")["status"]["S"] == "unsubscribed"  # type: ignore[index]
+
+
+# ----- operators: pending sign-ups, sign-up counts, topics (CLI and MCP) -------------------------
+def signup_counts(local: Local) -> dict[str, Any]:
+    return dict(ok_json(ops(local, "stats", "--signups", "--json")))
+
+
+def pending_of(local: Local) -> dict[str, dict[str, Any]]:
+    listed = ok_json(ops(local, "signups", "pending", "--limit", "1000", "--json"))
+    assert listed["total"] == len(listed["pending"])
+    return {p["email"]: p for p in listed["pending"]}
+
+
+def test_operators_see_a_pending_sign_up_and_count_it_and_its_confirmation_once(local: Local) -> None:
+    email = unique_email("ops-signup")
+    before = signup_counts(local)
+
+    # Given a sign-up, and two more of the address within the cooldown
+    sign_up(local, {"email": email, "topics": ["newsletter"], "form": "footer"}, as_json=True)
+    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    for _ in range(2):
+        assert sign_up(local, {"email": email}, as_json=True)[0] == 200
+
+    # Then `signups pending` lists it as stored, and it is one sign-up
+    stored = item(local, f"SUB#{email}", "PENDING")
+    assert stored is not None
+    expires = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(int(stored["expires_at"]["N"])))
+    mailed = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(int(stored["last_mail_at"]["N"])))
+    assert pending_of(local)[email] == {
+        "email": email,
+        "form": "footer",
+        "created_at": stored["created_at"]["S"],
+        "expires_at": expires,
+        "last_mail_at": mailed,
+        "topics": ["newsletter"],
+    }
+    table = ops(local, "signups", "pending")
+    assert table.returncode == 0 and "Pending sign-ups" in table.stdout
+    counted = signup_counts(local)
+    assert (counted["signups"], counted["confirmed"]) == (before["signups"] + 1, before["confirmed"])
+
+    # When the reader confirms, twice
+    url = public(local, link(local, mail, "/c/"))
+    for _ in range(2):
+        assert request(url, "POST", b"", FORM, context=local.ssl_context())[0] == 200
+
+    # Then the sign-up is no longer pending, and its confirmation counted once
+    assert email not in pending_of(local)
+    after = signup_counts(local)
+    assert (after["signups"], after["confirmed"]) == (before["signups"] + 1, before["confirmed"] + 1)
+    assert after["confirmation_rate"] == after["confirmed"] / after["signups"]
+    # and plain `mailstep stats` shows the sign-ups below the sources
+    shown = ops(local, "stats")
+    assert shown.returncode == 0 and "Sign-ups" in shown.stdout and "confirmed" in shown.stdout
+
+
+def topic_rows(local: Local) -> dict[str, dict[str, Any]]:
+    listed = ok_json(ops(local, "topics", "list", "--json"))
+    return {t["id"]: t for t in listed["topics"]}
+
+
+def test_operators_see_and_change_a_readers_topics_and_the_counts_follow(local: Local) -> None:
+    email = unique_email("ops-topics")
+    add_contact(local, email)
+    before = topic_rows(local)
+    assert [(t, r["default"]) for t, r in before.items()] == [
+        ("product-updates", "on"),
+        ("newsletter", "off"),
+    ]
+
+    # A new reader follows the defaults
+    shown = ok_json(ops(local, "subscribers", "topics", email, "--json"))
+    assert [(t["id"], t["receives"], t["source"]) for t in shown["topics"]] == [
+        ("product-updates", True, "default"),
+        ("newsletter", False, "default"),
+    ]
+
+    # --on newsletter --off product-updates: both become the reader's choice
+    changed = ok_json(
+        ops(local, "subscribers", "topics", email, "--on", "newsletter", "--off", "product-updates", "--json")
+    )
+    assert changed["changed"] is True
+    assert [(t["id"], t["receives"], t["source"]) for t in changed["topics"]] == [
+        ("product-updates", False, "choice"),
+        ("newsletter", True, "choice"),
+    ]
+    profile = item(local, f"SUB#{email}", "PROFILE")
+    assert profile is not None
+    assert (profile["topics_in"]["SS"], profile["topics_out"]["SS"]) == (["newsletter"], ["product-updates"])
+    after = topic_rows(local)
+    assert after["newsletter"]["receiving"] == before["newsletter"]["receiving"] + 1
+    assert after["newsletter"]["opted_in"] == before["newsletter"]["opted_in"] + 1
+    assert after["product-updates"]["receiving"] == before["product-updates"]["receiving"] - 1
+    assert after["product-updates"]["opted_out"] == before["product-updates"]["opted_out"] + 1
+
+    # An unknown topic is refused by name and changes nothing
+    refused = ops(local, "subscribers", "topics", email, "--on", "casino")
+    assert refused.returncode == 2 and "'casino'" in refused.stderr
+    assert item(local, f"SUB#{email}", "PROFILE") == profile
+    # and the tables read like the JSON
+    table = ops(local, "subscribers", "topics", email)
+    assert table.returncode == 0 and "their choice" in table.stdout
+    listing = ops(local, "topics", "list")
+    assert listing.returncode == 0 and "Newsletter" in listing.stdout
+
+
+def test_the_mcp_tools_answer_like_the_cli(local: Local) -> None:
+    email = unique_email("mcp-topics")
+    add_contact(local, email)
+    waiting = unique_email("mcp-pending")
+    sign_up(local, {"email": waiting}, as_json=True)
+    wait_for(lambda: confirmation_mails(local, waiting), 30, "the confirmation mail")
+
+    async def body(tools: Tools) -> None:
+        assert await tools.call("topics_list") == ok_json(ops(local, "topics", "list", "--json"))
+        shown = await tools.call("subscriber_topics", email=email)
+        assert shown == ok_json(ops(local, "subscribers", "topics", email, "--json"))
+
+        changed = await tools.call("subscriber_topics_update", email=email, on=["newsletter"])
+        assert changed["changed"] is True
+        assert [(t["id"], t["receives"]) for t in changed["topics"]] == [
+            ("product-updates", True),
+            ("newsletter", True),
+        ]
+        assert item(local, f"SUB#{email}", "PROFILE")["topics_in"]["SS"] == ["newsletter"]  # type: ignore[index]
+        error = await tools.error("subscriber_topics_update", email=email, off=["casino"])
+        assert "'casino'" in error
+
+        pending = await tools.call("signups_pending", limit=1000)
+        assert {p["email"]: p for p in pending["pending"]} == pending_of(local)
+        assert waiting in {p["email"] for p in pending["pending"]}
+        assert await tools.call("stats", signups=True) == signup_counts(local)
+
+    run_session(local, body)
