@@ -19,6 +19,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.demo_consent import chapter_signup_topics
+
 
 @dataclass
 class Demo:
@@ -511,6 +513,7 @@ CHAPTERS: list[Chapter] = [
     chapter_engagement,
     chapter_broadcast,
     chapter_sequences,
+    chapter_signup_topics,
 ]
 FINALE: Chapter = chapter_state
 
