@@ -321,6 +321,7 @@ def build_server(
         where: list[str] | None,
         at: str | None,
         broadcast_id: str | None,
+        topic: str | None = None,
     ) -> Any:
         from shared.broadcasts.model import parse_request
 
@@ -333,6 +334,7 @@ def build_server(
                 "any_tags": any_tags or [],
                 "exclude_tags": exclude_tags or [],
                 "where": where or [],
+                "topic": topic,
             },
             at=at,
         )
@@ -356,11 +358,13 @@ def build_server(
         exclude_tags: list[str] | None = None,
         where: list[str] | None = None,
         at: str | None = None,
+        topic: str | None = None,
     ) -> dict[str, Any]:
         """Who a broadcast would reach, without sending: audience size and a sample. Audience:
         ALL of tags, at least one of any_tags, none of exclude_tags, attribute conditions in
-        where (plan=pro, plan!=free, seats>3, country in de,fr)."""
-        request = broadcast_request(template, subject, tags, any_tags, exclude_tags, where, at, None)
+        where (plan=pro, plan!=free, seats>3, country in de,fr); with topic (topics_list) only
+        readers who receive that topic."""
+        request = broadcast_request(template, subject, tags, any_tags, exclude_tags, where, at, None, topic)
         service = broadcasts()
         service.check(request)
         size, sample = service.preview(request)
@@ -377,6 +381,7 @@ def build_server(
         at: str | None = None,
         broadcast_id: str | None = None,
         confirm: bool = False,
+        topic: str | None = None,
     ) -> dict[str, Any]:
         """Send (or schedule with at, ISO 8601 with zone) a broadcast to real people. Run
         broadcast_dry_run first and show the audience; requires confirm=true. Re-sending with
@@ -385,7 +390,9 @@ def build_server(
             raise ToolError(
                 "sending reaches real people: check broadcast_dry_run, then call with confirm=true"
             )
-        request = broadcast_request(template, subject, tags, any_tags, exclude_tags, where, at, broadcast_id)
+        request = broadcast_request(
+            template, subject, tags, any_tags, exclude_tags, where, at, broadcast_id, topic
+        )
         answer = broadcasts().send(request)
         return {"created": answer.created, "same": answer.same, "broadcast": answer.record.public()}
 

@@ -376,6 +376,14 @@ def test_broadcast_tools_dry_run_then_send_only_with_confirm(local: Local) -> No
         dry = await tools.call("broadcast_dry_run", template="newsletter/monthly", tags=[tag])
         assert dry["audience_size"] == 3 and sorted(dry["sample"]) == people
         assert "does not exist" in await tools.error("broadcast_dry_run", template="no/such", tags=[tag])
+        # a topic: newsletter is default off (nobody opted in); one reader leaves product-updates
+        by_topic = {"template": "newsletter/monthly", "tags": [tag]}
+        assert (await tools.call("broadcast_dry_run", **by_topic, topic="newsletter"))["audience_size"] == 0
+        await tools.call("subscriber_topics_update", email=people[0], off=["product-updates"])
+        updates = await tools.call("broadcast_dry_run", **by_topic, topic="product-updates")
+        assert (updates["audience_size"], sorted(updates["sample"])) == (2, people[1:]), updates
+        assert "not declared" in await tools.error("broadcast_dry_run", **by_topic, topic="casino")
+        await tools.call("subscriber_topics_update", email=people[0], on=["product-updates"])
 
         refused = await tools.error(
             "broadcast_send", template="newsletter/monthly", tags=[tag], broadcast_id=tag
