@@ -119,11 +119,14 @@ class Meter:
 
 
 def dynamodb_capacity(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> tuple[float, float]:
-    """(WRU, RRU) of one DynamoDB request."""
+    """(WRU, RRU) of one DynamoDB request. A refused request (``parsed`` holds the ``Error``)
+    is charged its write units without index writes: DynamoDB bills a failed conditional write;
+    for a cancelled transaction this is an upper bound."""
     table = params.get("TableName", "")
+    refused = "Error" in parsed
     if operation == "PutItem":
         item = params.get("Item", {})
-        return _write_units(item_size(item)) * (1 + _gsi_writes(table, item)), 0.0
+        return _write_units(item_size(item)) * (1 + (0 if refused else _gsi_writes(table, item))), 0.0
     if operation in ("UpdateItem", "DeleteItem"):
         return 1.0, 0.0
     if operation == "TransactWriteItems":
@@ -133,7 +136,7 @@ def dynamodb_capacity(operation: str, params: dict[str, Any], parsed: dict[str, 
             item = body.get("Item") or body.get("Key", {})
             units = _write_units(item_size(item))
             wru += 2 * units
-            if kind == "Put":
+            if kind == "Put" and not refused:
                 wru += units * _gsi_writes(body.get("TableName", ""), item)
         return wru, 0.0
     if operation == "BatchWriteItem":

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.scenarios import broadcast, sequences, subscribe
+from bench.scenarios import broadcast, sequences, signup, subscribe
 
 SCENARIOS: dict[str, ModuleType] = {
     subscribe.NAME: subscribe,
     sequences.NAME: sequences,
     broadcast.NAME: broadcast,
+    signup.NAME: signup,
 }

@@ -259,6 +259,14 @@ class Guard:
                 denied = (action, resources.split("|")[0])
         return denied
 
+    def record(self, client: Any, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
+        """With ``meter``: remember a request that was sent (answered or refused)."""
+        if self.meter:
+            service = client.meta.service_model.service_name
+            self.metered.append(
+                {"service": service, "operation": operation, "params": params, "parsed": parsed}
+            )
+
     def install(self) -> None:
         """Wrap botocore's request path (every client, whoever created it)."""
         from botocore.client import BaseClient
@@ -285,12 +293,12 @@ class Guard:
                     },
                     operation_name,
                 )
-            parsed = original(client, operation_name, api_params)
-            if guard.meter:
-                service = client.meta.service_model.service_name
-                guard.metered.append(
-                    {"service": service, "operation": operation_name, "params": api_params, "parsed": parsed}
-                )
+            try:
+                parsed = original(client, operation_name, api_params)
+            except ClientError as exc:  # a refused request is sent, and billed, all the same
+                guard.record(client, operation_name, api_params, dict(exc.response))
+                raise
+            guard.record(client, operation_name, api_params, parsed)
             return parsed
 
         BaseClient._make_api_call = _make_api_call  # type: ignore[method-assign]
