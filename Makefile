@@ -43,7 +43,7 @@ lambda-python: $(VENV)/.installed
 
 # Everything, as CI runs it (unit, integration, infra, e2e with the grants check).
 test: setup
-	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile -m "not bench"
+	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile -m "not bench" --durations=15
 
 # One tier at a time (tests/<tier>; docs/testing.md).
 test-unit: setup
