@@ -1,18 +1,34 @@
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ses.models import ses_backends
 
 from cli.local.provision import LocalResources, provision
-from shared.core.aws import client, reset_clients
+from shared.core.aws import client, register_hook, reset_clients, unregister_hook
 from shared.core.secrets import reset_cache
 from shared.core.specs import TABLES
+from shared.sending.pipeline import MailIdentity, SendContext
+from shared.sending.sender import SesSender
+from shared.store.send_log import SendLog
 from shared.store.subscribers import SubscriberStore
 
 API_KEY = "test-api-key-0123456789"
+# What ``send_ctx`` signs unsubscribe (and confirmation) tokens with, and the mail it sends.
+SECRET = "integration-unsubscribe-secret-0123456789"
+IDENTITY = MailIdentity(
+    from_="Acme <hello@acme.test>",
+    reply_to="help@acme.test",
+    postal_address="Acme Inc, 1 Main St, Springfield",
+    public_base_url="https://api.acme.test",
+)
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +56,61 @@ def resources(aws: None) -> Iterator[LocalResources]:
 @pytest.fixture
 def store(resources: LocalResources) -> SubscriberStore:
     return SubscriberStore(resources.tables["table_name"], resources.tables["events_table_name"])
+
+
+@pytest.fixture
+def outbox(aws: None) -> Iterator[list[Any]]:
+    """The messages moto's SES sent during the test (acme.test is a verified identity)."""
+    with contextlib.suppress(ClientError):
+        client("sesv2").create_email_identity(EmailIdentity="acme.test")
+    sent = ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages
+    sent.clear()
+    yield sent
+    sent.clear()
+
+
+@pytest.fixture
+def send_ctx(store: SubscriberStore, resources: LocalResources, outbox: list[Any]) -> SendContext:
+    """The send pipeline's context on moto: the real SES adapter (its mail lands in ``outbox``),
+    ``IDENTITY``, tokens signed with ``SECRET``, send records kept 30 days."""
+    return SendContext(
+        store=store,
+        log=SendLog(resources.tables["table_name"]),
+        ses=SesSender("mailstep"),
+        identity=IDENTITY,
+        token_secret=lambda: SECRET,
+        data_ttl_days=30,
+    )
+
+
+@contextlib.contextmanager
+def operations() -> Iterator[list[str]]:
+    """The names of the AWS operations made inside (every client of ``shared.core.aws``)."""
+    calls: list[str] = []
+
+    def hook(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    register_hook("after-call", hook)
+    try:
+        yield calls
+    finally:
+        unregister_hook("after-call", hook)
+
+
+def sqs_record(body: str, queue: str) -> dict[str, Any]:
+    """One record of an SQS event as Lambda hands it to a mapped function of ``queue``."""
+    return {
+        "messageId": str(uuid.uuid4()),
+        "receiptHandle": "rh",
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue}",
+        "awsRegion": "us-east-1",
+    }
 
 
 def scan_all(table: str) -> list[dict[str, Any]]:

@@ -352,18 +352,22 @@ def _fast_send(env: Env) -> Any:
     return send_fn
 
 
-def _audience(store: SubscriberStore, tag: str, count: int) -> None:
+def _broadcast_at_rate(
+    env: Env, store: SubscriberStore, tag: str, count: int, ses_rate: float, share: float
+) -> None:
+    """Given ``count`` subscribers tagged ``tag``, SES at ``ses_rate`` mails/s (an empty bucket:
+    no head start) and the broadcast share at ``share`` mails/s, a broadcast ``tag`` to them."""
     for i in range(count):
         store.upsert(f"{tag}{i:04d}@example.com", add_tags=[tag])
+    env.ses.max_send_rate, env.ses._tokens = ses_rate, 0.0
+    env.rate[0] = share
+    env.service.send(parse_request(id=tag, template=TEMPLATE, audience={"tags": [tag]}))
 
 
 @pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 def test_several_workers_together_reach_90_percent_of_the_ses_rate_and_stay_under_it(env: Env, store) -> None:
     # Given SES at 50 mails/s (empty bucket: no head start), the broadcast share at 95% of it
-    _audience(store, "rate", 400)
-    env.ses.max_send_rate, env.ses._tokens = 50.0, 0.0
-    env.rate[0] = 0.95 * 50
-    env.service.send(parse_request(id="rate", template=TEMPLATE, audience={"tags": ["rate"]}))
+    _broadcast_at_rate(env, store, "rate", 400, ses_rate=50.0, share=0.95 * 50)
 
     # When 3 workers (4 sends in flight each) share the batches
     _run_concurrently(env, "rate", 3, threads=4, send_fn=_fast_send(env))
@@ -378,10 +382,7 @@ def test_several_workers_together_reach_90_percent_of_the_ses_rate_and_stay_unde
 
 def test_throttling_is_retried_with_backoff_and_never_counted_as_failed(env: Env, store) -> None:
     # Given a broadcast share set above what SES accepts (throttling guaranteed)
-    _audience(store, "thr", 120)
-    env.ses.max_send_rate, env.ses._tokens = 20.0, 0.0
-    env.rate[0] = 60.0
-    env.service.send(parse_request(id="thr", template=TEMPLATE, audience={"tags": ["thr"]}))
+    _broadcast_at_rate(env, store, "thr", 120, ses_rate=20.0, share=60.0)
 
     _run_concurrently(env, "thr", 2, threads=4, send_fn=_fast_send(env))
 
@@ -394,10 +395,7 @@ def test_throttling_is_retried_with_backoff_and_never_counted_as_failed(env: Env
 @pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 def test_full_pipeline_with_concurrent_workers_holds_the_rate(env: Env, store) -> None:
     # Given the whole send pipeline (moto in-process) and SES at 12 mails/s
-    _audience(store, "full", 90)
-    env.ses.max_send_rate, env.ses._tokens = 12.0, 0.0
-    env.rate[0] = 0.95 * 12
-    env.service.send(parse_request(id="full", template=TEMPLATE, audience={"tags": ["full"]}))
+    _broadcast_at_rate(env, store, "full", 90, ses_rate=12.0, share=0.95 * 12)
 
     _run_concurrently(env, "full", 3, threads=2)
 

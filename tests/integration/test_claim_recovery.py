@@ -11,19 +11,16 @@ broadcast batches, on moto.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ses.models import ses_backends
 
 from cli.local.provision import LocalResources, create_queue
 from ops.broadcasts import Broadcasts
@@ -32,21 +29,20 @@ from shared.broadcasts.fanout import BroadcastQueues
 from shared.broadcasts.model import parse_batch, parse_request
 from shared.broadcasts.records import BroadcastStore, dead_letter_sk
 from shared.broadcasts.worker import BatchIncomplete, process_batch
-from shared.core.aws import client, register_hook, unregister_hook
+from shared.core.aws import client
 from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
 from shared.engagement.consumer import EngagementContext, process_body
 from shared.engagement.suppression import Suppressions
 from shared.sending.jobs import SendJob
-from shared.sending.pipeline import MailIdentity, SendContext, SendOutcome, send, send_id_for
-from shared.sending.sender import SesSender, encode_tag_value
+from shared.sending.pipeline import SendContext, SendOutcome, send, send_id_for
+from shared.sending.sender import encode_tag_value
 from shared.store.send_log import RECOVERED_FROM_EVENT, SendLog, SentRecord
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.broadcast_support import Env, FakeSes, seed
-from tests.integration.conftest import scan_all
+from tests.integration.conftest import operations, scan_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
-SECRET = "claim-recovery-unsubscribe-secret-0123456789"
 EMAIL = "jane@example.com"
 JOB = SendJob(email=EMAIL, template="welcome", source="onboarding", step="s1")
 
@@ -72,30 +68,6 @@ class EventArrivesFirst(SendLog):
         self.deliver(record.ses_message_id)
         self.written.append(super().complete(record, count=count))
         return self.written[-1]
-
-
-def _ses() -> Any:
-    return ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-
-
-@pytest.fixture
-def outbox(aws: None) -> Iterator[list[Any]]:
-    with contextlib.suppress(ClientError):
-        client("sesv2").create_email_identity(EmailIdentity="acme.test")
-    _ses().sent_messages.clear()
-    yield _ses().sent_messages
-    _ses().sent_messages.clear()
-
-
-def send_context(store: SubscriberStore, log: SendLog) -> SendContext:
-    return SendContext(
-        store=store,
-        log=log,
-        ses=SesSender("mailstep"),
-        identity=MailIdentity(from_="Acme <hello@acme.test>", postal_address="Acme, 1 Main St"),
-        token_secret=lambda: SECRET,
-        data_ttl_days=30,
-    )
 
 
 @pytest.fixture
@@ -133,28 +105,14 @@ def sent_items(table: str) -> list[dict[str, Any]]:
     return [i for i in scan_all(table) if i["SK"].startswith(keys.SENT_PREFIX)]
 
 
-@contextlib.contextmanager
-def operations() -> Iterator[list[str]]:
-    calls: list[str] = []
-
-    def hook(model: Any, **_: Any) -> None:
-        calls.append(model.name)
-
-    register_hook("after-call", hook)
-    try:
-        yield calls
-    finally:
-        unregister_hook("after-call", hook)
-
-
 def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not_send_again(
-    store, table, outbox, engagement, resources
+    store, table, outbox, send_ctx, engagement, resources
 ) -> None:
     # Given a worker that died after SES accepted the mail, before writing SENT#
     store.upsert(EMAIL)
     now = datetime.now(UTC)
     with pytest.raises(WorkerDied) as died:
-        send(JOB, send_context(store, DiesAfterSes(table)), now=now)
+        send(JOB, replace(send_ctx, log=DiesAfterSes(table)), now=now)
     assert len(outbox) == 1 and sent_items(table) == []
 
     # When SES's Delivery event for that mail reaches the engagement consumer
@@ -169,10 +127,9 @@ def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not
     assert stats.source("onboarding").total("send") == 1
 
     # When the job comes back within the lease, and again after it (a takeover)
-    ctx = send_context(store, SendLog(table))
-    within = send(JOB, ctx, now=now + timedelta(seconds=5))
+    within = send(JOB, send_ctx, now=now + timedelta(seconds=5))
     with operations() as calls:
-        after = send(JOB, ctx, now=now + timedelta(seconds=ctx.lease_seconds + 1))
+        after = send(JOB, send_ctx, now=now + timedelta(seconds=send_ctx.lease_seconds + 1))
 
     # Then both answer already_sent and SES is not called: one mail, one log entry, one count
     assert (within.status, within.reason) == ("skipped", "already_sent")
@@ -184,27 +141,26 @@ def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not
     assert process_body(ses_event("delivery", JOB, str(died.value)), engagement).recovered_sends == 0
 
 
-def test_without_an_event_the_takeover_after_the_lease_sends_again(store, table, outbox) -> None:
+def test_without_an_event_the_takeover_after_the_lease_sends_again(store, table, outbox, send_ctx) -> None:
     store.upsert(EMAIL)
     now = datetime.now(UTC)
     with pytest.raises(WorkerDied):
-        send(JOB, send_context(store, DiesAfterSes(table)), now=now)
-    ctx = send_context(store, SendLog(table))
-    again = send(JOB, ctx, now=now + timedelta(seconds=ctx.lease_seconds + 1))
+        send(JOB, replace(send_ctx, log=DiesAfterSes(table)), now=now)
+    again = send(JOB, send_ctx, now=now + timedelta(seconds=send_ctx.lease_seconds + 1))
     assert again.status == "sent" and len(outbox) == 2
     (item,) = sent_items(table)
     assert item["after_takeover"] is True
 
 
 def test_an_event_that_beats_the_living_worker_leaves_one_log_entry_counted_once(
-    store, table, outbox, engagement, resources
+    store, table, send_ctx, engagement, resources
 ) -> None:
     store.upsert(EMAIL)
     log = EventArrivesFirst(
         table, lambda message_id: process_body(ses_event("delivery", JOB, message_id), engagement)
     )
 
-    outcome = send(JOB, send_context(store, log))
+    outcome = send(JOB, replace(send_ctx, log=log))
 
     assert outcome.status == "sent"
     assert log.written == [False]  # the consumer wrote it first; the worker's write found it
@@ -212,10 +168,9 @@ def test_an_event_that_beats_the_living_worker_leaves_one_log_entry_counted_once
     assert StatsStore(table, resources.tables["events_table_name"]).source("onboarding").total("send") == 1
 
 
-def test_events_of_completed_or_unknown_sends_write_no_log(store, table, outbox, engagement) -> None:
+def test_events_of_completed_or_unknown_sends_write_no_log(store, table, send_ctx, engagement) -> None:
     store.upsert(EMAIL)
-    ctx = send_context(store, SendLog(table))
-    sent = send(JOB, ctx)
+    sent = send(JOB, send_ctx)
     assert sent.status == "sent"
     # a completed send: the claim is sending, but its entry exists
     assert process_body(ses_event("delivery", JOB, str(sent.message_id)), engagement).recovered_sends == 0
@@ -228,7 +183,7 @@ def test_events_of_completed_or_unknown_sends_write_no_log(store, table, outbox,
     with pytest.raises(WorkerDied):
         send(
             SendJob(email=EMAIL, template="welcome", source="onboarding", step="s2"),
-            send_context(store, DiesAfterSes(table)),
+            replace(send_ctx, log=DiesAfterSes(table)),
         )
     s2 = SendJob(email=EMAIL, template="welcome", source="onboarding", step="s2")
     assert process_body(ses_event("reject", s2, "m-4"), engagement).recovered_sends == 0

@@ -4,7 +4,6 @@ idempotence, inspect, expiry and already-subscribed addresses."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import replace
@@ -17,7 +16,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ses.models import ses_backends
 
 from cli.local.provision import LocalResources
 from shared.consent.confirm import confirm, inspect
@@ -28,7 +26,7 @@ from shared.core.aws import client
 from shared.core.errors import ConcurrentModification, Conflict
 from shared.core.settings import Settings
 from shared.core.topics import TOPICS_FILE, require_topics
-from shared.sending.pipeline import MailIdentity, SendContext
+from shared.sending.pipeline import SendContext
 from shared.sending.rendering import TEMPLATES_DIR
 from shared.sending.sender import SendResult, SesSender
 from shared.sending.tokens import ExpiredToken, InvalidToken, verify
@@ -38,28 +36,14 @@ from shared.sequences.validate import require_catalog
 from shared.store.dynamo import key, values
 from shared.store.pending import PendingSignups
 from shared.store.subscribers import Profile, SubscriberStore, keys
-from tests.integration.conftest import scan_all
+from tests.integration.conftest import SECRET, scan_all
 
-SECRET = "integration-confirm-secret-0123456789"
 PREFIX = f"arn:aws:states:us-east-1:{DEFAULT_ACCOUNT_ID}:stateMachine:consent-test-"
 ADDRESS = "ada@example.com"
 IP = "203.0.113.7"
 AGENT = "Mozilla/5.0 (X11; Linux x86_64) Test/1.0"
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 WELCOME = "trigger: subscriber.confirmed\nsteps:\n  - send: welcome\n    subject: Welcome\n"
-
-
-def _ses() -> Any:
-    return ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-
-
-@pytest.fixture
-def outbox(aws: None) -> Iterator[list[Any]]:
-    with contextlib.suppress(ClientError):
-        client("sesv2").create_email_identity(EmailIdentity="acme.test")
-    _ses().sent_messages.clear()
-    yield _ses().sent_messages
-    _ses().sent_messages.clear()
 
 
 @pytest.fixture
@@ -86,21 +70,12 @@ def engine(store: SubscriberStore, tmp_path: Path) -> Iterator[SequenceEngine]:
 
 @pytest.fixture
 def ctx(
-    store: SubscriberStore, resources: LocalResources, outbox: list[Any], engine: SequenceEngine
+    store: SubscriberStore, resources: LocalResources, send_ctx: SendContext, engine: SequenceEngine
 ) -> ConsentContext:
-    from shared.store.send_log import SendLog
-
-    table = resources.tables["table_name"]
     return ConsentContext(
         store=store,
-        pending=PendingSignups(table),
-        send=SendContext(
-            store=store,
-            log=SendLog(table),
-            ses=SesSender("mailstep"),
-            identity=MailIdentity(from_="Acme <hello@acme.test>", public_base_url="https://api.acme.test"),
-            token_secret=lambda: SECRET,
-        ),
+        pending=PendingSignups(resources.tables["table_name"]),
+        send=send_ctx,
         topics=require_topics(TOPICS_FILE),
         config=ConsentConfig(
             public_base_url="https://api.acme.test", origins=("https://acme.test",), cooldown_seconds=3600

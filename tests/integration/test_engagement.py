@@ -19,14 +19,13 @@ from shared.core.settings import Settings
 from shared.engagement.consumer import EngagementContext, process_body
 from shared.engagement.suppression import Suppressions
 from shared.sending.jobs import SendJob
-from shared.sending.pipeline import MailIdentity, SendContext, send
-from shared.sending.sender import SesSender, encode_tag_value
+from shared.sending.pipeline import SendContext, send
+from shared.sending.sender import encode_tag_value
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
-from shared.store.send_log import SendLog
 from shared.store.stats import Counters, StatsStore
 from shared.store.subscribers import SubscriberStore, keys
-from tests.integration.conftest import scan_all
+from tests.integration.conftest import scan_all, sqs_record
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
 ALL = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -193,19 +192,9 @@ def test_stats_equal_counts_recomputed_from_the_events_table(
     assert sum(since.totals.values()) < sum(stats.source("onboarding").totals.values())
 
 
-def _send_context(store: SubscriberStore) -> SendContext:
-    return SendContext(
-        store=store,
-        log=SendLog(store.table),
-        ses=SesSender(),
-        identity=MailIdentity(),
-        token_secret=lambda: "secret",
-    )
-
-
 @pytest.mark.parametrize(("kind", "reason"), [("bounce", "bounce"), ("complaint", "complaint")])
 def test_permanent_bounce_or_complaint_suppresses_stops_executions_and_later_sends_skip(
-    kind: str, reason: str, ctx: EngagementContext, store: SubscriberStore
+    kind: str, reason: str, ctx: EngagementContext, store: SubscriberStore, send_ctx: SendContext
 ) -> None:
     store.upsert(EMAIL)
     store.put_execution(EMAIL, "onboarding", arn("onboarding"))
@@ -217,9 +206,7 @@ def test_permanent_bounce_or_complaint_suppresses_stops_executions_and_later_sen
     record = ctx.suppressions.get(EMAIL)
     assert record is not None and record.reason == reason and record.source == "onboarding"
     assert [s.email for s in ctx.suppressions.list()] == [EMAIL]
-    outcome = send(
-        SendJob(email=EMAIL, template="onboarding/welcome", source="spring-sale"), _send_context(store)
-    )
+    outcome = send(SendJob(email=EMAIL, template="onboarding/welcome", source="spring-sale"), send_ctx)
     assert (outcome.status, outcome.reason) == ("skipped", "suppressed")
 
 
@@ -291,17 +278,7 @@ def test_an_ses_unsubscribe_unsubscribes_and_stops_marketing_only(
 
 # ----- the Lambda handler: partial batch responses --------------------------------------------
 def _sqs(body: str) -> dict[str, Any]:
-    return {
-        "messageId": str(uuid.uuid4()),
-        "receiptHandle": "rh",
-        "body": body,
-        "attributes": {"ApproximateReceiveCount": "1"},
-        "messageAttributes": {},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:mailstep-engagement",
-        "awsRegion": "us-east-1",
-    }
+    return sqs_record(body, "mailstep-engagement")
 
 
 @pytest.fixture

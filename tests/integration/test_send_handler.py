@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import time
-import uuid
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ses.models import ses_backends
 
 from cli.local.apigw import LambdaContext
 from cli.local.provision import LocalResources
-from shared.core.aws import client
 from shared.core.errors import InvalidInput
 from shared.sending.jobs import SendJob, from_message, to_message
 from shared.store import keys
-from tests.integration.conftest import scan_all
-
-
-@pytest.fixture
-def outbox(aws: None) -> Any:
-    with contextlib.suppress(ClientError):
-        client("sesv2").create_email_identity(EmailIdentity="acme.test")
-    messages = ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages
-    messages.clear()
-    yield messages
-    messages.clear()
+from tests.integration.conftest import scan_all, sqs_record
 
 
 @pytest.fixture
@@ -42,22 +26,8 @@ def module(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: A
     return importlib.reload(importlib.import_module("functions.sender.handler"))
 
 
-def _record(body: str) -> dict[str, Any]:
-    return {
-        "messageId": str(uuid.uuid4()),
-        "receiptHandle": "rh",
-        "body": body,
-        "attributes": {"ApproximateReceiveCount": "1"},
-        "messageAttributes": {},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:mailstep-send",
-        "awsRegion": "us-east-1",
-    }
-
-
 def _run(module: Any, bodies: list[str]) -> tuple[list[str], list[str]]:
-    records = [_record(b) for b in bodies]
+    records = [sqs_record(b, "mailstep-send") for b in bodies]
     result = module.handler({"Records": records}, LambdaContext("sender", timeout_s=60))
     failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
     ids = [r["messageId"] for r in records]

@@ -2,87 +2,35 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email import policy
 from email.parser import BytesParser
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ses.models import ses_backends
 
 from cli.local.provision import LocalResources
-from shared.core.aws import client, register_hook, unregister_hook
+from shared.core.aws import client
 from shared.sending.jobs import SenderOverride, SendJob
-from shared.sending.pipeline import MailIdentity, SendContext, send, send_id_for
+from shared.sending.pipeline import SendContext, send, send_id_for
 from shared.sending.sender import SendResult, SesSender, decode_tag_value
 from shared.sending.tokens import verify
 from shared.store.dynamo import key
-from shared.store.send_log import SendLog, SentRecord
+from shared.store.send_log import SentRecord
 from shared.store.stats import StatsStore
-from shared.store.subscribers import SubscriberStore, keys
-from tests.integration.conftest import scan_all
-
-SECRET = "unit-test-unsubscribe-secret-0123456789"
-IDENTITY = MailIdentity(
-    from_="Acme <hello@acme.test>",
-    reply_to="help@acme.test",
-    postal_address="Acme Inc, 1 Main St, Springfield",
-    public_base_url="https://api.acme.test",
-)
-
-
-def _ses() -> Any:
-    return ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-
-
-@pytest.fixture
-def outbox(aws: None) -> Iterator[list[Any]]:
-    with contextlib.suppress(ClientError):
-        client("sesv2").create_email_identity(EmailIdentity="acme.test")
-    _ses().sent_messages.clear()
-    yield _ses().sent_messages
-    _ses().sent_messages.clear()
-
-
-@pytest.fixture
-def ctx(store: SubscriberStore, resources: LocalResources, outbox: list[Any]) -> SendContext:
-    return SendContext(
-        store=store,
-        log=SendLog(resources.tables["table_name"]),
-        ses=SesSender("mailstep"),
-        identity=IDENTITY,
-        token_secret=lambda: SECRET,
-        data_ttl_days=30,
-    )
+from shared.store.subscribers import keys
+from tests.integration.conftest import SECRET, operations, scan_all
 
 
 def _parsed(raw: Any) -> Any:
     return BytesParser(policy=policy.default).parsebytes(raw.raw_data.encode())
 
 
-@contextlib.contextmanager
-def _counting(calls: list[str]) -> Iterator[None]:
-    """Names of the AWS operations made meanwhile (every client of ``shared.core.aws``)."""
-
-    def hook(model: Any, **_: Any) -> None:
-        calls.append(model.name)
-
-    register_hook("after-call", hook)
-    try:
-        yield
-    finally:
-        unregister_hook("after-call", hook)
-
-
 def _items(resources: LocalResources, prefix: str) -> list[dict[str, Any]]:
     return [i for i in scan_all(resources.tables["table_name"]) if i["SK"].startswith(prefix)]
 
 
-def test_same_job_three_times_sends_once_and_records_one_sent_item(ctx, store, resources, outbox):
+def test_same_job_three_times_sends_once_and_records_one_sent_item(send_ctx, store, resources, outbox):
     # Given a subscribed profile
     store.upsert("jane@example.com", first_name="Jane")
     job = SendJob(
@@ -90,7 +38,7 @@ def test_same_job_three_times_sends_once_and_records_one_sent_item(ctx, store, r
     )
 
     # When the same job is processed three times
-    outcomes = [send(job, ctx) for _ in range(3)]
+    outcomes = [send(job, send_ctx) for _ in range(3)]
 
     # Then SES got exactly one message and there is exactly one SENT# item
     assert [o.status for o in outcomes] == ["sent", "skipped", "skipped"]
@@ -106,12 +54,12 @@ def test_same_job_three_times_sends_once_and_records_one_sent_item(ctx, store, r
     assert now + 29 * 86400 < item["ttl"] < now + 31 * 86400
 
 
-def test_an_old_completed_claim_still_blocks_long_after(ctx, store, resources, outbox):
+def test_an_old_completed_claim_still_blocks_long_after(send_ctx, store, resources, outbox):
     store.upsert("old@example.com")
     job = SendJob(email="old@example.com", template="welcome", source="onboarding", step="welcome")
-    assert send(job, ctx).status == "sent"
+    assert send(job, send_ctx).status == "sent"
     later = datetime.now(UTC) + timedelta(days=10)  # beyond the lease: the SENT# log answers
-    outcome = send(job, ctx, now=later)
+    outcome = send(job, send_ctx, now=later)
     assert (outcome.status, outcome.reason) == ("skipped", "already_sent")
     assert outcome.message_id == _items(resources, keys.SENT_PREFIX)[0]["ses_message_id"]
     # the SENT# log expired (TTL): the claim still blocks, it outlived its log
@@ -119,7 +67,7 @@ def test_an_old_completed_claim_still_blocks_long_after(ctx, store, resources, o
     for item in _items(resources, keys.SENT_PREFIX):
         client("dynamodb").delete_item(TableName=table, Key=key(item["PK"], item["SK"]))
     much_later = datetime.now(UTC) + timedelta(days=400)
-    outcome = send(job, ctx, now=much_later)
+    outcome = send(job, send_ctx, now=much_later)
     assert (outcome.status, outcome.reason) == ("skipped", "already_sent")
     assert len(outbox) == 1
     # and the claim taken over for the check was put back as it was
@@ -127,16 +75,14 @@ def test_an_old_completed_claim_still_blocks_long_after(ctx, store, resources, o
     assert claim["claimed_at"] < later.timestamp()
 
 
-def test_a_send_costs_two_writes_and_a_redelivery_reads_the_log(ctx, store, resources, outbox):
+def test_a_send_costs_two_writes_and_a_redelivery_reads_the_log(send_ctx, store, resources, outbox):
     store.upsert("count@example.com")
     job = SendJob(email="count@example.com", template="welcome", source="onboarding", step="w")
-    calls: list[str] = []
-    with _counting(calls):
-        assert send(job, ctx).status == "sent"
+    with operations() as calls:
+        assert send(job, send_ctx).status == "sent"
     assert [c for c in calls if c != "GetItem"] == ["PutItem", "SendEmail", "TransactWriteItems"]
-    calls.clear()
-    with _counting(calls):
-        outcome = send(job, ctx)  # redelivered while the claim's lease still runs
+    with operations() as calls:
+        outcome = send(job, send_ctx)  # redelivered while the claim's lease still runs
     assert (outcome.status, outcome.reason) == ("skipped", "already_sent")
     assert [c for c in calls if c != "GetItem"] == ["PutItem", "Query"]
     counters = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
@@ -144,10 +90,11 @@ def test_a_send_costs_two_writes_and_a_redelivery_reads_the_log(ctx, store, reso
     assert counters.template("welcome").total("send") == 1
 
 
-def test_marketing_mail_carries_one_click_unsubscribe_and_both_parts(ctx, store, outbox):
+def test_marketing_mail_carries_one_click_unsubscribe_and_both_parts(send_ctx, store, outbox):
     store.upsert("jane@example.com", first_name="Jane")
     outcome = send(
-        SendJob(email="jane@example.com", template="onboarding/tips", source="onboarding", step="tips"), ctx
+        SendJob(email="jane@example.com", template="onboarding/tips", source="onboarding", step="tips"),
+        send_ctx,
     )
     assert outcome.status == "sent"
     msg = _parsed(outbox[0])
@@ -182,7 +129,7 @@ def test_marketing_mail_carries_one_click_unsubscribe_and_both_parts(ctx, store,
     )
 
 
-def test_transactional_mail_has_no_list_headers_and_reaches_unsubscribed(ctx, store, outbox):
+def test_transactional_mail_has_no_list_headers_and_reaches_unsubscribed(send_ctx, store, outbox):
     store.upsert("buyer@example.com", unsubscribe=True)
     job = SendJob(
         email="buyer@example.com",
@@ -192,7 +139,7 @@ def test_transactional_mail_has_no_list_headers_and_reaches_unsubscribed(ctx, st
         transactional=True,
         data={"order_id": "A-1", "total": "$10"},
     )
-    outcome = send(job, ctx)
+    outcome = send(job, send_ctx)
     assert outcome.status == "sent"
     msg = _parsed(outbox[0])
     for header in ("List-Unsubscribe", "List-Unsubscribe-Post", "List-Id"):
@@ -209,9 +156,9 @@ def test_transactional_mail_has_no_list_headers_and_reaches_unsubscribed(ctx, st
         (lambda s: None, "no_profile"),
     ],
 )
-def test_ineligible_subscribers_are_skipped_with_a_reason(ctx, store, outbox, setup, reason):
+def test_ineligible_subscribers_are_skipped_with_a_reason(send_ctx, store, outbox, setup, reason):
     setup(store)
-    outcome = send(SendJob(email="x@example.com", template="welcome", source="onboarding"), ctx)
+    outcome = send(SendJob(email="x@example.com", template="welcome", source="onboarding"), send_ctx)
     assert (outcome.status, outcome.reason) == ("skipped", reason)
     assert outbox == []
     if reason != "no_profile":
@@ -219,7 +166,7 @@ def test_ineligible_subscribers_are_skipped_with_a_reason(ctx, store, outbox, se
         assert [(e["type"], e["reason"]) for e in events] == [("send_skipped", reason)]
 
 
-def test_suppressed_is_never_sent_even_transactional(ctx, store, outbox):
+def test_suppressed_is_never_sent_even_transactional(send_ctx, store, outbox):
     store.set_suppressed("x@example.com", True)
     job = SendJob(
         email="x@example.com",
@@ -228,20 +175,20 @@ def test_suppressed_is_never_sent_even_transactional(ctx, store, outbox):
         transactional=True,
         data={"order_id": "1", "total": "1"},
     )
-    assert send(job, ctx).reason == "suppressed"
+    assert send(job, send_ctx).reason == "suppressed"
     assert outbox == []
 
 
-def test_sender_override_and_tags(ctx, store, outbox, monkeypatch):
+def test_sender_override_and_tags(send_ctx, store, outbox, monkeypatch):
     store.upsert("jane@example.com")
     calls: list[dict[str, Any]] = []
-    original = ctx.ses.client.send_email
+    original = send_ctx.ses.client.send_email
 
     def spy(**kwargs: Any) -> Any:
         calls.append(kwargs)
         return original(**kwargs)
 
-    monkeypatch.setattr(ctx.ses.client, "send_email", spy)
+    monkeypatch.setattr(send_ctx.ses.client, "send_email", spy)
     job = SendJob(
         email="jane@example.com",
         template="onboarding/welcome",
@@ -251,7 +198,7 @@ def test_sender_override_and_tags(ctx, store, outbox, monkeypatch):
             **{"from": "Sales Team <sales@acme.test>", "reply_to": "Desk <desk@acme.test>"}
         ),
     )
-    assert send(job, ctx).status == "sent"
+    assert send(job, send_ctx).status == "sent"
     request = calls[0]
     assert request["FromEmailAddress"] == "sales@acme.test"
     assert request["ConfigurationSetName"] == "mailstep"
@@ -277,12 +224,12 @@ class _FakeSes(SesSender):
         return self.results.pop(0)
 
 
-def test_throttling_releases_the_claim_so_the_retry_sends(ctx, store, resources):
+def test_throttling_releases_the_claim_so_the_retry_sends(send_ctx, store, resources):
     store.upsert("jane@example.com")
     fake = _FakeSes(
         [SendResult("retryable", error_code="TooManyRequestsException"), SendResult("sent", "m-1")]
     )
-    retrying = SendContext(**{**ctx.__dict__, "ses": fake})
+    retrying = SendContext(**{**send_ctx.__dict__, "ses": fake})
     job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
     first = send(job, retrying)
     assert (first.status, first.reason, first.error_code) == (
@@ -295,7 +242,7 @@ def test_throttling_releases_the_claim_so_the_retry_sends(ctx, store, resources)
     assert len(_items(resources, keys.SENT_PREFIX)) == 1
 
 
-def test_account_level_errors_are_retryable_and_rejections_fail(ctx, store, resources):
+def test_account_level_errors_are_retryable_and_rejections_fail(send_ctx, store, resources):
     store.upsert("jane@example.com")
     fake = _FakeSes(
         [
@@ -303,7 +250,7 @@ def test_account_level_errors_are_retryable_and_rejections_fail(ctx, store, reso
             SendResult("rejected", error_code="MessageRejected"),
         ]
     )
-    failing = SendContext(**{**ctx.__dict__, "ses": fake})
+    failing = SendContext(**{**send_ctx.__dict__, "ses": fake})
     job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
     assert send(job, failing).reason == "account"
     outcome = send(job, failing)
@@ -312,57 +259,59 @@ def test_account_level_errors_are_retryable_and_rejections_fail(ctx, store, reso
     assert [e["reason"] for e in store.list_events("jane@example.com")] == ["rejected"]
 
 
-def _claim_and_stall(ctx: SendContext, job: SendJob, now: datetime) -> None:
+def _claim_and_stall(send_ctx: SendContext, job: SendJob, now: datetime) -> None:
     """A worker claims ``job`` at ``now`` and never gets further (crashed or stalled)."""
-    ctx.log.claim(
+    send_ctx.log.claim(
         job.email,
         job.source,
         job.step,
         send_id=send_id_for(job),
         template=job.template,
         now=int(now.timestamp()),
-        lease_seconds=ctx.lease_seconds,
+        lease_seconds=send_ctx.lease_seconds,
         log_until=int((now + timedelta(days=30)).timestamp()),
     )
 
 
-def test_a_crashed_claim_blocks_until_its_lease_expires_then_sends(ctx, store, resources, outbox):
+def test_a_crashed_claim_blocks_until_its_lease_expires_then_sends(send_ctx, store, resources, outbox):
     # Given a worker that claimed the key and died before finishing
     store.upsert("jane@example.com")
     job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
     now = datetime.now(UTC)
-    _claim_and_stall(ctx, job, now)
+    _claim_and_stall(send_ctx, job, now)
     # When the job is retried within the lease, then it waits; after the lease it sends once
-    assert send(job, ctx, now=now + timedelta(seconds=10)).reason == "in_flight"
+    assert send(job, send_ctx, now=now + timedelta(seconds=10)).reason == "in_flight"
     assert outbox == []
-    assert send(job, ctx, now=now + timedelta(seconds=ctx.lease_seconds + 1)).status == "sent"
+    assert send(job, send_ctx, now=now + timedelta(seconds=send_ctx.lease_seconds + 1)).status == "sent"
     assert len(outbox) == 1
 
 
-def test_render_errors_fail_without_sending_or_holding_the_claim(ctx, store, resources, outbox):
+def test_render_errors_fail_without_sending_or_holding_the_claim(send_ctx, store, resources, outbox):
     store.upsert("jane@example.com")
     job = SendJob(
         email="jane@example.com", template="transactional/receipt", source="purchases", transactional=True
     )
-    outcome = send(job, ctx)  # data.order_id is missing: StrictUndefined
+    outcome = send(job, send_ctx)  # data.order_id is missing: StrictUndefined
     assert (outcome.status, outcome.reason) == ("failed", "render_error")
     assert "order_id" in (outcome.detail or "")
     assert outbox == [] and _items(resources, keys.SEND_CLAIM_PREFIX) == []
 
 
-def test_test_sends_reach_addresses_without_a_profile(ctx, outbox):
-    outcome = send(SendJob(email="qa@example.com", template="welcome", source="test", step="t1"), ctx)
+def test_test_sends_reach_addresses_without_a_profile(send_ctx, outbox):
+    outcome = send(SendJob(email="qa@example.com", template="welcome", source="test", step="t1"), send_ctx)
     assert outcome.status == "sent" and len(outbox) == 1
 
 
-def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_claim(ctx, store, resources):
+def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_claim(
+    send_ctx, store, resources
+):
     # Given worker A claimed, stalled past its lease, and worker B took over and sent
     store.upsert("jane@example.com")
     job = SendJob(email="jane@example.com", template="welcome", source="onboarding")
     now = datetime.now(UTC)
-    _claim_and_stall(ctx, job, now)
-    later = now + timedelta(seconds=ctx.lease_seconds + 1)
-    taken_over = send(job, ctx, now=later)
+    _claim_and_stall(send_ctx, job, now)
+    later = now + timedelta(seconds=send_ctx.lease_seconds + 1)
+    taken_over = send(job, send_ctx, now=later)
     assert taken_over.status == "sent"
     # When A finally completes its own (duplicate) send
     record = SentRecord(
@@ -377,11 +326,11 @@ def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_
         sent_at="2026-01-01T00:00:00.000Z",
         ttl=1,
     )
-    ctx.log.complete(record)
+    send_ctx.log.complete(record)
     # Then both sends are logged (and counted), and a redelivery sends nothing more
     assert sorted(i["ses_message_id"] for i in _items(resources, keys.SENT_PREFIX)) == sorted(
         ["late-a", taken_over.message_id]
     )
     assert StatsStore(resources.tables["table_name"], "-").source("onboarding").total("send") == 2
-    again = send(job, ctx, now=later + timedelta(seconds=ctx.lease_seconds + 1))
+    again = send(job, send_ctx, now=later + timedelta(seconds=send_ctx.lease_seconds + 1))
     assert (again.status, again.reason) == ("skipped", "already_sent")

@@ -23,16 +23,13 @@ from botocore.exceptions import ClientError
 from moto.awslambda.models import LambdaFunction
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core.config import default_user_config
-from moto.ses.models import ses_backends
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
-from cli.local.provision import LocalResources
 from shared.core.aws import client
 from shared.core.models import InboundEvent
 from shared.sending.jobs import SendJob
-from shared.sending.pipeline import MailIdentity, SendContext, SendOutcome, send
-from shared.sending.sender import SesSender
+from shared.sending.pipeline import SendContext, SendOutcome, send
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import compile_sequence, definition_json, render_definition
 from shared.sequences.engine import SequenceEngine
@@ -43,7 +40,6 @@ from shared.sequences.sfn import StepFunctions, state_transitions
 from shared.sequences.steps import StepDeps, parse_request, run_step
 from shared.sequences.structure import structural_problems
 from shared.sequences.validate import Catalog, load_catalog
-from shared.store.send_log import SendLog
 from shared.store.subscribers import SubscriberStore, keys
 from shared.web.ingest import IngestContext, dispatch
 from tests.integration.conftest import scan_all
@@ -52,7 +48,6 @@ REGION = "us-east-1"
 FUNCTION = "seq-step-under-test"
 ROLE = "seq-test-role"
 PREFIX = f"arn:aws:states:{REGION}:{DEFAULT_ACCOUNT_ID}:stateMachine:test-seq-"
-SECRET = "integration-unsubscribe-secret-0123456789"
 
 
 @dataclass
@@ -125,10 +120,9 @@ class Harness:
 
 
 @pytest.fixture
-def harness(resources: LocalResources, store: SubscriberStore) -> Iterator[Harness]:
+def harness(store: SubscriberStore, send_ctx: SendContext) -> Iterator[Harness]:
     previous = dict(default_user_config.get("stepfunctions", {}))
     default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
-    ses = ses_backends[DEFAULT_ACCOUNT_ID][REGION]
     with contextlib.suppress(ClientError):
         client("sesv2").create_email_identity(EmailIdentity="example.com")
     iam = client("iam")
@@ -150,14 +144,7 @@ def harness(resources: LocalResources, store: SubscriberStore) -> Iterator[Harne
             Code={"ZipFile": code.getvalue()},
         )["FunctionArn"]
     h = Harness(store=store, sfn=StepFunctions(), function_arn=function_arn, role_arn=role_arn)
-    ctx = SendContext(
-        store=store,
-        log=SendLog(resources.tables["table_name"]),
-        ses=SesSender(""),
-        identity=MailIdentity(from_="Acme <hello@example.com>", public_base_url="https://api.example.com"),
-        token_secret=lambda: SECRET,
-    )
-    h.send_real = lambda job: send(job, ctx)
+    h.send_real = lambda job: send(job, send_ctx)
     deps = StepDeps(store=store, send=h.send)
 
     def invoke(self: Any, event: Any = None) -> tuple[str, bool, str]:
@@ -192,7 +179,6 @@ def harness(resources: LocalResources, store: SubscriberStore) -> Iterator[Harne
     for arn in h.machines:
         with contextlib.suppress(ClientError):
             client("stepfunctions").delete_state_machine(stateMachineArn=arn)
-    ses.sent_messages.clear()
     default_user_config["stepfunctions"] = previous
 
 
@@ -207,6 +193,13 @@ def sequence_from(text: str, sequence_id: str = "t") -> Sequence:
     assert not problems, problems
     assert sequence is not None
     return sequence
+
+
+def send_wait_send(sequence_id: str, head: str, first: str, then: str) -> Sequence:
+    """A sequence whose ``head`` (trigger and options) is followed by three steps: send
+    ``first``, wait a day, send ``then``."""
+    steps = f"  - send: {first}\n    subject: A\n  - wait: 1d\n  - send: {then}\n    subject: B\n"
+    return sequence_from(f"{head}\nsteps:\n{steps}", sequence_id)
 
 
 def start(
@@ -339,11 +332,7 @@ def test_retryable_send_is_retried_with_backoff_and_sent_once(harness: Harness) 
 
 
 def test_permanent_failure_is_recorded_and_removes_the_pair(harness: Harness) -> None:
-    sequence = sequence_from(
-        "trigger: go\nsteps:\n  - send: onboarding/tips\n    subject: Hi\n  - wait: 1d\n"
-        "  - send: onboarding/upgrade\n    subject: Up\n",
-        "failing",
-    )
+    sequence = send_wait_send("failing", "trigger: go", "onboarding/tips", "onboarding/upgrade")
     harness.deploy(sequence)
     harness.scripted["onboarding/tips"] = ["failed"]
     result = start(harness, sequence, "fail@example.com")
@@ -395,11 +384,8 @@ def _post(engine: SequenceEngine, store: SubscriberStore, **event: Any) -> dict[
 
 
 def test_same_trigger_three_times_starts_one_execution_and_reentry_is_ignored(harness: Harness) -> None:
-    drip = sequence_from(
-        "trigger: trial.started\nexit_on: [purchase.completed]\nsteps:\n"
-        "  - send: trial/expiring\n    subject: A\n  - wait: 1d\n  - send: trial/last-day\n    subject: B\n",
-        "drip",
-    )
+    head = "trigger: trial.started\nexit_on: [purchase.completed]"
+    drip = send_wait_send("drip", head, "trial/expiring", "trial/last-day")
     engine = harness.engine(_catalog(drip))
     gate = harness.gate = threading.Event()  # hold the execution in its first wait
     outcomes = [
@@ -445,11 +431,7 @@ def test_a_finished_sequence_is_entered_again_only_with_reentry_allow(
 
 
 def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Harness) -> None:
-    drip = sequence_from(
-        "trigger: go\nreentry: restart\nsteps:\n  - send: trial/expiring\n    subject: A\n  - wait: 1d\n"
-        "  - send: trial/last-day\n    subject: B\n",
-        "again",
-    )
+    drip = send_wait_send("again", "trigger: go\nreentry: restart", "trial/expiring", "trial/last-day")
     engine = harness.engine(_catalog(drip))
     gate = harness.gate = threading.Event()
     first = _post(engine, harness.store, type="go", email="r@example.com", id="a")
@@ -470,16 +452,9 @@ def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Ha
 
 @pytest.mark.parametrize("via_link", [False, True], ids=["event", "one-click-link"])
 def test_unsubscribe_stops_marketing_but_not_transactional(harness: Harness, via_link: bool) -> None:
-    marketing = sequence_from(
-        "trigger: signup\nsteps:\n  - send: onboarding/tips\n    subject: A\n  - wait: 1d\n"
-        "  - send: onboarding/upgrade\n    subject: B\n",
-        "marketing",
-    )
-    receipts = sequence_from(
-        "trigger: signup\ntransactional: true\nsteps:\n  - send: onboarding/welcome\n    subject: R\n"
-        "  - wait: 1d\n  - send: onboarding/welcome\n    subject: R2\n",
-        "receipts",
-    )
+    marketing = send_wait_send("marketing", "trigger: signup", "onboarding/tips", "onboarding/upgrade")
+    head = "trigger: signup\ntransactional: true"
+    receipts = send_wait_send("receipts", head, "onboarding/welcome", "onboarding/welcome")
     engine = harness.engine(_catalog(marketing, receipts))
     gate = harness.gate = threading.Event()
     started = _post(engine, harness.store, type="signup", email="u@example.com", id="s1")

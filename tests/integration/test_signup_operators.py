@@ -32,8 +32,8 @@ from tests.integration import test_consent_signup as consent
 from tests.integration.conftest import scan_all
 from tests.integration.test_consent_signup import ADDRESS, IP, T0, _confirm_token, _request, _Throttled
 
-# The sign-up tests' fixtures, reused: a moto-backed consent context and its SES outbox.
-ctx, engine, outbox = consent.ctx, consent.engine, consent.outbox
+# The sign-up tests' fixtures, reused: a moto-backed consent context and its sequence engine.
+ctx, engine = consent.ctx, consent.engine
 
 CATALOG = require_topics(TOPICS_FILE)  # product-updates (default on), newsletter (default off)
 

@@ -6,58 +6,33 @@ send step."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from email import policy
 from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ses.models import ses_backends
 
-from cli.local.provision import LocalResources
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.model import Audience
-from shared.core.aws import client
 from shared.core.topics import TOPICS_FILE, require_topics
 from shared.sending.jobs import SendJob
-from shared.sending.pipeline import MailIdentity, SendContext, send
-from shared.sending.sender import SesSender
+from shared.sending.pipeline import SendContext, send
 from shared.sending.tokens import TokenClaims, issue, verify
 from shared.sequences.validate import load_catalog
-from shared.store.send_log import SendLog
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore
 from shared.web.unsubscribe import UnsubscribeContext, resubscribe, unsubscribe
+from tests.integration.conftest import SECRET
 
-SECRET = "integration-topic-secret-0123456789"
 TOPICS = require_topics(TOPICS_FILE)  # product-updates: default on; newsletter: default off
-IDENTITY = MailIdentity(from_="Acme <hello@acme.test>", public_base_url="https://api.acme.test")
 
 
 @pytest.fixture
-def outbox(aws: None) -> Iterator[list[Any]]:
-    with contextlib.suppress(ClientError):
-        client("sesv2").create_email_identity(EmailIdentity="acme.test")
-    sent = ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages
-    sent.clear()
-    yield sent
-    sent.clear()
-
-
-@pytest.fixture
-def ctx(store: SubscriberStore, resources: LocalResources, outbox: list[Any]) -> SendContext:
-    return SendContext(
-        store=store,
-        log=SendLog(resources.tables["table_name"]),
-        ses=SesSender("mailstep"),
-        identity=IDENTITY,
-        token_secret=lambda: SECRET,
-        topics=TOPICS,
-    )
+def ctx(send_ctx: SendContext) -> SendContext:
+    return replace(send_ctx, topics=TOPICS)
 
 
 def _job(email: str, step: str, **extra: Any) -> SendJob:
