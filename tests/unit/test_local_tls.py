@@ -7,6 +7,7 @@ import contextlib
 import socket
 import ssl
 import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,43 +50,41 @@ def test_a_valid_pair_is_reused_and_one_about_to_expire_or_broken_is_replaced(tm
     server_context(repaired)  # the new key matches the new certificate
 
 
+@contextlib.contextmanager
+def _connected(serve: Callable[[socket.socket], None]) -> Iterator[socket.socket]:
+    """A client's plain TCP connection to a loopback server that hands its one accepted
+    connection to ``serve`` (in a thread, joined on the way out)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        thread = threading.Thread(target=lambda: serve(listener.accept()[0]), daemon=True)
+        thread.start()
+        with socket.create_connection(listener.getsockname(), timeout=5) as raw:
+            yield raw
+        thread.join(5)
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
 def test_a_client_trusting_the_certificate_verifies_the_handshake(tmp_path: Path, host: str) -> None:
     files = ensure_certificate(tmp_path / "tls")
     server = server_context(files)
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
 
-        def serve() -> None:
-            conn, _ = listener.accept()
-            with server.wrap_socket(conn, server_side=True) as tls:
-                tls.sendall(b"ok")
+    def serve(conn: socket.socket) -> None:
+        with server.wrap_socket(conn, server_side=True) as tls:
+            tls.sendall(b"ok")
 
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        raw = socket.create_connection(listener.getsockname(), timeout=5)
-        with client_context(files.cert).wrap_socket(raw, server_hostname=host) as tls:
-            assert tls.recv(2) == b"ok"
-        thread.join(5)
+    with _connected(serve) as raw, client_context(files.cert).wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.recv(2) == b"ok"
 
 
 def test_a_client_without_the_certificate_refuses_the_server(tmp_path: Path) -> None:
     files = ensure_certificate(tmp_path / "tls")
     other = ensure_certificate(tmp_path / "other")  # a different self-signed certificate
     server = server_context(files)
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
 
-        def serve() -> None:
-            conn, _ = listener.accept()
-            with conn, contextlib.suppress(ssl.SSLError, OSError):
-                server.wrap_socket(conn, server_side=True)  # the client aborts the handshake
+    def serve(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(ssl.SSLError, OSError):
+            server.wrap_socket(conn, server_side=True)  # the client aborts the handshake
 
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        raw = socket.create_connection(listener.getsockname(), timeout=5)
-        with raw, pytest.raises(ssl.SSLCertVerificationError):
-            client_context(other.cert).wrap_socket(raw, server_hostname="127.0.0.1")
-        thread.join(5)
+    with _connected(serve) as raw, pytest.raises(ssl.SSLCertVerificationError):
+        client_context(other.cert).wrap_socket(raw, server_hostname="127.0.0.1")
