@@ -31,6 +31,7 @@ stdout carries the protocol.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,7 @@ from shared.engagement.suppression import Suppressions
 from shared.sending.rendering import TEMPLATES_DIR, Renderer
 from shared.sequences import SEQUENCES_DIR
 from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore
 
 INSTRUCTIONS = """mailstep: self-hosted email (subscribers, sequences, engagement) on AWS.
 Tools read and change the live data of one deployment ({label}). Emails are normalised
@@ -79,6 +81,9 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(from_dynamo(value), default=str))
 
 
+Register = Callable[[F], F]  # adds a function as a tool of the server being built
+
+
 def build_server(
     target: Target,
     *,
@@ -86,18 +91,24 @@ def build_server(
     templates_dir: Path = TEMPLATES_DIR,
     topics_file: Path = TOPICS_FILE,
 ) -> MCPServer:
-    settings = target.settings  # every adapter below uses the target's clients
-    admin = SubscriberAdmin.of(target)
-    store = admin.store
-    stats_store = target.stats_store()
-    suppressions = Suppressions(store, admin.engine)
+    admin = SubscriberAdmin.of(target)  # every adapter below uses the target's clients
     server = MCPServer("mailstep", instructions=INSTRUCTIONS.format(label=target.label), version="0.1.0")
 
     def tool(fn: F) -> F:
         server.add_tool(_tool_errors(fn), name=fn.__name__, description=fn.__doc__)
         return fn
 
-    # ----- subscribers ---------------------------------------------------------------------
+    _subscriber_tools(tool, admin)
+    _topic_tools(tool, target, topics_file)
+    _sequence_tools(tool, target, admin.store, sequences_dir, templates_dir)
+    _event_tools(tool, admin.store, target.stats_store())
+    _template_tools(tool, templates_dir)
+    _broadcast_tools(tool, target)
+    _health_tools(tool, target, Suppressions(admin.store, admin.engine))
+    return server
+
+
+def _subscriber_tools(tool: Register[Any], admin: SubscriberAdmin) -> None:
     @tool
     def subscriber_get(email: str) -> dict[str, Any]:
         """One subscriber: profile (status, tags, attributes), active sequences, suppression."""
@@ -142,7 +153,8 @@ def build_server(
             raise ToolError("erasing is irreversible: call again with confirm=true")
         return admin.delete(email).public()
 
-    # ----- topics and pending sign-ups ------------------------------------------------------
+
+def _topic_tools(tool: Register[Any], target: Target, topics_file: Path) -> None:
     def topics() -> TopicAdmin:
         return TopicAdmin.of(target, topics_file)  # topics.yaml read per call: edits show at once
 
@@ -171,7 +183,10 @@ def build_server(
         {total, pending: [{email, form, created_at, expires_at, last_mail_at, topics}]}."""
         return topics().pending(limit=limit).public()
 
-    # ----- sequences -----------------------------------------------------------------------
+
+def _sequence_tools(
+    tool: Register[Any], target: Target, store: SubscriberStore, sequences_dir: Path, templates_dir: Path
+) -> None:
     @tool
     def sequences_list() -> list[dict[str, Any]]:
         """Every sequence with its trigger, exit events, kind and active execution count."""
@@ -214,11 +229,12 @@ def build_server(
         return [
             f.public()
             for f in failed_executions(
-                sequence_id, arn_prefix=settings.state_machine_arn_prefix, aws=target.aws
+                sequence_id, arn_prefix=target.settings.state_machine_arn_prefix, aws=target.aws
             )
         ]
 
-    # ----- events and stats ----------------------------------------------------------------
+
+def _event_tools(tool: Register[Any], store: SubscriberStore, stats_store: StatsStore) -> None:
     @tool
     def events_by_subscriber(email: str) -> list[dict[str, Any]]:
         """Every event of one subscriber (API events, sends, SES events), oldest first."""
@@ -259,7 +275,8 @@ def build_server(
         counters = report(stats_store, source=sequence or broadcast, template=template, since=since)
         return {"scope": chosen[0], "since": since, "rows": counters.rows()}
 
-    # ----- templates -----------------------------------------------------------------------
+
+def _template_tools(tool: Register[Any], templates_dir: Path) -> None:
     @tool
     def templates_list() -> list[dict[str, Any]]:
         """Template keys with their subject and layout."""
@@ -306,38 +323,54 @@ def build_server(
             "html": rendered.html,
         }
 
-    # ----- broadcasts -----------------------------------------------------------------------
+
+def _broadcast_arguments(
+    template: str,
+    subject: str | None = None,
+    tags: list[str] | None = None,
+    any_tags: list[str] | None = None,
+    exclude_tags: list[str] | None = None,
+    where: list[str] | None = None,
+    at: str | None = None,
+    topic: str | None = None,
+) -> None:
+    """The parameters broadcast_dry_run and broadcast_send share (see :func:`_broadcast_tool`)."""
+
+
+def _broadcast_tool(fn: F) -> F:
+    """Give ``fn``, which takes ``**arguments``, the parameters of :func:`_broadcast_arguments`
+    followed by its own: the MCP SDK builds a tool's input schema from this signature, so the
+    two broadcast tools cannot drift apart (as ``cli.target.targeted`` does for typer)."""
+    shared = inspect.signature(_broadcast_arguments, eval_str=True).parameters.values()
+    own = inspect.signature(fn, eval_str=True)
+    parameters = [*shared, *(p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD)]
+    fn.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return fn
+
+
+def _broadcast_request(arguments: dict[str, Any], broadcast_id: str | None = None) -> Any:
+    from shared.broadcasts.model import parse_request
+
+    return parse_request(
+        id=broadcast_id or _new_broadcast_id(),
+        template=arguments["template"],
+        subject=arguments.get("subject"),
+        audience={
+            "tags": arguments.get("tags") or [],
+            "any_tags": arguments.get("any_tags") or [],
+            "exclude_tags": arguments.get("exclude_tags") or [],
+            "where": arguments.get("where") or [],
+            "topic": arguments.get("topic"),
+        },
+        at=arguments.get("at"),
+    )
+
+
+def _broadcast_tools(tool: Register[Any], target: Target) -> None:
     def broadcasts() -> Any:
         from ops.broadcasts import Broadcasts
 
-        return Broadcasts.from_settings(settings, target.aws)
-
-    def broadcast_request(
-        template: str,
-        subject: str | None,
-        tags: list[str] | None,
-        any_tags: list[str] | None,
-        exclude_tags: list[str] | None,
-        where: list[str] | None,
-        at: str | None,
-        broadcast_id: str | None,
-        topic: str | None = None,
-    ) -> Any:
-        from shared.broadcasts.model import parse_request
-
-        return parse_request(
-            id=broadcast_id or _new_broadcast_id(),
-            template=template,
-            subject=subject,
-            audience={
-                "tags": tags or [],
-                "any_tags": any_tags or [],
-                "exclude_tags": exclude_tags or [],
-                "where": where or [],
-                "topic": topic,
-            },
-            at=at,
-        )
+        return Broadcasts.from_settings(target.settings, target.aws)
 
     @tool
     def broadcasts_list(limit: int = 50) -> list[dict[str, Any]]:
@@ -350,38 +383,22 @@ def build_server(
         return dict(broadcasts().details(broadcast_id))
 
     @tool
-    def broadcast_dry_run(
-        template: str,
-        subject: str | None = None,
-        tags: list[str] | None = None,
-        any_tags: list[str] | None = None,
-        exclude_tags: list[str] | None = None,
-        where: list[str] | None = None,
-        at: str | None = None,
-        topic: str | None = None,
-    ) -> dict[str, Any]:
+    @_broadcast_tool
+    def broadcast_dry_run(**arguments: Any) -> dict[str, Any]:
         """Who a broadcast would reach, without sending: audience size and a sample. Audience:
         ALL of tags, at least one of any_tags, none of exclude_tags, attribute conditions in
         where (plan=pro, plan!=free, seats>3, country in de,fr); with topic (topics_list) only
         readers who receive that topic."""
-        request = broadcast_request(template, subject, tags, any_tags, exclude_tags, where, at, None, topic)
+        request = _broadcast_request(arguments)
         service = broadcasts()
         service.check(request)
         size, sample = service.preview(request)
         return {"audience_size": size, "sample": sample, "audience": request.audience.describe()}
 
     @tool
+    @_broadcast_tool
     def broadcast_send(
-        template: str,
-        subject: str | None = None,
-        tags: list[str] | None = None,
-        any_tags: list[str] | None = None,
-        exclude_tags: list[str] | None = None,
-        where: list[str] | None = None,
-        at: str | None = None,
-        broadcast_id: str | None = None,
-        confirm: bool = False,
-        topic: str | None = None,
+        broadcast_id: str | None = None, confirm: bool = False, **arguments: Any
     ) -> dict[str, Any]:
         """Send (or schedule with at, ISO 8601 with zone) a broadcast to real people. Run
         broadcast_dry_run first and show the audience; requires confirm=true. Re-sending with
@@ -390,13 +407,11 @@ def build_server(
             raise ToolError(
                 "sending reaches real people: check broadcast_dry_run, then call with confirm=true"
             )
-        request = broadcast_request(
-            template, subject, tags, any_tags, exclude_tags, where, at, broadcast_id, topic
-        )
-        answer = broadcasts().send(request)
+        answer = broadcasts().send(_broadcast_request(arguments, broadcast_id))
         return {"created": answer.created, "same": answer.same, "broadcast": answer.record.public()}
 
-    # ----- suppression and health ----------------------------------------------------------
+
+def _health_tools(tool: Register[Any], target: Target, suppressions: Suppressions) -> None:
     @tool
     def suppression_list() -> list[dict[str, Any]]:
         """Suppressed addresses (permanent bounces, complaints, manual) with reason and time."""
@@ -414,8 +429,6 @@ def build_server(
         from ops.doctor import run
 
         return run(target).public()
-
-    return server
 
 
 def _new_broadcast_id() -> str:

@@ -232,6 +232,10 @@ def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
 _TRANSACTIONS = threading.Lock()
 
 
+_Written = list[tuple[str, dict[str, Any], dict[str, Any] | None]]  # (table, key, item before)
+_Reason = tuple[str | None, str | None, dict[str, Any] | None]  # (code, message, item): a CancellationReason
+
+
 def _transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
     """moto's TransactWriteItems with the same checks and errors, but an item-level rollback.
 
@@ -244,71 +248,95 @@ def _transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> No
     if len(transact_items) > 100:
         raise TooManyTransactionsException()
     with _TRANSACTIONS:
-        written: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
-
-        def rollback() -> None:
-            for table_name, key, attributes in reversed(written):
-                if attributes is not None:
-                    self.put_item(table_name, attributes)
-                elif self.get_item(table_name, key) is not None:
-                    self.delete_item(table_name, key)
-
+        written: _Written = []
         targets: set[tuple[str, str]] = set()
-        errors: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
+        reasons: list[_Reason] = []
         for entry in transact_items:
-            original_item: dict[str, Any] | None = None
             if len(list(entry.keys())) > 1:
                 raise TransactWriteSingleOpException
             try:
-                op_type, op = next(iter(entry.items()))
-                if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
-                    raise ValueError("Unsupported transaction operation")
-                table_name = op["TableName"]
-                condition = op.get("ConditionExpression")
-                names = op.get("ExpressionAttributeNames")
-                values = op.get("ExpressionAttributeValues")
-                if op_type == "Put":
-                    table = self.get_table(table_name)
-                    key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
-                    if table.range_key_attr is not None:
-                        key[table.range_key_attr] = op["Item"][table.range_key_attr]
-                else:
-                    key = op["Key"]
-                target = (str(table_name), str(dict(sorted(key.items()))))
-                if target in targets:
-                    raise MultipleTransactionsException()
-                targets.add(target)
-                current = self.get_item(table_name, key)
-                holds = condition is None or get_filter_expression(condition, names, values).expr(current)
-                if not holds:
-                    if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
-                        original_item = current.to_json()["Attributes"]
-                    raise ConditionalCheckFailed(item=original_item)
-                if op_type != "ConditionCheck":
-                    before = None if current is None else copy.deepcopy(current.to_json()["Attributes"])
-                    written.append((table_name, key, before))
-                common = {
-                    "condition_expression": condition,
-                    "expression_attribute_names": names,
-                    "expression_attribute_values": values,
-                }
-                if op_type == "Put":
-                    self.put_item(table_name, op["Item"], **common)
-                elif op_type == "Delete":
-                    self.delete_item(table_name, key, **common)
-                elif op_type == "Update":
-                    self.update_item(table_name, key, update_expression=op["UpdateExpression"], **common)
-                errors.append((None, None, None))
+                reasons.append(_transact_one(self, entry, targets, written))
             except (MultipleTransactionsException, MockValidationException):
-                rollback()
+                _roll_back(self, written)
                 raise
-            except ConditionalCheckFailed as exc:
-                errors.append(("ConditionalCheckFailed", str(exc.message), original_item))
-            except Exception as exc:  # moto reports any other failure per item, like DynamoDB
-                errors.append((type(exc).__name__, str(exc), original_item))
-        if any(code is not None for code, _, _ in errors):
-            rollback()
-            raise TransactionCanceledException(errors)
+        if any(code is not None for code, _, _ in reasons):
+            _roll_back(self, written)
+            raise TransactionCanceledException(reasons)
+
+
+def _transact_one(
+    backend: Any, entry: dict[str, Any], targets: set[tuple[str, str]], written: _Written
+) -> _Reason:
+    """One operation of a transaction: its condition checked, the item it changes remembered in
+    ``written`` (as it was before), the write made. Returns the operation's cancellation reason
+    (all None: it went through); raises what cancels the whole transaction at once."""
+    original_item: dict[str, Any] | None = None
+    try:
+        op_type, op = next(iter(entry.items()))
+        if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+            raise ValueError("Unsupported transaction operation")
+        table_name = op["TableName"]
+        key = _operation_key(backend, op_type, op)
+        target = (str(table_name), str(dict(sorted(key.items()))))
+        if target in targets:
+            raise MultipleTransactionsException()
+        targets.add(target)
+        current = backend.get_item(table_name, key)
+        condition = op.get("ConditionExpression")
+        names, values = op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+        if condition is not None and not get_filter_expression(condition, names, values).expr(current):
+            if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                original_item = current.to_json()["Attributes"]
+            raise ConditionalCheckFailed(item=original_item)
+        if op_type != "ConditionCheck":
+            written.append(
+                (table_name, key, None if current is None else copy.deepcopy(current.to_json()["Attributes"]))
+            )
+            common = {
+                "condition_expression": condition,
+                "expression_attribute_names": names,
+                "expression_attribute_values": values,
+            }
+            _write(backend, op_type, op, key, common)
+        return None, None, None
+    except (MultipleTransactionsException, MockValidationException):
+        raise
+    except ConditionalCheckFailed as exc:
+        return "ConditionalCheckFailed", str(exc.message), original_item
+    except Exception as exc:  # moto reports any other failure per item, like DynamoDB
+        return type(exc).__name__, str(exc), original_item
+
+
+def _operation_key(backend: Any, op_type: str, op: dict[str, Any]) -> dict[str, Any]:
+    """The key of the item an operation names (a Put names it by its item)."""
+    if op_type != "Put":
+        return op["Key"]
+    table = backend.get_table(op["TableName"])
+    key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
+    if table.range_key_attr is not None:
+        key[table.range_key_attr] = op["Item"][table.range_key_attr]
+    return key
+
+
+def _write(
+    backend: Any, op_type: str, op: dict[str, Any], key: dict[str, Any], common: dict[str, Any]
+) -> None:
+    table_name = op["TableName"]
+    if op_type == "Put":
+        backend.put_item(table_name, op["Item"], **common)
+    elif op_type == "Delete":
+        backend.delete_item(table_name, key, **common)
+    else:
+        backend.update_item(table_name, key, update_expression=op["UpdateExpression"], **common)
+
+
+def _roll_back(backend: Any, written: _Written) -> None:
+    """Put back the items a transaction wrote, last first, as they were before it."""
+    for table_name, key, attributes in reversed(written):
+        if attributes is not None:
+            backend.put_item(table_name, attributes)
+        elif backend.get_item(table_name, key) is not None:
+            backend.delete_item(table_name, key)
 
 
 # Routes moto's server lacks for the SES v2 operations added here.

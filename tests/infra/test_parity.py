@@ -216,27 +216,35 @@ def publish_problems(template: dict[str, Any]) -> list[str]:
     """Every topic a service publishes to allows that service (scoped), every subscribed queue
     allows its topic, and the inbound bucket lets SES put mail; the problems found."""
     resources = template["Resources"]
+    return _topic_problems(resources) + _queue_problems(resources) + _bucket_problems(resources)
 
-    def of(cfn_type: str) -> dict[str, dict[str, Any]]:
-        return {k: r for k, r in resources.items() if r["Type"] == cfn_type}
 
-    targets: list[tuple[str, str]] = []  # (topic logical id, service principal)
-    for d in of("AWS::SES::ConfigurationSetEventDestination").values():
+def _of(resources: dict[str, Any], cfn_type: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in resources.items() if r["Type"] == cfn_type}
+
+
+def _publishers(resources: dict[str, Any]) -> set[tuple[str, str]]:
+    """(topic logical id, service principal) of every topic a service is pointed at."""
+    targets: set[tuple[str, str]] = set()
+    for d in _of(resources, "AWS::SES::ConfigurationSetEventDestination").values():
         sns = d["Properties"]["EventDestination"].get("SnsDestination")
         if sns:
-            targets.append((sns["TopicARN"]["Ref"], "ses.amazonaws.com"))
-    for rule in of("AWS::SES::ReceiptRule").values():
+            targets.add((sns["TopicARN"]["Ref"], "ses.amazonaws.com"))
+    for rule in _of(resources, "AWS::SES::ReceiptRule").values():
         for action in rule["Properties"]["Rule"]["Actions"]:
             for kind in ("S3Action", "SNSAction"):
                 if "TopicArn" in action.get(kind, {}):
-                    targets.append((action[kind]["TopicArn"]["Ref"], "ses.amazonaws.com"))
-    for alarm in of("AWS::CloudWatch::Alarm").values():
+                    targets.add((action[kind]["TopicArn"]["Ref"], "ses.amazonaws.com"))
+    for alarm in _of(resources, "AWS::CloudWatch::Alarm").values():
         for action in alarm["Properties"].get("AlarmActions", []):
-            targets.append((action["Ref"], "cloudwatch.amazonaws.com"))
+            targets.add((action["Ref"], "cloudwatch.amazonaws.com"))
+    return targets
 
+
+def _topic_problems(resources: dict[str, Any]) -> list[str]:
     problems = []
-    policies = of("AWS::SNS::TopicPolicy").values()
-    for topic, principal in sorted(set(targets)):
+    policies = _of(resources, "AWS::SNS::TopicPolicy").values()
+    for topic, principal in sorted(_publishers(resources)):
         statements = [
             s
             for p in policies
@@ -246,9 +254,13 @@ def publish_problems(template: dict[str, Any]) -> list[str]:
         allowed = [s for s in statements if _allows(s, principal, "sns:Publish")]
         if not any({"aws:sourceaccount", "aws:sourcearn"} & _condition_keys(s) for s in allowed):
             problems.append(f"topic {topic}: no scoped Allow sns:Publish for {principal}")
+    return problems
 
-    queue_policies = of("AWS::SQS::QueuePolicy").values()
-    for sub in of("AWS::SNS::Subscription").values():
+
+def _queue_problems(resources: dict[str, Any]) -> list[str]:
+    problems = []
+    queue_policies = _of(resources, "AWS::SQS::QueuePolicy").values()
+    for sub in _of(resources, "AWS::SNS::Subscription").values():
         if sub["Properties"]["Protocol"] != "sqs":
             continue
         queue, topic = sub["Properties"]["Endpoint"]["Fn::GetAtt"][0], sub["Properties"]["TopicArn"]
@@ -262,11 +274,15 @@ def publish_problems(template: dict[str, Any]) -> list[str]:
         ]
         if not allowed:
             problems.append(f"queue {queue}: no Allow sqs:SendMessage for its topic {topic['Ref']}")
+    return problems
 
-    for bucket in of("AWS::S3::Bucket"):
+
+def _bucket_problems(resources: dict[str, Any]) -> list[str]:
+    problems = []
+    for bucket in _of(resources, "AWS::S3::Bucket"):
         statements = [
             s
-            for p in of("AWS::S3::BucketPolicy").values()
+            for p in _of(resources, "AWS::S3::BucketPolicy").values()
             if p["Properties"]["Bucket"] == {"Ref": bucket}
             for s in p["Properties"]["PolicyDocument"]["Statement"]
         ]
