@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import targeted
+from cli.target import email_param, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -42,12 +42,7 @@ def events(
     """Every event of one subscriber, oldest first."""
     import json
 
-    from shared.core.models import normalise_email
-
-    try:
-        address = normalise_email(email)
-    except ValueError as exc:
-        raise typer.BadParameter(f"email: {exc}") from None
+    address = email_param(email)
     store = target.subscriber_store()
     items = store.list_events(address)
     if as_json:

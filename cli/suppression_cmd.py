@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import targeted
+from cli.target import email_param, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -54,12 +54,7 @@ def remove(
     target: Target,
 ) -> None:
     """Lift a suppression (the profile may be mailed again)."""
-    from shared.core.models import normalise_email
-
-    try:
-        address = normalise_email(email)
-    except ValueError as exc:
-        raise typer.BadParameter(f"email: {exc}") from None
+    address = email_param(email)
     if _suppressions(target).remove(address):
         console.print(f"{address} is no longer suppressed")
     else:

@@ -191,6 +191,17 @@ def targeted(command: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
+def email_param(raw: str) -> str:
+    """An address from the command line, normalised like every other entry point; one that is
+    no address is a usage error (exit 2)."""
+    from shared.core.models import normalise_email
+
+    try:
+        return normalise_email(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(f"email: {exc}") from None
+
+
 @contextmanager
 def errors_to_exit() -> Iterator[None]:
     """Domain errors become one line on stderr: exit 1 (not found, conflict), 2 (bad input)."""
