@@ -454,13 +454,7 @@ class LocalRuntime:
         """``POST /_local/environments/kill`` {function}: SIGKILL one execution environment of
         that function (spec name or physical name) that is in an invocation, as a crashed
         Lambda host would; 409 when none is running."""
-        try:
-            name = json.loads(body or b"{}")["function"]
-            if not isinstance(name, str):
-                raise TypeError("function must be a name")
-        except (ValueError, TypeError, KeyError) as exc:
-            message = "function is required" if isinstance(exc, KeyError) else str(exc)
-            return 400, {"error": {"code": "invalid_request", "message": message}}
+        name = _json_field(body, "function", str, "function must be a name")
         if self.environments is None:
             return 409, {"error": {"code": "no_environments", "message": "functions run in-process"}}
         spec = next((f for f in specs.FUNCTIONS if f.name == name), None)
@@ -474,7 +468,14 @@ class LocalRuntime:
 
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send};
-        ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry)."""
+        ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry).
+        A body these cannot use is a 400 ``invalid_request`` with the reason."""
+        try:
+            return self._route_control(method, path, body)
+        except _InvalidRequest as exc:
+            return 400, {"error": {"code": "invalid_request", "message": str(exc)}}
+
+    def _route_control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         if method == "GET" and path == "/_local/status":
             return 200, self.status()
         if method == "GET" and path == "/_local/iam":
@@ -482,14 +483,7 @@ class LocalRuntime:
         if method == "POST" and path == "/_local/environments/kill":
             return self._kill_environment(body)
         if method == "POST" and path == "/_local/clock":
-            try:
-                paused = json.loads(body or b"{}")["paused"]
-                if not isinstance(paused, bool):
-                    raise TypeError("paused must be true or false")
-            except (ValueError, TypeError, KeyError) as exc:
-                message = "paused is required" if isinstance(exc, KeyError) else str(exc)
-                return 400, {"error": {"code": "invalid_request", "message": message}}
-            if paused:
+            if _json_field(body, "paused", bool, "paused must be true or false"):
                 self.clock.pause()
             else:
                 self.clock.resume()
@@ -501,9 +495,27 @@ class LocalRuntime:
                     max_send_rate=values.get("max_send_rate"), max_24_hour_send=values.get("max_24_hour_send")
                 )
             except (ValueError, TypeError, AttributeError) as exc:
-                return 400, {"error": {"code": "invalid_request", "message": str(exc)}}
+                raise _InvalidRequest(str(exc)) from None
             return 200, self.ses.account()["SendQuota"]
         return 404, {"message": "Not Found"}
+
+
+class _InvalidRequest(Exception):
+    """A control request whose body cannot be used (a 400 with this message)."""
+
+
+def _json_field(body: bytes, name: str, kind: type, wrong_type: str) -> Any:
+    """Field ``name`` of a JSON object body, of type ``kind``; else :class:`_InvalidRequest`
+    (``<name> is required``, ``wrong_type``, or why the body is no JSON object)."""
+    try:
+        value = json.loads(body or b"{}")[name]
+    except KeyError:
+        raise _InvalidRequest(f"{name} is required") from None
+    except (ValueError, TypeError) as exc:
+        raise _InvalidRequest(str(exc)) from None
+    if not isinstance(value, kind):
+        raise _InvalidRequest(wrong_type)
+    return value
 
 
 def read_state(state_dir: Path) -> dict[str, Any]:
