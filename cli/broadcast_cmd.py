@@ -13,6 +13,8 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +58,15 @@ def _rate_overrides() -> dict[str, Any]:
 def _fail(message: str, code: int = 2) -> None:
     console.print(f"[red]error:[/red] {message}")
     raise typer.Exit(code)
+
+
+@contextmanager
+def _fail_on(*errors: type[Exception]) -> Iterator[None]:
+    """``errors`` end the command with their message and exit code 1 (not found, conflict)."""
+    try:
+        yield
+    except errors as exc:
+        _fail(str(exc), 1)
 
 
 def _new_id() -> str:
@@ -265,11 +276,8 @@ def get(
     """One broadcast: its record merged with its engagement counters (STATS)."""
     from shared.core.errors import NotFound
 
-    try:
+    with _fail_on(NotFound):
         details = _service(target).details(broadcast_id)
-    except NotFound as exc:
-        _fail(str(exc), 1)
-        return
     console.print_json(json.dumps(details))
 
 
@@ -283,11 +291,8 @@ def cancel(
     """Stop a scheduled or running broadcast (batches already in a worker's hands finish)."""
     from shared.core.errors import NotFound
 
-    try:
+    with _fail_on(NotFound):
         record, changed = _service(target).cancel(broadcast_id)
-    except NotFound as exc:
-        _fail(str(exc), 1)
-        return
     if not changed:
         console.print(f"broadcast {record.id} is {record.status}: nothing to cancel")
         return
@@ -304,9 +309,6 @@ def resume(
     """Resume a cancelled or failed broadcast: whoever has not received it yet gets it."""
     from shared.core.errors import Conflict, NotFound
 
-    try:
+    with _fail_on(NotFound, Conflict):
         record = _service(target).resume(broadcast_id)
-    except (NotFound, Conflict) as exc:
-        _fail(str(exc), 1)
-        return
     console.print(f"broadcast {record.id} resumed (round {record.round})")

@@ -29,6 +29,7 @@ DIR = typer.Option(SEQUENCES_DIR, "--dir", help="Folder of the sequence files.")
 TEMPLATES = typer.Option(
     None, "--templates", help="Templates folder (default: next to the sequences folder)."
 )
+SEQUENCE_ID = typer.Argument(..., help="The sequence id.")
 
 
 def _catalog(folder: Path, templates: Path | None, strict: bool = True):  # type: ignore[no-untyped-def]
@@ -141,7 +142,7 @@ def step_tree(sequence) -> Tree:  # type: ignore[no-untyped-def]
 @app.command("subscribers")
 @targeted
 def subscribers(
-    sequence_id: str = typer.Argument(..., help="The sequence id."),
+    sequence_id: str = SEQUENCE_ID,
     *,
     target: Target,
 ) -> None:
@@ -168,7 +169,7 @@ def subscribers(
 @app.command("reconcile")
 @targeted
 def reconcile(
-    sequence_id: str = typer.Argument(..., help="The sequence id."),
+    sequence_id: str = SEQUENCE_ID,
     *,
     target: Target,
 ) -> None:
