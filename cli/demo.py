@@ -13,13 +13,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from cli.demo_consent import chapter_signup_topics
+
+if TYPE_CHECKING:
+    from ops.broadcasts import Broadcasts
 
 
 @dataclass
@@ -87,6 +90,23 @@ class Demo:
         paused, Wait states do not end, so sequences stop at their next wait."""
         status, answer = self.post("/_local/clock", {"paused": paused})
         self.expect(status == 200 and answer.get("paused") is paused, f"the clock did not change: {answer}")
+
+    def broadcasts(self) -> Broadcasts:
+        """The operator's broadcast service (``ops.broadcasts.Broadcasts``) on the runtime's
+        tables and broadcast queues, as ``mailstep broadcast send`` uses it."""
+        from ops.broadcasts import Broadcasts
+        from shared.core import specs
+        from shared.core.settings import Settings
+
+        resources = self.runtime.resources
+        return Broadcasts.from_settings(
+            Settings(
+                table_name=resources.tables["table_name"],
+                events_table_name=resources.tables["events_table_name"],
+                broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
+                broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
+            )
+        )
 
     def expect(self, ok: bool, message: str) -> None:
         if not ok:
@@ -388,20 +408,9 @@ def chapter_broadcast(demo: Demo) -> None:
     import time
 
     from cli.local.ses import read_outbox
-    from ops.broadcasts import Broadcasts
     from shared.broadcasts.model import parse_request
-    from shared.core import specs
-    from shared.core.settings import Settings
 
-    resources = demo.runtime.resources
-    service = Broadcasts.from_settings(
-        Settings(
-            table_name=resources.tables["table_name"],
-            events_table_name=resources.tables["events_table_name"],
-            broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
-            broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
-        )
-    )
+    service = demo.broadcasts()
     request = parse_request(id="demo-news", template="newsletter/monthly", audience={"tags": ["newsletter"]})
     size, sample = service.preview(request)
     demo.console.print(f"  dry run: {size} subscriber(s) tagged newsletter and still subscribed: {sample}")

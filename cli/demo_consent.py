@@ -136,20 +136,9 @@ def chapter_signup_topics(demo: Demo) -> None:
 
 
 def _topic_broadcast(demo: Demo) -> None:
-    from ops.broadcasts import Broadcasts
     from shared.broadcasts.model import parse_request
-    from shared.core import specs
-    from shared.core.settings import Settings
 
-    resources = demo.runtime.resources
-    service = Broadcasts.from_settings(
-        Settings(
-            table_name=resources.tables["table_name"],
-            events_table_name=resources.tables["events_table_name"],
-            broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
-            broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
-        )
-    )
+    service = demo.broadcasts()
     request = parse_request(id="demo-updates", template="newsletter/monthly", audience={"topic": TOPIC})
     service.send(request)
     record = _until(lambda: (r := service.get("demo-updates")) is not None and r.status == "done" and r)
