@@ -43,6 +43,8 @@ from shared.sequences.validate import Catalog
 from shared.store.subscribers import Change, EraseReport, Execution, Profile, SubscriberStore
 
 if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions.literals import ExecutionStatusType
+
     from ops.targets import Target
 
 STATUSES = (SUBSCRIBED, UNSUBSCRIBED)
@@ -379,7 +381,7 @@ class SubscriberAdmin:
 
 
 # ----- sequence executions -------------------------------------------------------------------
-FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
+FAILED_STATUSES: tuple[ExecutionStatusType, ...] = ("FAILED", "TIMED_OUT", "ABORTED")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ register_error_handlers(app)
 
 
 @app.post("/v1/events")
-def post_events() -> Response:
+def post_events() -> Response[str]:
     require_bearer(app.current_event.headers.get("authorization"), get_secret(settings.api_key_secret))
     batch = parse_event_body(decode_json_body(app.current_event.decoded_body, settings.max_body_bytes))
     results = ingest(batch, context)

@@ -12,6 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.consent.context import ConsentContext
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
+from shared.web.http import on_error
 from shared.web.signup import SignupPages
 
 settings = Settings.from_env()
@@ -25,7 +26,7 @@ def _client() -> tuple[str, str | None]:
 
 
 @app.post("/v1/signup")
-def post_signup() -> Response:
+def post_signup() -> Response[str]:
     content_type = app.current_event.headers.get("content-type")
     ip, user_agent = _client()
     try:
@@ -41,25 +42,27 @@ def post_signup() -> Response:
 
 
 @app.get("/c/<token>")
-def confirm_page(token: str) -> Response:
+def confirm_page(token: str) -> Response[str]:
     return pages.confirm_page(token)
 
 
 @app.post("/c/<token>")
-def confirm(token: str) -> Response:
+def confirm(token: str) -> Response[str]:
     ip, user_agent = _client()
     response = pages.confirm(token, ip=ip, user_agent=user_agent)
     metrics.add_metric(name="SignupsConfirmed", unit="Count", value=1)
     return response
 
 
-@app.exception_handler(Exception)
-def error(exc: Exception) -> Response:
+def error(exc: Exception) -> Response[str]:
     return pages.link_error(exc)
 
 
+on_error(app, Exception, error)
+
+
 @app.not_found
-def not_found(exc: Exception) -> Response:
+def not_found(exc: Exception) -> Response[str]:
     return pages.not_found()
 
 

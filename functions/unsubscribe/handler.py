@@ -17,6 +17,7 @@ from shared.core.settings import Settings
 from shared.core.topics import require_topics
 from shared.sequences.engine import engine_from_settings
 from shared.store.subscribers import SubscriberStore
+from shared.web.http import on_error
 from shared.web.pages import UnsubscribePages
 
 settings = Settings.from_env()
@@ -33,36 +34,38 @@ app = APIGatewayHttpResolver()
 
 
 @app.get("/u/<token>")
-def confirm(token: str) -> Response:
+def confirm(token: str) -> Response[str]:
     return pages.confirm(token, saved=app.current_event.get_query_string_value("saved") == "1")
 
 
 @app.post("/u/<token>/preferences")
-def preferences(token: str) -> Response:
+def preferences(token: str) -> Response[str]:
     response = pages.save_preferences(token, app.current_event.decoded_body)
     metrics.add_metric(name="PreferencesSaved", unit="Count", value=1)
     return response
 
 
 @app.post("/u/<token>")
-def unsubscribe(token: str) -> Response:
+def unsubscribe(token: str) -> Response[str]:
     response = pages.unsubscribe(token, app.current_event.decoded_body)
     metrics.add_metric(name="Unsubscribes", unit="Count", value=1)
     return response
 
 
 @app.post("/u/<token>/resubscribe")
-def resubscribe(token: str) -> Response:
+def resubscribe(token: str) -> Response[str]:
     return pages.resubscribe(token)
 
 
-@app.exception_handler(Exception)
-def error(exc: Exception) -> Response:
+def error(exc: Exception) -> Response[str]:
     return pages.error(exc)
 
 
+on_error(app, Exception, error)
+
+
 @app.not_found
-def not_found(exc: Exception) -> Response:
+def not_found(exc: Exception) -> Response[str]:
     return pages.not_found()
 
 

@@ -25,14 +25,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.broadcasts.model import Audience
 from shared.core.aws import client as aws_client
 from shared.core.models import SUBSCRIBED
 from shared.core.topics import TopicCatalog
 from shared.store import keys
-from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, values
+from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, page_start, values
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 PAGE_SIZE = 1000  # recipients per page (a page is split into batches for the workers)
 CHUNK = 100  # keys per Query/BatchGetItem round trip
@@ -84,7 +88,7 @@ class AudienceResolver:
     def __init__(
         self,
         table_name: str,
-        client: Any | None = None,
+        client: DynamoDBClient | None = None,
         *,
         page_size: int = PAGE_SIZE,
         max_evaluated: int = MAX_EVALUATED,
@@ -97,7 +101,7 @@ class AudienceResolver:
         self.max_evaluated = max_evaluated
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         return self._client or aws_client("dynamodb")
 
     @staticmethod
@@ -169,7 +173,7 @@ class AudienceResolver:
             ProjectionExpression=_PROJECTION,
             ExpressionAttributeNames={"#status": "status"},
             ExpressionAttributeValues=values(profile=keys.PROFILE),
-            **({"ExclusiveStartKey": start} if start else {}),
+            **page_start(start),
         )
         items = [Candidate.from_item(i) for i in response.get("Items", []) if "email" in i]
         return items, response.get("LastEvaluatedKey")
@@ -183,7 +187,7 @@ class AudienceResolver:
             ExpressionAttributeValues=values(pk=keys.tag_pk(tag)),
             ProjectionExpression="SK",
             Limit=CHUNK,
-            **({"ExclusiveStartKey": start} if start else {}),
+            **page_start(start),
         )
         emails = [keys.email_from_sub(i["SK"]["S"]) for i in response.get("Items", [])]
         return self._profiles(emails), response.get("LastEvaluatedKey")

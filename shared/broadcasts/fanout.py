@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.model import (
@@ -42,6 +42,11 @@ from shared.core.observability import logger
 from shared.core.settings import Settings
 from shared.core.topics import require_topics
 
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+
 BATCH_SIZE = 50  # recipients per broadcast.batch (also the cancel granularity per worker)
 SQS_BATCH = 10
 
@@ -50,10 +55,10 @@ SQS_BATCH = 10
 class BroadcastQueues:
     batch_url: str
     control_url: str
-    client: Any | None = None
+    client: SQSClient | None = None
 
     @property
-    def sqs(self) -> Any:
+    def sqs(self) -> SQSClient:
         return self.client or aws_client("sqs")
 
     def redrive_command(self) -> str:
@@ -72,7 +77,9 @@ class BroadcastQueues:
     def _send(self, url: str, bodies: list[str]) -> None:
         for start in range(0, len(bodies), SQS_BATCH):
             chunk = bodies[start : start + SQS_BATCH]
-            entries = [{"Id": str(i), "MessageBody": body} for i, body in enumerate(chunk)]
+            entries: list[SendMessageBatchRequestEntryTypeDef] = [
+                {"Id": str(i), "MessageBody": body} for i, body in enumerate(chunk)
+            ]
             failed = self.sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed") or []
             if failed:
                 raise RuntimeError(f"SQS refused {len(failed)} broadcast messages: {failed[0].get('Code')}")

@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -123,17 +123,20 @@ def _equal(value: Any, raw: str) -> bool:
 
 
 def _compare(value: Any, op: str, raw: str) -> bool:
-    left: Any
-    right: Any
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = _number(raw)
         if number is None:
             return False
-        left, right = float(value), number
-    elif isinstance(value, str):
-        left, right = value, raw
-    else:
-        return False
+        return _ordered(float(value), op, number)
+    if isinstance(value, str):
+        return _ordered(value, op, raw)
+    return False
+
+
+_Ordered = TypeVar("_Ordered", float, str)
+
+
+def _ordered(left: _Ordered, op: str, right: _Ordered) -> bool:
     return {">": left > right, ">=": left >= right, "<": left < right, "<=": left <= right}[op]
 
 

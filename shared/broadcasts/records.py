@@ -18,7 +18,7 @@ import builtins
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -33,13 +33,17 @@ from shared.broadcasts.model import (
     SKIP_REASONS,
     Broadcast,
     BroadcastRequest,
-    iso,
 )
 from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.store import keys
 from shared.store.dynamo import Action, TransactionConflict, deserialize, key, serialize, transact, values
 from shared.store.stats import send_counters
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
+
 
 LIST_LIMIT = 50
 
@@ -83,13 +87,13 @@ def _now() -> str:
 
 
 class BroadcastStore:
-    def __init__(self, table_name: str, client: Any | None = None) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
         self.table = table_name
         self._client = client
         self._sks: dict[str, str] = {}  # id -> record SK (immutable once written)
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         return self._client or aws_client("dynamodb")
 
     # ----- create and read -------------------------------------------------------------------
@@ -99,7 +103,7 @@ class BroadcastStore:
         """Write the record (status scheduled or resolving). ``(record, False)`` when the id
         exists already: nothing is written then."""
         moment = now or clock.utc_now()
-        created_at = iso(moment)
+        created_at = clock.iso(moment)
         sk = keys.broadcast_sk(created_at, request.id)
         item: dict[str, Any] = {
             "PK": keys.BROADCAST,
@@ -122,7 +126,7 @@ class BroadcastStore:
         if request.subject is not None:
             item["subject"] = request.subject
         if request.at is not None:
-            item["at"] = iso(request.at)
+            item["at"] = clock.iso(request.at)
         pointer = {"PK": keys.broadcast_pk(request.id), "SK": keys.BROADCAST_POINTER, "record_sk": sk}
         actions = [
             Action(
@@ -388,7 +392,7 @@ class BroadcastStore:
         }
         add_expr = ", ".join(f"#c{i} :c{i}" for i in range(len(adds)))
         vals = {f"c{i}": n for i, n in enumerate(adds.values())}
-        update: dict[str, Any] = {
+        update: UpdateTypeDef = {
             "TableName": self.table,
             "Key": key(keys.BROADCAST, record.sk),
             "UpdateExpression": f"SET #updated_at = :now ADD {add_expr}"
@@ -449,7 +453,7 @@ class BroadcastStore:
         *,
         put: bool,
     ) -> bool:
-        write = (
+        write: TransactWriteItemTypeDef = (
             {"Put": {"TableName": self.table, "Item": serialize(marker), "ConditionExpression": condition}}
             if put
             else {
@@ -460,7 +464,7 @@ class BroadcastStore:
                 }
             }
         )
-        update = {
+        update: UpdateTypeDef = {
             "TableName": self.table,
             "Key": key(keys.BROADCAST, record.sk),
             "UpdateExpression": "SET #updated_at = :now ADD #dead_lettered_batches :b, "

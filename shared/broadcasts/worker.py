@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -49,6 +49,10 @@ from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome
 from shared.sending.pipeline import send as pipeline_send
 from shared.sending.rate import TokenPool, WindowLimiter
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 THROTTLE_RETRIES = 6
 BACKOFF_BASE_S = 0.2
@@ -86,7 +90,7 @@ class TokenPools:
 
     table: str
     scope: str = RATE_SCOPE
-    client: Any | None = None
+    client: DynamoDBClient | None = None
     _pools: dict[float, TokenPool] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -19,7 +19,7 @@ import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.consent.context import ConsentContext
 from shared.core import clock
@@ -30,6 +30,9 @@ from shared.store.events import event_record
 from shared.store.pending import DOUBLE, PendingSignup
 from shared.store.stats import CONFIRM, SINGLE_OPT_IN, retry_contended, signup_counter
 from shared.store.subscribers import Change, Profile
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 CONFIRMED_EVENT = "subscriber.confirmed"
 MAX_USER_AGENT = 256
@@ -64,7 +67,7 @@ def opt_in(
     ip: str,
     user_agent: str | None,
     moment: datetime,
-    extra: Sequence[dict[str, Any]] = (),
+    extra: Sequence[TransactWriteItemTypeDef] = (),
 ) -> OptIn:
     """Subscribe ``signup.email`` with consent recorded (profile and TAG# partners in one
     transaction, joined by ``extra`` and the opt-in's counter), then announce

@@ -21,10 +21,23 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import boto3
+from botocore.client import BaseClient
 from botocore.config import Config
+
+if TYPE_CHECKING:  # the boto3-stubs service packages (dev extra): types only, never at run time
+    from mypy_boto3_cloudformation import CloudFormationClient
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_sesv2 import SESV2Client
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
 
 # One client per service is shared by every thread of a process (a broadcast worker runs
 # BROADCAST_WORKER_THREADS sends at once): the pool holds a connection per thread, so none
@@ -39,11 +52,11 @@ _CONFIG = Config(
 
 Hook = Callable[..., Any]
 _hooks: list[tuple[str, Hook]] = []
-_created: list[Any] = []
+_created: list[BaseClient] = []
 _lock = threading.Lock()
 
 
-def _track(created: Any) -> Any:
+def _track(created: BaseClient) -> BaseClient:
     with _lock:
         for event_name, handler in _hooks:
             created.meta.events.register(event_name, handler)
@@ -51,10 +64,44 @@ def _track(created: Any) -> Any:
     return created
 
 
+def _new_client(session: boto3.session.Session, service: str, **options: Any) -> BaseClient:
+    # Any service name: the overloads of client() below give each caller its service's type.
+    created: BaseClient = session.client(service, config=_CONFIG, **options)
+    return created
+
+
 @cache
-def client(service: str, region: str | None = None) -> Any:
+def _environment_client(service: str, region: str | None) -> BaseClient:
+    return _track(_new_client(boto3.session.Session(), service, region_name=region))
+
+
+# The services mailstep calls, each typed by its boto3-stubs package (dev extra); a service
+# without one (iam, sts) stays untyped, as boto3-stubs itself leaves it.
+@overload
+def client(service: Literal["cloudformation"], region: str | None = None) -> CloudFormationClient: ...
+@overload
+def client(service: Literal["cloudwatch"], region: str | None = None) -> CloudWatchClient: ...
+@overload
+def client(service: Literal["dynamodb"], region: str | None = None) -> DynamoDBClient: ...
+@overload
+def client(service: Literal["lambda"], region: str | None = None) -> LambdaClient: ...
+@overload
+def client(service: Literal["s3"], region: str | None = None) -> S3Client: ...
+@overload
+def client(service: Literal["secretsmanager"], region: str | None = None) -> SecretsManagerClient: ...
+@overload
+def client(service: Literal["sesv2"], region: str | None = None) -> SESV2Client: ...
+@overload
+def client(service: Literal["sns"], region: str | None = None) -> SNSClient: ...
+@overload
+def client(service: Literal["sqs"], region: str | None = None) -> SQSClient: ...
+@overload
+def client(service: Literal["stepfunctions"], region: str | None = None) -> SFNClient: ...
+@overload
+def client(service: str, region: str | None = None) -> Any: ...
+def client(service: str, region: str | None = None) -> BaseClient:
     """The process-wide client of ``service``, configured by the environment (the Lambdas)."""
-    return _track(boto3.session.Session().client(service, region_name=region, config=_CONFIG))
+    return _environment_client(service, region)
 
 
 @dataclass(frozen=True)
@@ -81,7 +128,7 @@ class ClientFactory:
 
     def __init__(self, config: AwsConfig | None = None) -> None:
         self.config = config  # None: the environment's clients, those of client()
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[str, BaseClient] = {}
         self._lock = threading.Lock()
         self._session: boto3.session.Session | None = None
 
@@ -116,14 +163,15 @@ class ClientFactory:
         )
 
     def client(self, service: str) -> Any:
+        # Untyped on purpose (unlike client()): typed per service, it puts 8 type errors into
+        # cli/ (pyproject.toml, [tool.mypy]).
         if self.config is None:
             return client(service)
         with self._lock:
             found = self._clients.get(service)
         if found is not None:
             return found
-        session = self.session
-        created = session.client(service, endpoint_url=self.config.endpoint_url, config=_CONFIG)
+        created = _new_client(self.session, service, endpoint_url=self.config.endpoint_url)
         with self._lock:
             if service in self._clients:
                 return self._clients[service]
@@ -151,4 +199,4 @@ def reset_clients() -> None:
     """Forget the cached environment-configured clients (tests call this after changing endpoints)."""
     with _lock:
         _created.clear()
-    client.cache_clear()
+    _environment_client.cache_clear()

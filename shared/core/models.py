@@ -401,7 +401,7 @@ def clean_first_name(value: Any) -> str | None:
         raise ValueError("must be a string")
     if CONTROL_RE.search(value):
         raise ValueError("must not contain control characters (CR, LF, ...)")
-    value = value.strip()
-    if len(value) > MAX_FIRST_NAME:
+    name = value.strip()
+    if len(name) > MAX_FIRST_NAME:
         raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
-    return value
+    return name

@@ -39,7 +39,8 @@ class Backoff:
     def pause(self, retry: int, rand: Callable[[], float] = random.random) -> float:
         """The pause before retry number ``retry`` (0: the one before the second try);
         ``rand()`` returns a number in [0, 1)."""
-        ceiling = min(self.cap, self.base * 2**retry)
+        factor: int = 2**retry
+        ceiling = min(self.cap, self.base * factor)
         return ceiling * (1.0 - self.jitter * rand())
 
     def tries(

@@ -61,7 +61,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -82,6 +82,7 @@ from shared.engagement.ses_events import (
 )
 from shared.engagement.suppression import BOUNCE, COMPLAINT, ExecutionStopper, Suppression, Suppressions
 from shared.sending.sender import decode_tag_value
+from shared.store import keys
 from shared.store.dynamo import NO_REASON, TRANSACTION_LIMIT, Action, Cancellation, serialize
 from shared.store.events import event_record
 from shared.store.send_log import SendEvidence
@@ -93,7 +94,10 @@ from shared.store.stats import (
     metric_of,
     unique_name,
 )
-from shared.store.subscribers import SubscriberStore, keys
+from shared.store.subscribers import SubscriberStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 ORIGIN = "ses"
 SUFFIX_LEN = 24
@@ -588,10 +592,10 @@ def chunks(
 
 def transaction(
     writes: Sequence[EventWrite], present: set[ItemKey], table: str, events_table: str
-) -> tuple[list[dict[str, Any]], list[EventWrite | None], set[ItemKey]]:
+) -> tuple[list[TransactWriteItemTypeDef], list[EventWrite | None], set[ItemKey]]:
     """The TransactWriteItems of ``writes``: the actions; per action the write whose event
     Put it is (None: a marker or a counters update); the markers it claims."""
-    actions: list[dict[str, Any]] = []
+    actions: list[TransactWriteItemTypeDef] = []
     owners: list[EventWrite | None] = []
     amounts: dict[ItemKey, Counter[str]] = {}
     latest: dict[ItemKey, str] = {}
@@ -617,7 +621,7 @@ def transaction(
     return actions, owners, set(claimed)
 
 
-def _put(table: str, item: dict[str, Any]) -> dict[str, Any]:
+def _put(table: str, item: dict[str, Any]) -> TransactWriteItemTypeDef:
     return {"Put": {"TableName": table, "Item": item, "ConditionExpression": "attribute_not_exists(PK)"}}
 
 

@@ -84,7 +84,7 @@ def raw_message(record: dict[str, Any], fetch: Fetch) -> bytes:
     receipt = record.get("receipt") or {}
     action = receipt.get("action") or {}
     if isinstance(record.get("content"), str):
-        content = record["content"]
+        content: str = record["content"]
         if str(action.get("encoding", "UTF8")).upper() == "BASE64":
             try:
                 return base64.b64decode(content, validate=True)

@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from shared.core.observability import logger, redact_email
+from shared.store import keys
 from shared.store.dynamo import from_dynamo
-from shared.store.subscribers import Profile, SubscriberStore, keys
+from shared.store.subscribers import Profile, SubscriberStore
 
 BOUNCE, COMPLAINT, MANUAL = "bounce", "complaint", "manual"
 

@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.core.aws import client as aws_client
 from shared.core.envelopes import decode, encode
 from shared.core.models import TemplateKey, normalise_email, validate_data, validate_name
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
 
 CONTRACT = "send.job"
 STEP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -93,7 +98,7 @@ def from_message(body: str) -> SendJob:
     return decode(body, CONTRACT, SendJob)
 
 
-def enqueue(jobs: Iterable[SendJob], queue_url: str, client: Any | None = None) -> int:
+def enqueue(jobs: Iterable[SendJob], queue_url: str, client: SQSClient | None = None) -> int:
     """Put jobs on the send queue (batches of 10). Returns how many were accepted; raises
     if SQS refused any (the caller's own retry then re-enqueues; send-once makes that safe)."""
     sqs = client or aws_client("sqs")
@@ -101,7 +106,9 @@ def enqueue(jobs: Iterable[SendJob], queue_url: str, client: Any | None = None) 
     sent = 0
     for start in range(0, len(pending), SQS_BATCH):
         chunk = pending[start : start + SQS_BATCH]
-        entries = [{"Id": str(i), "MessageBody": to_message(job)} for i, job in enumerate(chunk)]
+        entries: list[SendMessageBatchRequestEntryTypeDef] = [
+            {"Id": str(i), "MessageBody": to_message(job)} for i, job in enumerate(chunk)
+        ]
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
         failed = response.get("Failed") or []
         if failed:

@@ -69,7 +69,8 @@ class _MailPolicy(EmailPolicy):
             else:
                 rendered = formataddr((display, address.addr_spec))
             return f"{name}: {rendered}{self.linesep}"
-        return super().fold(name, value)
+        folded: str = super().fold(name, value)  # typeshed leaves EmailPolicy.fold unannotated
+        return folded
 
     def fold_binary(self, name: str, value: Any) -> bytes:
         return self.fold(name, value).encode("ascii")

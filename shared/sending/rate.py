@@ -30,11 +30,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from shared.core.aws import client as aws_client
 from shared.store import keys
 from shared.store.dynamo import key, values
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sesv2 import SESV2Client
+
 
 TOKENS_PER_WINDOW = 10
 MIN_WINDOW_S = 0.1
@@ -58,7 +63,7 @@ class WindowLimiter:
     table: str
     scope: str
     rate: float
-    client: Any | None = None
+    client: DynamoDBClient | None = None
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     requests: int = 0  # UpdateItem calls made (bench, tests)
@@ -70,7 +75,7 @@ class WindowLimiter:
         self.window_s = window_seconds(self.rate)
 
     @property
-    def _ddb(self) -> Any:
+    def _ddb(self) -> DynamoDBClient:
         return self.client or aws_client("dynamodb")
 
     def try_acquire(self, n: int) -> tuple[int, float]:
@@ -134,7 +139,7 @@ class SendQuota:
     sent_last_24_hours: float
 
 
-def read_quota(client: Any | None = None) -> SendQuota:
+def read_quota(client: SESV2Client | None = None) -> SendQuota:
     """The account's SES sending quota (sesv2 GetAccount)."""
     quota = (client or aws_client("sesv2")).get_account()["SendQuota"]
     return SendQuota(

@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -218,10 +218,9 @@ def _base_env(root: Path, **kwargs: Any) -> Environment:
     return env
 
 
-def _date_filter(value: Any, fmt: str = "%B %-d, %Y") -> str:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return value.strftime(fmt)
+def _date_filter(value: str | date, fmt: str = "%B %-d, %Y") -> str:
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else value
+    return moment.strftime(fmt)
 
 
 class Renderer:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import (
     ClientError,
@@ -27,6 +27,10 @@ from botocore.exceptions import (
 )
 
 from shared.core.aws import client as aws_client
+
+if TYPE_CHECKING:
+    from mypy_boto3_sesv2 import SESV2Client
+
 
 SendStatus = Literal["sent", "retryable", "rejected", "account"]
 
@@ -139,12 +143,12 @@ def classify(exc: Exception) -> SendResult:
 class SesSender:
     """``send_raw`` is the one call that puts mail on the wire."""
 
-    def __init__(self, configuration_set: str = "", client: Any | None = None) -> None:
+    def __init__(self, configuration_set: str = "", client: SESV2Client | None = None) -> None:
         self.configuration_set = configuration_set
         self._client = client
 
     @property
-    def client(self) -> Any:
+    def client(self) -> SESV2Client:
         return self._client or aws_client("sesv2")
 
     def send_raw(self, raw: bytes, *, from_email: str, to_email: str, tags: Mapping[str, str]) -> SendResult:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.sequences.loader import Path_
+from shared.core.yaml_source import Path_
 from shared.sequences.model import (
     All,
     Any_,

@@ -8,7 +8,7 @@ the file, the line and the step path (``steps[2].then[0]``) it belongs to.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
@@ -42,6 +42,8 @@ TOP_KEYS = (
     "send_window",
     "steps",
 )
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class SequenceInvalid(InvalidInput):
@@ -84,7 +86,7 @@ class _Parser:
     def problem(self, path: Path_, message: str) -> None:
         self.problems.append(Problem(self.src.file, self.src.line(path), step_label(path), message))
 
-    def model(self, cls: type[BaseModel], data: Any, path: Path_) -> Any:
+    def model(self, cls: type[_M], data: Any, path: Path_) -> _M | None:
         try:
             return cls.model_validate(data)
         except PydanticValidationError as exc:

@@ -8,14 +8,33 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from botocore.exceptions import ClientError
 
 from shared.core.aws import client as aws_client
 
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+    from mypy_boto3_stepfunctions.literals import ExecutionStatusType
+    from mypy_boto3_stepfunctions.type_defs import (
+        ExecutionListItemTypeDef,
+        HistoryEventTypeDef,
+        ListExecutionsInputTypeDef,
+    )
+
+
 RUNNING = "RUNNING"
 EXECUTION_NAME_MAX = 80
+
+
+class NextToken(TypedDict, total=False):
+    nextToken: str
+
+
+def next_token(token: str | None) -> NextToken:
+    """The ``nextToken`` argument of a paginated Step Functions call: none for the first page."""
+    return {"nextToken": token} if token else {}
 
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
@@ -38,11 +57,11 @@ class StartResult:
 
 
 class StepFunctions:
-    def __init__(self, client: Any | None = None) -> None:
+    def __init__(self, client: SFNClient | None = None) -> None:
         self._client = client
 
     @property
-    def client(self) -> Any:
+    def client(self) -> SFNClient:
         return self._client or aws_client("stepfunctions")
 
     def start(self, state_machine_arn: str, name: str, payload: dict[str, Any]) -> StartResult:
@@ -81,31 +100,32 @@ class StepFunctions:
     def describe(self, execution: str) -> dict[str, Any]:
         return dict(self.client.describe_execution(executionArn=execution))
 
-    def history(self, execution: str) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
+    def history(self, execution: str) -> list[HistoryEventTypeDef]:
+        events: list[HistoryEventTypeDef] = []
         token: str | None = None
         while True:
             page = self.client.get_execution_history(
-                executionArn=execution, maxResults=1000, **({"nextToken": token} if token else {})
+                executionArn=execution, maxResults=1000, **next_token(token)
             )
             events += page["events"]
             token = page.get("nextToken")
             if not token:
                 return events
 
-    def list_executions(self, state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        token: str | None = None
+    def list_executions(
+        self, state_machine_arn: str, status: ExecutionStatusType | None = None
+    ) -> list[ExecutionListItemTypeDef]:
+        found: list[ExecutionListItemTypeDef] = []
+        request: ListExecutionsInputTypeDef = {"stateMachineArn": state_machine_arn}
+        if status:
+            request["statusFilter"] = status
         while True:
-            page = self.client.list_executions(
-                stateMachineArn=state_machine_arn,
-                **({"statusFilter": status} if status else {}),
-                **({"nextToken": token} if token else {}),
-            )
+            page = self.client.list_executions(**request)
             found += page["executions"]
             token = page.get("nextToken")
             if not token:
                 return found
+            request["nextToken"] = token
 
     def put_state_machine(self, name: str, definition: str, role_arn: str) -> str:
         """Create or update a STANDARD state machine (local runtime and tests; CDK in the cloud)."""

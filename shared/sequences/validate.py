@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.core.topics import TopicCatalog, load_topics
+from shared.core.yaml_source import Path_, Problem, Source
 from shared.sequences.loader import (
-    Path_,
-    Problem,
     SequenceInvalid,
-    Source,
     load_file,
     sequence_id_of,
     step_label,

@@ -8,12 +8,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from shared.core.retry import Backoff
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
 
 _SER = TypeSerializer()
 _DESER = TypeDeserializer()
@@ -75,9 +80,7 @@ class Action:
     :class:`Cancellation`), never through the position a reason has in DynamoDB's list."""
 
     role: str
-    request: dict[
-        str, Any
-    ]  # {"Put": {...}} | {"Update": {...}} | {"Delete": {...}} | {"ConditionCheck": {...}}
+    request: TransactWriteItemTypeDef  # {"Put": {...}} | {"Update": {...}} | {"Delete": {...}} | ...
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ class TransactionConflict(Exception):
         return self.cancellation.codes
 
 
-def _write(client: Any, actions: Sequence[Action]) -> None:
+def _write(client: DynamoDBClient, actions: Sequence[Action]) -> None:
     if len(actions) > TRANSACTION_LIMIT:
         raise ValueError(f"a transaction holds at most {TRANSACTION_LIMIT} actions (got {len(actions)})")
     client.transact_write_items(TransactItems=[a.request for a in actions], ReturnConsumedCapacity="TOTAL")
@@ -140,7 +143,7 @@ def _cancelled(exc: ClientError) -> bool:
     return bool(exc.response.get("Error", {}).get("Code") == "TransactionCanceledException")
 
 
-def try_transact(client: Any, actions: Sequence[Action]) -> Cancellation | None:
+def try_transact(client: DynamoDBClient, actions: Sequence[Action]) -> Cancellation | None:
     """One TransactWriteItems of ``actions``: None when it committed (or there was nothing to
     write), its :class:`Cancellation` when DynamoDB cancelled it; other errors raise."""
     if not actions:
@@ -154,7 +157,7 @@ def try_transact(client: Any, actions: Sequence[Action]) -> Cancellation | None:
     return None
 
 
-def transact(client: Any, actions: Sequence[Action]) -> None:
+def transact(client: DynamoDBClient, actions: Sequence[Action]) -> None:
     """One TransactWriteItems of ``actions``; :class:`TransactionConflict` when a condition
     failed (it names the actions whose condition it was), the ``ClientError`` itself for any
     other cancellation or error."""
@@ -171,10 +174,19 @@ def transact(client: Any, actions: Sequence[Action]) -> None:
         raise TransactionConflict(",".join(cancellation.codes), cancellation) from exc
 
 
-def query_all(client: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+class PageStart(TypedDict, total=False):
+    ExclusiveStartKey: Mapping[str, Any]
+
+
+def page_start(start: Mapping[str, Any] | None) -> PageStart:
+    """The ``ExclusiveStartKey`` argument of a Query or Scan: none for the first page."""
+    return {"ExclusiveStartKey": start} if start else {}
+
+
+def query_all(client: DynamoDBClient, **kwargs: Any) -> Iterator[dict[str, Any]]:
     start: dict[str, Any] | None = None
     while True:
-        page = client.query(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+        page = client.query(**kwargs, **page_start(start))
         yield from page.get("Items", [])
         start = page.get("LastEvaluatedKey")
         if not start:
@@ -182,7 +194,7 @@ def query_all(client: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
 
 
 def batch_get(
-    client: Any,
+    client: DynamoDBClient,
     table: str,
     keys: Iterable[dict[str, Any]],
     *,
@@ -207,7 +219,11 @@ def batch_get(
 
 
 def batch_delete(
-    client: Any, table: str, keys: Iterable[dict[str, Any]], *, sleep: Callable[[float], None] = time.sleep
+    client: DynamoDBClient,
+    table: str,
+    keys: Iterable[dict[str, Any]],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Delete ``keys`` (BatchWriteItem, 25 a request; unprocessed items retried with
     :data:`UNPROCESSED_RETRY`); returns how many keys were given."""

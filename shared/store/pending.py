@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from shared.core.aws import client as aws_client
 from shared.core.specs import TTL_ATTRIBUTE
@@ -32,11 +32,17 @@ from shared.store.dynamo import (
     deserialize,
     from_dynamo,
     key,
+    page_start,
     serialize,
     transact,
     values,
 )
 from shared.store.stats import SIGNUP, retry_contended, signup_counter
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
 
 DOUBLE = "double"
 SINGLE = "single"
@@ -97,14 +103,18 @@ class PendingSignup:
 
 class PendingSignups:
     def __init__(
-        self, table_name: str, client: Any | None = None, *, sleep: Callable[[float], None] = time.sleep
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.table = table_name
         self._client = client
         self._sleep = sleep  # the pause before a counted transaction runs again (contention)
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         return self._client or aws_client("dynamodb")
 
     def get(self, email: str, *, now: float) -> PendingSignup | None:
@@ -187,7 +197,7 @@ class PendingSignups:
         except self.client.exceptions.ConditionalCheckFailedException:
             return
 
-    def delete_action(self, email: str, signup_id: str) -> dict[str, Any]:
+    def delete_action(self, email: str, signup_id: str) -> TransactWriteItemTypeDef:
         """A transaction action deleting this very sign-up (it must still be there)."""
         pk, sk = keys.pending_key(email)
         return {
@@ -212,7 +222,7 @@ class PendingSignups:
         }
         start: dict[str, Any] | None = None
         while True:
-            page = self.client.scan(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+            page = self.client.scan(**kwargs, **page_start(start))
             for raw in page.get("Items", []):
                 yield PendingSignup.from_item(deserialize(raw))
             start = page.get("LastEvaluatedKey")

@@ -48,7 +48,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
@@ -67,6 +67,11 @@ from shared.store.dynamo import (
     values,
 )
 from shared.store.stats import send_counters
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef
+
 
 SENDING = "sending"
 SENT = "sent"  # claims completed by versions that wrote the claim a second time
@@ -138,12 +143,12 @@ def sent_item(record: SentRecord) -> dict[str, Any]:
 
 
 class SendLog:
-    def __init__(self, table_name: str, client: Any | None = None) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
         self.table = table_name
         self._client = client
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         return self._client or aws_client("dynamodb")
 
     def claim(
@@ -194,7 +199,10 @@ class SendLog:
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
             raw = exc.response.get("Item")  # ALL_OLD; older endpoints omit it: read instead
-            current = deserialize(raw) if raw else (self._get(email, source, step) or {})
+            if isinstance(raw, dict) and raw:
+                current = deserialize(raw)
+            else:
+                current = self._get(email, source, step) or {}
             if current.get("state") == SENT:
                 return Claim("already_sent", message_id=current.get("ses_message_id"))
             logged = self.sent(email, source, step)
@@ -238,7 +246,7 @@ class SendLog:
         """Write ``SENT#`` unless it exists; with ``count``, ADD 1 to ``send`` of the source
         and template counters in the same transaction (the count and the log never
         disagree). False: the entry was written before (by a recovery from an SES event)."""
-        put = {
+        put: PutTypeDef = {
             "TableName": self.table,
             "Item": serialize(sent_item(record)),
             "ConditionExpression": "attribute_not_exists(PK)",

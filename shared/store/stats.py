@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -43,7 +43,12 @@ from shared.core.errors import ConcurrentModification
 from shared.core.retry import Backoff
 from shared.core.specs import EVENTS_TABLE
 from shared.store import keys
-from shared.store.dynamo import deserialize, from_dynamo, key, query_all, values
+from shared.store.dynamo import deserialize, from_dynamo, key, page_start, query_all, values
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
 
 SOURCE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "source")
 TEMPLATE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "template")
@@ -164,13 +169,17 @@ class Counters:
         return cls(totals=dict(totals), uniques=uniques, unavailable=SEND_PATH_METRICS)
 
 
-def counter_update(table: str, pk: str, sk: str, metric: str, *, unique: bool, at: str) -> dict[str, Any]:
+def counter_update(
+    table: str, pk: str, sk: str, metric: str, *, unique: bool, at: str
+) -> TransactWriteItemTypeDef:
     """A TransactWriteItems ``Update`` that ADDs 1 to ``metric`` (and its unique count)."""
     adds = {metric: 1, **({unique_name(metric): 1} if unique else {})}
     return counter_adds(table, pk, sk, adds, at=at)
 
 
-def counter_adds(table: str, pk: str, sk: str, adds: Mapping[str, int], *, at: str) -> dict[str, Any]:
+def counter_adds(
+    table: str, pk: str, sk: str, adds: Mapping[str, int], *, at: str
+) -> TransactWriteItemTypeDef:
     """A TransactWriteItems ``Update`` that ADDs several amounts to one counters item
     (``{"delivery": 7, "open": 3, "open_unique": 2}``): a transaction may touch an item once,
     so a batch folds all its changes to one counters item into one action."""
@@ -191,7 +200,9 @@ def counter_adds(table: str, pk: str, sk: str, adds: Mapping[str, int], *, at: s
     }
 
 
-def send_counters(table: str, sends: Mapping[tuple[str, str], int], *, at: str) -> list[dict[str, Any]]:
+def send_counters(
+    table: str, sends: Mapping[tuple[str, str], int], *, at: str
+) -> list[TransactWriteItemTypeDef]:
     """Updates that ADD ``send`` to the source and template counters of ``sends``
     (``{(source, template): n}``), one action per counters item. ``send`` is counted by the
     send path, with the ``SENT#`` log (single sends) or a broadcast batch's marker: SES
@@ -203,7 +214,7 @@ def send_counters(table: str, sends: Mapping[tuple[str, str], int], *, at: str) 
     return [counter_adds(table, pk, sk, {"send": n}, at=at) for (pk, sk), n in per_item.items() if n]
 
 
-def signup_counter(table: str, metric: str, *, at: str) -> dict[str, Any]:
+def signup_counter(table: str, metric: str, *, at: str) -> TransactWriteItemTypeDef:
     """A TransactWriteItems ``Update`` that ADDs 1 to the sign-up metric ``metric``; it joins
     the transaction of the effect it counts (the pending item's mail, the confirmation, the
     single opt-in), so the count and the effect never disagree."""
@@ -266,13 +277,13 @@ def retry_contended(write: Callable[[], T], *, sleep: Callable[[float], None] = 
 
 
 class StatsStore:
-    def __init__(self, table_name: str, events_table_name: str, client: Any | None = None) -> None:
+    def __init__(self, table_name: str, events_table_name: str, client: DynamoDBClient | None = None) -> None:
         self.table = table_name
         self.events_table = events_table_name
         self._client = client
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         return self._client or aws_client("dynamodb")
 
     # ----- counters ---------------------------------------------------------------------
@@ -302,7 +313,7 @@ class StatsStore:
                 TableName=self.table,
                 FilterExpression="SK = :sk AND begins_with(PK, :prefix)",
                 ExpressionAttributeValues=values(sk=keys.COUNTERS, prefix=f"{keys.STATS}{keys.SEP}"),
-                **({"ExclusiveStartKey": start} if start else {}),
+                **page_start(start),
             )
             for raw in page.get("Items", []):
                 item = deserialize(raw)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -49,6 +49,7 @@ from shared.store.dynamo import (
     deserialize,
     from_dynamo,
     key,
+    page_start,
     query_all,
     serialize,
     transact,
@@ -56,6 +57,11 @@ from shared.store.dynamo import (
     values,
 )
 from shared.store.send_log import SendLog
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import DeleteTypeDef, PutTypeDef, TransactWriteItemTypeDef
+
 
 # Optimistic concurrency: a write whose profile version changed under it re-reads and tries
 # again, 8 tries in all, after pauses of up to 5 ms, 10 ms, ... 200 ms (full jitter).
@@ -198,7 +204,7 @@ class SubscriberStore:
         self,
         table_name: str,
         events_table_name: str,
-        client: Any | None = None,
+        client: DynamoDBClient | None = None,
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -216,7 +222,7 @@ class SubscriberStore:
         return self._events_table
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         return self._client or aws_client("dynamodb")
 
     # ----- reads -------------------------------------------------------------------
@@ -279,7 +285,7 @@ class SubscriberStore:
         if status:
             kwargs["ExpressionAttributeNames"] = {"#status": "status"}
         while True:
-            page = self.client.scan(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+            page = self.client.scan(**kwargs, **page_start(start))
             for raw in page.get("Items", []):
                 yield Profile.from_item(deserialize(raw)), {"PK": raw["PK"], "SK": raw["SK"]}
             start = page.get("LastEvaluatedKey")
@@ -297,7 +303,7 @@ class SubscriberStore:
             "ProjectionExpression": "PK, SK",
         }
         while True:
-            page = self.client.query(**kwargs, **({"ExclusiveStartKey": start} if start else {}))
+            page = self.client.query(**kwargs, **page_start(start))
             for raw in page.get("Items", []):
                 yield keys.email_from_sub(raw["SK"]["S"]), {"PK": raw["PK"], "SK": raw["SK"]}
             start = page.get("LastEvaluatedKey")
@@ -317,7 +323,9 @@ class SubscriberStore:
         return found
 
     # ----- profile writes (profile + TAG# partners in one transaction) ---------------
-    def mutate(self, email: str, mutation: Mutation, *, extra: Sequence[dict[str, Any]] = ()) -> Change:
+    def mutate(
+        self, email: str, mutation: Mutation, *, extra: Sequence[TransactWriteItemTypeDef] = ()
+    ) -> Change:
         """Apply ``mutation(current, now)`` with optimistic concurrency.
 
         The mutation returns the new profile (tags included) or None for "no change".
@@ -475,7 +483,7 @@ class SubscriberStore:
             **body,
         }
         inverse = {"PK": keys.exec_pk(sequence_id), "SK": keys.sub_pk(email), "email": email, **body}
-        marker: dict[str, Any] = {
+        marker: PutTypeDef = {
             "TableName": self.table,
             "Item": serialize(
                 {
@@ -529,34 +537,19 @@ class SubscriberStore:
 
         Returns False when there was nothing (or another execution's pair) to delete.
         """
-        if execution_arn is None:
-            condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(PK)"}
-        else:
-            condition = {
-                "ConditionExpression": "execution_arn = :arn",
-                "ExpressionAttributeValues": values(arn=execution_arn),
-            }
+
+        def delete(pk: str, sk: str) -> DeleteTypeDef:
+            request: DeleteTypeDef = {"TableName": self.table, "Key": key(pk, sk)}
+            if execution_arn is None:
+                request["ConditionExpression"] = "attribute_exists(PK)"
+            else:
+                request["ConditionExpression"] = "execution_arn = :arn"
+                request["ExpressionAttributeValues"] = values(arn=execution_arn)
+            return request
+
         actions = [
-            Action(
-                EXEC_FORWARD,
-                {
-                    "Delete": {
-                        "TableName": self.table,
-                        "Key": key(keys.sub_pk(email), keys.exec_sk(sequence_id)),
-                        **condition,
-                    }
-                },
-            ),
-            Action(
-                EXEC_INVERSE,
-                {
-                    "Delete": {
-                        "TableName": self.table,
-                        "Key": key(keys.exec_pk(sequence_id), keys.sub_pk(email)),
-                        **condition,
-                    }
-                },
-            ),
+            Action(EXEC_FORWARD, {"Delete": delete(keys.sub_pk(email), keys.exec_sk(sequence_id))}),
+            Action(EXEC_INVERSE, {"Delete": delete(keys.exec_pk(sequence_id), keys.sub_pk(email))}),
         ]
         try:
             transact(self.client, actions)
@@ -784,7 +777,7 @@ class SubscriberStore:
                 TableName=self.table,
                 FilterExpression="SK = :sk",
                 ExpressionAttributeValues=values(sk=keys.SUPPRESSION),
-                **({"ExclusiveStartKey": start} if start else {}),
+                **page_start(start),
             )
             yield from (deserialize(i) for i in page.get("Items", []))
             start = page.get("LastEvaluatedKey")
@@ -793,7 +786,7 @@ class SubscriberStore:
 
     # ----- helpers ------------------------------------------------------------------
     def _put_profile(self, new: Profile, current: Profile | None) -> Action:
-        put: dict[str, Any] = {"TableName": self.table, "Item": serialize(new.to_item())}
+        put: PutTypeDef = {"TableName": self.table, "Item": serialize(new.to_item())}
         if current is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
         else:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 
@@ -33,17 +34,19 @@ STATUS: dict[type[MailstepError], tuple[int, str]] = {
 }
 RETRY_AFTER_S = 1  # the Retry-After of a 503 "busy"
 
+E = TypeVar("E", bound=Exception)
+
 
 def status_for(exc: MailstepError) -> tuple[int, str]:
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500, "internal_error"
 
 
 def error_response(
     status: int, code: str, message: str, problems: list[FieldProblem] | None = None
-) -> Response:
+) -> Response[str]:
     body: dict[str, Any] = {"error": {"code": code, "message": message}}
     if problems:
         body["error"]["field"] = problems[0].field
@@ -59,9 +62,14 @@ def error_response(
     )
 
 
+def on_error(app: APIGatewayHttpResolver, exc_class: type[E], handler: Callable[[E], Response[str]]) -> None:
+    """``@app.exception_handler(exc_class)`` with types: Powertools leaves the return of
+    ``exception_handler`` unannotated, which would make every decorated handler untyped."""
+    app.exception_handler(exc_class)(handler)
+
+
 def register_error_handlers(app: APIGatewayHttpResolver) -> None:
-    @app.exception_handler(MailstepError)
-    def _domain(exc: MailstepError) -> Response:
+    def _domain(exc: MailstepError) -> Response[str]:
         status, code = status_for(exc)
         if status == 503:
             logger.warning("request gave up under contention", error=type(exc).__name__)
@@ -72,13 +80,15 @@ def register_error_handlers(app: APIGatewayHttpResolver) -> None:
         problems = exc.problems if isinstance(exc, InvalidInput) else None
         return error_response(status, code, str(exc), problems)
 
-    @app.exception_handler(Exception)
-    def _unexpected(exc: Exception) -> Response:
+    def _unexpected(exc: Exception) -> Response[str]:
         logger.exception("unhandled error")
         return error_response(500, "internal_error", "internal error")
 
+    on_error(app, MailstepError, _domain)
+    on_error(app, Exception, _unexpected)
+
     @app.not_found
-    def _not_found(exc: Exception) -> Response:
+    def _not_found(exc: Exception) -> Response[str]:
         return error_response(404, "not_found", "no such route")
 
 

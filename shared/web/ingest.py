@@ -25,8 +25,9 @@ from shared.core.aws import client as aws_client
 from shared.core.models import UNSUBSCRIBE_EVENT, EventBatch, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.sequences.engine import SequenceEngine
+from shared.store import keys
 from shared.store.events import event_record
-from shared.store.subscribers import SubscriberStore, keys
+from shared.store.subscribers import SubscriberStore
 
 # Everything of an event except its id: a reused id with a different payload is a conflict.
 _PAYLOAD = "[type, email, first_name, attributes, tags, data]"

@@ -51,7 +51,7 @@ def sender_name(default_from: str) -> str:
     return name or address
 
 
-def page(pages: Renderer | None, name: str, status: int = 200, **context: Any) -> Response:
+def page(pages: Renderer | None, name: str, status: int = 200, **context: Any) -> Response[str]:
     """``templates/_pages/<name>.html`` as an answer with the link pages' headers."""
     html = (pages or renderer()).render_page(name, context)
     return Response(
@@ -93,10 +93,10 @@ class UnsubscribePages:
             store=self.store, secret=self.secret(), data_ttl_days=self.data_ttl_days, sequences=self.sequences
         )
 
-    def _page(self, name: str, status: int = 200, **context: Any) -> Response:
+    def _page(self, name: str, status: int = 200, **context: Any) -> Response[str]:
         return page(self.pages, name, status, sender_name=self.sender_name, **context)
 
-    def confirm(self, token: str, *, saved: bool = False) -> Response:
+    def confirm(self, token: str, *, saved: bool = False) -> Response[str]:
         """GET: the preference centre (the reader's topics and "unsubscribe from everything");
         verifies the token and reads the profile, changes nothing."""
         claims = inspect(token, self.secret())
@@ -111,7 +111,7 @@ class UnsubscribePages:
             unsubscribe_action="",  # this very URL: POST /u/<token>
         )
 
-    def save_preferences(self, token: str, body: str | None) -> Response:
+    def save_preferences(self, token: str, body: str | None) -> Response[str]:
         """POST /u/<token>/preferences: store the checked topics (nothing else changes), then
         show the page again through a redirect (a reload does not post twice)."""
         claims = inspect(token, self.secret())
@@ -120,7 +120,7 @@ class UnsubscribePages:
         # relative to /u/<token>/preferences: back to GET /u/<token>
         return Response(status_code=303, headers={**HEADERS, "Location": f"../{token}?saved=1"})
 
-    def unsubscribe(self, token: str, body: str | None) -> Response:
+    def unsubscribe(self, token: str, body: str | None) -> Response[str]:
         origin: Origin = "one_click" if (body or "").strip() == ONE_CLICK_BODY else "form"
         result = unsubscribe(token, self._ctx(), origin=origin)
         return self._page(
@@ -135,7 +135,7 @@ class UnsubscribePages:
         declared = self.topics.get(topic) if topic else None
         return declared.name if declared is not None else topic
 
-    def resubscribe(self, token: str) -> Response:
+    def resubscribe(self, token: str) -> Response[str]:
         result = resubscribe(token, self._ctx())
         return self._page(
             "resubscribed",
@@ -144,7 +144,7 @@ class UnsubscribePages:
             topic_name=self._topic_name(result.claims.topic),
         )
 
-    def error(self, exc: Exception) -> Response:
+    def error(self, exc: Exception) -> Response[str]:
         if isinstance(exc, MailstepError):
             status, _ = status_for(exc)
         else:
@@ -163,5 +163,5 @@ class UnsubscribePages:
         logger.info("unsubscribe link refused", status=status, reason=type(exc).__name__)
         return self._page("error", status, heading=heading, message=message)
 
-    def not_found(self) -> Response:
+    def not_found(self) -> Response[str]:
         return self._page("error", 404, heading="Page not found", message="This address does not exist.")

@@ -48,13 +48,13 @@ class SignupPages:
     def create(cls, ctx: ConsentContext, default_from: str) -> SignupPages:
         return cls(ctx=ctx, sender_name=sender_name(default_from))
 
-    def _page(self, name: str, status: int = 200, **context: Any) -> Response:
+    def _page(self, name: str, status: int = 200, **context: Any) -> Response[str]:
         return page(self.pages, name, status, sender_name=self.sender_name, **context)
 
     # ----- POST /v1/signup ------------------------------------------------------------
     def signup(
         self, body: str | bytes | None, content_type: str | None, *, ip: str, user_agent: str | None
-    ) -> tuple[Response, SignupOutcome]:
+    ) -> tuple[Response[str], SignupOutcome]:
         rules = SignupRules(self.ctx.topics, self.ctx.config.origins)
         request = parse_signup(body, content_type, rules, max_bytes=self.ctx.config.max_body_bytes)
         outcome = signup(request, self.ctx, ip=ip, user_agent=user_agent)
@@ -69,7 +69,7 @@ class SignupPages:
             )
         return answer, outcome
 
-    def signup_error(self, exc: Exception, content_type: str | None) -> Response:
+    def signup_error(self, exc: Exception, content_type: str | None) -> Response[str]:
         """A refused sign-up: JSON for JSON clients, a page for a form post."""
         status, code = status_for(exc) if isinstance(exc, MailstepError) else (500, "internal_error")
         if status >= 500 and status != 503:
@@ -104,7 +104,7 @@ class SignupPages:
         )
 
     # ----- /c/<token> -----------------------------------------------------------------
-    def confirm_page(self, token: str) -> Response:
+    def confirm_page(self, token: str) -> Response[str]:
         """GET: ask for the click; changes nothing."""
         found = inspect(token, self.ctx)
         return self._page(
@@ -114,7 +114,7 @@ class SignupPages:
             topics=self._names(found.topics),
         )
 
-    def confirm(self, token: str, *, ip: str, user_agent: str | None) -> Response:
+    def confirm(self, token: str, *, ip: str, user_agent: str | None) -> Response[str]:
         """POST: subscribe with consent recorded."""
         done = confirm(token, self.ctx, ip=ip, user_agent=user_agent)
         return self._page(
@@ -129,7 +129,7 @@ class SignupPages:
             return [t.name for t in self.ctx.topics if t.default]
         return [t.name for t in self.ctx.topics if t.id in chosen]
 
-    def link_error(self, exc: Exception) -> Response:
+    def link_error(self, exc: Exception) -> Response[str]:
         status = status_for(exc)[0] if isinstance(exc, MailstepError) else 500
         if status >= 500:
             logger.exception("confirmation page failed")
@@ -152,7 +152,7 @@ class SignupPages:
         logger.info("confirmation link refused", status=status, reason=type(exc).__name__)
         return self._page("error", status, heading=heading, message=message, hint=CONFIRM_HINT)
 
-    def not_found(self) -> Response:
+    def not_found(self) -> Response[str]:
         return error_response(404, "not_found", "no such route")
 
 
