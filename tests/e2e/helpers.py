@@ -8,22 +8,34 @@ functions taking the :class:`~tests.e2e.conftest.Local` runtime.
 from __future__ import annotations
 
 import json
+import re
+import ssl
+import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from cli.local.ses import read_outbox
+from shared.core.specs import STATE_MACHINE_PREFIX
 from shared.sending.jobs import SendJob, to_message
 from shared.sending.sender import decode_tag_value
-from tests.e2e.conftest import Local
+from tests.e2e.conftest import ROOT, Local, subprocess_env
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
 EVENTS_PER_POST = 10  # keeps each request well inside the client timeout
+FORM = "application/x-www-form-urlencoded"
+BROWSER_UA = "Mozilla/5.0 (X11; Linux x86_64) mailstep-e2e"  # what ``request`` sends
 
 T = TypeVar("T")
 
@@ -91,6 +103,51 @@ def paused_clock(local: Local) -> Iterator[None]:
         assert status == 200 and clock["paused"] is False
 
 
+@contextmanager
+def ses_rate(local: Local, max_send_rate: float) -> Iterator[None]:
+    """The local SES accepts ``max_send_rate`` mails/s inside (1,000/s again on the way out)."""
+    status, _ = local.http("POST", "/_local/ses", {"max_send_rate": max_send_rate})
+    assert status == 200
+    try:
+        yield
+    finally:
+        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
+
+
+# ----- HTTP as a browser or a mail client sends it ----------------------------------------------
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def request(
+    url: str,
+    method: str = "GET",
+    body: bytes | str | None = None,
+    content_type: str | None = None,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, dict[str, str], str]:
+    """One request, redirects not followed: (status, headers, body text)."""
+    data = body.encode() if isinstance(body, str) else body
+    headers = {"user-agent": BROWSER_UA}
+    if content_type:
+        headers["content-type"] = content_type
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with opener.open(req, timeout=60) as answer:
+            return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode()
+
+
+def one_click(local: Local, link: str) -> int:
+    """RFC 8058 one-click POST of a List-Unsubscribe link, to the same route on the local front."""
+    parts = urlsplit(link)
+    url = local.api_url + parts.path + (f"?{parts.query}" if parts.query else "")
+    return request(url, "POST", "List-Unsubscribe=One-Click", FORM)[0]
+
+
 # ----- the CLI ----------------------------------------------------------------------------------
 def ops(local: Local, *args: str, timeout: float = 90) -> Any:
     """``mailstep <args> --state-dir <the runtime's>``, as an operator runs it."""
@@ -114,6 +171,35 @@ def ok_json(result: Any) -> Any:
 def events_of(local: Local, email: str) -> list[dict[str, Any]]:
     """The subscriber's timeline (``mailstep events <email> --json``)."""
     return list(ok_json(ops(local, "events", email, "--json")))
+
+
+def wait_for_events(local: Local, email: str, kind: str, what: str = "") -> list[dict[str, Any]]:
+    """The subscriber's events of type ``kind``, once there is one."""
+    return wait_for(
+        lambda: [e for e in events_of(local, email) if e["type"] == kind], what=what or f"the {kind} event"
+    )
+
+
+def engage(local: Local, email: str, *actions: str) -> None:
+    """``mailstep local open|click <email>`` for each of ``actions`` (the subscriber's mail is
+    delivered), then wait until each one is an event of the subscriber."""
+    kinds = set(actions)
+
+    def count() -> int:
+        return sum(e["type"] in kinds for e in events_of(local, email))
+
+    before = count()
+    for action in actions:
+        result = ops(local, "local", action, email)
+        assert result.returncode == 0, result.stderr
+    wait_for(lambda: count() == before + len(actions), what=f"{len(actions)} more {'/'.join(kinds)} events")
+
+
+def suppressed_by_bounce(local: Local, email: str) -> None:
+    """Wait until a permanent bounce of a mail to ``email`` suppressed it: the SUPPRESSION
+    item, then the bounce event (the consumer writes the event item last)."""
+    wait_for(lambda: item(local, f"SUB#{email}", "SUPPRESSION"), what="the bounce's SUPPRESSION record")
+    wait_for_events(local, email, "bounce")
 
 
 # ----- DynamoDB ---------------------------------------------------------------------------------
@@ -145,6 +231,26 @@ def partition(local: Local, pk: str, table: str = MAIN) -> list[dict[str, Any]]:
     return [i for page in pages for i in page["Items"]]
 
 
+def failed_execution(local: Local, sequence_id: str, run: str) -> str:
+    """An execution ``run`` of a state machine named like the one of sequence ``sequence_id``
+    (with a role of that name) whose only state fails; its ARN once it FAILED."""
+    sfn = local.client("stepfunctions")
+    role = local.client("iam").create_role(
+        RoleName=sequence_id,
+        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+    )["Role"]["Arn"]
+    definition = {"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "E2E", "Cause": "test"}}}
+    machine = sfn.create_state_machine(
+        name=f"{STATE_MACHINE_PREFIX}{sequence_id}", definition=json.dumps(definition), roleArn=role
+    )["stateMachineArn"]
+    arn = str(sfn.start_execution(stateMachineArn=machine, name=run, input="{}")["executionArn"])
+    wait_for(
+        lambda: sfn.describe_execution(executionArn=arn)["status"] == "FAILED",
+        what=f"the execution {run} of {sequence_id} to fail",
+    )
+    return arn
+
+
 def profile_status(local: Local, email: str) -> str:
     found = item(local, f"SUB#{email}", "PROFILE")
     assert found is not None, f"no profile for {email}"
@@ -154,6 +260,14 @@ def profile_status(local: Local, email: str) -> str:
 # ----- SQS --------------------------------------------------------------------------------------
 def queue_url(local: Local, name: str) -> str:
     return str(local.client("sqs").get_queue_url(QueueName=name)["QueueUrl"])
+
+
+def receipt(email: str, source: str, step: str, order_id: str = "A-1", total: str = "$9") -> SendJob:
+    """A transactional ``transactional/receipt`` job, as a shop queues it for an order."""
+    data = {"order_id": order_id, "total": total}
+    return SendJob(
+        email=email, template="transactional/receipt", source=source, step=step, transactional=True, data=data
+    )
 
 
 def enqueue(local: Local, job: SendJob, times: int = 1, queue: str = "mailstep-send") -> None:
@@ -236,3 +350,65 @@ def eml(local: Local, meta: dict[str, Any]) -> EmailMessage:
 def messages(local: Local, source: str) -> list[tuple[dict[str, Any], EmailMessage]]:
     """(metadata, parsed message) of every message of ``source``, oldest first."""
     return [(meta, eml(local, meta)) for meta in sent_by(local, source)]
+
+
+def unsubscribe_targets(msg: EmailMessage) -> list[str]:
+    """The targets of a message's List-Unsubscribe header, the one-click https link first."""
+    return [t.strip().removeprefix("<").removesuffix(">") for t in str(msg["List-Unsubscribe"]).split(",")]
+
+
+def link(local: Local, meta: dict[str, Any], path: str) -> str:
+    """The first https link to ``path`` (``/c/`` or ``/u/``) in a mail's HTML part."""
+    message = eml(local, meta)
+    html = message.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    found = re.search(r'href="(https://[^"]+' + re.escape(path) + r'[^"]+)"', html)
+    assert found, f"no {path} link in {meta['message_id']}"
+    return found.group(1).replace("&amp;", "&")
+
+
+def public(local: Local, url: str) -> str:
+    """A link of a mail (PUBLIC_BASE_URL is the runtime's https front) as a URL to request."""
+    parts = urlsplit(url)
+    assert local.public_url.startswith(f"{parts.scheme}://{parts.netloc}"), url
+    return url
+
+
+# ----- the MCP server ---------------------------------------------------------------------------
+class Tools:
+    """The tools of a ``mailstep mcp`` session, called through the official SDK's client."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def call(self, name: str, **arguments: Any) -> Any:
+        result = await self.session.call_tool(name, arguments)
+        assert not result.is_error, f"{name}: {result.content}"
+        structured = result.structured_content
+        assert structured is not None, name
+        # A list result arrives as {"result": [...]}, a dict as itself; the text blocks agree.
+        value = structured["result"] if set(structured) == {"result"} else structured
+        texts = [json.loads(c.text) for c in result.content]  # type: ignore[union-attr]
+        assert texts == (value if isinstance(value, list) else [value])
+        return value
+
+    async def error(self, name: str, **arguments: Any) -> str:
+        result = await self.session.call_tool(name, arguments)
+        assert result.is_error, f"{name} should have failed: {result.content}"
+        return str(result.content[0].text)  # type: ignore[union-attr]
+
+
+def run_session(local: Local, body: Callable[[Tools], Awaitable[None]]) -> None:
+    """Start ``mailstep mcp`` on stdio against the runtime and run ``body`` with its tools."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "cli.main", "mcp", "--state-dir", str(local.state_dir)],
+        env=subprocess_env(),
+        cwd=str(ROOT),
+    )
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await body(Tools(session))
+
+    anyio.run(main)

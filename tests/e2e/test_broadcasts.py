@@ -14,11 +14,21 @@ import pytest
 
 from shared.broadcasts.model import BATCH_CONTRACT, BatchMessage, to_body
 from shared.core.specs import BROADCAST_QUEUE, SEND_QUEUE
-from shared.sending.jobs import SendJob
 from shared.store.dynamo import serialize
 from shared.store.subscribers import Profile, keys
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import enqueue, ok_json, ops, post, queue_url, sent_by, wait_for, wait_until_drained
+from tests.e2e.helpers import (
+    enqueue,
+    ok_json,
+    ops,
+    post,
+    queue_url,
+    receipt,
+    sent_by,
+    ses_rate,
+    wait_for,
+    wait_until_drained,
+)
 
 TEMPLATE = "newsletter/monthly"
 PEOPLE = 2000
@@ -84,25 +94,31 @@ def broadcast(local: Local, *args: str, timeout: float = 150) -> Any:
     return answer
 
 
+def send(local: Local, *options: str, timeout: float = 150) -> Any:
+    """``mailstep broadcast send --template <TEMPLATE> <options>``."""
+    return broadcast(local, "send", "--template", TEMPLATE, *options, timeout=timeout)
+
+
+def recipients(local: Local, broadcast_id: str) -> Counter[str]:
+    """How many mails of the broadcast each address got."""
+    return Counter(d for m in sent_by(local, broadcast_id) for d in m["destination"])
+
+
+# The spring audience: its options, and the same filter written in the test.
+SPRING = ("--tag", "bca", "--exclude-tag", "bcb", "--where", "plan=pro")
+
+
+def spring(tags: frozenset[str], attributes: dict[str, Any]) -> bool:
+    return "bca" in tags and "bcb" not in tags and attributes["plan"] == "pro"
+
+
 def record(local: Local, broadcast_id: str) -> dict[str, Any]:
     return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
 
 
 def test_dry_run_and_bad_arguments(local: Local, people) -> None:
-    want = expected(people, lambda t, a: "bca" in t and "bcb" not in t and a["plan"] == "pro")
-    answer = broadcast(
-        local,
-        "send",
-        "--template",
-        TEMPLATE,
-        "--tag",
-        "bca",
-        "--exclude-tag",
-        "bcb",
-        "--where",
-        "plan=pro",
-        "--dry-run",
-    )
+    want = expected(people, spring)
+    answer = send(local, *SPRING, "--dry-run")
     assert answer.returncode == 0, answer.stdout + answer.stderr
     assert f"audience: {len(want)} subscriber(s)" in answer.stdout
 
@@ -113,7 +129,7 @@ def test_dry_run_and_bad_arguments(local: Local, people) -> None:
         (["--at", "tomorrow"], "--at"),
         (["--id", "Not Valid"], "--id"),
     ]:
-        answer = broadcast(local, "send", "--template", TEMPLATE, *bad, "--dry-run")
+        answer = send(local, *bad, "--dry-run")
         assert answer.returncode == 2 and message in answer.stdout, (bad, answer.stdout)
     answer = broadcast(local, "send", "--template", "newsletter/nope", "--dry-run")
     assert answer.returncode == 2 and "--template" in answer.stdout
@@ -122,27 +138,14 @@ def test_dry_run_and_bad_arguments(local: Local, people) -> None:
 def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_nothing(
     local, people
 ) -> None:
-    want = expected(people, lambda t, a: "bca" in t and "bcb" not in t and a["plan"] == "pro")
-    args = (
-        "send",
-        "--template",
-        TEMPLATE,
-        "--tag",
-        "bca",
-        "--exclude-tag",
-        "bcb",
-        "--where",
-        "plan=pro",
-        "--id",
-        "e2e-spring",
-        "--yes",
-    )
+    want = expected(people, spring)
+    args = (*SPRING, "--id", "e2e-spring", "--yes")
 
-    answer = broadcast(local, *args)
+    answer = send(local, *args)
 
     assert answer.returncode == 0, answer.stdout + answer.stderr
     assert "e2e-spring: done" in answer.stdout
-    got = Counter(d for m in sent_by(local, "e2e-spring") for d in m["destination"])
+    got = recipients(local, "e2e-spring")
     assert set(got) == want and set(got.values()) == {1}
     stored = record(local, "e2e-spring")
     assert (stored["status"], stored["audience"], stored["sent"], stored["failed"]) == (
@@ -152,7 +155,7 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
         0,
     )
 
-    again = broadcast(local, *args)
+    again = send(local, *args)
 
     assert again.returncode == 0 and "nothing new was sent" in again.stdout
     time.sleep(1)
@@ -175,42 +178,18 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
 
 def test_an_audience_without_a_tag_is_read_by_scan_and_filtered_by_attributes(local, people) -> None:
     want = expected(people, lambda t, a: a["plan"] == "team" and a["seats"] == 7)
-    answer = broadcast(
-        local,
-        "send",
-        "--template",
-        TEMPLATE,
-        "--where",
-        "plan=team",
-        "--where",
-        "seats=7",
-        "--id",
-        "e2e-all",
-        "--yes",
-    )
+    answer = send(local, "--where", "plan=team", "--where", "seats=7", "--id", "e2e-all", "--yes")
     assert answer.returncode == 0, answer.stdout + answer.stderr
     assert "e2e-all: done" in answer.stdout
-    got = Counter(d for m in sent_by(local, "e2e-all") for d in m["destination"])
+    got = recipients(local, "e2e-all")
     assert want and set(got) == want and set(got.values()) == {1}
 
 
 def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, people) -> None:
     want = expected(people, lambda t, a: bool(t & {"bcc", "bcb"}))
-    local.http("POST", "/_local/ses", {"max_send_rate": 20})
-    try:
-        started = broadcast(
-            local,
-            "send",
-            "--template",
-            TEMPLATE,
-            "--any-tag",
-            "bcc",
-            "--any-tag",
-            "bcb",
-            "--id",
-            "e2e-cancel",
-            "--yes",
-            "--no-wait",
+    with ses_rate(local, 20):
+        started = send(
+            local, "--any-tag", "bcc", "--any-tag", "bcb", "--id", "e2e-cancel", "--yes", "--no-wait"
         )
         assert started.returncode == 0, started.stdout + started.stderr
         wait_for(
@@ -225,8 +204,6 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
             return stored if stored["resolved"] and stored["processed"] >= stored["audience"] else None
 
         stored = wait_for(settled, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
-    finally:
-        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
     went = sent_by(local, "e2e-cancel")
     assert stored["status"] == "cancelled"
     assert stored["sent"] == len(went) < len(want)
@@ -235,57 +212,46 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
 
 
 def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlog(local, people) -> None:
-    local.http("POST", "/_local/ses", {"max_send_rate": 20})
-    try:
-        started = broadcast(
-            local,
-            "send",
-            "--template",
-            TEMPLATE,
-            "--any-tag",
-            "bca",
-            "--any-tag",
-            "bcc",
-            "--id",
-            "e2e-backlog",
-            "--yes",
-            "--no-wait",
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
-        wait_for(
-            lambda: len(sent_by(local, "e2e-backlog")) >= 20, 60, "20 mails of e2e-backlog", interval_s=0.2
-        )
-        # When a transactional mail is queued behind a backlog of hundreds of broadcast mails
-        job = SendJob(
-            email="bc00001@example.com",
-            template="transactional/receipt",
-            source="receipts",
-            step="order-1",
-            transactional=True,
-            data={"order_id": "A-1", "total": "9.00"},
-        )
-        enqueue(local, job, queue=SEND_QUEUE.local_name)
-        queued = time.monotonic()
-        wait_for(
-            lambda: sent_by(local, "receipts"), 30, "the transactional mail, queued behind the broadcast"
-        )
-        waited = time.monotonic() - queued
-        # And when a sequence starts for a subscriber meanwhile (its first step sends at once)
-        customer = "bc00002@example.com"
-        shipped = {"type": "order.shipped", "email": customer, "id": f"backlog-{time.time_ns()}", "data": {}}
-        (answer,) = post(local, shipped)
-        assert answer["sequences_started"] == ["order-shipped"], answer
-        triggered = time.monotonic()
-        wait_for(
-            lambda: [m for m in sent_by(local, "order-shipped") if customer in m["destination"]],
-            30,
-            "the sequence mail, started behind the broadcast",
-        )
-        sequence_waited = time.monotonic() - triggered
-        backlog = record(local, "e2e-backlog")
-    finally:
-        broadcast(local, "cancel", "e2e-backlog")
-        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
+    with ses_rate(local, 20):
+        try:
+            started = send(
+                local, "--any-tag", "bca", "--any-tag", "bcc", "--id", "e2e-backlog", "--yes", "--no-wait"
+            )
+            assert started.returncode == 0, started.stdout + started.stderr
+            wait_for(
+                lambda: len(sent_by(local, "e2e-backlog")) >= 20,
+                60,
+                "20 mails of e2e-backlog",
+                interval_s=0.2,
+            )
+            # When a transactional mail is queued behind a backlog of hundreds of broadcast mails
+            job = receipt("bc00001@example.com", "receipts", "order-1", total="9.00")
+            enqueue(local, job, queue=SEND_QUEUE.local_name)
+            queued = time.monotonic()
+            wait_for(
+                lambda: sent_by(local, "receipts"), 30, "the transactional mail, queued behind the broadcast"
+            )
+            waited = time.monotonic() - queued
+            # And when a sequence starts for a subscriber meanwhile (its first step sends at once)
+            customer = "bc00002@example.com"
+            shipped = {
+                "type": "order.shipped",
+                "email": customer,
+                "id": f"backlog-{time.time_ns()}",
+                "data": {},
+            }
+            (answer,) = post(local, shipped)
+            assert answer["sequences_started"] == ["order-shipped"], answer
+            triggered = time.monotonic()
+            wait_for(
+                lambda: [m for m in sent_by(local, "order-shipped") if customer in m["destination"]],
+                30,
+                "the sequence mail, started behind the broadcast",
+            )
+            sequence_waited = time.monotonic() - triggered
+            backlog = record(local, "e2e-backlog")
+        finally:
+            broadcast(local, "cancel", "e2e-backlog")
     # Then both went out while most of the broadcast was still waiting (the oracle is the
     # backlog left, not a wall-clock bound: on a loaded machine cold starts take seconds)
     print(f"\ntransactional mail after {waited:.1f} s, sequence mail after {sequence_waited:.1f} s")
@@ -297,21 +263,7 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
     at = (datetime.now(UTC) + timedelta(days=3)).isoformat(timespec="seconds")
     waited_before = local.status()["clock"]["advanced_s"]
 
-    answer = broadcast(
-        local,
-        "send",
-        "--template",
-        TEMPLATE,
-        "--tag",
-        "bcc",
-        "--where",
-        "seats>=8",
-        "--at",
-        at,
-        "--id",
-        "e2e-later",
-        "--yes",
-    )
+    answer = send(local, "--tag", "bcc", "--where", "seats>=8", "--at", at, "--id", "e2e-later", "--yes")
 
     assert answer.returncode == 0 and "scheduled" in answer.stdout, answer.stdout + answer.stderr
     wait_for(
@@ -319,7 +271,7 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
     )
     # The Wait state stood for the three days (virtual clock), then the audience was sent.
     assert local.status()["clock"]["advanced_s"] - waited_before >= 3 * 86400 - 120
-    got = Counter(d for m in sent_by(local, "e2e-later") for d in m["destination"])
+    got = recipients(local, "e2e-later")
     assert set(got) == want and set(got.values()) == {1}
 
 
@@ -328,15 +280,10 @@ def test_concurrent_workers_reach_90_percent_of_max_send_rate_and_fail_nothing(l
     # Given the local SES at MaxSendRate 50/s (the mapping runs 3 workers, each in its own
     # process with 8 sends in flight)
     want = expected(people, lambda t, a: "bcb" in t)
-    local.http("POST", "/_local/ses", {"max_send_rate": 50})
-    try:
+    with ses_rate(local, 50):
         # When a broadcast to ~900 subscribers runs to the end
-        answer = broadcast(
-            local, "send", "--template", TEMPLATE, "--tag", "bcb", "--id", "e2e-rate", "--yes", timeout=300
-        )
+        answer = send(local, "--tag", "bcb", "--id", "e2e-rate", "--yes", timeout=300)
         assert answer.returncode == 0, answer.stdout + answer.stderr
-    finally:
-        local.http("POST", "/_local/ses", {"max_send_rate": 1000})
     # Then everyone got it once, nothing failed (throttling was retried), at >= 90% of 50/s
     stored = record(local, "e2e-rate")
     went = sent_by(local, "e2e-rate")

@@ -14,8 +14,8 @@ from tests.e2e.helpers import (
     EVENTS,
     MAIN,
     add_contact,
+    engage,
     enqueue,
-    events_of,
     item,
     ok_json,
     ops,
@@ -23,7 +23,8 @@ from tests.e2e.helpers import (
     paused_clock,
     post,
     subscribe,
-    wait_for,
+    suppressed_by_bounce,
+    wait_for_events,
 )
 
 
@@ -41,6 +42,17 @@ def queue_send(local: Local, email: str, source: str, step: str) -> None:
     )
 
 
+def mailed(local: Local, local_part: str, source_prefix: str, until: str) -> tuple[str, str]:
+    """A new contact and a source of their own, and one welcome mail of that source queued to
+    them; returns (email, source) once the subscriber has an event of type ``until``."""
+    email = f"{local_part}-{uuid.uuid4().hex[:8]}@example.com"
+    source = f"{source_prefix}-{uuid.uuid4().hex[:6]}"
+    add_contact(local, email)
+    queue_send(local, email, source, "welcome")
+    wait_for_events(local, email, until)
+    return email, source
+
+
 @pytest.mark.parametrize(("local_part", "reason"), [("bounce", "bounce"), ("complaint", "complaint")])
 def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_the_next_send(
     local: Local, local_part: str, reason: str
@@ -55,9 +67,7 @@ def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_t
         assert running is not None
         # the welcome mail reaches the simulator, whose bounce/complaint comes back through SES
         # events; the event item is written last (after flag, SUPPRESSION item and stops)
-        wait_for(
-            lambda: any(e["type"] == reason for e in events_of(local, email)), what=f"the {reason} event"
-        )
+        wait_for_events(local, email, reason)
         assert item(local, f"SUB#{email}", "SUPPRESSION") is not None
         profile = item(local, f"SUB#{email}", "PROFILE")
         assert profile is not None and profile["suppressed"]["BOOL"] is True
@@ -68,9 +78,7 @@ def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_t
         )
         assert execution["status"] == "ABORTED"  # the real execution stopped, not just its pair
     queue_send(local, email, source, "second")
-    skipped = wait_for(
-        lambda: [e for e in events_of(local, email) if e["type"] == "send_skipped"], what="the skipped send"
-    )
+    skipped = wait_for_events(local, email, "send_skipped")
     assert skipped[0]["reason"] == "suppressed"
     listed = ok_json(ops(local, "suppression", "list", "--json"))
     assert email in [s["email"] for s in listed]
@@ -85,17 +93,8 @@ def test_a_simulator_bounce_or_complaint_suppresses_stops_executions_and_skips_t
 
 
 def test_two_opens_of_one_mail_give_total_two_unique_one_and_stats_match_the_events(local: Local) -> None:
-    email = f"reader-{uuid.uuid4().hex[:8]}@example.com"
-    source = f"e2e-opens-{uuid.uuid4().hex[:6]}"
-    add_contact(local, email)
-    queue_send(local, email, source, "welcome")
-    wait_for(lambda: any(e["type"] == "delivery" for e in events_of(local, email)), what="the delivery")
-    for command in ("open", "open", "click"):
-        result = ops(local, "local", command, email)
-        assert result.returncode == 0, result.stderr
-    wait_for(
-        lambda: sum(e["type"] in ("open", "click") for e in events_of(local, email)) == 3, what="3 events"
-    )
+    email, source = mailed(local, "reader", "e2e-opens", until="delivery")
+    engage(local, email, "open", "open", "click")
 
     rows = {r["metric"]: r for r in ok_json(ops(local, "stats", "--sequence", source, "--json"))["rows"]}
     assert (rows["opened"]["total"], rows["opened"]["unique"]) == (2, 1)
@@ -112,16 +111,10 @@ def test_two_opens_of_one_mail_give_total_two_unique_one_and_stats_match_the_eve
 
 
 def test_a_local_reply_becomes_a_reply_event_matched_to_the_send(local: Local) -> None:
-    email = f"replier-{uuid.uuid4().hex[:8]}@example.com"
-    source = f"e2e-replies-{uuid.uuid4().hex[:6]}"
-    add_contact(local, email)
-    queue_send(local, email, source, "welcome")
-    wait_for(lambda: any(e["type"] == "send" for e in events_of(local, email)), what="the send log")
+    email, source = mailed(local, "replier", "e2e-replies", until="send")
     result = ops(local, "local", "reply", email, "--body", "Yes, tell me more")
     assert result.returncode == 0, result.stderr
-    (reply,) = wait_for(
-        lambda: [e for e in events_of(local, email) if e["type"] == "reply"], what="the reply"
-    )
+    (reply,) = wait_for_events(local, email, "reply")
     assert reply["data"]["source"] == source and reply["data"]["template"] == "onboarding/welcome"
     assert reply["data"]["snippet"] == "Yes, tell me more"
 
@@ -142,8 +135,7 @@ def bounce_unknown_address(local: Local) -> str:
             {"Name": "source", "Value": "elsewhere"},
         ],
     )
-    wait_for(lambda: item(local, f"SUB#{email}", "SUPPRESSION"), what="the bounce's SUPPRESSION record")
-    wait_for(lambda: any(e["type"] == "bounce" for e in events_of(local, email)), what="the bounce event")
+    suppressed_by_bounce(local, email)
     return email
 
 
@@ -161,9 +153,7 @@ def test_a_bounced_address_that_later_subscribes_is_never_mailed(local: Local) -
     profile = item(local, f"SUB#{email}", "PROFILE")
     assert profile is not None and profile["suppressed"]["BOOL"] is True
     queue_send(local, email, f"e2e-after-bounce-{uuid.uuid4().hex[:6]}", "welcome")
-    skipped = wait_for(
-        lambda: [e for e in events_of(local, email) if e["type"] == "send_skipped"], what="the skipped send"
-    )
+    skipped = wait_for_events(local, email, "send_skipped")
     assert [e["reason"] for e in skipped] == ["suppressed"]
     assert [m["message_id"] for m in outbox(local) if email in m["destination"]] == mailed_before
 

@@ -4,32 +4,34 @@ local runtime: every tool is listed, answers like the CLI, and refuses what it m
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import yaml
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from shared.core.specs import STATE_MACHINE_PREFIX
 from shared.sending.jobs import SendJob
-from tests.e2e.conftest import ROOT, Local, subprocess_env
+from tests.e2e.conftest import ROOT, Local
 from tests.e2e.helpers import (
     MAIN,
+    Tools,
     add_contact,
+    engage,
     enqueue,
     events_of,
+    failed_execution,
     item,
     ok_json,
     ops,
     partition,
     paused_clock,
+    run_session,
     scan_all,
     sent_by,
     subscribe,
+    suppressed_by_bounce,
     unique,
     wait_for,
+    wait_for_events,
 )
 
 EXPECTED_TOOLS = {
@@ -61,43 +63,6 @@ EXPECTED_TOOLS = {
     "broadcast_dry_run",
     "broadcast_send",
 }
-
-
-class Tools:
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-
-    async def call(self, name: str, **arguments: Any) -> Any:
-        result = await self.session.call_tool(name, arguments)
-        assert not result.is_error, f"{name}: {result.content}"
-        structured = result.structured_content
-        assert structured is not None, name
-        # A list result arrives as {"result": [...]}, a dict as itself; the text blocks agree.
-        value = structured["result"] if set(structured) == {"result"} else structured
-        texts = [json.loads(c.text) for c in result.content]  # type: ignore[union-attr]
-        assert texts == (value if isinstance(value, list) else [value])
-        return value
-
-    async def error(self, name: str, **arguments: Any) -> str:
-        result = await self.session.call_tool(name, arguments)
-        assert result.is_error, f"{name} should have failed: {result.content}"
-        return str(result.content[0].text)  # type: ignore[union-attr]
-
-
-def run_session(local: Local, body: Callable[[Tools], Awaitable[None]]) -> None:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "cli.main", "mcp", "--state-dir", str(local.state_dir)],
-        env=subprocess_env(),
-        cwd=str(ROOT),
-    )
-
-    async def main() -> None:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            await body(Tools(session))
-
-    anyio.run(main)
 
 
 def profile_of(local: Local, email: str) -> dict[str, Any]:
@@ -277,33 +242,16 @@ def test_stats_events_suppression_failed_and_doctor_tools_match_what_happened(lo
     source = unique("mcp-stats")
     add_contact(local, reader)
     enqueue(local, SendJob(email=reader, template="onboarding/tips", source=source, step="tips"))
-    wait_for(lambda: any(e["type"] == "delivery" for e in events_of(local, reader)), what="the delivery")
-    for command in ("open", "open", "click"):
-        result = ops(local, "local", command, reader)
-        assert result.returncode == 0, result.stderr
-    wait_for(
-        lambda: sum(e["type"] in ("open", "click") for e in events_of(local, reader)) == 3, what="3 events"
-    )
+    wait_for_events(local, reader, "delivery")
+    engage(local, reader, "open", "open", "click")
     # ... a permanent bounce that suppressed an address ...
     bounced = f"bounce+{unique('mcp')}@simulator.amazonses.com"
     add_contact(local, bounced)
     enqueue(local, SendJob(email=bounced, template="onboarding/tips", source=source, step="tips"))
-    wait_for(lambda: item(local, f"SUB#{bounced}", "SUPPRESSION"), what="the bounce's suppression")
-    wait_for(lambda: any(e["type"] == "bounce" for e in events_of(local, bounced)), what="the bounce event")
+    suppressed_by_bounce(local, bounced)
     # ... and a failed execution of a sequence state machine
     failing = unique("mcp-fail")
-    sfn = local.client("stepfunctions")
-    role = local.client("iam").create_role(
-        RoleName=failing, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
-    )["Role"]["Arn"]
-    definition = {"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "E2E", "Cause": "test"}}}
-    machine = sfn.create_state_machine(
-        name=f"{STATE_MACHINE_PREFIX}{failing}", definition=json.dumps(definition), roleArn=role
-    )["stateMachineArn"]
-    run = sfn.start_execution(stateMachineArn=machine, name="run-1", input="{}")["executionArn"]
-    wait_for(
-        lambda: sfn.describe_execution(executionArn=run)["status"] == "FAILED", what="the failed execution"
-    )
+    failed_execution(local, failing, "run-1")
 
     async def body(tools: Tools) -> None:
         # stats: the counts of what happened to that source

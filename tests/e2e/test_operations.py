@@ -11,7 +11,7 @@ from typing import Any
 
 from shared.core.specs import STATE_MACHINE_PREFIX
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import as_json, ops, post, scan_all, subscribe, wait_for
+from tests.e2e.helpers import as_json, failed_execution, ops, post, scan_all, subscribe, wait_for
 
 
 def test_without_a_running_runtime_the_cli_says_how_to_choose(local: Local, tmp_path: Path) -> None:
@@ -129,22 +129,7 @@ def test_csv_import_report_rerun_and_export(local: Local, tmp_path: Path) -> Non
 
 
 def test_executions_failed_lists_failed_sequence_executions(local: Local) -> None:
-    sfn = local.client("stepfunctions")
-    iam = local.client("iam")
-    role = iam.create_role(
-        RoleName="ops-e2e-sfn",
-        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
-    )["Role"]["Arn"]
-    definition = {"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "E2E", "Cause": "test"}}}
-    machine = sfn.create_state_machine(
-        name=f"{STATE_MACHINE_PREFIX}ops-e2e-fail", definition=json.dumps(definition), roleArn=role
-    )["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=machine, name="ops-e2e-1", input="{}")["executionArn"]
-    wait_for(
-        lambda: sfn.describe_execution(executionArn=execution)["status"] != "RUNNING",
-        20,
-        "the failing execution to end",
-    )
+    failed_execution(local, "ops-e2e-fail", "ops-e2e-1")
 
     result = ops(local, "executions", "failed", "--sequence", "ops-e2e-fail", "--json")
 

@@ -14,6 +14,7 @@ import pytest
 from shared.sending.jobs import SendJob
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
+    FORM,
     add_contact,
     drained,
     eml,
@@ -24,6 +25,9 @@ from tests.e2e.helpers import (
     post,
     profile_status,
     queue_url,
+    receipt,
+    request,
+    unsubscribe_targets,
     wait_for,
 )
 
@@ -42,18 +46,11 @@ def _queue_drained(local: Local) -> bool:
     return drained(local.client("sqs"), queue_url(local, "mailstep-send"))
 
 
-def _unsubscribe_targets(msg: Any) -> list[str]:
-    return [t.strip().removeprefix("<").removesuffix(">") for t in str(msg["List-Unsubscribe"]).split(",")]
-
-
-def _http(local: Local, method: str, url: str, body: bytes | None = None) -> tuple[int, str]:
-    headers = {"content-type": "application/x-www-form-urlencoded"}
-    request = urllib.request.Request(url, data=body, headers=headers, method=method)  # noqa: S310
-    try:
-        with urllib.request.urlopen(request, timeout=30, context=local.ssl_context()) as response:  # noqa: S310
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+def _one_click(local: Local, url: str) -> tuple[int, str]:
+    """The RFC 8058 one-click POST to ``url`` itself (the https front, trusting the runtime's
+    certificate): (status, page)."""
+    status, _, page = request(url, "POST", ONE_CLICK, FORM, local.ssl_context())
+    return status, page
 
 
 def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Local):
@@ -73,7 +70,7 @@ def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Lo
         meta["email_tags"]["template"] == "onboarding_swelcome" and meta["email_tags"]["kind"] == "marketing"
     )
     assert msg["Subject"] == "Welcome aboard, Ada"
-    url = _unsubscribe_targets(msg)[0]
+    url = unsubscribe_targets(msg)[0]
     assert local.public_url.startswith("https://127.0.0.1:") and url.startswith(local.public_url + "/u/")
     assert msg["List-Unsubscribe-Post"] == ONE_CLICK
     assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
@@ -84,17 +81,7 @@ def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Lo
 def test_transactional_mail_reaches_unsubscribed_and_has_no_list_headers(local: Local):
     email, source = f"buyer-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
     post(local, {"type": "subscriber.unsubscribed", "email": email})
-    enqueue(
-        local,
-        SendJob(
-            email=email,
-            template="transactional/receipt",
-            source=source,
-            step="order-1",
-            transactional=True,
-            data={"order_id": "A-1", "total": "$9"},
-        ),
-    )
+    enqueue(local, receipt(email, source, "order-1"))
     enqueue(local, SendJob(email=email, template="onboarding/tips", source=source, step="tips"))
     wait_for(lambda: messages(local, source), what="the receipt")
     wait_for(lambda: _queue_drained(local), what="the send queue to drain")
@@ -109,19 +96,8 @@ def test_transactional_mail_reaches_unsubscribed_and_has_no_list_headers(local: 
 def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Local):
     email, source = f"mixed-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
     _profile(local, email)
-    receipt = {"order_id": "A-2", "total": "$5"}
     enqueue(local, SendJob(email=email, template="onboarding/welcome", source=source, step="welcome"))
-    enqueue(
-        local,
-        SendJob(
-            email=email,
-            template="transactional/receipt",
-            source=source,
-            step="o2",
-            transactional=True,
-            data=receipt,
-        ),
-    )
+    enqueue(local, receipt(email, source, "o2", order_id="A-2", total="$5"))
     wait_for(lambda: len(messages(local, source)) == 2, what="a marketing and a transactional mail")
 
     checked = {"transactional": 0, "other": 0}
@@ -134,7 +110,7 @@ def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Lo
             assert msg["List-Unsubscribe"] is None and msg["List-Unsubscribe-Post"] is None
             checked["transactional"] += 1
         else:
-            one_click, *others = _unsubscribe_targets(msg)
+            one_click, *others = unsubscribe_targets(msg)
             assert one_click.startswith(local.public_url + "/u/"), one_click
             assert all(t.startswith(("https://", "mailto:")) for t in others), others
             assert msg["List-Unsubscribe-Post"] == ONE_CLICK
@@ -149,28 +125,28 @@ def test_unsubscribe_link_get_changes_nothing_and_one_click_post_unsubscribes(lo
     _profile(local, email, "Grace")
     enqueue(local, SendJob(email=email, template="welcome", source=source, step="w"))
     meta, msg = wait_for(lambda: messages(local, source), what="the welcome mail")[0]
-    url = _unsubscribe_targets(msg)[0]
+    url = unsubscribe_targets(msg)[0]
     assert url.startswith(local.public_url + "/u/")
 
-    status, page = _http(local, "GET", url)
+    status, _, page = request(url, context=local.ssl_context())
     assert status == 200 and "<form" in page and profile_status(local, email) == "subscribed"
 
     for _ in range(2):
-        status, page = _http(local, "POST", url, ONE_CLICK.encode())
+        status, page = _one_click(local, url)
         assert status == 200 and "You are unsubscribed" in page
     assert profile_status(local, email) == "unsubscribed"
 
     tampered = url[:-3] + ("AAA" if not url.endswith("AAA") else "BBB")
-    assert _http(local, "POST", tampered, ONE_CLICK.encode())[0] == 400
+    assert _one_click(local, tampered)[0] == 400
 
 
 def test_the_https_front_is_verified_tls_with_the_runtime_certificate(local: Local):
     """Links are real https: trusted through the runtime's certificate, refused without it."""
     url = local.public_url + "/u/not-a-token"
-    assert _http(local, "POST", url, ONE_CLICK.encode())[0] == 400  # reached the function through TLS
-    request = urllib.request.Request(url, data=ONE_CLICK.encode(), method="POST")  # noqa: S310
+    assert _one_click(local, url)[0] == 400  # reached the function through TLS
+    untrusted = urllib.request.Request(url, data=ONE_CLICK.encode(), method="POST")  # noqa: S310
     with pytest.raises(urllib.error.URLError) as refused:
-        urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context())  # noqa: S310
+        urllib.request.urlopen(untrusted, timeout=10, context=ssl.create_default_context())  # noqa: S310
     assert isinstance(refused.value.reason, ssl.SSLCertVerificationError)
     plain = urllib.request.Request(url.replace("https://", "http://", 1), data=b"x", method="POST")  # noqa: S310
     with pytest.raises((urllib.error.URLError, ConnectionError)):

@@ -10,11 +10,8 @@ stopped. Every test uses its own addresses, so it reads only its own mail and pa
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -27,11 +24,13 @@ from tests.e2e.helpers import (
     eml,
     item,
     mails,
+    one_click,
     partition,
     paused_clock,
     post,
     profile_status,
     scan_all,
+    unsubscribe_targets,
     wait_for,
 )
 from tests.e2e.helpers import unique_email as unique
@@ -111,22 +110,6 @@ def by_source(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
     for meta in messages:
         out.setdefault(meta["source"], []).append(meta["template"])
     return out
-
-
-def one_click(local: Local, link: str) -> int:
-    """RFC 8058 one-click POST of a List-Unsubscribe link, to the same route on the local front."""
-    parts = urlsplit(link)
-    request = urllib.request.Request(  # noqa: S310 - the local HTTP front
-        local.api_url + parts.path + (f"?{parts.query}" if parts.query else ""),
-        data=b"List-Unsubscribe=One-Click",
-        headers={"content-type": "application/x-www-form-urlencoded"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
 
 
 # ----- onboarding, 50 subscribers -----------------------------------------------------------
@@ -213,8 +196,7 @@ def test_unsubscribing_mid_sequence_stops_marketing_and_transactional_continues(
             assert result["sequences_stopped"] == ["onboarding"]
         else:
             welcome = next(m for m in first if m["source"] == "onboarding")
-            link = str(eml(local, welcome)["List-Unsubscribe"]).split(",")[0].strip().strip("<>")
-            assert one_click(local, link) == 200
+            assert one_click(local, unsubscribe_targets(eml(local, welcome))[0]) == 200
 
         assert wait_for(lambda: run_status(local, marketing) == "ABORTED", what="onboarding to be stopped")
         assert pair(local, email, "onboarding") is None

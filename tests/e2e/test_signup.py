@@ -9,62 +9,36 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 import time
-import urllib.error
-import urllib.request
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import pytest
 
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
+    BROWSER_UA,
     EVENTS,
+    FORM,
+    Tools,
     add_contact,
-    eml,
     item,
+    link,
     mails,
     ok_json,
     ops,
     partition,
+    public,
+    request,
+    run_session,
     scan_all,
     subscribe,
     unique_email,
     wait_for,
 )
-from tests.e2e.test_mcp import Tools, run_session
 
-FORM = "application/x-www-form-urlencoded"
 CONFIRM_TEMPLATE = "system/confirm"
 WELCOME_SEQUENCE = "welcome-confirmed"
-BROWSER_UA = "Mozilla/5.0 (X11; Linux x86_64) mailstep-e2e"
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-def request(
-    url: str,
-    method: str = "GET",
-    body: bytes | str | None = None,
-    content_type: str | None = None,
-    context: ssl.SSLContext | None = None,
-) -> tuple[int, dict[str, str], str]:
-    """One request, redirects not followed: (status, headers, body text)."""
-    data = body.encode() if isinstance(body, str) else body
-    headers = {"user-agent": BROWSER_UA}
-    if content_type:
-        headers["content-type"] = content_type
-    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
-    req = urllib.request.Request(url, data=data, headers=headers, method=method)
-    try:
-        with opener.open(req, timeout=60) as answer:
-            return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode()
 
 
 def sign_up(
@@ -79,20 +53,12 @@ def confirmation_mails(local: Local, email: str) -> list[dict[str, Any]]:
     return [m for m in mails(local, {email})[email] if m["template"] == CONFIRM_TEMPLATE]
 
 
-def link(local: Local, meta: dict[str, Any], path: str) -> str:
-    """The first https link to ``path`` (``/c/`` or ``/u/``) in a mail's HTML part."""
-    message = eml(local, meta)
-    html = message.get_body(("html",)).get_content()  # type: ignore[union-attr]
-    found = re.search(r'href="(https://[^"]+' + re.escape(path) + r'[^"]+)"', html)
-    assert found, f"no {path} link in {meta['message_id']}"
-    return found.group(1).replace("&amp;", "&")
-
-
-def public(local: Local, url: str) -> str:
-    """A link of a mail (PUBLIC_BASE_URL is the runtime's https front) as a URL to request."""
-    parts = urlsplit(url)
-    assert local.public_url.startswith(f"{parts.scheme}://{parts.netloc}"), url
-    return url
+def signed_up(local: Local, prefix: str) -> tuple[str, str]:
+    """A new address that signed up (JSON), and the link of its one confirmation mail."""
+    email = unique_email(prefix)
+    sign_up(local, {"email": email}, as_json=True)
+    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    return email, link(local, mail, "/c/")
 
 
 def everything_of(local: Local, email: str) -> list[dict[str, Any]]:
@@ -290,10 +256,7 @@ def test_get_changes_nothing_and_post_confirms_with_consent_and_starts_the_welco
 
 
 def test_forged_tampered_and_wrong_purpose_tokens_are_refused_and_write_nothing(local: Local) -> None:
-    email = unique_email("forged")
-    sign_up(local, {"email": email}, as_json=True)
-    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
-    url = link(local, mail, "/c/")
+    email, url = signed_up(local, "forged")
     ctx = local.ssl_context()
     token = url.rsplit("/", 1)[1]
     flipped = token[:-3] + ("A" if token[-3] != "A" else "B") + token[-2:]
@@ -310,10 +273,7 @@ def test_forged_tampered_and_wrong_purpose_tokens_are_refused_and_write_nothing(
 
 
 def test_an_expired_sign_up_is_gone_for_every_read_and_mailstep_scan(local: Local) -> None:
-    email = unique_email("expired")
-    sign_up(local, {"email": email}, as_json=True)
-    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
-    url = link(local, mail, "/c/")
+    email, url = signed_up(local, "expired")
     ctx = local.ssl_context()
 
     # Given its expiry passed (the clock moved past expires_at; DynamoDB TTL has not run)
