@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
@@ -258,6 +259,38 @@ def checkpoint_path(source: Path) -> Path:
     return source.with_name(source.name + ".checkpoint")
 
 
+def _write(
+    row: Row, store: SubscriberStore, trigger: Callable[[Profile], int] | None
+) -> tuple[Row, str, int]:
+    """Upsert one row: the row, its outcome (``created``, ``updated``, ``unchanged`` or
+    ``rejected: <why>``) and how many sequences it started."""
+    event = row.event
+    tags = event.tags.add if event.tags else ()
+    try:
+        change = store.upsert(
+            event.email,
+            first_name=event.first_name,
+            attributes=event.attributes,
+            add_tags=tags,
+            unsubscribe=row.unsubscribed,
+        )
+    except InvalidInput as exc:  # e.g. more tags than a subscriber may hold
+        return row, f"rejected: {exc}", 0
+    outcome = "created" if change.created else "updated" if change.changed else "unchanged"
+    started_count = trigger(change.profile) if trigger and change.profile else 0
+    return row, outcome, started_count
+
+
+def _tally(report: ImportReport, row: Row, outcome: str, started_count: int) -> None:
+    """Count one written row (see :func:`_write`) in ``report``."""
+    if outcome.startswith("rejected: "):
+        report.rejected.append(Rejected(row.line, outcome.removeprefix("rejected: ")))
+        report.valid -= 1
+    else:
+        setattr(report, outcome, getattr(report, outcome) + 1)
+        report.sequences_started += started_count
+
+
 def import_csv(
     source: Path,
     store: SubscriberStore,
@@ -275,23 +308,7 @@ def import_csv(
     resume_after = 0 if dry_run or checkpoint is None else _checkpoint_read(checkpoint, source)
     report.resumed_after_line = resume_after
 
-    def write(row: Row) -> tuple[Row, str, int]:
-        event = row.event
-        tags = event.tags.add if event.tags else ()
-        try:
-            change = store.upsert(
-                event.email,
-                first_name=event.first_name,
-                attributes=event.attributes,
-                add_tags=tags,
-                unsubscribe=row.unsubscribed,
-            )
-        except InvalidInput as exc:  # e.g. more tags than a subscriber may hold
-            return row, f"rejected: {exc}", 0
-        outcome = "created" if change.created else "updated" if change.changed else "unchanged"
-        started_count = trigger(change.profile) if trigger and change.profile else 0
-        return row, outcome, started_count
-
+    write = partial(_write, store=store, trigger=trigger)
     with source.open("rb") as raw, ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         counter = _CountingReader(raw)
         text = io.TextIOWrapper(io.BufferedReader(counter), encoding="utf-8-sig", newline="")
@@ -301,12 +318,7 @@ def import_csv(
         def flush() -> None:
             nonlocal window
             for row, outcome, started_count in pool.map(write, window):
-                if outcome.startswith("rejected: "):
-                    report.rejected.append(Rejected(row.line, outcome.removeprefix("rejected: ")))
-                    report.valid -= 1
-                else:
-                    setattr(report, outcome, getattr(report, outcome) + 1)
-                    report.sequences_started += started_count
+                _tally(report, row, outcome, started_count)
             window = []
             if checkpoint is not None and not dry_run:
                 _checkpoint_write(checkpoint, source, last_line)

@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.consent.context import ConsentContext
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
-from shared.web.http import on_error
+from shared.web.http import register_page_handlers
 from shared.web.signup import SignupPages
 
 settings = Settings.from_env()
@@ -54,16 +54,7 @@ def confirm(token: str) -> Response[str]:
     return response
 
 
-def error(exc: Exception) -> Response[str]:
-    return pages.link_error(exc)
-
-
-on_error(app, Exception, error)
-
-
-@app.not_found
-def not_found(exc: Exception) -> Response[str]:
-    return pages.not_found()
+register_page_handlers(app, error=pages.link_error, not_found=pages.not_found)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

@@ -17,7 +17,7 @@ from shared.core.settings import Settings
 from shared.core.topics import require_topics
 from shared.sequences.engine import engine_from_settings
 from shared.store.subscribers import SubscriberStore
-from shared.web.http import on_error
+from shared.web.http import register_page_handlers
 from shared.web.pages import UnsubscribePages
 
 settings = Settings.from_env()
@@ -57,16 +57,7 @@ def resubscribe(token: str) -> Response[str]:
     return pages.resubscribe(token)
 
 
-def error(exc: Exception) -> Response[str]:
-    return pages.error(exc)
-
-
-on_error(app, Exception, error)
-
-
-@app.not_found
-def not_found(exc: Exception) -> Response[str]:
-    return pages.not_found()
+register_page_handlers(app, error=pages.error, not_found=pages.not_found)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

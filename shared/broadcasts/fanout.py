@@ -41,14 +41,13 @@ from shared.core.aws import client as aws_client
 from shared.core.observability import logger
 from shared.core.settings import Settings
 from shared.core.topics import require_topics
+from shared.sending.jobs import send_bodies
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
-    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 
 BATCH_SIZE = 50  # recipients per broadcast.batch (also the cancel granularity per worker)
-SQS_BATCH = 10
 
 
 @dataclass(frozen=True)
@@ -75,14 +74,7 @@ class BroadcastQueues:
         return f"aws sqs start-message-move-task --source-arn {arn}"
 
     def _send(self, url: str, bodies: list[str]) -> None:
-        for start in range(0, len(bodies), SQS_BATCH):
-            chunk = bodies[start : start + SQS_BATCH]
-            entries: list[SendMessageBatchRequestEntryTypeDef] = [
-                {"Id": str(i), "MessageBody": body} for i, body in enumerate(chunk)
-            ]
-            failed = self.sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed") or []
-            if failed:
-                raise RuntimeError(f"SQS refused {len(failed)} broadcast messages: {failed[0].get('Code')}")
+        send_bodies(self.sqs, url, bodies, what="broadcast messages")
 
     def send_batches(self, batches: Iterable[BatchMessage]) -> int:
         bodies = [to_body(BATCH_CONTRACT, b) for b in batches]

@@ -29,7 +29,6 @@ from shared.core import clock
 from shared.core.errors import FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.observability import logger, redact_email
 from shared.core.topics import MAX_TOPICS, Topic, TopicCatalog, choices_from
-from shared.store.events import event_record
 from shared.store.subscribers import Change, Profile, SubscriberStore
 
 PREFERENCES_EVENT = "preferences.updated"
@@ -138,7 +137,7 @@ def _store_choice(
     moment = now or clock.utc_now()
     change = store.set_topics(email, on=on, off=off)
     if change.changed and change.profile is not None:
-        record = event_record(
+        store.add_event(
             email,
             PREFERENCES_EVENT,
             at=moment,
@@ -149,7 +148,6 @@ def _store_choice(
                 "topics_out": sorted(change.profile.topics_out),
             },
         )
-        store.record_event(email, record)
     logger.info(
         "preferences saved",
         subscriber=redact_email(email),

@@ -26,7 +26,6 @@ from shared.core import clock
 from shared.core.models import CONTROL_RE, SUBSCRIBED, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.core.topics import choices_from
-from shared.store.events import event_record
 from shared.store.pending import DOUBLE, PendingSignup
 from shared.store.stats import CONFIRM, SINGLE_OPT_IN, retry_contended, signup_counter
 from shared.store.subscribers import Change, Profile
@@ -119,7 +118,7 @@ def announce(
     data: dict[str, Any] = {"form": signup.form, "method": method}
     if signup.topics is not None:
         data["topics"] = list(signup.topics)
-    record = event_record(
+    ctx.store.add_event(
         signup.email,
         CONFIRMED_EVENT,
         at=moment,
@@ -128,7 +127,6 @@ def announce(
         origin="signup",
         data=data,
     )
-    ctx.store.record_event(signup.email, record)
     if ctx.sequences is None:
         return []
     event = InboundEvent(type=CONFIRMED_EVENT, email=signup.email, id=f"signup-{signup.signup_id}", data=data)

@@ -36,9 +36,9 @@ from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInpu
 from shared.core.models import (
     CONTROL_RE,
     SUBSCRIBED,
-    clean_first_name,
+    Email,
+    FirstName,
     invalid_input,
-    normalise_email,
     validate_name,
 )
 from shared.core.observability import logger, redact_email
@@ -79,22 +79,16 @@ class SignupRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    email: str
-    first_name: str | None = None
+    email: Email
+    first_name: FirstName = None
     topics: tuple[str, ...] | None = None
     redirect: str | None = None
     website: str = ""  # the honeypot: people never see it, bots fill it in
     form: str = DEFAULT_FORM
 
-    @field_validator("email", mode="before")
+    @field_validator("first_name")
     @classmethod
-    def _email(cls, value: Any) -> str:
-        return normalise_email(value)
-
-    @field_validator("first_name", mode="before")
-    @classmethod
-    def _first_name(cls, value: Any) -> str | None:
-        name = clean_first_name(value)
+    def _first_name(cls, name: str | None) -> str | None:
         if name and NAME_FORBIDDEN.search(name):
             raise ValueError("must be a plain name (no markup, braces or links)")
         return name or None

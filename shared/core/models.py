@@ -155,12 +155,29 @@ def validate_attribute_name(value: Any, what: str = "attribute name") -> str:
     return str(value)
 
 
+def clean_first_name(value: Any) -> str | None:
+    """A first name as every input takes it: a string without control characters, trimmed,
+    at most ``MAX_FIRST_NAME`` characters (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if CONTROL_RE.search(value):
+        raise ValueError("must not contain control characters (CR, LF, ...)")
+    name = value.strip()
+    if len(name) > MAX_FIRST_NAME:
+        raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
+    return name
+
+
 # The validated types (pydantic): a field typed with one of these is checked by the one rule.
 Name = Annotated[str, BeforeValidator(validate_name)]
 Tag = Annotated[str, BeforeValidator(partial(validate_name, what="tag"))]
 EventType = Annotated[str, BeforeValidator(partial(validate_name, what="event type"))]
 TemplateKey = Annotated[str, AfterValidator(validate_template_key)]
 AttributeName = Annotated[str, AfterValidator(validate_attribute_name)]
+Email = Annotated[str, BeforeValidator(normalise_email)]
+FirstName = Annotated[str | None, BeforeValidator(clean_first_name)]
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -275,22 +292,12 @@ class InboundEvent(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: EventType
-    email: str
-    first_name: str | None = None
+    email: Email
+    first_name: FirstName = None
     attributes: dict[str, Any] | None = None
     tags: TagChange | None = None
     data: dict[str, Any] | None = None
     id: str | None = None
-
-    @field_validator("email", mode="before")
-    @classmethod
-    def _email(cls, value: Any) -> str:
-        return normalise_email(value)
-
-    @field_validator("first_name", mode="before")
-    @classmethod
-    def _first_name(cls, value: Any) -> str | None:
-        return clean_first_name(value)
 
     @field_validator("attributes", mode="before")
     @classmethod
@@ -390,18 +397,3 @@ def parse_event_body(payload: Any) -> EventBatch:
 
 
 EventOutcomeStatus = Literal["created", "updated", "unchanged", "recorded"]
-
-
-def clean_first_name(value: Any) -> str | None:
-    """A first name as every input takes it: a string without control characters, trimmed,
-    at most ``MAX_FIRST_NAME`` characters (None stays None)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    if CONTROL_RE.search(value):
-        raise ValueError("must not contain control characters (CR, LF, ...)")
-    name = value.strip()
-    if len(name) > MAX_FIRST_NAME:
-        raise ValueError(f"must be at most {MAX_FIRST_NAME} characters")
-    return name

@@ -348,20 +348,26 @@ def granted_actions(
     return {action: frozenset(keys) for action, keys in sorted(found.items())}
 
 
+# Recording a subscriber's event (the events API, sign-up, replies): idempotency records or
+# the pending sign-up, profile + TAG# upserts (transaction), EXEC pairs (put_execution:
+# ConditionCheck + Put; list/delete), entry markers, and the event item.
+SUBSCRIBER_WRITE_GRANTS = (
+    Grant(MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")),
+    Grant(EVENTS_TABLE, _ddb("PutItem")),
+)
+# Starting the sequences an event triggers and stopping those it exits.
+SEQUENCE_CONTROL_GRANTS = (
+    Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),
+    Grant(SEQUENCE_EXECUTIONS, ("states:DescribeExecution", "states:StopExecution")),
+)
 API_FUNCTION = FunctionSpec(
     name="api",
     handler="functions.api.handler.handler",
     description="HTTP API: POST /v1/events",
     grants=(
-        # idempotency records (Powertools), profile + TAG# upserts (transaction), EXEC pairs
-        # (put_execution: ConditionCheck + Put; list/delete), entry markers
-        Grant(
-            MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")
-        ),
-        Grant(EVENTS_TABLE, _ddb("PutItem")),  # the event item
+        *SUBSCRIBER_WRITE_GRANTS,
         Grant(API_KEY_SECRET, ("secretsmanager:GetSecretValue",)),
-        Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),
-        Grant(SEQUENCE_EXECUTIONS, ("states:DescribeExecution", "states:StopExecution")),
+        *SEQUENCE_CONTROL_GRANTS,
     ),
     routes=(RouteSpec("POST", "/v1/events"),),
 )
@@ -548,12 +554,8 @@ INBOUND_FUNCTION = FunctionSpec(
     timeout_s=60,
     grants=(
         # like the events API (ingest: idempotency, upsert, EXEC pairs) plus send-log Queries
-        Grant(
-            MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")
-        ),
-        Grant(EVENTS_TABLE, _ddb("PutItem")),
-        Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),
-        Grant(SEQUENCE_EXECUTIONS, ("states:DescribeExecution", "states:StopExecution")),
+        *SUBSCRIBER_WRITE_GRANTS,
+        *SEQUENCE_CONTROL_GRANTS,
         Grant(INBOUND_OBJECTS, ("s3:GetObject",)),
         *send_email_grants(only_with="reply_forward_to"),  # forwarding, when configured
     ),
@@ -639,15 +641,12 @@ SIGNUP_FUNCTION = FunctionSpec(
     grants=(
         # profile reads, the pending item (cooldown PutItem, release UpdateItem), the send
         # pipeline (claim Put/Delete, SENT# Put + counter Update), the confirm transaction
-        # (profile Put, pending and TAG# Delete), EXEC pairs of started sequences
-        Grant(
-            MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")
-        ),
-        Grant(EVENTS_TABLE, _ddb("PutItem")),  # subscriber.confirmed
+        # (profile Put, pending and TAG# Delete), EXEC pairs of started sequences, and the
+        # subscriber.confirmed event
+        *SUBSCRIBER_WRITE_GRANTS,
         Grant(UNSUBSCRIBE_SECRET, ("secretsmanager:GetSecretValue",)),  # signs the confirm links
         *send_email_grants(),  # the confirmation mail
-        Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),  # trigger: subscriber.confirmed
-        Grant(SEQUENCE_EXECUTIONS, ("states:DescribeExecution", "states:StopExecution")),
+        *SEQUENCE_CONTROL_GRANTS,  # trigger: subscriber.confirmed
     ),
     routes=(SIGNUP_ROUTE, RouteSpec("GET", "/c/{token}"), RouteSpec("POST", "/c/{token}")),
     mail_settings=True,

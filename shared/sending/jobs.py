@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.core.aws import client as aws_client
 from shared.core.envelopes import decode, encode
-from shared.core.models import TemplateKey, normalise_email, validate_data, validate_name
+from shared.core.models import Email, TemplateKey, validate_data, validate_name
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -48,7 +48,7 @@ class SendJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    email: str
+    email: Email
     template: TemplateKey  # e.g. onboarding/welcome
     source: str  # sequence id, broadcast id, or "test"
     step: str = "0"  # step id within the source (sequences: execution-scoped if re-entry may resend)
@@ -59,11 +59,6 @@ class SendJob(BaseModel):
     topic: str | None = None
     sender: SenderOverride | None = None
     data: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("email", mode="before")
-    @classmethod
-    def _email(cls, value: Any) -> str:
-        return normalise_email(value)
 
     @field_validator("source")
     @classmethod
@@ -101,17 +96,19 @@ def from_message(body: str) -> SendJob:
 def enqueue(jobs: Iterable[SendJob], queue_url: str, client: SQSClient | None = None) -> int:
     """Put jobs on the send queue (batches of 10). Returns how many were accepted; raises
     if SQS refused any (the caller's own retry then re-enqueues; send-once makes that safe)."""
-    sqs = client or aws_client("sqs")
-    pending = list(jobs)
-    sent = 0
-    for start in range(0, len(pending), SQS_BATCH):
-        chunk = pending[start : start + SQS_BATCH]
+    bodies = [to_message(job) for job in jobs]
+    send_bodies(client or aws_client("sqs"), queue_url, bodies, what="send jobs")
+    return len(bodies)
+
+
+def send_bodies(sqs: SQSClient, queue_url: str, bodies: list[str], *, what: str) -> None:
+    """Put ``bodies`` on ``queue_url``, ``SQS_BATCH`` a request; raise at the first request
+    SQS refused any of (``what`` names them in the error)."""
+    for start in range(0, len(bodies), SQS_BATCH):
+        chunk = bodies[start : start + SQS_BATCH]
         entries: list[SendMessageBatchRequestEntryTypeDef] = [
-            {"Id": str(i), "MessageBody": to_message(job)} for i, job in enumerate(chunk)
+            {"Id": str(i), "MessageBody": body} for i, body in enumerate(chunk)
         ]
-        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
-        failed = response.get("Failed") or []
+        failed = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries).get("Failed") or []
         if failed:
-            raise RuntimeError(f"SQS refused {len(failed)} send jobs: {failed[0].get('Code')}")
-        sent += len(chunk)
-    return sent
+            raise RuntimeError(f"SQS refused {len(failed)} {what}: {failed[0].get('Code')}")

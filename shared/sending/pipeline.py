@@ -60,7 +60,6 @@ from shared.sending.rendering import (
 )
 from shared.sending.sender import SesSender
 from shared.sending.tokens import TokenClaims, issue
-from shared.store.events import event_record
 from shared.store.send_log import SendLog, SentRecord
 from shared.store.subscribers import Profile, SubscriberStore
 
@@ -386,19 +385,16 @@ def _mailto(address: str) -> str | None:
 def _record_event(
     ctx: SendContext, job: SendJob, send_id: str, kind: str, reason: str, moment: datetime
 ) -> None:
-    ctx.store.record_event(
+    ctx.store.add_event(
         job.email,
-        event_record(
-            job.email,
-            kind,
-            at=moment,
-            ttl_days=ctx.data_ttl_days,
-            reason=reason,
-            template=job.template,
-            source=job.source,
-            step=job.step,
-            send_id=send_id,
-        ),
+        kind,
+        at=moment,
+        ttl_days=ctx.data_ttl_days,
+        reason=reason,
+        template=job.template,
+        source=job.source,
+        step=job.step,
+        send_id=send_id,
     )
 
 

@@ -59,6 +59,8 @@ ACCOUNT_CODES = frozenset(
 )
 TAG_MAX = 256
 _TAG_SAFE = re.compile(r"[A-Za-z0-9-]")
+_TAG_ESCAPES = {"/": "s", ".": "d", "_": "u"}  # "_x" + 4 hex digits: any other character
+_TAG_UNESCAPES = {code: char for char, code in _TAG_ESCAPES.items()}
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,8 @@ def encode_tag_value(value: str) -> str:
     for char in value:
         if _TAG_SAFE.match(char):
             out.append(char)
-        elif char == "/":
-            out.append("_s")
-        elif char == ".":
-            out.append("_d")
-        elif char == "_":
-            out.append("_u")
+        elif char in _TAG_ESCAPES:
+            out.append(f"_{_TAG_ESCAPES[char]}")
         else:
             out.append(f"_x{ord(char):04x}" if ord(char) <= 0xFFFF else "_x003f")
     encoded = "".join(out)
@@ -104,12 +102,8 @@ def decode_tag_value(value: str) -> str:
             i += 1
             continue
         code = value[i + 1 : i + 2]
-        if code == "s":
-            out.append("/")
-        elif code == "d":
-            out.append(".")
-        elif code == "u":
-            out.append("_")
+        if code in _TAG_UNESCAPES:
+            out.append(_TAG_UNESCAPES[code])
         elif code == "x" and len(value) >= i + 6:
             out.append(chr(int(value[i + 2 : i + 6], 16)))
             i += 4

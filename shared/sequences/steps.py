@@ -35,7 +35,6 @@ from shared.sending.pipeline import SendOutcome
 from shared.sequences.compiler import CONTRACT, VERSION
 from shared.sequences.evaluate import evaluate, wake_at
 from shared.sequences.model import SendWindow, Variant, parse_condition
-from shared.store.events import event_record
 from shared.store.subscribers import SubscriberStore
 
 OPEN_EVENT = "open"
@@ -199,7 +198,7 @@ def _remove_pair(request: StepRequest, deps: StepDeps) -> None:
 
 def _record_failure(request: StepRequest, deps: StepDeps) -> None:
     error = request.error or {}
-    record = event_record(
+    deps.store.add_event(
         request.email,
         FAILED_EVENT,
         at=deps.now(),
@@ -210,7 +209,6 @@ def _record_failure(request: StepRequest, deps: StepDeps) -> None:
         error=str(error.get("Error", ""))[:200],
         cause=str(error.get("Cause", ""))[:1000],
     )
-    deps.store.record_event(request.email, record)
 
 
 def _engaged(request: StepRequest, deps: StepDeps, kind: str, template: str) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -56,6 +57,7 @@ from shared.store.dynamo import (
     try_transact,
     values,
 )
+from shared.store.events import event_record
 from shared.store.send_log import SendLog
 
 if TYPE_CHECKING:
@@ -665,6 +667,19 @@ class SubscriberStore:
             Item=serialize({"PK": keys.sub_pk(email), **item}),
             ReturnConsumedCapacity="TOTAL",
         )
+
+    def add_event(
+        self,
+        email: str,
+        kind: str,
+        *,
+        at: datetime | str,
+        ttl_days: int,
+        suffix: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """Record one ``kind`` event of ``email``: the item of ``event_record`` with these arguments."""
+        self.record_event(email, event_record(email, kind, at=at, ttl_days=ttl_days, suffix=suffix, **fields))
 
     def list_events(self, email: str) -> list[dict[str, Any]]:
         """The subscriber's timeline, oldest first: the events table's items and the

@@ -68,6 +68,17 @@ def on_error(app: APIGatewayHttpResolver, exc_class: type[E], handler: Callable[
     app.exception_handler(exc_class)(handler)
 
 
+def register_page_handlers(
+    app: APIGatewayHttpResolver,
+    error: Callable[[Exception], Response[str]],
+    not_found: Callable[[], Response[str]],
+) -> None:
+    """The answers of a function of link pages: ``error`` to whatever a route raises,
+    ``not_found`` to a path no route takes."""
+    on_error(app, Exception, error)
+    app.not_found(lambda exc: not_found())
+
+
 def register_error_handlers(app: APIGatewayHttpResolver) -> None:
     def _domain(exc: MailstepError) -> Response[str]:
         status, code = status_for(exc)

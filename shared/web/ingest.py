@@ -26,7 +26,6 @@ from shared.core.models import UNSUBSCRIBE_EVENT, EventBatch, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.sequences.engine import SequenceEngine
 from shared.store import keys
-from shared.store.events import event_record
 from shared.store.subscribers import SubscriberStore
 
 # Everything of an event except its id: a reused id with a different payload is a conflict.
@@ -121,7 +120,7 @@ def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
 
 def _record(event: InboundEvent, ctx: IngestContext) -> None:
     suffix = hashlib.sha256(event.id.encode()).hexdigest()[:16] if event.id else None  # None: random
-    record = event_record(
+    ctx.store.add_event(
         event.email,
         event.type,
         at=clock.utc_now(),
@@ -131,7 +130,6 @@ def _record(event: InboundEvent, ctx: IngestContext) -> None:
         event_id=event.id or None,
         data=event.data or None,
     )
-    ctx.store.record_event(event.email, record)
 
 
 def ingest(batch: EventBatch, ctx: IngestContext) -> list[dict[str, Any]]:

@@ -59,6 +59,21 @@ def page(pages: Renderer | None, name: str, status: int = 200, **context: Any) -
     )
 
 
+def link_status(exc: Exception) -> int:
+    """The status of a link page answering ``exc``: a domain error's, anything else 500."""
+    return status_for(exc)[0] if isinstance(exc, MailstepError) else 500
+
+
+def refused_link(exc: Exception, *, expired: str, gone: tuple[str, str]) -> tuple[str, str]:
+    """Heading and message of the page for a link refused with ``exc`` (a 4xx): ``expired``
+    says how long such links work; ``gone`` is for a link with nothing left behind it."""
+    if isinstance(exc, ExpiredToken):
+        return "This link has expired", expired
+    if isinstance(exc, InvalidToken):
+        return "This link is not valid", "It may have been cut off or changed."
+    return gone
+
+
 @dataclass(frozen=True)
 class UnsubscribePages:
     store: SubscriberStore
@@ -145,21 +160,17 @@ class UnsubscribePages:
         )
 
     def error(self, exc: Exception) -> Response[str]:
-        if isinstance(exc, MailstepError):
-            status, _ = status_for(exc)
-        else:
-            status = 500
+        status = link_status(exc)
         if status >= 500:
             logger.exception("unsubscribe page failed")
             return self._page(
                 "error", 500, heading="Something went wrong", message="Please try again in a minute."
             )
-        if isinstance(exc, ExpiredToken):
-            heading, message = "This link has expired", "Unsubscribe links stop working after a while."
-        elif isinstance(exc, InvalidToken):
-            heading, message = "This link is not valid", "It may have been cut off or changed."
-        else:
-            heading, message = "We could not find you", "There is no subscription for this link any more."
+        heading, message = refused_link(
+            exc,
+            expired="Unsubscribe links stop working after a while.",
+            gone=("We could not find you", "There is no subscription for this link any more."),
+        )
         logger.info("unsubscribe link refused", status=status, reason=type(exc).__name__)
         return self._page("error", status, heading=heading, message=message)
 

@@ -26,9 +26,8 @@ from shared.consent.signup import FORM_TYPES, SignupOutcome, SignupRules, parse_
 from shared.core.errors import InvalidInput, MailstepError
 from shared.core.observability import logger
 from shared.sending.rendering import Renderer
-from shared.sending.tokens import ExpiredToken, InvalidToken
 from shared.web.http import RETRY_AFTER_S, error_response, status_for
-from shared.web.pages import HEADERS, page, sender_name
+from shared.web.pages import HEADERS, link_status, page, refused_link, sender_name
 from shared.web.unsubscribe import mask_email
 
 CONFIRM_HINT = "Sign up again to get a new confirmation link."
@@ -130,7 +129,7 @@ class SignupPages:
         return [t.name for t in self.ctx.topics if t.id in chosen]
 
     def link_error(self, exc: Exception) -> Response[str]:
-        status = status_for(exc)[0] if isinstance(exc, MailstepError) else 500
+        status = link_status(exc)
         if status >= 500:
             logger.exception("confirmation page failed")
             answer = self._page(
@@ -143,12 +142,11 @@ class SignupPages:
             if status == 503:
                 answer.headers["Retry-After"] = str(RETRY_AFTER_S)
             return answer
-        if isinstance(exc, ExpiredToken):
-            heading, message = "This link has expired", "Confirmation links work for a few days only."
-        elif isinstance(exc, InvalidToken):
-            heading, message = "This link is not valid", "It may have been cut off or changed."
-        else:
-            heading, message = "This link does not work", "There is no sign-up for it any more."
+        heading, message = refused_link(
+            exc,
+            expired="Confirmation links work for a few days only.",
+            gone=("This link does not work", "There is no sign-up for it any more."),
+        )
         logger.info("confirmation link refused", status=status, reason=type(exc).__name__)
         return self._page("error", status, heading=heading, message=message, hint=CONFIRM_HINT)
 

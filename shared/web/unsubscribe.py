@@ -23,7 +23,6 @@ from typing import Literal, Protocol
 from shared.core import clock
 from shared.core.observability import logger, redact_email
 from shared.sending.tokens import TokenClaims, issue, verify
-from shared.store.events import event_record
 from shared.store.subscribers import SubscriberStore
 
 RESUBSCRIBE_TTL_SECONDS = 30 * 86400
@@ -165,7 +164,7 @@ def mask_email(email: str) -> str:
 
 
 def _record(ctx: UnsubscribeContext, claims: TokenClaims, kind: str, origin: str, moment: datetime) -> None:
-    record = event_record(
+    ctx.store.add_event(
         claims.email,
         kind,
         at=moment,
@@ -176,7 +175,6 @@ def _record(ctx: UnsubscribeContext, claims: TokenClaims, kind: str, origin: str
         send_id=claims.send_id or None,
         topic=claims.topic or None,
     )
-    ctx.store.record_event(claims.email, record)
 
 
 def _count(ctx: UnsubscribeContext, source: str) -> None:

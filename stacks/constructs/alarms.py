@@ -135,25 +135,18 @@ class Alarms(Construct):
     def watch_state_machines(self, machines: Mapping[str, sfn.CfnStateMachine]) -> None:
         """One alarm per sequence machine: ExecutionsFailed + ExecutionsTimedOut above 0."""
         for sequence_id, machine in machines.items():
-            dims = {"StateMachineArn": machine.attr_arn}
-            failed = cw.Metric(
-                namespace="AWS/States",
-                metric_name="ExecutionsFailed",
-                dimensions_map=dims,
-                statistic="Sum",
-                period=WORK_PERIOD,
-            )
-            timed_out = cw.Metric(
-                namespace="AWS/States",
-                metric_name="ExecutionsTimedOut",
-                dimensions_map=dims,
-                statistic="Sum",
-                period=WORK_PERIOD,
-            )
+            metrics: dict[str, cw.IMetric] = {
+                key: cw.Metric(
+                    namespace="AWS/States",
+                    metric_name=metric_name,
+                    dimensions_map={"StateMachineArn": machine.attr_arn},
+                    statistic="Sum",
+                    period=WORK_PERIOD,
+                )
+                for key, metric_name in (("failed", "ExecutionsFailed"), ("timedOut", "ExecutionsTimedOut"))
+            }
             total = cw.MathExpression(
-                expression="failed + timedOut",
-                using_metrics={"failed": failed, "timedOut": timed_out},
-                period=WORK_PERIOD,
+                expression="failed + timedOut", using_metrics=metrics, period=WORK_PERIOD
             )
             self._add(
                 f"Sequence{_pascal(sequence_id)}Failed",
