@@ -272,7 +272,9 @@ class Guard:
         from botocore.client import BaseClient
         from botocore.exceptions import ClientError
 
-        original = BaseClient._make_api_call
+        # _make_api_call is botocore's private request path (not in botocore-stubs): every
+        # client's every operation passes through it, which is what the guard needs.
+        original = BaseClient._make_api_call  # type: ignore[attr-defined]
         guard = self
 
         def _make_api_call(client: Any, operation_name: str, api_params: dict[str, Any]) -> Any:
@@ -289,7 +291,13 @@ class Guard:
                 raise ClientError(
                     {
                         "Error": {"Code": "AccessDeniedException", "Message": message},
-                        "ResponseMetadata": {"HTTPStatusCode": 400},
+                        "ResponseMetadata": {
+                            "RequestId": "",
+                            "HostId": "",
+                            "HTTPStatusCode": 400,
+                            "HTTPHeaders": {},
+                            "RetryAttempts": 0,
+                        },
                     },
                     operation_name,
                 )
@@ -301,7 +309,7 @@ class Guard:
             guard.record(client, operation_name, api_params, parsed)
             return parsed
 
-        BaseClient._make_api_call = _make_api_call  # type: ignore[method-assign]
+        BaseClient._make_api_call = _make_api_call  # type: ignore[attr-defined]
 
 
 # ----- the process ---------------------------------------------------------------------------

@@ -66,7 +66,9 @@ def _track(created: BaseClient) -> BaseClient:
 
 def _new_client(session: boto3.session.Session, service: str, **options: Any) -> BaseClient:
     # Any service name: the overloads of client() below give each caller its service's type.
-    created: BaseClient = session.client(service, config=_CONFIG, **options)
+    # boto3-stubs types Session.client per service-name literal only; this factory takes any
+    # name (the overloads of client() give each caller its service's type).
+    created: BaseClient = session.client(service, config=_CONFIG, **options)  # type: ignore[call-overload]
     return created
 
 
