@@ -48,6 +48,7 @@ from ops.admin import SubscriberAdmin
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.core.models import SUBSCRIBE_EVENT, SUBSCRIBED, UNSUBSCRIBED, InboundEvent, problems_from
 from shared.core.observability import logger
+from shared.core.public import public_fields
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import Catalog
@@ -90,6 +91,13 @@ class Rejected:
     reason: str
 
 
+# ImportReport.public(): its keys, in order.
+_REPORT_KEYS = (
+    "file dry_run rows valid created updated unchanged skipped_before_checkpoint"
+    " resumed_after_line sequences_started rejected seconds rows_per_second"
+)
+
+
 @dataclass
 class ImportReport:
     file: str
@@ -114,21 +122,13 @@ class ImportReport:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
     def public(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "dry_run": self.dry_run,
-            "rows": self.rows,
-            "valid": self.valid,
-            "created": self.created,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "skipped_before_checkpoint": self.skipped_before_checkpoint,
-            "resumed_after_line": self.resumed_after_line,
-            "sequences_started": self.sequences_started,
-            "rejected": [{"line": r.line, "reason": r.reason} for r in self.rejected],
-            "seconds": round(self.seconds, 3),
-            "rows_per_second": round(self.rows_per_second, 1),
-        }
+        return public_fields(
+            self,
+            _REPORT_KEYS,
+            rejected=[{"line": r.line, "reason": r.reason} for r in self.rejected],
+            seconds=round(self.seconds, 3),
+            rows_per_second=round(self.rows_per_second, 1),
+        )
 
 
 class _CountingReader(io.RawIOBase):

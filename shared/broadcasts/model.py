@@ -27,6 +27,7 @@ from shared.core.clock import iso
 from shared.core.envelopes import decode, encode
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.core.models import TemplateKey, invalid_input, is_attribute_name, validate_name
+from shared.core.public import public_fields
 
 SCHEDULED = "scheduled"
 RESOLVING = "resolving"
@@ -268,6 +269,13 @@ def parse_request(**values: Any) -> BroadcastRequest:
         raise invalid_input(exc, "broadcast") from None
 
 
+# Broadcast.public(): its keys, in order (``audience`` is the resolved audience's size).
+_BROADCAST_KEYS = (
+    "id status template subject audience_filter filters created_at at round resolved audience processed"
+    " sent failed skipped finished_at error send_rate dead_lettered_batches dead_lettered_recipients"
+)
+
+
 @dataclass
 class Broadcast:
     """The ``BROADCAST`` record: definition, status, resolution checkpoint and counters.
@@ -348,28 +356,14 @@ class Broadcast:
         return self.audience.model_dump_json()
 
     def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "status": self.status,
-            "template": self.template,
-            "subject": self.subject,
-            "audience_filter": self.audience.describe(),
-            "filters": self.audience.model_dump(mode="json"),
-            "created_at": self.created_at,
-            "at": self.at,
-            "round": self.round,
-            "resolved": self.resolved,
-            "audience": self.audience_size,
-            "processed": self.processed,
-            "sent": self.sent,
-            "failed": self.failed,
-            "skipped": dict(self.skipped),
-            "finished_at": self.finished_at,
-            "error": self.error,
-            "send_rate": self.send_rate,
-            "dead_lettered_batches": self.dead_lettered_batches,
-            "dead_lettered_recipients": self.dead_lettered_recipients,
-        }
+        return public_fields(
+            self,
+            _BROADCAST_KEYS,
+            audience_filter=self.audience.describe(),
+            filters=self.audience.model_dump(mode="json"),
+            audience=self.audience_size,
+            skipped=dict(self.skipped),
+        )
 
 
 # ----- queue envelopes (DESIGN.md section 6b) ------------------------------------------------

@@ -40,6 +40,7 @@ from botocore.exceptions import ClientError
 from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.core.errors import ConcurrentModification
+from shared.core.public import public_fields
 from shared.core.retry import Backoff
 from shared.core.specs import EVENTS_TABLE
 from shared.store import keys
@@ -237,12 +238,7 @@ class SignupCounts:
         return self.confirmed / self.signups if self.signups else None
 
     def public(self) -> dict[str, Any]:
-        return {
-            "signups": self.signups,
-            "confirmed": self.confirmed,
-            "confirmation_rate": self.confirmation_rate,
-            "single_opt_in": self.single_opt_in,
-        }
+        return public_fields(self, "signups confirmed confirmation_rate single_opt_in")
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any] | None) -> SignupCounts:

@@ -36,6 +36,7 @@ from shared.core.errors import (
     SubscriberNotFound,
 )
 from shared.core.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
+from shared.core.public import public_fields
 from shared.core.retry import Backoff
 from shared.core.specs import TTL_ATTRIBUTE
 from shared.core.topics import TopicCatalog
@@ -92,6 +93,10 @@ def entry_refusal(cancellation: Cancellation, sequence_id: str) -> Exception:
     if cancellation.failed(EXEC_FORWARD, EXEC_INVERSE):
         return ExecutionAlreadyActive(f"an execution of {sequence_id} is already active")
     return AlreadyEntered(f"the subscriber already entered {sequence_id}")
+
+
+# Profile.public(): its keys, in order (then consent and topic choices, when there are any).
+_PROFILE_KEYS = "email status first_name attributes tags suppressed created_at updated_at"
 
 
 @dataclass(frozen=True)
@@ -158,14 +163,7 @@ class Profile:
 
     def public(self) -> dict[str, Any]:
         return {
-            "email": self.email,
-            "status": self.status,
-            "first_name": self.first_name,
-            "attributes": self.attributes,
-            "tags": sorted(self.tags),
-            "suppressed": self.suppressed,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
+            **public_fields(self, _PROFILE_KEYS, tags=sorted(self.tags)),
             **({"consent": self.consent} if self.consent is not None else {}),
             **({"topics_in": sorted(self.topics_in)} if self.topics_in else {}),
             **({"topics_out": sorted(self.topics_out)} if self.topics_out else {}),
