@@ -18,15 +18,24 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from functools import partial
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from shared.core.clock import iso
 from shared.core.envelopes import decode, encode
 from shared.core.errors import FieldProblem, InvalidInput
-from shared.core.models import TemplateKey, invalid_input, is_attribute_name, validate_name
+from shared.core.models import (
+    TemplateKey,
+    TopicId,
+    invalid_input,
+    is_attribute_name,
+    listed,
+    validate_name,
+    validate_tags,
+)
 from shared.core.public import public_fields
 
 SCHEDULED = "scheduled"
@@ -141,6 +150,14 @@ def _ordered(left: _Ordered, op: str, right: _Ordered) -> bool:
     return {">": left > right, ">=": left >= right, "<": left < right, "<=": left <= right}[op]
 
 
+def _conditions(value: Any) -> tuple[str, ...]:
+    return tuple(str(Condition.parse(v)) for v in listed(value, MAX_WHERE, "conditions"))
+
+
+FilterTags = Annotated[tuple[str, ...], BeforeValidator(partial(validate_tags, limit=MAX_FILTER_TAGS))]
+Conditions = Annotated[tuple[str, ...], BeforeValidator(_conditions)]
+
+
 class Audience(BaseModel):
     """Who receives a broadcast. No tag filter at all means every subscriber ("everyone").
 
@@ -151,34 +168,11 @@ class Audience(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tags: tuple[str, ...] = ()
-    any_tags: tuple[str, ...] = ()
-    exclude_tags: tuple[str, ...] = ()
-    where: tuple[str, ...] = ()
-    topic: str | None = None
-
-    @field_validator("topic")
-    @classmethod
-    def _topic(cls, value: str | None) -> str | None:
-        return None if value is None else validate_name(value, "topic")
-
-    @field_validator("tags", "any_tags", "exclude_tags", mode="before")
-    @classmethod
-    def _tags(cls, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list | tuple):
-            raise ValueError("must be a list of tags")
-        if len(value) > MAX_FILTER_TAGS:
-            raise ValueError(f"at most {MAX_FILTER_TAGS} tags")
-        return tuple(dict.fromkeys(validate_name(v, "tag") for v in value))
-
-    @field_validator("where", mode="before")
-    @classmethod
-    def _where(cls, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list | tuple):
-            raise ValueError("must be a list of conditions")
-        if len(value) > MAX_WHERE:
-            raise ValueError(f"at most {MAX_WHERE} conditions")
-        return tuple(str(Condition.parse(v)) for v in value)
+    tags: FilterTags = ()
+    any_tags: FilterTags = ()
+    exclude_tags: FilterTags = ()
+    where: Conditions = ()
+    topic: TopicId | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Audience:
@@ -222,16 +216,11 @@ class BroadcastRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str
+    id: Annotated[str, BeforeValidator(partial(validate_name, what="broadcast id"))]
     template: TemplateKey
     subject: str | None = Field(default=None, min_length=1, max_length=500)
     audience: Audience = Field(default_factory=Audience)
     at: datetime | None = None
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        return validate_name(value, "broadcast id")
 
     @field_validator("at", mode="before")
     @classmethod

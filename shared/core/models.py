@@ -155,6 +155,20 @@ def validate_attribute_name(value: Any, what: str = "attribute name") -> str:
     return str(value)
 
 
+def listed(value: Any, limit: int, noun: str, suffix: str = "") -> list[Any] | tuple[Any, ...]:
+    """``value`` itself when it is a list (or tuple) of at most ``limit`` ``noun``; else ValueError."""
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"must be a list of {noun}")
+    if len(value) > limit:
+        raise ValueError(f"at most {limit} {noun}{suffix}")
+    return value
+
+
+def validate_tags(value: Any, limit: int, suffix: str = "") -> tuple[str, ...]:
+    """At most ``limit`` tags, each a valid name; repeats dropped (the first kept)."""
+    return tuple(dict.fromkeys(validate_name(v, "tag") for v in listed(value, limit, "tags", suffix)))
+
+
 def clean_first_name(value: Any) -> str | None:
     """A first name as every input takes it: a string without control characters, trimmed,
     at most ``MAX_FIRST_NAME`` characters (None stays None)."""
@@ -178,6 +192,10 @@ TemplateKey = Annotated[str, AfterValidator(validate_template_key)]
 AttributeName = Annotated[str, AfterValidator(validate_attribute_name)]
 Email = Annotated[str, BeforeValidator(normalise_email)]
 FirstName = Annotated[str | None, BeforeValidator(clean_first_name)]
+TopicId = Annotated[str, BeforeValidator(partial(validate_name, what="topic"))]
+EventTags = Annotated[
+    tuple[str, ...], BeforeValidator(partial(validate_tags, limit=MAX_TAGS_PER_EVENT, suffix=" per event"))
+]
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -266,17 +284,8 @@ class TagChange(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    add: tuple[str, ...] = ()
-    remove: tuple[str, ...] = ()
-
-    @field_validator("add", "remove", mode="before")
-    @classmethod
-    def _names(cls, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list | tuple):
-            raise ValueError("must be a list of tags")
-        if len(value) > MAX_TAGS_PER_EVENT:
-            raise ValueError(f"at most {MAX_TAGS_PER_EVENT} tags per event")
-        return tuple(dict.fromkeys(validate_name(v, "tag") for v in value))
+    add: EventTags = ()
+    remove: EventTags = ()
 
     @model_validator(mode="after")
     def _disjoint(self) -> TagChange:

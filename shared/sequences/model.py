@@ -8,11 +8,12 @@ event type) goes through :func:`shared.core.models.validate_name`.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from shared.core.models import AttributeName, Tag, validate_name, validate_template_key
+from shared.core.models import AttributeName, EventType, Tag, TopicId, validate_name, validate_template_key
 
 DURATION_RE = re.compile(r"^([1-9][0-9]*)(m|h|d|w)$")
 UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -38,6 +39,10 @@ def parse_duration(value: Any) -> int:
 
 def template_key(value: Any) -> str:
     return validate_template_key(value)
+
+
+# A template key as sequence files name it (checked before pydantic's own str check).
+TemplateRef = Annotated[str, BeforeValidator(template_key)]
 
 
 class Strict(BaseModel):
@@ -81,14 +86,9 @@ class AttributeCondition(Strict):
 class Engagement(Strict):
     """opened / clicked / sent <template key>: needs live data, evaluated by the step function."""
 
-    opened: str | None = None
-    clicked: str | None = None
-    sent: str | None = None
-
-    @field_validator("opened", "clicked", "sent", mode="before")
-    @classmethod
-    def _key(cls, value: Any) -> str | None:
-        return None if value is None else template_key(value)
+    opened: TemplateRef | None = None
+    clicked: TemplateRef | None = None
+    sent: TemplateRef | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Engagement:
@@ -192,14 +192,9 @@ def condition_to_data(condition: Condition) -> dict[str, Any]:
 
 # ----- steps --------------------------------------------------------------------------
 class Variant(Strict):
-    send: str | None = None
+    send: TemplateRef | None = None
     subject: str | None = None
     weight: int = Field(default=1, ge=1, le=100)
-
-    @field_validator("send", mode="before")
-    @classmethod
-    def _key(cls, value: Any) -> str | None:
-        return None if value is None else template_key(value)
 
     @model_validator(mode="after")
     def _something(self) -> Variant:
@@ -209,15 +204,10 @@ class Variant(Strict):
 
 
 class SendStep(Strict):
-    send: str
+    send: TemplateRef
     subject: str | None = Field(default=None, min_length=1, max_length=300)
     variants: list[Variant] = Field(default_factory=list, max_length=9)
     weight: int = Field(default=1, ge=1, le=100)  # weight of the step's own template among variants
-
-    @field_validator("send", mode="before")
-    @classmethod
-    def _key(cls, value: Any) -> str:
-        return template_key(value)
 
     def templates(self) -> list[str]:
         return [self.send] + [v.send for v in self.variants if v.send]
@@ -232,18 +222,27 @@ class WaitStep(Strict):
         return parse_duration(value)
 
 
-class TagChangeStep(Strict):
-    add: list[str] = Field(default_factory=list)
-    remove: list[str] = Field(default_factory=list)
+def _one_or_more(what: str, problem: str) -> BeforeValidator:
+    """One name or a list of names, each checked as ``what``; ``problem`` for anything else."""
 
-    @field_validator("add", "remove", mode="before")
-    @classmethod
-    def _names(cls, value: Any) -> list[str]:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise ValueError("must be a tag or a list of tags")
-        return [validate_name(v, "tag") for v in value]
+    def names(value: Any) -> list[str]:
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list):
+            raise ValueError(problem)
+        return [validate_name(v, what) for v in values]
+
+    return BeforeValidator(names)
+
+
+TagNames = Annotated[list[str], _one_or_more("tag", "must be a tag or a list of tags")]
+EventTypes = Annotated[
+    list[str], _one_or_more("event type", "exit_on must be an event type or a list of event types")
+]
+
+
+class TagChangeStep(Strict):
+    add: TagNames = Field(default_factory=list)
+    remove: TagNames = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _some(self) -> TagChangeStep:
@@ -280,24 +279,22 @@ STEP_KEYS = {"send": SendStep, "wait": WaitStep, "if": IfStep, "tag": TagStep, "
 
 
 # ----- the file -----------------------------------------------------------------------
+def trigger_filter(value: Any) -> Condition | None:
+    """A trigger's (or one-off's) ``where``: tag and attribute conditions only."""
+    if value is None:
+        return None
+    condition = parse_condition(value)
+    if uses_live_data(condition):
+        raise ValueError("a trigger filter may use tag and attribute conditions only")
+    return condition
+
+
+TriggerFilter = Annotated[Condition | None, BeforeValidator(trigger_filter)]
+
+
 class Trigger(Strict):
-    event: str
-    where: Condition | None = None
-
-    @field_validator("event", mode="before")
-    @classmethod
-    def _event(cls, value: Any) -> str:
-        return validate_name(value, "event type")
-
-    @field_validator("where", mode="before")
-    @classmethod
-    def _where(cls, value: Any) -> Condition | None:
-        if value is None:
-            return None
-        condition = parse_condition(value)
-        if uses_live_data(condition):
-            raise ValueError("a trigger filter may use tag and attribute conditions only")
-        return condition
+    event: EventType
+    where: TriggerFilter = None
 
 
 class Sender(Strict):
@@ -369,28 +366,20 @@ class SendWindow(Strict):
 class OneOff(Strict):
     """``on: {event, send, subject}``: one transactional mail per matching event, no drip."""
 
-    event: str
-    send: str
+    event: EventType
+    send: TemplateRef
     subject: str | None = Field(default=None, min_length=1, max_length=300)
-    where: Condition | None = None
-
-    _event = field_validator("event", mode="before")(Trigger._event.__func__)  # type: ignore[attr-defined]
-    _where = field_validator("where", mode="before")(Trigger._where.__func__)  # type: ignore[attr-defined]
-
-    @field_validator("send", mode="before")
-    @classmethod
-    def _key(cls, value: Any) -> str:
-        return template_key(value)
+    where: TriggerFilter = None
 
 
 class Sequence(Strict):
     """One file of ``sequences/``. ``id`` is the file name (without .yaml)."""
 
-    id: str
+    id: Annotated[str, BeforeValidator(partial(validate_name, what="sequence id"))]
     description: str | None = Field(default=None, max_length=500)
     trigger: Trigger | None = None
     on: OneOff | None = None
-    exit_on: list[str] = Field(default_factory=list)
+    exit_on: EventTypes = Field(default_factory=list)
     transactional: bool = False
     # ignore: enter once (re-triggers while active or after the end do nothing);
     # allow: enter again once the previous execution ended; restart: stop and start over.
@@ -398,34 +387,15 @@ class Sequence(Strict):
     sender: Sender | None = None
     # topics.yaml: a reader who opted out of it gets none of this sequence's mails (skipped
     # ``topic_opt_out``); transactional sequences take no topic.
-    topic: str | None = None
+    topic: TopicId | None = None
     timeout: int | None = None
     send_window: SendWindow | None = None
     steps: list[Step] = Field(default_factory=list)
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id(cls, value: Any) -> str:
-        return validate_name(value, "sequence id")
-
-    @field_validator("topic", mode="before")
-    @classmethod
-    def _topic(cls, value: Any) -> str | None:
-        return None if value is None else validate_name(value, "topic")
 
     @field_validator("trigger", mode="before")
     @classmethod
     def _trigger(cls, value: Any) -> Any:
         return {"event": value} if isinstance(value, str) else value
-
-    @field_validator("exit_on", mode="before")
-    @classmethod
-    def _exit_on(cls, value: Any) -> list[str]:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise ValueError("exit_on must be an event type or a list of event types")
-        return [validate_name(v, "event type") for v in value]
 
     @field_validator("timeout", mode="before")
     @classmethod
