@@ -8,12 +8,22 @@ message naming the key. Override a key for one run with ``-c mailstep:dataTtlDay
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from email.utils import parseaddr
-from typing import Any
+from typing import Annotated, Any
 
 from aws_cdk import aws_logs as logs
 from constructs import Node
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from shared.core.specs import STACK_NAME
 
@@ -104,6 +114,59 @@ def _optional_email(value: str) -> str:
     return value
 
 
+def _comma_separated(value: Any) -> Any:
+    if isinstance(value, str):  # -c mailstep:signupAllowedOrigins=https://a.test,https://b.test
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def _each_matching(pattern: re.Pattern[str], problem: str) -> AfterValidator:
+    """Every item must match ``pattern`` (else: ``'<item>' <problem>``); repeats are dropped."""
+
+    def check(value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if not pattern.match(item):
+                raise ValueError(f"{item!r} {problem}")
+        return tuple(dict.fromkeys(value))
+
+    return AfterValidator(check)
+
+
+def _sender(value: str) -> str:
+    name, address = parseaddr(value)
+    if not address or "\r" in value or "\n" in value:
+        raise ValueError("must be an address or 'Name <address>'")
+    _optional_email(address)
+    return value.strip()
+
+
+def _domain(value: str) -> str:
+    domain = value.strip().lower()
+    if not DOMAIN_RE.match(domain):
+        raise ValueError("must be a domain name such as mail.example.com")
+    return domain
+
+
+def _unless_empty(check: Callable[[str], str]) -> AfterValidator:
+    """An empty value means "not set" and stays ""; any other must pass ``check``."""
+    return AfterValidator(lambda value: check(value) if value else "")
+
+
+SenderAddress = Annotated[str, _unless_empty(_sender)]
+DomainName = Annotated[str, _unless_empty(_domain)]
+# A list of names (or one comma-separated string) of which each must match its pattern.
+Origins = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_comma_separated),
+    _each_matching(ORIGIN_RE, "is not an origin: scheme://host[:port], lower case, no path"),
+]
+FormIds = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_comma_separated),
+    _each_matching(FORM_ID_RE, "is not a form id ([a-z0-9][a-z0-9_.-]*, at most 64)"),
+]
+
+
 class MailstepConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -113,11 +176,11 @@ class MailstepConfig(BaseModel):
     api_throttle_rate: float = Field(default=50.0, gt=0, le=10000)
     api_throttle_burst: int = Field(default=100, ge=1, le=5000)
     # Used by sending (sequences, broadcasts): the default sender and CAN-SPAM footer.
-    from_address: str = ""
+    from_address: SenderAddress = ""
     reply_to: str = ""
     postal_address: str = Field(default="", max_length=500)
     # Used by sending: the SES identity (domain) mail is sent from.
-    ses_domain: str = ""
+    ses_domain: DomainName = ""
     # Used by alarms: who is told about dead letters, bounces and errors.
     alarm_email: str = ""
     # Used by engagement: custom MAIL FROM subdomain of sesDomain (e.g. "mail"); empty = SES default.
@@ -134,38 +197,15 @@ class MailstepConfig(BaseModel):
     stack_name: str = Field(default=STACK_NAME, pattern=r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
     # Used by sign-up (docs/signup.md): the origins a form may redirect to and that get CORS
     # (a list, or comma-separated); double opt-in; the forms that subscribe directly.
-    signup_allowed_origins: tuple[str, ...] = ()
+    signup_allowed_origins: Origins = ()
     signup_double_opt_in: bool = True
-    signup_single_opt_in_forms: tuple[str, ...] = ()
+    signup_single_opt_in_forms: FormIds = ()
     signup_pending_days: int = Field(default=7, ge=1, le=60)
     signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
     signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
     signup_throttle_burst: int = Field(default=10, ge=1, le=5000)
-
-    @field_validator("signup_allowed_origins", "signup_single_opt_in_forms", mode="before")
-    @classmethod
-    def _list(cls, value: Any) -> Any:
-        if isinstance(value, str):  # -c mailstep:signupAllowedOrigins=https://a.test,https://b.test
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
-
-    @field_validator("signup_allowed_origins")
-    @classmethod
-    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for origin in value:
-            if not ORIGIN_RE.match(origin):
-                raise ValueError(f"{origin!r} is not an origin: scheme://host[:port], lower case, no path")
-        return tuple(dict.fromkeys(value))
-
-    @field_validator("signup_single_opt_in_forms")
-    @classmethod
-    def _forms(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for form in value:
-            if not FORM_ID_RE.match(form):
-                raise ValueError(f"{form!r} is not a form id ([a-z0-9][a-z0-9_.-]*, at most 64)")
-        return tuple(dict.fromkeys(value))
 
     @field_validator("log_retention_days")
     @classmethod
@@ -181,17 +221,6 @@ class MailstepConfig(BaseModel):
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return value.upper()
 
-    @field_validator("from_address")
-    @classmethod
-    def _from(cls, value: str) -> str:
-        if not value:
-            return ""
-        name, address = parseaddr(value)
-        if not address or "\r" in value or "\n" in value:
-            raise ValueError("must be an address or 'Name <address>'")
-        _optional_email(address)
-        return value.strip()
-
     @field_validator("reply_to", "alarm_email", "reply_forward_to")
     @classmethod
     def _email(cls, value: str) -> str:
@@ -203,16 +232,6 @@ class MailstepConfig(BaseModel):
         if any(ord(c) < 32 and c != "\n" for c in value):
             raise ValueError("must not contain control characters other than newlines")
         return value.strip()
-
-    @field_validator("ses_domain")
-    @classmethod
-    def _domain(cls, value: str) -> str:
-        if not value:
-            return ""
-        domain = value.strip().lower()
-        if not DOMAIN_RE.match(domain):
-            raise ValueError("must be a domain name such as mail.example.com")
-        return domain
 
     @model_validator(mode="after")
     def _sender_on_domain(self) -> MailstepConfig:
