@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shared.broadcasts.model import Audience
-from shared.core.aws import client as aws_client
 from shared.core.models import SUBSCRIBED
 from shared.core.topics import TopicCatalog
 from shared.store import keys
-from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, page_start, values
+from shared.store.dynamo import TableAdapter, batch_get, deserialize, from_dynamo, key, page_start, values
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -84,7 +83,7 @@ class Page:
         return self.cursor is None
 
 
-class AudienceResolver:
+class AudienceResolver(TableAdapter):
     def __init__(
         self,
         table_name: str,
@@ -94,15 +93,10 @@ class AudienceResolver:
         max_evaluated: int = MAX_EVALUATED,
         topics: TopicCatalog | None = None,
     ) -> None:
-        self.table = table_name
+        super().__init__(table_name, client)
         self.topics = topics or TopicCatalog()
-        self._client = client
         self.page_size = page_size
         self.max_evaluated = max_evaluated
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client or aws_client("dynamodb")
 
     @staticmethod
     def parts(audience: Audience) -> list[str | None]:

@@ -35,9 +35,17 @@ from shared.broadcasts.model import (
     BroadcastRequest,
 )
 from shared.core import clock
-from shared.core.aws import client as aws_client
 from shared.store import keys
-from shared.store.dynamo import Action, TransactionConflict, deserialize, key, serialize, transact, values
+from shared.store.dynamo import (
+    Action,
+    TableAdapter,
+    TransactionConflict,
+    deserialize,
+    key,
+    serialize,
+    transact,
+    values,
+)
 from shared.store.stats import send_counters
 
 if TYPE_CHECKING:
@@ -86,15 +94,10 @@ def _now() -> str:
     return clock.iso()
 
 
-class BroadcastStore:
+class BroadcastStore(TableAdapter):
     def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
-        self.table = table_name
-        self._client = client
+        super().__init__(table_name, client)
         self._sks: dict[str, str] = {}  # id -> record SK (immutable once written)
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client or aws_client("dynamodb")
 
     # ----- create and read -------------------------------------------------------------------
     def create(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from shared.core.aws import client as aws_client
 from shared.core.retry import Backoff
 
 if TYPE_CHECKING:
@@ -27,6 +28,19 @@ BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 # Requests per chunk while DynamoDB leaves keys or items unprocessed (AWS: retry them with
 # exponential backoff): 8 tries, pauses up to 50 ms, 100 ms, ... 1 s.
 UNPROCESSED_RETRY = Backoff(attempts=8, base=0.05, cap=1.0)
+
+
+class TableAdapter:
+    """An adapter of one DynamoDB table: its name, and the client given (tests: a moto-backed
+    one) or else the cached factory's, made when first used."""
+
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+        self.table = table_name
+        self._client = client
+
+    @property
+    def client(self) -> DynamoDBClient:
+        return self._client or aws_client("dynamodb")
 
 
 class Unprocessed(RuntimeError):

@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from shared.core.aws import client as aws_client
 from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
+    TableAdapter,
     TransactionConflict,
     deserialize,
     from_dynamo,
@@ -101,7 +101,7 @@ class PendingSignup:
         return self.expires_at <= now
 
 
-class PendingSignups:
+class PendingSignups(TableAdapter):
     def __init__(
         self,
         table_name: str,
@@ -109,13 +109,8 @@ class PendingSignups:
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.table = table_name
-        self._client = client
+        super().__init__(table_name, client)
         self._sleep = sleep  # the pause before a counted transaction runs again (contention)
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client or aws_client("dynamodb")
 
     def get(self, email: str, *, now: float) -> PendingSignup | None:
         """The live pending sign-up of ``email``; an expired one reads as None."""

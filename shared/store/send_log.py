@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 
 from shared.core import clock
-from shared.core.aws import client as aws_client
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
+    TableAdapter,
     TransactionConflict,
     batch_get,
     deserialize,
@@ -69,7 +69,6 @@ from shared.store.dynamo import (
 from shared.store.stats import send_counters
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import PutTypeDef
 
 
@@ -142,15 +141,7 @@ def sent_item(record: SentRecord) -> dict[str, Any]:
     return item
 
 
-class SendLog:
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
-        self.table = table_name
-        self._client = client
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client or aws_client("dynamodb")
-
+class SendLog(TableAdapter):
     def claim(
         self,
         email: str,

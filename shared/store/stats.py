@@ -38,13 +38,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 
 from shared.core import clock
-from shared.core.aws import client as aws_client
 from shared.core.errors import ConcurrentModification
 from shared.core.public import public_fields
 from shared.core.retry import Backoff
 from shared.core.specs import EVENTS_TABLE
 from shared.store import keys
-from shared.store.dynamo import deserialize, from_dynamo, key, page_start, query_all, values
+from shared.store.dynamo import TableAdapter, deserialize, from_dynamo, key, page_start, query_all, values
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -272,15 +271,10 @@ def retry_contended(write: Callable[[], T], *, sleep: Callable[[float], None] = 
     raise ConcurrentModification("a counters item stayed contended: retry")
 
 
-class StatsStore:
+class StatsStore(TableAdapter):
     def __init__(self, table_name: str, events_table_name: str, client: DynamoDBClient | None = None) -> None:
-        self.table = table_name
+        super().__init__(table_name, client)
         self.events_table = events_table_name
-        self._client = client
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client or aws_client("dynamodb")
 
     # ----- counters ---------------------------------------------------------------------
     def source(self, source: str) -> Counters:

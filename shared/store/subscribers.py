@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from shared.core import clock
-from shared.core.aws import client as aws_client
 from shared.core.errors import (
     AlreadyEntered,
     ConcurrentModification,
@@ -44,6 +43,7 @@ from shared.store import keys
 from shared.store.dynamo import (
     Action,
     Cancellation,
+    TableAdapter,
     TransactionConflict,
     Unprocessed,
     batch_delete,
@@ -199,7 +199,7 @@ class EraseReport:
 Mutation = Callable[[Profile | None, str], Profile | None]
 
 
-class SubscriberStore:
+class SubscriberStore(TableAdapter):
     def __init__(
         self,
         table_name: str,
@@ -208,9 +208,8 @@ class SubscriberStore:
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.table = table_name
+        super().__init__(table_name, client)
         self._events_table = events_table_name
-        self._client = client
         self._sleep = sleep  # the pause between retries (WRITE_RETRY, unprocessed batch items)
 
     @property
@@ -220,10 +219,6 @@ class SubscriberStore:
         if not self._events_table:
             raise RuntimeError("no events table configured (EVENTS_TABLE_NAME is empty for this function)")
         return self._events_table
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client or aws_client("dynamodb")
 
     # ----- reads -------------------------------------------------------------------
     def get_profile(self, email: str, consistent: bool = True) -> Profile | None:
@@ -250,21 +245,18 @@ class SubscriberStore:
         return [self._execution(deserialize(i)) for i in items]
 
     def tag_members(self, tag: str) -> list[str]:
-        items = query_all(
-            self.client,
-            TableName=self.table,
-            KeyConditionExpression="PK = :pk",
-            ExpressionAttributeValues=values(pk=keys.tag_pk(tag)),
-            ProjectionExpression="SK",
-        )
-        return [keys.email_from_sub(i["SK"]["S"]) for i in items]
+        return self._members(keys.tag_pk(tag))
 
     def sequence_members(self, sequence_id: str) -> list[str]:
+        return self._members(keys.exec_pk(sequence_id))
+
+    def _members(self, pk: str) -> list[str]:
+        """The emails of a membership partition (a tag's or a sequence's pairs: SK ``SUB#<email>``)."""
         items = query_all(
             self.client,
             TableName=self.table,
             KeyConditionExpression="PK = :pk",
-            ExpressionAttributeValues=values(pk=keys.exec_pk(sequence_id)),
+            ExpressionAttributeValues=values(pk=pk),
             ProjectionExpression="SK",
         )
         return [keys.email_from_sub(i["SK"]["S"]) for i in items]
