@@ -120,39 +120,44 @@ def normalise_email(raw: str) -> str:
     return f"{local}@{domain}"
 
 
+def _fits(value: Any, pattern: re.Pattern[str], limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit and bool(pattern.match(value))
+
+
+def _checked(value: Any, ok: bool, what: str, rule: str) -> str:
+    """``value`` when ``ok``; else ValueError ``<what> '<value>' must <rule>``."""
+    if not ok:
+        raise ValueError(f"{what} {str(value)[:70]!r} must {rule}")
+    return str(value)
+
+
+_NAME_RULE = f"match [a-z0-9][a-z0-9_.-]* (at most {NAME_MAX} characters; no '#')"
+_TEMPLATE_KEY_RULE = (
+    f"look like 'folder/name' ([a-z0-9_-] parts joined by '/', at most {TEMPLATE_KEY_MAX} characters)"
+)
+_ATTR_KEY_RULE = f"match [A-Za-z_][A-Za-z0-9_]* (<= {ATTR_KEY_MAX} chars)"
+
+
 def validate_name(value: Any, what: str = "name") -> str:
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a string")
-    if not value or len(value) > NAME_MAX or not NAME_RE.match(value):
-        raise ValueError(
-            f"{what} {value[:70]!r} must match [a-z0-9][a-z0-9_.-]* (at most {NAME_MAX} characters; no '#')"
-        )
-    return value
+    return _checked(value, _fits(value, NAME_RE, NAME_MAX), what, _NAME_RULE)
 
 
 def is_template_key(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= TEMPLATE_KEY_MAX and bool(TEMPLATE_KEY_RE.match(value))
+    return _fits(value, TEMPLATE_KEY_RE, TEMPLATE_KEY_MAX)
 
 
 def validate_template_key(value: Any, what: str = "template key") -> str:
-    if not is_template_key(value):
-        raise ValueError(
-            f"{what} {str(value)[:70]!r} must look like 'folder/name' ([a-z0-9_-] parts joined by '/', "
-            f"at most {TEMPLATE_KEY_MAX} characters)"
-        )
-    return str(value)
+    return _checked(value, is_template_key(value), what, _TEMPLATE_KEY_RULE)
 
 
 def is_attribute_name(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= ATTR_KEY_MAX and bool(ATTR_KEY_RE.match(value))
+    return _fits(value, ATTR_KEY_RE, ATTR_KEY_MAX)
 
 
 def validate_attribute_name(value: Any, what: str = "attribute name") -> str:
-    if not is_attribute_name(value):
-        raise ValueError(
-            f"{what} {str(value)[:70]!r} must match [A-Za-z_][A-Za-z0-9_]* (<= {ATTR_KEY_MAX} chars)"
-        )
-    return str(value)
+    return _checked(value, is_attribute_name(value), what, _ATTR_KEY_RULE)
 
 
 def listed(value: Any, limit: int, noun: str, suffix: str = "") -> list[Any] | tuple[Any, ...]:
