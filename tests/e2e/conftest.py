@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,32 +81,25 @@ def wait_for_state(state_dir: Path, process: subprocess.Popen[str], timeout_s: f
     raise TimeoutError(f"mailstep dev did not start within {timeout_s} s")
 
 
+def _from_state(key: str, kind: Callable[[Any], Any] = str) -> Any:
+    """A read-only attribute: ``kind`` of the runtime.json value ``key``."""
+    return property(lambda self: kind(self.state[key]))
+
+
 @dataclass
 class Local:
     state: dict[str, Any]
     state_dir: Path
     clients: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
 
-    @property
-    def api_url(self) -> str:
-        return str(self.state["api_url"])
-
-    @property
-    def public_url(self) -> str:
-        """The https front: the base of the links in mail."""
-        return str(self.state["public_url"])
+    api_url = _from_state("api_url")
+    public_url = _from_state("public_url")  # the https front: the base of the links in mail
+    api_key = _from_state("api_key")
+    outbox = _from_state("outbox", Path)
 
     def ssl_context(self) -> ssl.SSLContext:
         """Verifying, and trusting only the runtime's self-signed certificate."""
         return ssl.create_default_context(cafile=self.state["tls_cert"])
-
-    @property
-    def api_key(self) -> str:
-        return str(self.state["api_key"])
-
-    @property
-    def outbox(self) -> Path:
-        return Path(self.state["outbox"])
 
     def client(self, service: str, retries: int = 3) -> Any:
         """A boto3 client against the runtime's endpoint, one per service and retry count

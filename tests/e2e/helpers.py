@@ -304,6 +304,31 @@ def receive_all(sqs: Any, url: str, want: int, timeout_s: float = 10) -> list[di
 
 
 # ----- the local SES outbox ---------------------------------------------------------------------
+def ses_send(
+    local: Local,
+    to: str,
+    *,
+    template: str = "onboarding_welcome",
+    source: str = "e2e",
+    text: str = "Hi there",
+    retries: int = 1,
+    **extra: Any,
+) -> str:
+    """A simple mail through the runtime's SES and the ``mailstep`` configuration set, tagged
+    like the send pipeline tags its mail (as another system sharing the set would send it);
+    ``extra``: more SendEmail parameters. Returns the SES message id."""
+    return str(
+        local.client("sesv2", retries=retries).send_email(
+            FromEmailAddress="Acme <hello@acme.test>",
+            Destination={"ToAddresses": [to]},
+            Content={"Simple": {"Subject": {"Data": "Hello"}, "Body": {"Text": {"Data": text}}}},
+            ConfigurationSetName="mailstep",
+            EmailTags=[{"Name": "template", "Value": template}, {"Name": "source", "Value": source}],
+            **extra,
+        )["MessageId"]
+    )
+
+
 def outbox(local: Local) -> list[dict[str, Any]]:
     """Metadata of every message in the outbox, oldest first, with ``template`` and ``source``
     decoded from the SES tags (None for a message sent without them)."""

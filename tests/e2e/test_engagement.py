@@ -22,6 +22,7 @@ from tests.e2e.helpers import (
     outbox,
     paused_clock,
     post,
+    ses_send,
     subscribe,
     suppressed_by_bounce,
     wait_for_events,
@@ -125,16 +126,7 @@ def bounce_unknown_address(local: Local) -> str:
     function through SES events -> SNS -> SQS. Returns the address once it is suppressed."""
     email = f"bounce+{uuid.uuid4().hex[:8]}@simulator.amazonses.com"
     assert item(local, f"SUB#{email}", "PROFILE") is None
-    local.client("sesv2").send_email(
-        FromEmailAddress="Acme <hello@acme.test>",
-        Destination={"ToAddresses": [email]},
-        Content={"Simple": {"Subject": {"Data": "Hello"}, "Body": {"Text": {"Data": "Hi"}}}},
-        ConfigurationSetName="mailstep",
-        EmailTags=[
-            {"Name": "template", "Value": "onboarding_swelcome"},
-            {"Name": "source", "Value": "elsewhere"},
-        ],
-    )
+    ses_send(local, email, template="onboarding_swelcome", source="elsewhere", text="Hi", retries=3)
     suppressed_by_bounce(local, email)
     return email
 

@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.e2e.conftest import Local, post_events, start_dev, stop_dev, wait_for_state
-from tests.e2e.helpers import MAIN, item, post, receive_all, scan_all, unique, wait_for
+from tests.e2e.helpers import MAIN, item, post, receive_all, scan_all, ses_send, unique, wait_for
 
 THIRTY_DAYS_S = 30 * 86400
 ROLE_NAME = "e2e-handlers"
@@ -99,22 +99,6 @@ def events_queue(local: Local) -> str:
     topic = destinations["EventDestinations"][0]["SnsDestination"]["TopicArn"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
     return str(url)
-
-
-def send(local: Local, to: str, **extra: Any) -> str:
-    return str(
-        local.client("sesv2", retries=1).send_email(
-            FromEmailAddress="Acme <hello@acme.test>",
-            Destination={"ToAddresses": [to]},
-            Content={"Simple": {"Subject": {"Data": "Hello"}, "Body": {"Text": {"Data": "Hi there"}}}},
-            ConfigurationSetName="mailstep",
-            EmailTags=[
-                {"Name": "template", "Value": "onboarding_welcome"},
-                {"Name": "source", "Value": "e2e"},
-            ],
-            **extra,
-        )["MessageId"]
-    )
 
 
 def records_for(records: list[dict[str, Any]], message_id: str) -> list[dict[str, Any]]:
@@ -302,7 +286,7 @@ def test_mailbox_simulator_events_arrive_through_sns(
     local: Local, recipient: str, expected: list[str]
 ) -> None:
     queue = events_queue(local)
-    message_id = send(local, recipient)
+    message_id = ses_send(local, recipient)
     records = records_for(receive_all(local.client("sqs"), queue, len(expected)), message_id)
     assert sorted(r["eventType"] for r in records) == sorted(expected)
     if recipient.startswith("suppressionlist"):
@@ -312,7 +296,7 @@ def test_mailbox_simulator_events_arrive_through_sns(
 
 def test_a_bounce_event_has_the_documented_ses_format(local: Local) -> None:
     queue = events_queue(local)
-    message_id = send(local, "bounce@simulator.amazonses.com")
+    message_id = ses_send(local, "bounce@simulator.amazonses.com")
     records = records_for(receive_all(local.client("sqs"), queue, 1), message_id)
     record = next(r for r in records if r["eventType"] == "Bounce")
     assert set(record) == {"eventType", "mail", "bounce"}
@@ -346,7 +330,7 @@ def test_sending_faster_than_max_send_rate_is_throttled_and_get_account_reports_
         errors = []
         for _ in range(6):
             try:
-                send(local, "success@simulator.amazonses.com")
+                ses_send(local, "success@simulator.amazonses.com")
             except ClientError as exc:
                 errors.append(exc.response["Error"])
         assert errors, "six immediate sends at MaxSendRate 2 were never throttled"
@@ -360,9 +344,9 @@ def test_the_daily_quota_is_enforced(local: Local) -> None:
     sent = int(local.client("sesv2").get_account()["SendQuota"]["SentLast24Hours"])
     local.http("POST", "/_local/ses", {"max_24_hour_send": sent + 1})
     try:
-        send(local, "success@simulator.amazonses.com")
+        ses_send(local, "success@simulator.amazonses.com")
         with pytest.raises(ClientError) as caught:
-            send(local, "success@simulator.amazonses.com")
+            ses_send(local, "success@simulator.amazonses.com")
         assert caught.value.response["Error"]["Code"] == "LimitExceededException"
         assert caught.value.response["Error"]["Message"] == "Daily message quota exceeded."
         assert local.client("sesv2").get_account()["SendQuota"]["SentLast24Hours"] == sent + 1
@@ -409,7 +393,7 @@ def test_outbox_eml_keeps_every_header_of_a_raw_message(local: Local) -> None:
 
 
 def test_every_outbox_message_parses_with_headers_intact(local: Local) -> None:
-    send(local, "success@simulator.amazonses.com", ReplyToAddresses=["help@acme.test"])
+    ses_send(local, "success@simulator.amazonses.com", ReplyToAddresses=["help@acme.test"])
     files = sorted(local.outbox.glob("*.eml"))
     assert files
     for path in files:
@@ -440,7 +424,7 @@ def test_tag_values_outside_the_ses_charset_are_rejected(local: Local) -> None:
 def test_local_engagement_commands_publish_ses_events(local: Local, command: str, event_type: str) -> None:
     queue = events_queue(local)
     recipient = f"{unique('reader')}@example.com"
-    message_id = send(local, recipient)
+    message_id = ses_send(local, recipient)
     receive_all(local.client("sqs"), queue, 1)  # Delivery (the configuration set publishes no Send)
     extra = ["--link", "https://acme.test/pricing"] if command == "click" else []
     result = local.cli("local", command, recipient, "--state-dir", str(local.state_dir), *extra)
