@@ -13,10 +13,9 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -37,6 +36,7 @@ console = Console()
 ID = typer.Argument(..., help="Broadcast id.")
 FINAL = ("done", "cancelled", "failed")
 FOLLOW_IDLE_S = 600.0  # the follow loop gives up when nothing moved for this long
+T = TypeVar("T")
 
 
 def _service(target: Target) -> Broadcasts:
@@ -55,17 +55,19 @@ def _rate_overrides() -> dict[str, Any]:
     return {f: os.environ[ENV[f]] for f in fields if ENV[f] in os.environ}
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[red]error:[/red] {message}")
     raise typer.Exit(code)
 
 
-@contextmanager
-def _fail_on(*errors: type[Exception]) -> Iterator[None]:
-    """``errors`` end the command with their message and exit code 1 (not found, conflict)."""
+def _on_broadcast(target: Target, call: Callable[[Broadcasts], T], *errors: type[Exception]) -> T:
+    """``call`` on the target's broadcast service; an unknown broadcast (and ``errors``: a
+    conflict) ends the command with its message and exit code 1."""
+    from shared.core.errors import NotFound
+
     try:
-        yield
-    except errors as exc:
+        return call(_service(target))
+    except (NotFound, *errors) as exc:
         _fail(str(exc), 1)
 
 
@@ -274,10 +276,7 @@ def get(
     target: Target,
 ) -> None:
     """One broadcast: its record merged with its engagement counters (STATS)."""
-    from shared.core.errors import NotFound
-
-    with _fail_on(NotFound):
-        details = _service(target).details(broadcast_id)
+    details = _on_broadcast(target, lambda service: service.details(broadcast_id))
     console.print_json(json.dumps(details))
 
 
@@ -289,10 +288,7 @@ def cancel(
     target: Target,
 ) -> None:
     """Stop a scheduled or running broadcast (batches already in a worker's hands finish)."""
-    from shared.core.errors import NotFound
-
-    with _fail_on(NotFound):
-        record, changed = _service(target).cancel(broadcast_id)
+    record, changed = _on_broadcast(target, lambda service: service.cancel(broadcast_id))
     if not changed:
         console.print(f"broadcast {record.id} is {record.status}: nothing to cancel")
         return
@@ -307,8 +303,7 @@ def resume(
     target: Target,
 ) -> None:
     """Resume a cancelled or failed broadcast: whoever has not received it yet gets it."""
-    from shared.core.errors import Conflict, NotFound
+    from shared.core.errors import Conflict
 
-    with _fail_on(NotFound, Conflict):
-        record = _service(target).resume(broadcast_id)
+    record = _on_broadcast(target, lambda service: service.resume(broadcast_id), Conflict)
     console.print(f"broadcast {record.id} resumed (round {record.round})")

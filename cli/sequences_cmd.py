@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from cli.target import errors_to_exit, targeted
+from cli.target import errors_to_exit, name_param, targeted
 from shared.sequences import SEQUENCES_DIR
 
 if TYPE_CHECKING:
@@ -147,13 +147,8 @@ def subscribers(
     target: Target,
 ) -> None:
     """Subscribers with an active execution of the sequence (its EXEC pairs)."""
-    from shared.core.models import validate_name
-
+    sequence_id = name_param(sequence_id, "sequence id")
     with errors_to_exit():
-        try:
-            validate_name(sequence_id, "sequence id")
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
         store = target.subscriber_store()
         members = store.sequence_members(sequence_id)
         table = Table(title=f"Active in {sequence_id} ({len(members)}) - {target.label}")

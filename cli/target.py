@@ -202,6 +202,17 @@ def email_param(raw: str) -> str:
         raise typer.BadParameter(f"email: {exc}") from None
 
 
+def name_param(raw: str, what: str) -> str:
+    """A name (sequence id, tag, ...) from the command line, checked like every other entry
+    point; a bad one is a usage error (exit 2)."""
+    from shared.core.models import validate_name
+
+    try:
+        return validate_name(raw, what)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 @contextmanager
 def errors_to_exit() -> Iterator[None]:
     """Domain errors become one line on stderr: exit 1 (not found, conflict), 2 (bad input)."""
