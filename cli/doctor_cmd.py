@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import errors_to_exit, targeted
+from cli.target import errors_to_exit, print_json, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -30,7 +29,7 @@ def doctor(
     with errors_to_exit():
         report = checks.run(target)
     if as_json:
-        typer.echo(json.dumps(report.public(), indent=2))
+        print_json(report.public())
     else:
         table = Table(title=f"mailstep doctor: {report.target}")
         for column in ("check", "result", "detail", "hint"):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import errors_to_exit, targeted
+from cli.target import errors_to_exit, json_or, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -18,14 +17,26 @@ app = typer.Typer(help="Sequence executions (Step Functions).", no_args_is_help=
 console = Console()
 
 
+def _failed_table(found: list[dict[str, Any]]) -> None:
+    table = Table(title=f"Failed executions ({len(found)})")
+    for column in ("sequence", "status", "stopped", "name"):
+        table.add_column(column)
+    for item in found:
+        stopped = item["stopped_at"][:19].replace("T", " ")
+        table.add_row(item["sequence"], item["status"], stopped, item["name"])
+    console.print(table)
+    if found:
+        console.print("history: aws stepfunctions get-execution-history --execution-arn <arn> (see --json)")
+
+
 @app.command()
 @targeted
+@json_or(_failed_table)
 def failed(
     sequence: str | None = typer.Option(None, help="Only this sequence."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     *,
     target: Target,
-) -> None:
+) -> list[dict[str, Any]]:
     """FAILED, TIMED_OUT and ABORTED executions of the sequence state machines, newest first."""
     from ops.admin import failed_executions
 
@@ -33,14 +44,4 @@ def failed(
         found = failed_executions(
             sequence, arn_prefix=target.settings.state_machine_arn_prefix, aws=target.aws
         )
-    if as_json:
-        typer.echo(json.dumps([f.public() for f in found], indent=2))
-        return
-    table = Table(title=f"Failed executions ({len(found)})")
-    for column in ("sequence", "status", "stopped", "name"):
-        table.add_column(column)
-    for item in found:
-        table.add_row(item.sequence, item.status, item.stopped_at[:19].replace("T", " "), item.name)
-    console.print(table)
-    if found:
-        console.print("history: aws stepfunctions get-execution-history --execution-arn <arn> (see --json)")
+    return [f.public() for f in found]

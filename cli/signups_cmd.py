@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import errors_to_exit, targeted
+from cli.target import errors_to_exit, json_or, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -24,23 +23,7 @@ def _when(iso: str | None) -> str:
     return (iso or "")[:19].replace("T", " ")
 
 
-@app.command()
-@targeted
-def pending(
-    limit: int = typer.Option(100, help="Show at most this many, newest first (1-1000)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    *,
-    target: Target,
-) -> None:
-    """Unconfirmed sign-ups that have not expired: address, form, times (a Scan of the table)."""
-    from ops.topics import TopicAdmin
-
-    with errors_to_exit():
-        page = TopicAdmin.of(target).pending(limit=limit)
-    data = page.public()
-    if as_json:
-        typer.echo(json.dumps(data, indent=2))
-        return
+def _pending_table(data: dict[str, Any]) -> None:
     table = Table(title=f"Pending sign-ups ({data['total']})")
     for column in ("signed up", "email", "form", "topics", "last mail", "expires"):
         table.add_column(column)
@@ -57,6 +40,22 @@ def pending(
     console.print(table)
     if data["total"] > len(data["pending"]):
         console.print(f"showing the newest {len(data['pending'])} of {data['total']}: --limit for more")
+
+
+@app.command()
+@targeted
+@json_or(_pending_table)
+def pending(
+    limit: int = typer.Option(100, help="Show at most this many, newest first (1-1000)."),
+    *,
+    target: Target,
+) -> dict[str, Any]:
+    """Unconfirmed sign-ups that have not expired: address, form, times (a Scan of the table)."""
+    from ops.topics import TopicAdmin
+
+    with errors_to_exit():
+        page = TopicAdmin.of(target).pending(limit=limit)
+    return page.public()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli.target import errors_to_exit, targeted
+from cli.target import AS_JSON, errors_to_exit, json_or, print_json, targeted
 
 if TYPE_CHECKING:
     from ops.admin import SubscriberAdmin
@@ -31,17 +31,12 @@ console = Console()
 err = Console(stderr=True)
 
 EMAIL = typer.Argument(..., help="The subscriber's address.")
-AS_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
 def _admin(target: Target) -> SubscriberAdmin:
     from ops.admin import SubscriberAdmin
 
     return SubscriberAdmin.of(target)
-
-
-def _print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
 
 
 def _profile_table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -60,20 +55,7 @@ def _profile_table(title: str, rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-@app.command()
-@targeted
-def get(
-    email: str = EMAIL,
-    as_json: bool = AS_JSON,
-    *,
-    target: Target,
-) -> None:
-    """One subscriber: profile, active sequences and suppression."""
-    with errors_to_exit():
-        detail = _admin(target).get(email).public()
-    if as_json:
-        _print_json(detail)
-        return
+def _subscriber_grid(detail: dict[str, Any]) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -92,27 +74,37 @@ def get(
     console.print(grid)
 
 
+@app.command()
+@targeted
+@json_or(_subscriber_grid)
+def get(email: str = EMAIL, *, target: Target) -> dict[str, Any]:
+    """One subscriber: profile, active sequences and suppression."""
+    with errors_to_exit():
+        detail = _admin(target).get(email)
+    return detail.public()
+
+
+def _page_table(data: dict[str, Any]) -> None:
+    console.print(_profile_table(f"Subscribers ({len(data['subscribers'])})", data["subscribers"]))
+    if data["cursor"]:
+        console.print(f"next page: --cursor {data['cursor']}", soft_wrap=True)
+
+
 @app.command("list")
 @targeted
+@json_or(_page_table)
 def list_(
     tag: str | None = typer.Option(None, help="Only subscribers with this tag."),
     status: str | None = typer.Option(None, help="subscribed | unsubscribed"),
     limit: int = typer.Option(50, help="Subscribers per page (1-1000)."),
     cursor: str | None = typer.Option(None, help="The cursor printed by the previous page."),
-    as_json: bool = AS_JSON,
     *,
     target: Target,
-) -> None:
+) -> dict[str, Any]:
     """One page of subscribers; prints the cursor of the next page when there is one."""
     with errors_to_exit():
         page = _admin(target).list(tag=tag, status=status, limit=limit, cursor=cursor)
-    data = page.public()
-    if as_json:
-        _print_json(data)
-        return
-    console.print(_profile_table(f"Subscribers ({len(data['subscribers'])})", data["subscribers"]))
-    if page.cursor:
-        console.print(f"next page: --cursor {page.cursor}", soft_wrap=True)
+    return page.public()
 
 
 @app.command()
@@ -135,26 +127,7 @@ def update(
     _written(result, as_json, "updated")
 
 
-@app.command()
-@targeted
-def topics(
-    email: str = EMAIL,
-    on: list[str] = typer.Option([], "--on", help="Turn this topic on (repeatable)."),
-    off: list[str] = typer.Option([], "--off", help="Turn this topic off (repeatable)."),
-    as_json: bool = AS_JSON,
-    *,
-    target: Target,
-) -> None:
-    """A subscriber's topics (received or not, their choice or the default); --on/--off change some."""
-    from ops.topics import TopicAdmin
-
-    with errors_to_exit():
-        admin = TopicAdmin.of(target)
-        shown = admin.change(email, on, off) if on or off else admin.subscriber(email)
-    data = shown.public()
-    if as_json:
-        _print_json(data)
-        return
+def _topics_table(data: dict[str, Any]) -> None:
     state = data["status"] + (", suppressed" if data["suppressed"] else "")
     table = Table(title=f"Topics of {data['email']} ({state})")
     for column in ("topic", "name", "receives", "by"):
@@ -170,9 +143,28 @@ def topics(
         console.print("changed" if data["changed"] else "no change")
 
 
+@app.command()
+@targeted
+@json_or(_topics_table)
+def topics(
+    email: str = EMAIL,
+    on: list[str] = typer.Option([], "--on", help="Turn this topic on (repeatable)."),
+    off: list[str] = typer.Option([], "--off", help="Turn this topic off (repeatable)."),
+    *,
+    target: Target,
+) -> dict[str, Any]:
+    """A subscriber's topics (received or not, their choice or the default); --on/--off change some."""
+    from ops.topics import TopicAdmin
+
+    with errors_to_exit():
+        admin = TopicAdmin.of(target)
+        shown = admin.change(email, on, off) if on or off else admin.subscriber(email)
+    return shown.public()
+
+
 def _written(result: Any, as_json: bool, verb: str) -> None:
     if as_json:
-        _print_json(result.public())
+        print_json(result.public())
         return
     if not result.changed:
         console.print(f"{result.email}: no change")
@@ -221,7 +213,7 @@ def delete(
     with errors_to_exit():
         result = _admin(target).delete(email)
     if as_json:
-        _print_json(result.public())
+        print_json(result.public())
         return
     console.print(
         f"{result.email}: erased ({result.main_items} items, {result.event_items} events"
@@ -291,7 +283,7 @@ def import_(
             )
     data = report.public()
     if as_json:
-        _print_json(data)
+        print_json(data)
     else:
         _import_summary(report)
     if report.rejected:

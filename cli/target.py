@@ -52,6 +52,7 @@ Region = Annotated[
     str | None, typer.Option("--region", help="AWS region of the stack (default: AWS_REGION).")
 ]
 StateDir = Annotated[Path, typer.Option("--state-dir", help="State folder of the running `mailstep dev`.")]
+AS_JSON = typer.Option(False, "--json", help="Print JSON.")
 STATE_FILE = "runtime.json"  # written by cli.local.runtime (LocalRuntime._write_state)
 # The options :func:`targeted` adds to a command: (parameter, annotation, default).
 TARGET_OPTIONS = (
@@ -189,6 +190,46 @@ def targeted(command: Callable[..., None]) -> Callable[..., None]:
     run.__annotations__ = {p.name: p.annotation for p in [*own, *options]} | {"return": None}
     del run.__wrapped__  # typer reads the signature above, not the command's
     return run
+
+
+def print_json(data: Any) -> None:
+    """Command output as indented JSON on stdout."""
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def json_or(render: Callable[[Any], None]) -> Callable[[Callable[..., Any]], Callable[..., None]]:
+    """Give a command the ``--json`` option (before the target options): with it, what the
+    command returns (plain data) is printed as indented JSON; without it, ``render`` prints it.
+
+        @app.command("list")
+        @targeted
+        @json_or(_topics_table)
+        def list_(*, target: Target) -> dict[str, Any]: ...
+    """
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., None]:
+        signature = inspect.signature(command, locals={"Target": Any}, eval_str=True)
+        own = list(signature.parameters.values())
+        at = next((i for i, p in enumerate(own) if p.kind is p.KEYWORD_ONLY), len(own))
+        option = inspect.Parameter(
+            "as_json", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=AS_JSON, annotation=bool
+        )
+        parameters = [*own[:at], option, *own[at:]]
+
+        @functools.wraps(command)
+        def run(*, as_json: bool, **params: Any) -> None:
+            data = command(**params)
+            if as_json:
+                print_json(data)
+            else:
+                render(data)
+
+        run.__signature__ = signature.replace(parameters=parameters, return_annotation=None)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+        del run.__wrapped__  # ``targeted`` and typer read the signature above
+        return run
+
+    return decorate
 
 
 def email_param(raw: str) -> str:

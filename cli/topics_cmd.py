@@ -4,14 +4,13 @@ formats. A reader's own topics: ``mailstep subscribers topics EMAIL``."""
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import errors_to_exit, targeted
+from cli.target import errors_to_exit, json_or, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -20,25 +19,11 @@ app = typer.Typer(help="Topics (topics.yaml) and how many subscribers receive ea
 console = Console()
 
 
-@app.command("list")
-@targeted
-def list_(
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    *,
-    target: Target,
-) -> None:
-    """Every topic with how many subscribers receive it, opted in and opted out (one table Scan)."""
-    from ops.topics import TopicAdmin
-
-    with errors_to_exit():
-        counts = TopicAdmin.of(target).counts()
-    if as_json:
-        typer.echo(json.dumps(counts.public(), indent=2))
-        return
-    if not counts.topics:
+def _topics_table(counts: dict[str, Any]) -> None:
+    if not counts["topics"]:
         console.print("no topics declared (topics.yaml)")
         return
-    table = Table(title=f"Topics ({counts.subscribers} subscribed, not suppressed)")
+    table = Table(title=f"Topics ({counts['subscribers']} subscribed, not suppressed)")
     for column, justify in (
         ("topic", "left"),
         ("name", "left"),
@@ -48,7 +33,7 @@ def list_(
         ("opted out", "right"),
     ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for row in counts.public()["topics"]:
+    for row in counts["topics"]:
         table.add_row(
             row["id"],
             row["name"],
@@ -58,6 +43,18 @@ def list_(
             str(row["opted_out"]),
         )
     console.print(table)
+
+
+@app.command("list")
+@targeted
+@json_or(_topics_table)
+def list_(*, target: Target) -> dict[str, Any]:
+    """Every topic with how many subscribers receive it, opted in and opted out (one table Scan)."""
+    from ops.topics import TopicAdmin
+
+    with errors_to_exit():
+        counts = TopicAdmin.of(target).counts()
+    return counts.public()
 
 
 if __name__ == "__main__":
