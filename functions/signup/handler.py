@@ -10,6 +10,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.consent.context import ConsentContext
+from shared.consent.record import Requester
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
 from shared.web.http import register_page_handlers
@@ -20,19 +21,16 @@ pages = SignupPages.create(ConsentContext.from_settings(settings), settings.defa
 app = APIGatewayHttpResolver()
 
 
-def _client() -> tuple[str, str | None]:
+def _requester() -> Requester:
     event = app.current_event
-    return event.request_context.http.source_ip, event.headers.get("user-agent")
+    return Requester(event.request_context.http.source_ip, event.headers.get("user-agent"))
 
 
 @app.post("/v1/signup")
 def post_signup() -> Response[str]:
     content_type = app.current_event.headers.get("content-type")
-    ip, user_agent = _client()
     try:
-        response, outcome = pages.signup(
-            app.current_event.decoded_body, content_type, ip=ip, user_agent=user_agent
-        )
+        response, outcome = pages.signup(app.current_event.decoded_body, content_type, requester=_requester())
     except Exception as exc:  # noqa: BLE001 - the answer's shape follows the request's (JSON or form)
         return pages.signup_error(exc, content_type)
     metrics.add_metric(name="SignupsAccepted", unit="Count", value=1)
@@ -48,8 +46,7 @@ def confirm_page(token: str) -> Response[str]:
 
 @app.post("/c/<token>")
 def confirm(token: str) -> Response[str]:
-    ip, user_agent = _client()
-    response = pages.confirm(token, ip=ip, user_agent=user_agent)
+    response = pages.confirm(token, requester=_requester())
     metrics.add_metric(name="SignupsConfirmed", unit="Count", value=1)
     return response
 

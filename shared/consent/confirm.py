@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Literal
 
 from shared.consent.context import ConsentContext
-from shared.consent.record import opt_in
+from shared.consent.record import ANONYMOUS, Requester, opt_in
 from shared.core import clock
 from shared.core.errors import ConcurrentModification, Conflict
 from shared.core.models import SUBSCRIBED
@@ -66,12 +66,7 @@ def inspect(token: str, ctx: ConsentContext, *, now: datetime | None = None) -> 
 
 
 def confirm(
-    token: str,
-    ctx: ConsentContext,
-    *,
-    ip: str = "",
-    user_agent: str | None = None,
-    now: datetime | None = None,
+    token: str, ctx: ConsentContext, *, requester: Requester = ANONYMOUS, now: datetime | None = None
 ) -> Confirmation:
     """Confirm the sign-up the token names (POST); idempotent."""
     moment = now or clock.utc_now()
@@ -89,8 +84,7 @@ def confirm(
                 ctx,
                 pending,
                 method=DOUBLE,
-                ip=ip,
-                user_agent=user_agent,
+                requester=requester,
                 moment=moment,
                 extra=[ctx.pending.delete_action(pending.email, pending.signup_id)],
             )

@@ -47,6 +47,18 @@ class OptIn:
     sequences_started: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Requester:
+    """Who sent a sign-up or its confirmation: recorded with the consent as a keyed hash of
+    the IP and the cleaned User-Agent (empty when unknown)."""
+
+    ip: str = ""
+    user_agent: str | None = None
+
+
+ANONYMOUS = Requester()
+
+
 def ip_hash(ip: str, secret: str) -> str:
     """A keyed hash of the client's IP: equal addresses give equal hashes (abuse review),
     and nobody without the signing secret can test a guess."""
@@ -63,8 +75,7 @@ def opt_in(
     signup: PendingSignup,
     *,
     method: str,
-    ip: str,
-    user_agent: str | None,
+    requester: Requester,
     moment: datetime,
     extra: Sequence[TransactWriteItemTypeDef] = (),
 ) -> OptIn:
@@ -77,8 +88,8 @@ def opt_in(
         "form": signup.form,
         "signup_id": signup.signup_id,
         "signed_up_at": signup.created_at,
-        "ip_hash": ip_hash(ip, ctx.secret()) if ip else "",
-        "user_agent": clean_user_agent(user_agent),
+        "ip_hash": ip_hash(requester.ip, ctx.secret()) if requester.ip else "",
+        "user_agent": clean_user_agent(requester.user_agent),
     }
     choice = choices_from(signup.topics, ctx.topics) if signup.topics is not None else None
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from shared.consent.context import ConsentContext, normalise_origin
-from shared.consent.record import opt_in
+from shared.consent.record import ANONYMOUS, Requester, opt_in
 from shared.core import clock
 from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.models import (
@@ -242,8 +242,7 @@ def signup(
     request: SignupRequest,
     ctx: ConsentContext,
     *,
-    ip: str = "",
-    user_agent: str | None = None,
+    requester: Requester = ANONYMOUS,
     now: datetime | None = None,
 ) -> SignupOutcome:
     moment = now or clock.utc_now()
@@ -272,7 +271,7 @@ def signup(
         topics=request.topics,
     )
     if method == SINGLE:
-        opt_in(ctx, signup_, method=SINGLE, ip=ip, user_agent=user_agent, moment=moment)
+        opt_in(ctx, signup_, method=SINGLE, requester=requester, moment=moment)
         return outcome("subscribed")
     claimed = ctx.pending.claim(
         signup_, cooldown_seconds=ctx.config.cooldown_seconds, now=int(moment.timestamp())

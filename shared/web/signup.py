@@ -22,6 +22,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 
 from shared.consent.confirm import confirm, inspect
 from shared.consent.context import ConsentContext
+from shared.consent.record import Requester
 from shared.consent.signup import FORM_TYPES, SignupOutcome, SignupRules, parse_signup, signup
 from shared.core.errors import InvalidInput, MailstepError
 from shared.core.observability import logger
@@ -52,11 +53,11 @@ class SignupPages:
 
     # ----- POST /v1/signup ------------------------------------------------------------
     def signup(
-        self, body: str | bytes | None, content_type: str | None, *, ip: str, user_agent: str | None
+        self, body: str | bytes | None, content_type: str | None, *, requester: Requester
     ) -> tuple[Response[str], SignupOutcome]:
         rules = SignupRules(self.ctx.topics, self.ctx.config.origins)
         request = parse_signup(body, content_type, rules, max_bytes=self.ctx.config.max_body_bytes)
-        outcome = signup(request, self.ctx, ip=ip, user_agent=user_agent)
+        outcome = signup(request, self.ctx, requester=requester)
         if not is_form(content_type):
             answer = Response(200, content_types.APPLICATION_JSON, json.dumps(outcome.public()))
         elif outcome.redirect:
@@ -113,9 +114,9 @@ class SignupPages:
             topics=self._names(found.topics),
         )
 
-    def confirm(self, token: str, *, ip: str, user_agent: str | None) -> Response[str]:
+    def confirm(self, token: str, *, requester: Requester) -> Response[str]:
         """POST: subscribe with consent recorded."""
-        done = confirm(token, self.ctx, ip=ip, user_agent=user_agent)
+        done = confirm(token, self.ctx, requester=requester)
         return self._page(
             "signup_confirmed",
             state=done.status,

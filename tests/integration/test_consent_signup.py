@@ -20,7 +20,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from cli.local.provision import LocalResources
 from shared.consent.confirm import confirm, inspect
 from shared.consent.context import ConsentConfig, ConsentContext
-from shared.consent.record import CONFIRMED_EVENT
+from shared.consent.record import CONFIRMED_EVENT, Requester
 from shared.consent.signup import SignupRequest, SignupRules, signup
 from shared.core.aws import client
 from shared.core.errors import ConcurrentModification, Conflict
@@ -192,7 +192,7 @@ def test_confirm_subscribes_with_consent_and_topics_starts_the_sequence_and_is_i
     token = _confirm_token(outbox[0])
     at = T0 + timedelta(hours=2)
 
-    result = confirm(token, ctx, ip=IP, user_agent=AGENT + "\r\nX-Injected: 1", now=at)
+    result = confirm(token, ctx, requester=Requester(IP, AGENT + "\r\nX-Injected: 1"), now=at)
 
     assert result.status == "confirmed" and result.sequences_started == ("confirmed-welcome",)
     profile = ctx.store.get_profile(ADDRESS)
@@ -222,7 +222,7 @@ def test_confirm_subscribes_with_consent_and_topics_starts_the_sequence_and_is_i
 
     # When the link is used again (a double click, a scanner's POST), Then nothing changes
     state = scan_all(table), scan_all(events_table)
-    again = confirm(token, ctx, ip=IP, user_agent=AGENT, now=at + timedelta(minutes=1))
+    again = confirm(token, ctx, requester=Requester(IP, AGENT), now=at + timedelta(minutes=1))
     assert again.status == "already_confirmed"
     assert (scan_all(table), scan_all(events_table)) == state
     assert len(_executions(engine)) == 1
@@ -240,7 +240,7 @@ def test_inspect_changes_nothing(ctx, resources, outbox, engine):
     assert {(s.status, s.first_name, s.topics) for s in shown} == {("pending", "Ada", ("product-updates",))}
     assert (scan_all(main), scan_all(events)) == before
     assert ctx.store.get_profile(ADDRESS) is None and _executions(engine) == []
-    confirm(token, ctx, ip=IP, now=T0 + timedelta(minutes=5))
+    confirm(token, ctx, requester=Requester(IP), now=T0 + timedelta(minutes=5))
     assert inspect(token, ctx, now=T0 + timedelta(minutes=6)).status == "already_confirmed"
 
 
@@ -263,7 +263,7 @@ def test_an_expired_pending_sign_up_is_treated_as_absent(ctx, resources, outbox)
     with pytest.raises(ExpiredToken):
         inspect(token, ctx, now=T0)
     with pytest.raises(ExpiredToken):
-        confirm(token, ctx, ip=IP, now=T0)
+        confirm(token, ctx, requester=Requester(IP), now=T0)
     assert ctx.store.get_profile(ADDRESS) is None
     # and a new sign-up is not held back by the expired one's cooldown
     assert signup(_request(), ctx, now=T0 + timedelta(minutes=5)).action == "pending"
@@ -275,9 +275,9 @@ def test_a_token_past_its_expiry_or_forged_is_refused(ctx, outbox):
     signup(_request(), ctx, now=T0)
     token = _confirm_token(outbox[0])
     with pytest.raises(ExpiredToken):
-        confirm(token, ctx, ip=IP, now=T0 + timedelta(days=7, seconds=1))
+        confirm(token, ctx, requester=Requester(IP), now=T0 + timedelta(days=7, seconds=1))
     with pytest.raises(InvalidToken):
-        confirm(token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), ctx, ip=IP, now=T0)
+        confirm(token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), ctx, requester=Requester(IP), now=T0)
     assert ctx.store.get_profile(ADDRESS) is None
 
 
@@ -286,7 +286,7 @@ def test_an_unsubscribed_reader_may_sign_up_again_through_the_confirmation(ctx, 
     ctx.store.unsubscribe(ADDRESS)
     assert signup(_request(), ctx, now=T0).action == "pending"
     assert len(outbox) == 1  # transactional: sent although unsubscribed
-    confirm(_confirm_token(outbox[0]), ctx, ip=IP, now=T0 + timedelta(minutes=1))
+    confirm(_confirm_token(outbox[0]), ctx, requester=Requester(IP), now=T0 + timedelta(minutes=1))
     profile = ctx.store.get_profile(ADDRESS)
     assert profile is not None and profile.status == "subscribed" and profile.first_name == "Ada"
 
@@ -300,7 +300,9 @@ def test_a_suppressed_address_gets_no_mail(ctx, resources, outbox):
 
 def test_a_single_opt_in_form_subscribes_at_once_with_method_single(ctx, outbox, engine):
     single = replace(ctx, config=replace(ctx.config, single_opt_in_forms=frozenset({"crm"})))
-    outcome = signup(_request(form="crm", topics=["product-updates"]), single, ip=IP, now=T0)
+    outcome = signup(
+        _request(form="crm", topics=["product-updates"]), single, requester=Requester(IP), now=T0
+    )
     assert outcome.action == "subscribed" and outcome.public()["confirmation"] is False
     profile = ctx.store.get_profile(ADDRESS)
     assert profile is not None and profile.status == "subscribed"

@@ -15,6 +15,7 @@ from ops.topics import CHOICE, DEFAULT, TopicAdmin
 from shared.consent.confirm import confirm
 from shared.consent.context import ConsentContext
 from shared.consent.preferences import PREFERENCES_EVENT, change_topics, save_choices
+from shared.consent.record import Requester
 from shared.consent.signup import signup
 from shared.core.aws import client
 from shared.core.errors import ConcurrentModification, InvalidInput, SubscriberNotFound
@@ -98,8 +99,8 @@ def test_a_confirmation_is_counted_once_and_gives_the_rate(ctx, resources, outbo
     signup(_request(), ctx, now=T0)
     token = _confirm_token(outbox[0])
 
-    first = confirm(token, ctx, ip=IP, now=T0 + timedelta(minutes=5))
-    again = confirm(token, ctx, ip=IP, now=T0 + timedelta(minutes=6))
+    first = confirm(token, ctx, requester=Requester(IP), now=T0 + timedelta(minutes=5))
+    again = confirm(token, ctx, requester=Requester(IP), now=T0 + timedelta(minutes=6))
 
     assert (first.status, again.status) == ("confirmed", "already_confirmed")
     counts = _counts(resources)
@@ -171,7 +172,9 @@ def test_a_confirmation_whose_counter_was_contended_is_written_again_once(ctx, r
     )
     contended_ctx = replace(ctx, store=store)
 
-    result = confirm(_confirm_token(outbox[0]), contended_ctx, ip=IP, now=T0 + timedelta(minutes=1))
+    result = confirm(
+        _confirm_token(outbox[0]), contended_ctx, requester=Requester(IP), now=T0 + timedelta(minutes=1)
+    )
 
     assert result.status == "confirmed" and (flaky.transactions, flaky.left) == (3, 0)
     assert ctx.store.get_profile(ADDRESS).status == "subscribed"  # type: ignore[union-attr]
