@@ -65,9 +65,10 @@ def _on_broadcast(target: Target, call: Callable[[Broadcasts], T], *errors: type
     conflict) ends the command with its message and exit code 1."""
     from shared.core.errors import NotFound
 
+    caught: tuple[type[Exception], ...] = (NotFound, *errors)
     try:
         return call(_service(target))
-    except (NotFound, *errors) as exc:
+    except caught as exc:
         _fail(str(exc), 1)
 
 
