@@ -14,8 +14,11 @@ attribute, bad first name, bad status, duplicate row) and never stops the import
 Guarantees:
 - streaming: the file is read row by row; memory holds one window of rows plus the set of
   emails seen (to report duplicates);
+- each window of rows first reads its known profiles (consistent BatchGetItem, 100 a
+  request); a row that would change nothing of its profile makes no other request, so a
+  re-run reads the file's profiles 100 at a time and writes nothing;
 - writes go through ``SubscriberStore.upsert`` (one transaction per subscriber, its TAG#
-  partners included), ``workers`` at a time: a re-run writes nothing when nothing changed;
+  partners included), ``workers`` at a time;
 - an import never resubscribes an unsubscribed subscriber (upsert never clears the
   opt-out) and never lifts a suppression;
 - it starts no sequence unless ``trigger`` is given (then the sequences triggered by
@@ -35,7 +38,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -52,7 +55,7 @@ from shared.core.public import public_fields
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import Catalog
-from shared.store.subscribers import Profile, SubscriberStore
+from shared.store.subscribers import Profile, SubscriberStore, merged, same
 
 EXPORT_COLUMNS = (
     "email",
@@ -260,12 +263,32 @@ def checkpoint_path(source: Path) -> Path:
 
 
 def _write(
-    row: Row, store: SubscriberStore, trigger: Callable[[Profile], int] | None
+    row: Row,
+    store: SubscriberStore,
+    trigger: Callable[[Profile], int] | None,
+    known: Mapping[str, Profile],
 ) -> tuple[Row, str, int]:
     """Upsert one row: the row, its outcome (``created``, ``updated``, ``unchanged`` or
-    ``rejected: <why>``) and how many sequences it started."""
+    ``rejected: <why>``) and how many sequences it started. ``known`` holds the window's
+    profiles read just before (one consistent BatchGetItem per 100 rows): a row that would
+    change nothing of its known profile is ``unchanged`` without a request (a re-import reads
+    100 rows per request instead of one); every other row goes through ``upsert``, which reads
+    again and writes conditionally, so a profile changed meanwhile is never overwritten."""
     event = row.event
     tags = event.tags.add if event.tags else ()
+    current = known.get(event.email)
+    if current is not None and same(
+        current,
+        merged(
+            current,
+            event.email,
+            first_name=event.first_name,
+            attributes=event.attributes,
+            add_tags=tags,
+            unsubscribe=row.unsubscribed,
+        ),
+    ):
+        return row, "unchanged", trigger(current) if trigger else 0
     try:
         change = store.upsert(
             event.email,
@@ -317,7 +340,8 @@ def import_csv(
 
         def flush() -> None:
             nonlocal window
-            for row, outcome, started_count in pool.map(write, window):
+            known = store.get_profiles(row.event.email for row in window)
+            for row, outcome, started_count in pool.map(partial(write, known=known), window):
                 _tally(report, row, outcome, started_count)
             window = []
             if checkpoint is not None and not dry_run:

@@ -330,7 +330,7 @@ class SubscriberStore(TableAdapter):
             current = self.get_profile(email)
             now = clock.iso()
             proposed = mutation(current, now)
-            if proposed is None or (current is not None and _same(current, proposed)):
+            if proposed is None or (current is not None and same(current, proposed)):
                 return Change(profile=current)
             if current is None and not proposed.suppressed and self.get_suppression(email) is not None:
                 # an address suppressed before it was a subscriber (a bounce or complaint of
@@ -384,19 +384,14 @@ class SubscriberStore(TableAdapter):
         add, remove = frozenset(add_tags), frozenset(remove_tags)
 
         def apply(current: Profile | None, now: str) -> Profile:
-            base = current or Profile(email=email, status=UNSUBSCRIBED if unsubscribe else SUBSCRIBED)
-            attrs = dict(base.attributes)
-            for name, value in (attributes or {}).items():
-                if value is None:
-                    attrs.pop(name, None)
-                else:
-                    attrs[name] = value
-            return replace(
-                base,
-                status=UNSUBSCRIBED if unsubscribe else base.status,
-                first_name=first_name if first_name is not None else base.first_name,
-                attributes=attrs,
-                tags=(base.tags | add) - remove,
+            return merged(
+                current,
+                email,
+                first_name=first_name,
+                attributes=attributes,
+                add_tags=add,
+                remove_tags=remove,
+                unsubscribe=unsubscribe,
             )
 
         return self.mutate(email, apply)
@@ -817,7 +812,37 @@ class SubscriberStore(TableAdapter):
         )
 
 
-def _same(a: Profile, b: Profile) -> bool:
+def merged(
+    current: Profile | None,
+    email: str,
+    *,
+    first_name: str | None = None,
+    attributes: dict[str, Any] | None = None,
+    add_tags: Iterable[str] = (),
+    remove_tags: Iterable[str] = (),
+    unsubscribe: bool = False,
+) -> Profile:
+    """What :meth:`SubscriberStore.upsert` makes of ``current`` (None: a new profile): the one
+    merge rule (module docstring). Pure: the store writes it, the CSV import uses it to skip
+    rows that would change nothing."""
+    base = current or Profile(email=email, status=UNSUBSCRIBED if unsubscribe else SUBSCRIBED)
+    attrs = dict(base.attributes)
+    for name, value in (attributes or {}).items():
+        if value is None:
+            attrs.pop(name, None)
+        else:
+            attrs[name] = value
+    return replace(
+        base,
+        status=UNSUBSCRIBED if unsubscribe else base.status,
+        first_name=first_name if first_name is not None else base.first_name,
+        attributes=attrs,
+        tags=(base.tags | frozenset(add_tags)) - frozenset(remove_tags),
+    )
+
+
+def same(a: Profile, b: Profile) -> bool:
+    """Whether writing ``b`` over ``a`` would change nothing a reader sees."""
     return (a.status, a.first_name, a.attributes, a.tags, a.suppressed) == (
         b.status,
         b.first_name,
