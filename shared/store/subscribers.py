@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from botocore.exceptions import ClientError
+from typing_extensions import Unpack
 
 from shared.core import clock
 from shared.core.errors import (
@@ -366,33 +367,13 @@ class SubscriberStore(TableAdapter):
             )
         raise ConcurrentModification("profile kept changing under us")
 
-    def upsert(
-        self,
-        email: str,
-        *,
-        first_name: str | None = None,
-        attributes: dict[str, Any] | None = None,
-        add_tags: Iterable[str] = (),
-        remove_tags: Iterable[str] = (),
-        unsubscribe: bool = False,
-    ) -> Change:
-        """Create or merge a profile (rules in the module docstring) in one transaction.
-
-        ``unsubscribe=True`` also opts the subscriber out (a new profile is created
-        unsubscribed, so the opt-out is remembered).
-        """
-        add, remove = frozenset(add_tags), frozenset(remove_tags)
+    def upsert(self, email: str, **change: Unpack[ProfileChange]) -> Change:
+        """Create or merge a profile (rules in the module docstring, :func:`merged`) in one
+        transaction. ``unsubscribe=True`` also opts the subscriber out (a new profile is
+        created unsubscribed, so the opt-out is remembered)."""
 
         def apply(current: Profile | None, now: str) -> Profile:
-            return merged(
-                current,
-                email,
-                first_name=first_name,
-                attributes=attributes,
-                add_tags=add,
-                remove_tags=remove,
-                unsubscribe=unsubscribe,
-            )
+            return merged(current, email, **change)
 
         return self.mutate(email, apply)
 
@@ -812,22 +793,27 @@ class SubscriberStore(TableAdapter):
         )
 
 
-def merged(
-    current: Profile | None,
-    email: str,
-    *,
-    first_name: str | None = None,
-    attributes: dict[str, Any] | None = None,
-    add_tags: Iterable[str] = (),
-    remove_tags: Iterable[str] = (),
-    unsubscribe: bool = False,
-) -> Profile:
+class ProfileChange(TypedDict, total=False):
+    """What an upsert changes (every key optional): ``first_name`` (None keeps it),
+    ``attributes`` (a None value removes that attribute), ``add_tags``, ``remove_tags``, and
+    ``unsubscribe`` (True opts out; never opts back in)."""
+
+    first_name: str | None
+    attributes: dict[str, Any] | None
+    add_tags: Iterable[str]
+    remove_tags: Iterable[str]
+    unsubscribe: bool
+
+
+def merged(current: Profile | None, email: str, **change: Unpack[ProfileChange]) -> Profile:
     """What :meth:`SubscriberStore.upsert` makes of ``current`` (None: a new profile): the one
     merge rule (module docstring). Pure: the store writes it, the CSV import uses it to skip
     rows that would change nothing."""
+    unsubscribe = change.get("unsubscribe", False)
+    first_name = change.get("first_name")
     base = current or Profile(email=email, status=UNSUBSCRIBED if unsubscribe else SUBSCRIBED)
     attrs = dict(base.attributes)
-    for name, value in (attributes or {}).items():
+    for name, value in (change.get("attributes") or {}).items():
         if value is None:
             attrs.pop(name, None)
         else:
@@ -837,7 +823,7 @@ def merged(
         status=UNSUBSCRIBED if unsubscribe else base.status,
         first_name=first_name if first_name is not None else base.first_name,
         attributes=attrs,
-        tags=(base.tags | frozenset(add_tags)) - frozenset(remove_tags),
+        tags=(base.tags | frozenset(change.get("add_tags", ()))) - frozenset(change.get("remove_tags", ())),
     )
 
 
