@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import io
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -367,10 +369,47 @@ def serve(requests: Any, replies: Any) -> None:
         replies.flush()
 
 
+class WholeLines(io.TextIOBase):
+    """stdout/stderr of an execution environment. Every environment of a function appends to
+    the function's one log file (``O_APPEND``); a ``print`` writes its text and its newline
+    separately, so two environments' lines could interleave. This writer holds text until a
+    newline and hands each run of complete lines to the file in one ``write`` (appended whole),
+    as CloudWatch keeps each log event whole. Thread-safe (handlers may log from threads)."""
+
+    encoding = "utf-8"
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._pending = ""
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._pending += text
+            if "\n" in self._pending:
+                complete, _, self._pending = self._pending.rpartition("\n")
+                os.write(self._fd, (complete + "\n").encode("utf-8", "replace"))
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                os.write(self._fd, self._pending.encode("utf-8", "replace"))
+                self._pending = ""
+
+
 def main(argv: list[str]) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runtime decides when this ends
+    sys.stdout, sys.stderr = WholeLines(1), WholeLines(2)
     with os.fdopen(int(argv[0]), "rb") as requests, os.fdopen(int(argv[1]), "wb") as replies:
         serve(requests, replies)
 
