@@ -14,11 +14,12 @@ attribute, bad first name, bad status, duplicate row) and never stops the import
 Guarantees:
 - streaming: the file is read row by row; memory holds one window of rows plus the set of
   emails seen (to report duplicates);
-- each window of rows first reads its known profiles (consistent BatchGetItem, 100 a
-  request); a row that would change nothing of its profile makes no other request, so a
-  re-run reads the file's profiles 100 at a time and writes nothing;
-- writes go through ``SubscriberStore.upsert`` (one transaction per subscriber, its TAG#
-  partners included), ``workers`` at a time;
+- each window of rows first reads its addresses' profiles and suppressions (consistent
+  BatchGetItem, 50 addresses a request); a row that would change nothing of its profile
+  makes no other request, so a re-run reads the file 50 rows at a time and writes nothing;
+- writes go through ``SubscriberStore.upsert`` started from that read (one transaction per
+  subscriber, its TAG# partners included, and no read of its own unless the transaction
+  finds the profile changed meanwhile), ``workers`` at a time;
 - an import never resubscribes an unsubscribed subscriber (upsert never clears the
   opt-out) and never lifts a suppression;
 - it starts no sequence unless ``trigger`` is given (then the sequences triggered by
@@ -55,7 +56,7 @@ from shared.core.public import public_fields
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import Catalog
-from shared.store.subscribers import Profile, SubscriberStore, merged, same
+from shared.store.subscribers import Known, Profile, SubscriberStore, merged, same
 
 EXPORT_COLUMNS = (
     "email",
@@ -266,17 +267,18 @@ def _write(
     row: Row,
     store: SubscriberStore,
     trigger: Callable[[Profile], int] | None,
-    known: Mapping[str, Profile],
+    known: Mapping[str, Known],
 ) -> tuple[Row, str, int]:
     """Upsert one row: the row, its outcome (``created``, ``updated``, ``unchanged`` or
     ``rejected: <why>``) and how many sequences it started. ``known`` holds the window's
-    profiles read just before (one consistent BatchGetItem per 100 rows): a row that would
-    change nothing of its known profile is ``unchanged`` without a request (a re-import reads
-    100 rows per request instead of one); every other row goes through ``upsert``, which reads
-    again and writes conditionally, so a profile changed meanwhile is never overwritten."""
+    addresses read just before (profile and suppression, consistent BatchGetItem, 50 rows a
+    request): a row that would change nothing of its known profile is ``unchanged`` without a
+    request; every other row is one ``upsert`` transaction started from what was read, and
+    conditioned on it, so a profile changed meanwhile is read again, never overwritten."""
     event = row.event
     tags = event.tags.add if event.tags else ()
-    current = known.get(event.email)
+    state = known.get(event.email)
+    current = state.profile if state else None
     if current is not None and same(
         current,
         merged(
@@ -292,6 +294,7 @@ def _write(
     try:
         change = store.upsert(
             event.email,
+            known=state,
             first_name=event.first_name,
             attributes=event.attributes,
             add_tags=tags,
@@ -340,7 +343,7 @@ def import_csv(
 
         def flush() -> None:
             nonlocal window
-            known = store.get_profiles(row.event.email for row in window)
+            known = store.known(row.event.email for row in window)
             for row, outcome, started_count in pool.map(partial(write, known=known), window):
                 _tally(report, row, outcome, started_count)
             window = []

@@ -183,6 +183,16 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Known:
+    """One address as a read found it: its profile (None: it has none) and whether its
+    ``SUPPRESSION`` item exists (None: not read). :meth:`SubscriberStore.mutate` starts from it
+    instead of reading again; its write is still conditioned on the profile's version."""
+
+    profile: Profile | None
+    suppressed: bool | None = None
+
+
+@dataclass(frozen=True)
 class Execution:
     email: str
     sequence_id: str
@@ -305,35 +315,61 @@ class SubscriberStore(TableAdapter):
 
     def get_profiles(self, emails: Iterable[str]) -> dict[str, Profile]:
         """Profiles of ``emails`` (BatchGetItem, 100 per request); missing ones are left out."""
-        wanted = [key(keys.sub_pk(e), keys.PROFILE) for e in dict.fromkeys(emails)]
-        found: dict[str, Profile] = {}
+        found = self._read_items(emails, (keys.PROFILE,))
+        return {email: Profile.from_item(item) for (email, _), item in found.items()}
+
+    def known(self, emails: Iterable[str]) -> dict[str, Known]:
+        """Every address of ``emails`` as it is now: its profile and whether it is suppressed,
+        both read in the same consistent BatchGetItem requests (50 addresses per request)."""
+        wanted = list(dict.fromkeys(emails))
+        found = self._read_items(wanted, (keys.PROFILE, keys.SUPPRESSION))
+        return {
+            email: Known(
+                profile=Profile.from_item(item) if (item := found.get((email, keys.PROFILE))) else None,
+                suppressed=(email, keys.SUPPRESSION) in found,
+            )
+            for email in wanted
+        }
+
+    def _read_items(self, emails: Iterable[str], sort_keys: Sequence[str]) -> dict[tuple[str, str], Any]:
+        """The items ``SUB#<email>/<sort key>`` that exist, by (email, sort key): consistent
+        BatchGetItem requests of 100 keys."""
+        wanted = [key(keys.sub_pk(e), sk) for e in dict.fromkeys(emails) for sk in sort_keys]
         try:
-            for raw in batch_get(self.client, self.table, wanted, ConsistentRead=True):
-                profile = Profile.from_item(deserialize(raw))
-                found[profile.email] = profile
+            items = [
+                deserialize(raw) for raw in batch_get(self.client, self.table, wanted, ConsistentRead=True)
+            ]
         except Unprocessed as exc:
             raise ConcurrentModification(str(exc)) from None
-        return found
+        return {(keys.email_from_sub(item["PK"]), item["SK"]): item for item in items}
 
     # ----- profile writes (profile + TAG# partners in one transaction) ---------------
     def mutate(
-        self, email: str, mutation: Mutation, *, extra: Sequence[TransactWriteItemTypeDef] = ()
+        self,
+        email: str,
+        mutation: Mutation,
+        *,
+        extra: Sequence[TransactWriteItemTypeDef] = (),
+        known: Known | None = None,
     ) -> Change:
         """Apply ``mutation(current, now)`` with optimistic concurrency.
 
         The mutation returns the new profile (tags included) or None for "no change".
         The profile and every added/removed TAG# partner are written in one transaction
         conditioned on the version that was read; a lost race re-reads and retries.
+        ``known``: the address as the caller just read it (:meth:`known`), the first attempt's
+        state instead of a read of its own (a stale one loses the race and is read again).
         ``extra`` actions (e.g. deleting a pending sign-up) join that transaction when there is
         a write; when one of their conditions fails, :class:`Conflict` is raised (no retry).
         """
         for _ in WRITE_RETRY.tries(sleep=self._sleep):
-            current = self.get_profile(email)
+            state, known = known or Known(self.get_profile(email)), None
+            current = state.profile
             now = clock.iso()
             proposed = mutation(current, now)
             if proposed is None or (current is not None and same(current, proposed)):
                 return Change(profile=current)
-            if current is None and not proposed.suppressed and self.get_suppression(email) is not None:
+            if current is None and not proposed.suppressed and self._suppressed(email, state):
                 # an address suppressed before it was a subscriber (a bounce or complaint of
                 # other mail): the new profile starts suppressed (one read per creation)
                 proposed = replace(proposed, suppressed=True)
@@ -367,15 +403,15 @@ class SubscriberStore(TableAdapter):
             )
         raise ConcurrentModification("profile kept changing under us")
 
-    def upsert(self, email: str, **change: Unpack[ProfileChange]) -> Change:
+    def upsert(self, email: str, *, known: Known | None = None, **change: Unpack[ProfileChange]) -> Change:
         """Create or merge a profile (rules in the module docstring, :func:`merged`) in one
         transaction. ``unsubscribe=True`` also opts the subscriber out (a new profile is
-        created unsubscribed, so the opt-out is remembered)."""
+        created unsubscribed, so the opt-out is remembered). ``known``: see :meth:`mutate`."""
 
         def apply(current: Profile | None, now: str) -> Profile:
             return merged(current, email, **change)
 
-        return self.mutate(email, apply)
+        return self.mutate(email, apply, known=known)
 
     def unsubscribe(self, email: str) -> Change:
         """Mark the subscriber unsubscribed (creating a profile that remembers the opt-out)."""
@@ -740,6 +776,10 @@ class SubscriberStore(TableAdapter):
                 raise
             return False
         return True
+
+    def _suppressed(self, email: str, state: Known) -> bool:
+        """Whether ``email`` has a ``SUPPRESSION`` item (``state``'s answer, else one read)."""
+        return state.suppressed if state.suppressed is not None else self.get_suppression(email) is not None
 
     def get_suppression(self, email: str) -> dict[str, Any] | None:
         raw = self.client.get_item(
