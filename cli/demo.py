@@ -105,7 +105,8 @@ class Demo:
                 events_table_name=resources.tables["events_table_name"],
                 broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
                 broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
-            )
+            ),
+            aws=self.runtime.aws,
         )
 
     def expect(self, ok: bool, message: str) -> None:
@@ -196,11 +197,10 @@ def chapter_state(demo: Demo) -> None:
     demo.chapter("What is in DynamoDB and the outbox now")
     from cli.local.ses import read_outbox
     from cli.local_cmd import outbox_table
-    from shared.core.aws import client
     from shared.store.dynamo import deserialize
 
     table_name = demo.runtime.resources.tables["table_name"]
-    items = [deserialize(i) for i in client("dynamodb").scan(TableName=table_name)["Items"]]
+    items = [deserialize(i) for i in demo.runtime.aws.client("dynamodb").scan(TableName=table_name)["Items"]]
     profiles = sorted((i for i in items if i["SK"] == "PROFILE"), key=lambda i: i["email"])
     subscribers = Table(title=f"Subscribers ({table_name}, SK = PROFILE)")
     for column in ("email", "first name", "status", "tags", "attributes"):
@@ -243,11 +243,10 @@ def chapter_sending(demo: Demo) -> None:
     from email.parser import BytesParser
 
     from cli.local.ses import read_outbox
-    from shared.core.aws import client
     from shared.sending.jobs import SendJob, enqueue
 
     job = SendJob(email="ada@example.com", template="welcome", source="demo", step="welcome")
-    enqueue([job, job, job], demo.runtime.resources.queues["SendQueue"].url)
+    enqueue([job, job, job], demo.runtime.resources.queues["SendQueue"].url, demo.runtime.aws.client("sqs"))
     demo.console.print("  queued the same send job 3 times (send queue -> sender Lambda -> local SES)")
     deadline = time.monotonic() + 20
     mails: list[dict[str, Any]] = []
@@ -281,7 +280,7 @@ def chapter_sending(demo: Demo) -> None:
     with urllib.request.urlopen(request, timeout=30, context=demo.runtime.ssl_context()) as response:  # noqa: S310
         demo.console.print(f"  [green]{response.status}[/green] one-click POST (RFC 8058) to the link")
     table = demo.runtime.resources.tables["table_name"]
-    item = client("dynamodb").get_item(
+    item = demo.runtime.aws.client("dynamodb").get_item(
         TableName=table, Key={"PK": {"S": "SUB#ada@example.com"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
     )["Item"]
     demo.console.print(f"  Ada is now [bold]{item['status']['S']}[/bold]")
@@ -307,8 +306,10 @@ def chapter_engagement(demo: Demo) -> None:
         "grace@example.com",
     )
     tables = demo.runtime.resources.tables
-    store = SubscriberStore(tables["table_name"], tables["events_table_name"])
-    stats = StatsStore(tables["table_name"], tables["events_table_name"])
+    store = SubscriberStore(
+        tables["table_name"], tables["events_table_name"], demo.runtime.aws.client("dynamodb")
+    )
+    stats = StatsStore(tables["table_name"], tables["events_table_name"], demo.runtime.aws.client("dynamodb"))
 
     def wait(check: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + 20
@@ -354,6 +355,7 @@ def chapter_engagement(demo: Demo) -> None:
             for e in (bounce, complaint, grace)
         ],
         demo.runtime.resources.queues["SendQueue"].url,
+        demo.runtime.aws.client("sqs"),
     )
 
     def skipped(email: str) -> bool:
@@ -442,12 +444,13 @@ def chapter_sequences(demo: Demo) -> None:
     import time
 
     from cli.local.ses import read_outbox
-    from shared.core.aws import client
     from shared.sending.sender import decode_tag_value
     from shared.store.subscribers import SubscriberStore
 
     tables = demo.runtime.resources.tables
-    store = SubscriberStore(tables["table_name"], tables["events_table_name"])
+    store = SubscriberStore(
+        tables["table_name"], tables["events_table_name"], demo.runtime.aws.client("dynamodb")
+    )
     waiting = store.sequence_members("onboarding")
     demo.console.print(f"  still in onboarding, at the 1-day wait: {', '.join(waiting) or 'nobody'}")
     demo.expect(
@@ -466,7 +469,7 @@ def chapter_sequences(demo: Demo) -> None:
         highlight=False,
     )
 
-    sfn = client("stepfunctions")
+    sfn = demo.runtime.aws.client("stepfunctions")
     machine = next(
         m["stateMachineArn"]
         for m in sfn.list_state_machines()["stateMachines"]

@@ -80,10 +80,8 @@ def _link(message: EmailMessage, path: str) -> str:
 
 
 def _profile(demo: Demo) -> dict[str, Any]:
-    from shared.core.aws import client
-
     table = demo.runtime.resources.tables["table_name"]
-    found = client("dynamodb").get_item(
+    found = demo.runtime.aws.client("dynamodb").get_item(
         TableName=table, Key={"PK": {"S": f"SUB#{READER}"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
     )
     return dict(found.get("Item", {}))

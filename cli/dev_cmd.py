@@ -35,12 +35,6 @@ def dev(
         help="Run this synthesized template (JSON) instead of the one synthesized from this checkout "
         "(e.g. to try a policy change); the code asset is still this checkout's.",
     ),
-    in_process: bool = typer.Option(
-        False,
-        "--in-process-lambdas",
-        help="Run every function in this process from the source tree (fast to restart, no IAM "
-        "checks) instead of from the synthesized artifact on Python 3.12 with its IAM policy.",
-    ),
 ) -> None:
     """Run mailstep locally: emulated AWS, the deployed artifact's Lambdas, local SES and the HTTP API."""
     from cli.local import LocalRuntime, RuntimeConfig
@@ -60,7 +54,6 @@ def dev(
         max_send_rate=max_send_rate,
         max_24_hour_send=max_24_hour_send,
         state_dir=state_dir.resolve(),
-        artifact=not in_process,
         template_override=json.loads(template.read_text()) if template else None,
     )
     from cli.local.artifact import ArtifactError

@@ -16,13 +16,13 @@ sent: a request the policy does not allow fails with ``AccessDeniedException`` a
 in AWS (:class:`RolePolicy`, :func:`authorize`). Each reply lists the requests made
 (``calls``: IAM action, resource, allowed) so the runtime can record them.
 
-This module is also imported by the local runtime itself (``cli.local.lambdas``) for the
-in-process mode: :class:`LambdaContext` and :func:`call_handler` are the one definition.
+The local runtime imports :class:`LambdaContext` from here (``cli.local.lambdas``): one
+definition of the context on both sides.
 
-It is one of the two modules of ``cli/`` that write ``os.environ`` (the other is
-``cli.local.process_env``, for the runtime's own process): :func:`_init` gives the
-execution environment's process the function's environment, as Lambda does (the handler
-and the boto3 it imports read their settings and endpoint from there).
+It is the one module of ``cli/`` that writes ``os.environ``, and only in an execution
+environment's own process: :func:`_init` gives that process the function's environment, as
+Lambda does (the handler and the boto3 it imports read their settings and endpoint from there).
+The runtime's process never writes its environment.
 """
 
 from __future__ import annotations

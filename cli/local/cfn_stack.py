@@ -28,15 +28,10 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
-from cli.local.provision import LocalResources, all_queues, all_topics
-from shared.core import specs
 from shared.core.aws import ClientFactory
-from shared.sequences.sfn import StepFunctions
 
 # Logical id of the template's one placeholder resource (the stack needs one).
 PLACEHOLDER = "LocalRuntime"
@@ -139,102 +134,3 @@ def _verify(stack_name: str, outputs: dict[str, str], summaries: list[Resource],
         }
     if {o["OutputKey"]: o["OutputValue"] for o in described} != outputs or listed != set(summaries):
         raise CfnStackDrift(f"stack {stack_name} reads back differently than it was registered")
-
-
-def _logical_id(*parts: str) -> str:
-    return "".join(p[:1].upper() + p[1:] for part in parts for p in re.split(r"[^A-Za-z0-9]+", part) if p)
-
-
-def local_stack_resources(
-    resources: LocalResources, stack_name: str = specs.STACK_NAME, *, aws: ClientFactory | None = None
-) -> list[Resource]:
-    """The local runtime's resources as the stack's: tables, secrets, queues with their DLQs,
-    topics, configuration sets, functions and the state machines (the sequences', named
-    ``specs.state_machine_prefix(stack_name)`` + id, and the broadcast schedule)."""
-    from shared.broadcasts.schedule import STATE_MACHINE_NAME
-
-    aws = aws or ClientFactory()
-    found: list[Resource] = [
-        (spec.id, "AWS::DynamoDB::Table", resources.tables[spec.setting]) for spec in specs.TABLES
-    ]
-    secrets = aws.client("secretsmanager")
-    found += [
-        (spec.id, "AWS::SecretsManager::Secret", secrets.describe_secret(SecretId=name)["ARN"])
-        for spec in specs.SECRETS
-        if (name := resources.secrets.get(spec.setting))
-    ]
-    for queue_spec in all_queues():
-        queue = resources.queues.get(queue_spec.id)
-        if queue is not None:
-            found.append((queue_spec.id, "AWS::SQS::Queue", queue.url))
-            found.append((f"{queue_spec.id}Dlq", "AWS::SQS::Queue", queue.dlq_url))
-    found += [
-        (topic.id, "AWS::SNS::Topic", resources.topics[topic.id])
-        for topic in all_topics()
-        if topic.id in resources.topics
-    ]
-    found += [
-        (config.id, "AWS::SES::ConfigurationSet", resources.configuration_sets[config.setting])
-        for config in specs.CONFIGURATION_SETS
-        if config.setting in resources.configuration_sets
-    ]
-    found += [
-        (_logical_id(name, "Function"), "AWS::Lambda::Function", function.name)
-        for name, function in resources.functions.items()
-    ]
-    prefix = specs.state_machine_prefix(stack_name)
-    found += [
-        (_logical_id(machine["name"]), "AWS::StepFunctions::StateMachine", machine["stateMachineArn"])
-        for machine in _state_machines(aws)
-        if machine["name"].startswith(prefix) or machine["name"] == STATE_MACHINE_NAME
-    ]
-    return found
-
-
-def _state_machines(aws: ClientFactory) -> list[dict[str, Any]]:
-    paginator = aws.client("stepfunctions").get_paginator("list_state_machines")
-    return [m for page in paginator.paginate() for m in page["stateMachines"]]
-
-
-def local_outputs(
-    resources: LocalResources,
-    stack_name: str = specs.STACK_NAME,
-    *,
-    api_url: str,
-    region: str,
-    account_id: str,
-    aws: ClientFactory | None = None,
-) -> dict[str, str]:
-    """The stack outputs (``specs.stack_outputs()`` keys and ``specs.API_URL_OUTPUT``) with the
-    values of the local resources. Deploys the broadcast schedule state machine (in the cloud
-    the stack owns it; ``cli.local.provision`` creates none)."""
-    from cli.local.provision import LOCAL_ROLE_NAME
-    from shared.broadcasts.schedule import ensure_local_state_machine
-
-    aws = aws or ClientFactory()
-    queues = {
-        spec.setting: resources.queues[spec.id].url for spec in all_queues() if spec.id in resources.queues
-    }
-    control = queues[specs.BROADCAST_CONTROL_QUEUE.setting]
-    role = aws.client("iam").get_role(RoleName=LOCAL_ROLE_NAME)["Role"]["Arn"]
-    values = {
-        **resources.tables,
-        **resources.secrets,
-        **queues,
-        **{
-            topic.setting: resources.topics[topic.id]
-            for topic in all_topics()
-            if topic.id in resources.topics
-        },
-        "broadcast_schedule_arn": ensure_local_state_machine(
-            control, role, StepFunctions(aws.client("stepfunctions"))
-        ),
-        "state_machine_arn_prefix": (
-            f"arn:aws:states:{region}:{account_id}:stateMachine:{specs.state_machine_prefix(stack_name)}"
-        ),
-    }
-    fields = specs.stack_outputs()
-    missing = sorted(key for key, setting in fields.items() if not values.get(setting))
-    if missing:
-        raise RuntimeError(f"the local runtime has no value for the stack output(s) {', '.join(missing)}")
-    return {key: values[setting] for key, setting in fields.items()} | {specs.API_URL_OUTPUT: api_url}

@@ -1,15 +1,16 @@
 """Every patch of moto's private internals, in one place (moto is pinned exactly).
 
 - ``LambdaFunction._invoke_lambda`` -> the function's execution environments
-  (``ACTIVE.invoker``: ``cli.local.environments``), or the handler in this process
-  (``cli.local.lambdas``) when no invoker is set;
+  (``ACTIVE.invoker``: ``cli.local.environments``);
+- the endpoint moto's Step Functions interpreter calls Lambda on -> the runtime's
+  (``ACTIVE.port``; moto reads ``MOTO_PORT`` from the process environment otherwise);
 - ``WaitFunction._wait_interval`` and the ``time`` of the Step Functions retrier -> the
   virtual clock (``cli.local.clock``);
 - SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
   event destinations) -> the local SES (``cli.local.ses``);
 - SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
 - DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
-  :func:`_transact_write_items`).
+  :func:`transact_write_items`).
 
 :func:`self_check` fails loudly when one of these hooks moved (a moto upgrade): the
 runtime calls it before patching, and a test calls it too.
@@ -50,9 +51,9 @@ from moto.sns.models import Subscription as SnsSubscription
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.utils import boto_client as sfn_boto_client
 
 from cli.local.clock import VirtualClock
-from cli.local.lambdas import invoke_in_process
 from cli.local.ses import LocalSes, SesError
 
 MOTO_VERSION = "5.2.5"
@@ -72,6 +73,7 @@ class _Active:
     ses: LocalSes | None = None
     on_sqs_mapping: SqsMappingHandler | None = None
     invoker: Invoker | None = None
+    port: int | None = None  # the embedded endpoint's port
 
 
 ACTIVE = _Active()
@@ -103,9 +105,11 @@ def self_check() -> None:
             problems.append(f"{owner.__name__}.{name} signature changed: {inspect.signature(member)}")
     if not hasattr(retrier_decl, "time") or "time.sleep(" not in inspect.getsource(retrier_decl):
         problems.append("the Step Functions retrier no longer sleeps through retrier_decl.time")
+    if "moto_server_port()" not in inspect.getsource(sfn_boto_client.boto_client_for):
+        problems.append("the Step Functions interpreter no longer finds moto's port through moto_server_port")
     if not isinstance(getattr(sesv2_urls, "url_paths", None), dict):
         problems.append("moto.sesv2.urls.url_paths is no longer a dict")
-    if "original_table_state" not in inspect.getsource(dynamodb_models.DynamoDBBackend.transact_write_items):
+    if "original_table_state" not in inspect.getsource(_MOTO_TRANSACT_WRITE_ITEMS):
         problems.append("DynamoDB transact_write_items no longer snapshots whole tables: review the override")
     if "lambda_event_source_mappings" not in inspect.getsource(Queue.add_message):
         problems.append("SQS Queue.add_message no longer triggers event source mappings")
@@ -142,7 +146,17 @@ def _wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
 
 def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
     invoker = ACTIVE.invoker
-    return invoker(self, event) if invoker is not None else invoke_in_process(self, event)
+    if invoker is None:
+        raise JsonRESTError("ServiceException", "the local runtime's execution environments are not running")
+    return invoker(self, event)
+
+
+_MOTO_SERVER_PORT = sfn_boto_client.moto_server_port
+
+
+def _moto_server_port() -> str:
+    """The port the Step Functions interpreter's clients call (a Lambda task's Invoke)."""
+    return str(ACTIVE.port) if ACTIVE.port is not None else _MOTO_SERVER_PORT()
 
 
 def _ses_error(exc: SesError) -> JsonRESTError:
@@ -230,14 +244,18 @@ def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
 
 
 _TRANSACTIONS = threading.Lock()
+_MOTO_TRANSACT_WRITE_ITEMS = dynamodb_models.DynamoDBBackend.transact_write_items
 
 
 _Written = list[tuple[str, dict[str, Any], dict[str, Any] | None]]  # (table, key, item before)
 _Reason = tuple[str | None, str | None, dict[str, Any] | None]  # (code, message, item): a CancellationReason
 
 
-def _transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
     """moto's TransactWriteItems with the same checks and errors, but an item-level rollback.
+
+    The local runtime installs it, and so do the integration tests on moto's in-process mock
+    (``tests/integration/conftest.py``): one emulation of DynamoDB transactions for both.
 
     moto deep-copies every table a transaction names before it starts (O(table size) per
     call, holding the GIL: the cost grows with every item the runtime stores) and, when a
@@ -358,8 +376,9 @@ def install() -> None:
         LambdaFunction._invoke_lambda = _invoke_lambda  # type: ignore[method-assign]
         WaitFunction._wait_interval = _wait_interval  # type: ignore[method-assign]
         retrier_decl.time = _RetryTime()  # type: ignore[assignment]
+        sfn_boto_client.moto_server_port = _moto_server_port
         LambdaBackend.create_event_source_mapping = _create_event_source_mapping  # type: ignore[method-assign]
-        dynamodb_models.DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
+        dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
         sesv2_urls.url_paths.update(_SESV2_EXTRA_PATHS)
         SESV2Response.send_email = _send_email  # type: ignore[method-assign]
         SESV2Response.get_account = _get_account  # type: ignore[attr-defined]

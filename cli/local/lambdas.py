@@ -3,8 +3,7 @@
 moto registers the functions and decides when to invoke them (API ``Invoke``, API Gateway
 routes through :func:`invoke`, Step Functions tasks); ``cli.local.hooks`` replaces moto's
 Docker path with the execution environments of ``cli.local.environments`` (the deployed
-artifact, one process per concurrent invocation) or, in the fast in-process mode that
-integration tests use, with :func:`invoke_in_process` (the handler from the source tree).
+artifact, one process per concurrent invocation).
 SQS event sources are polled here by :class:`SqsPoller`, which behaves like the Lambda
 service: batches, ``ReportBatchItemFailures``, failed messages left for the visibility
 timeout (and then the queue's redrive policy).
@@ -12,7 +11,6 @@ timeout (and then the queue's redrive policy).
 
 from __future__ import annotations
 
-import importlib
 import json
 import threading
 import time
@@ -20,8 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.local.bootstrap import LambdaContext, call_handler
-from cli.local.process_env import in_process_environment
+from cli.local.bootstrap import LambdaContext
 from shared.core.observability import logger
 
 
@@ -47,27 +44,6 @@ class InvocationStats:
 
 
 STATS = InvocationStats()
-_import_lock = threading.Lock()
-
-
-def _resolve(handler_path: str, env: dict[str, str]) -> Any:
-    """Import ``module.fn``; the first import (the init phase, where a handler reads its
-    settings) runs with the function's environment applied to this process."""
-    module_name, _, attribute = handler_path.rpartition(".")
-    with _import_lock, in_process_environment(env):
-        module = importlib.import_module(module_name)
-    return getattr(module, attribute)
-
-
-def run_handler(
-    handler_path: str, env: dict[str, str], event: Any, context: LambdaContext
-) -> tuple[str, bool]:
-    """Call ``module.fn`` in this process: ``(json_result, errored)`` (errors map like AWS)."""
-    try:
-        handler = _resolve(handler_path, env)
-    except Exception as exc:  # an import error is a function error, too
-        return json.dumps({"errorMessage": str(exc), "errorType": "Runtime.ImportModuleError"}), True
-    return call_handler(handler, event, context)
 
 
 def context_of(function: Any) -> LambdaContext:
@@ -90,16 +66,6 @@ def report(function: Any, context: LambdaContext, errored: bool, elapsed: float)
         f"REPORT RequestId: {context.aws_request_id} Duration: {elapsed * 1000:.2f} ms "
         f"Memory Size: {function.memory_size} MB"
     )
-
-
-def invoke_in_process(function: Any, event: Any) -> tuple[str, bool, str]:
-    """Run ``function`` (a moto ``LambdaFunction``) in this process: ``(json_result, errored, logs)``."""
-    if isinstance(event, str | bytes):
-        event = json.loads(event or "{}")
-    context = context_of(function)
-    started = time.perf_counter()
-    payload, errored = run_handler(function.handler, dict(function.environment_vars or {}), event, context)
-    return payload, errored, report(function, context, errored, time.perf_counter() - started)
 
 
 def invoke(function: Any, event: dict[str, Any]) -> tuple[Any, bool]:

@@ -12,7 +12,6 @@ under moto's in-process mock in the integration tests).
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import secrets as _secrets
@@ -20,13 +19,10 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.local.sequence_machines import deploy_state_machines
 from shared.core import specs
 from shared.core.aws import ClientFactory
 from shared.core.specs import ENV, FunctionSpec, QueueSpec, TableSpec, TopicSpec
-from shared.sequences.sfn import StepFunctions
 
-LOCAL_ROLE_NAME = f"{specs.APP_NAME}-local-lambda"
 DLQ_SUFFIX = "-dlq"
 
 
@@ -144,47 +140,12 @@ def create_queue(spec: QueueSpec, *, aws: ClientFactory | None = None) -> LocalQ
     return LocalQueue(url=url, arn=arn, dlq_url=dlq_url, dlq_arn=dlq_arn)
 
 
-def placeholder_code(where: str = "in-process from the source tree") -> bytes:
+def placeholder_code(where: str) -> bytes:
     """The code zip the emulated Lambda is given: the local runtime runs the real handler ``where``."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("README.txt", f"mailstep local runtime: handlers run {where}\n")
     return buffer.getvalue()
-
-
-def _lambda_role(aws: ClientFactory) -> str:
-    iam = aws.client("iam")
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
-        ],
-    }
-    return iam.create_role(RoleName=LOCAL_ROLE_NAME, AssumeRolePolicyDocument=json.dumps(trust))["Role"][
-        "Arn"
-    ]
-
-
-def function_env(
-    spec: FunctionSpec,
-    tables: dict[str, str],
-    secrets: dict[str, str],
-    queues: dict[str, LocalQueue],
-    topics: dict[str, str],
-    configuration_sets: dict[str, str],
-    settings: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """The environment a function gets: names of what it declares, the configuration
-    sets, and ``settings`` (runtime-wide values, e.g. the local public base URL)."""
-    values: dict[str, str] = dict(settings or {})
-    values.update({t.setting: tables[t.setting] for t in spec.read_write_tables})
-    values.update({s.setting: secrets[s.setting] for s in spec.read_secrets})
-    values.update({q.setting: queues[q.id].url for q in spec.send_queues})
-    values.update({t.setting: topics[t.id] for t in spec.publish_topics})
-    values.update(configuration_sets)
-    env = {ENV[name]: value for name, value in values.items() if name in ENV}
-    env.update(spec.extra_env)
-    return env
 
 
 def local_function_name(spec: FunctionSpec) -> str:
@@ -194,19 +155,15 @@ def local_function_name(spec: FunctionSpec) -> str:
 def provision(
     api_key: str | None = None,
     *,
-    functions: bool = False,
-    settings: dict[str, str] | None = None,
-    messaging: bool | None = None,
+    messaging: bool = False,
     aws: ClientFactory | None = None,
 ) -> LocalResources:
-    """Create every resource named in the specs; returns names, URLs, ARNs and the API key.
+    """Create the tables and secrets named in the specs; returns names, URLs, ARNs and the API key.
 
-    ``messaging`` (default: ``functions``) creates the queues, topics, subscriptions and
-    configuration sets; ``functions=True`` also registers every function from its spec with
-    its event source mappings and deploys the sequence state machines (the fast in-process
-    mode; the local runtime's artifact mode registers them from the synthesized template
-    instead, ``cli.local.deployment``). ``settings`` (Settings field -> value) are given to
-    every function. ``aws``: the clients of the endpoint (by default the environment's).
+    ``messaging`` also creates the queues, topics, subscriptions and configuration sets. The
+    functions, their event source mappings and the state machines come from the synthesized
+    template (``cli.local.deployment``). ``aws``: the clients of the endpoint (by default the
+    environment's).
     """
     aws = aws or ClientFactory()
     tables = {spec.setting: create_table(spec, aws=aws) for spec in specs.TABLES}
@@ -218,7 +175,7 @@ def provision(
         value = key if secret is specs.API_KEY_SECRET else _secrets.token_urlsafe(32)
         sm.create_secret(Name=secret.local_name, SecretString=value, Description=secret.description)
         secret_names[secret.setting] = secret.local_name
-    if not (functions if messaging is None else messaging):
+    if not messaging:
         return LocalResources(tables=tables, secrets=secret_names, api_key=key)
 
     queues = {q.id: create_queue(q, aws=aws) for q in all_queues()}
@@ -255,44 +212,4 @@ def provision(
         topics=topics,
         configuration_sets=configuration_sets,
     )
-    if not functions:
-        return resources
-
-    role = _lambda_role(aws)
-    lam = aws.client("lambda")
-    code = placeholder_code()
-    registered: dict[str, LocalFunction] = {}
-    for spec in specs.FUNCTIONS:
-        env = function_env(spec, tables, secret_names, queues, topics, configuration_sets, settings)
-        name = local_function_name(spec)
-        arn = lam.create_function(
-            FunctionName=name,
-            Runtime=specs.LAMBDA_RUNTIME,
-            Role=role,
-            Handler=spec.handler,
-            Code={"ZipFile": code},
-            Description=spec.description,
-            Timeout=spec.timeout_s,
-            MemorySize=spec.memory_mb,
-            Environment={"Variables": env},
-        )["FunctionArn"]
-        for source in spec.event_sources:
-            mapping: dict[str, Any] = {
-                "FunctionName": name,
-                "EventSourceArn": queues[source.queue.id].arn,
-                "BatchSize": source.batch_size,
-                "FunctionResponseTypes": ["ReportBatchItemFailures"],
-            }
-            if source.max_batching_window_s:
-                mapping["MaximumBatchingWindowInSeconds"] = source.max_batching_window_s
-            if source.max_concurrency is not None:
-                mapping["ScalingConfig"] = {"MaximumConcurrency": source.max_concurrency}
-            lam.create_event_source_mapping(**mapping)
-        registered[spec.name] = LocalFunction(name=name, arn=arn, spec=spec, env=env)
-    # One state machine per sequence file, calling the step function (as the CDK construct does).
-    deploy_state_machines(
-        registered[specs.SEQUENCE_STEP_FUNCTION.name].arn,
-        role,
-        sfn=StepFunctions(aws.client("stepfunctions")),
-    )
-    return dataclasses.replace(resources, functions=registered)
+    return resources

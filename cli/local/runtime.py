@@ -9,21 +9,18 @@ Starts moto's server in this process and talks to it through one client factory
 runs every Lambda from the deployment artifact (``cli.local.artifact``: the synthesized
 template and the bundled code asset) in execution environments of its own on Python 3.12
 with the template's environment and IAM (``cli.local.deployment``, ``cli.local.environments``),
-or, with ``RuntimeConfig(artifact=False)``, in this process from the source tree (the fast
-mode of the integration tests), Step Functions on a virtual clock, a faithful
-SES, and an HTTP front for the API routes, served twice: plain http on ``api_port``
-(``api_url``) and https on ``public_port`` (``public_url``, the public base URL of links
-in mail) with a self-signed certificate made at start in ``<state dir>/tls/`` (``cli.local.tls``).
-The process environment points at the endpoint too (``AWS_ENDPOINT_URL``, region,
-credentials, ``MOTO_PORT``, the shared settings) while the runtime runs, for what in this
-process reads it (the in-process functions, moto's Step Functions engine, ``mailstep demo``):
-set and restored by ``cli.local.process_env.in_process_environment``, nowhere else.
-One runtime per process (``MOTO_PORT`` is a process-wide setting).
+Step Functions on a virtual clock, a faithful SES, and an HTTP front for the API routes,
+served twice: plain http on ``api_port`` (``api_url``) and https on ``public_port``
+(``public_url``, the public base URL of links in mail) with a self-signed certificate made
+at start in ``<state dir>/tls/`` (``cli.local.tls``).
+The runtime never writes its process environment: whatever runs in this process (provisioning,
+the stack registration, EventBridge, ``mailstep demo``, the bench) reaches the endpoint through
+``rt.aws``, and moto's Step Functions interpreter through ``cli.local.hooks`` (``ACTIVE.port``).
+One runtime per process (moto's backends and the hooks are process-wide).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -41,14 +38,13 @@ from typing import Any
 
 from cli.local import hooks
 from cli.local.artifact import Artifact, build
-from cli.local.cfn_stack import local_outputs, local_stack_resources, register_stack
+from cli.local.cfn_stack import register_stack
 from cli.local.clock import VirtualClock
 from cli.local.deployment import Deployment, bind, deploy, uploaded_function
 from cli.local.environments import Environments
 from cli.local.eventbridge import ExecutionStatusRules, rules_of
 from cli.local.http_front import HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
-from cli.local.process_env import in_process_environment
 from cli.local.provision import LocalResources, local_function_name, provision
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
 from cli.local.template import LocalTemplate
@@ -80,10 +76,6 @@ class RuntimeConfig:
     state_dir: Path | None = None  # runtime.json + outbox/; None = a temporary folder
     api_key: str | None = None
     region: str = "us-east-1"
-    # True: every function runs from the synthesized artifact in its own Python 3.12
-    # execution environments (what `cdk deploy` ships); False: in this process from the
-    # source tree, with environments built from the specs (fast; tests that patch handlers).
-    artifact: bool = True
     # Check every AWS request of a function against its role policy in the template.
     enforce_iam: bool = True
     # A synthesized template to run instead of this checkout's (tests: a modified copy).
@@ -101,7 +93,7 @@ class LocalRuntime:
     public_front: HttpFront = field(init=False)
     tls: TlsFiles = field(init=False)
     pollers: list[SqsPoller] = field(default_factory=list, init=False)
-    artifact: Artifact | None = field(default=None, init=False)
+    artifact: Artifact = field(init=False)
     deployment: Deployment | None = field(default=None, init=False)
     environments: Environments | None = field(default=None, init=False)
     eventbridge: ExecutionStatusRules | None = field(default=None, init=False)
@@ -109,7 +101,6 @@ class LocalRuntime:
     started_in_s: float = field(default=0.0, init=False)
     _server: Any = field(default=None, init=False)
     _tmp: Any = field(default=None, init=False)
-    _environment: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     # ----- lifecycle ---------------------------------------------------------------------
@@ -156,20 +147,15 @@ class LocalRuntime:
     def outbox(self) -> Path:
         return self.state_dir / "outbox"
 
-    def _set_env(self, values: dict[str, str], unset: tuple[str, ...] = ()) -> None:
-        """Point this process's environment at the runtime until :meth:`stop` (see the module docstring)."""
-        self._environment.enter_context(in_process_environment(values, unset=unset))
-
     def start(self) -> None:
         from moto.core.config import default_user_config
         from moto.server import ThreadedMotoServer
 
         started = time.perf_counter()
         config = self.config
-        if config.artifact:  # first: a fresh checkout synthesizes and bundles (pip) here
-            self.artifact = build()
-            if config.template_override is not None:
-                self.artifact = dataclasses.replace(self.artifact, template=config.template_override)
+        self.artifact = build()  # first: a fresh checkout synthesizes and bundles (pip) here
+        if config.template_override is not None:
+            self.artifact = dataclasses.replace(self.artifact, template=config.template_override)
         config.port = config.port or free_port()
         if config.state_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="mailstep-local-")
@@ -177,19 +163,6 @@ class LocalRuntime:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.tls = ensure_certificate(config.state_dir / "tls")
         self.aws = ClientFactory(AwsConfig.emulated(self.endpoint, config.region))
-        self._set_env(
-            {
-                "AWS_ENDPOINT_URL": self.endpoint,
-                "MOTO_PORT": str(config.port),
-                "AWS_DEFAULT_REGION": config.region,
-                "AWS_REGION": config.region,
-                "AWS_ACCESS_KEY_ID": "mailstep-local",
-                "AWS_SECRET_ACCESS_KEY": "mailstep-local",
-                "TZ": "UTC",
-                "POWERTOOLS_METRICS_NAMESPACE": "Mailstep",
-            },
-            unset=("AWS_SESSION_TOKEN", "AWS_PROFILE"),
-        )
         default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -205,6 +178,7 @@ class LocalRuntime:
         )
         hooks.ACTIVE.clock = self.clock
         hooks.ACTIVE.ses = self.ses
+        hooks.ACTIVE.port = config.port
         hooks.ACTIVE.on_sqs_mapping = self._start_poller
         STATS.reset()
 
@@ -217,17 +191,8 @@ class LocalRuntime:
         config.api_port = config.api_port or free_port()
         while not config.public_port or config.public_port == config.api_port:
             config.public_port = free_port()
-        arn_prefix = f"arn:aws:states:{config.region}:{ACCOUNT_ID}:stateMachine:{specs.STATE_MACHINE_PREFIX}"
-        public = {
-            "public_base_url": f"https://127.0.0.1:{config.public_port}",
-            "state_machine_arn_prefix": arn_prefix,
-        }
-        if self.artifact is None:
-            self.resources = provision(config.api_key, functions=True, settings=public, aws=self.aws)
-        else:
-            self.resources = provision(config.api_key, messaging=True, aws=self.aws)
-            self._deploy_artifact(self.artifact, public["public_base_url"])
-        self._set_env({**self.resources.env(), specs.ENV["state_machine_arn_prefix"]: arn_prefix})
+        self.resources = provision(config.api_key, messaging=True, aws=self.aws)
+        deployment = self._deploy_artifact(self.artifact, f"https://127.0.0.1:{config.public_port}")
 
         self.front = HttpFront(specs.routes(), self.invoke_spec, port=config.api_port, control=self._control)
         config.api_port = self.front.port
@@ -242,16 +207,13 @@ class LocalRuntime:
         self.front.start()
         self.public_front.start()
         # The runtime as a stack, before runtime.json (tools wait for it); outputs first (schedule machine).
-        resources = (
-            self.deployment.template.stack_resources()
-            if self.deployment
-            else local_stack_resources(self.resources, aws=self.aws)
+        register_stack(
+            specs.STACK_NAME, self.stack_outputs(), deployment.template.stack_resources(), aws=self.aws
         )
-        register_stack(specs.STACK_NAME, self.stack_outputs(), resources, aws=self.aws)
         self.started_in_s = time.perf_counter() - started
         self._write_state()
 
-    def _deploy_artifact(self, artifact: Artifact, public_url: str) -> None:
+    def _deploy_artifact(self, artifact: Artifact, public_url: str) -> Deployment:
         """Functions, roles, mappings and state machines from the synthesized template."""
         template = LocalTemplate(
             artifact.template, region=self.config.region, account=ACCOUNT_ID, stack_name=specs.STACK_NAME
@@ -293,6 +255,7 @@ class LocalRuntime:
         )
         self.eventbridge.start()
         self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
+        return self.deployment
 
     @property
     def logs_dir(self) -> Path:
@@ -320,7 +283,7 @@ class LocalRuntime:
             self._server.stop()
             self._server = None
         hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = hooks.ACTIVE.invoker = None
-        self._environment.close()  # the environment as it was before start()
+        hooks.ACTIVE.port = None
         reset_clients()
         reset_cache()
         if self._tmp is not None:
@@ -330,15 +293,9 @@ class LocalRuntime:
     def stack_outputs(self) -> dict[str, str]:
         """Outputs of the stack the runtime registers as ``specs.STACK_NAME`` (cli.local.cfn_stack):
         ``specs.stack_outputs()`` keys and ``specs.API_URL_OUTPUT`` (the https front), local values."""
-        if self.deployment is not None:  # the synthesized template's outputs, resolved locally
-            return self.deployment.template.outputs()
-        return local_outputs(
-            self.resources,
-            api_url=self.public_url,
-            region=self.config.region,
-            account_id=ACCOUNT_ID,
-            aws=self.aws,
-        )
+        if self.deployment is None:
+            raise RuntimeError("the local runtime has not deployed the artifact yet")
+        return self.deployment.template.outputs()  # the synthesized template's, resolved locally
 
     def _write_state(self) -> None:
         # Atomically: tools poll for this file and must never read it half-written.
@@ -355,8 +312,8 @@ class LocalRuntime:
             "api_key": self.api_key,
             "region": self.config.region,
             "started_in_s": round(self.started_in_s, 3),
-            "lambdas": "artifact" if self.artifact else "in-process",
-            "template": str(self.artifact.template_path) if self.artifact else None,
+            "lambdas": "artifact",
+            "template": str(self.artifact.template_path),
             "logs": str(self.logs_dir),
             "outbox": str(self.outbox),
             "pid": os.getpid(),
@@ -456,7 +413,7 @@ class LocalRuntime:
         Lambda host would; 409 when none is running."""
         name = _json_field(body, "function", str, "function must be a name")
         if self.environments is None:
-            return 409, {"error": {"code": "no_environments", "message": "functions run in-process"}}
+            return 409, {"error": {"code": "no_environments", "message": "the functions are not deployed"}}
         spec = next((f for f in specs.FUNCTIONS if f.name == name), None)
         physical = local_function_name(spec) if spec else name
         pid = self.environments.kill_one(physical)

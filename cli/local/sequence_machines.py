@@ -1,4 +1,4 @@
-"""Sequences as state machines without CDK (the bench and the in-process test mode):
+"""Sequences as state machines without CDK (the bench's sequence scenario):
 :func:`deploy_state_machines` creates/updates one state machine per valid file, named
 ``STATE_MACHINE_PREFIX + id`` like the CDK construct, pointing at the step function."""
 

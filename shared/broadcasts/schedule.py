@@ -9,7 +9,6 @@ The CDK construct (``stacks/constructs/broadcasts.py``) builds the same two stat
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,11 +65,3 @@ class Scheduler:
     def unschedule(self, execution_arn: str) -> bool:
         return self.sfn.stop(execution_arn, error="mailstep.cancelled", cause="broadcast cancelled")
 
-
-def ensure_local_state_machine(
-    control_queue_url: str, role_arn: str, sfn: StepFunctions | None = None
-) -> str:
-    """Create or update the schedule state machine on an emulated endpoint (the local
-    runtime provisions no state machines; in the cloud the CDK stack owns it)."""
-    machines = sfn or StepFunctions()
-    return machines.put_state_machine(STATE_MACHINE_NAME, json.dumps(definition(control_queue_url)), role_arn)

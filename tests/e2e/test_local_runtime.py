@@ -514,18 +514,6 @@ def serve_and_stop(tmp_path: Path) -> float:
     return served
 
 
-def test_the_fast_in_process_mode_still_serves_the_api(tmp_path: Path) -> None:
-    """`mailstep dev --in-process-lambdas` (no synth, no IAM checks) stays usable."""
-    process = start_dev(tmp_path / "dev", "--in-process-lambdas")
-    try:
-        state = wait_for_state(tmp_path / "dev", process, 60)
-        assert state["lambdas"] == "in-process"
-        answer = post_events(state, {"type": "subscriber.subscribed", "email": "fast@example.com"})
-        assert answer["results"][0]["subscriber"] == "created"
-    finally:
-        stop_dev(process)
-
-
 def test_the_moto_hooks_are_where_the_runtime_expects_them() -> None:
     from cli.local.hooks import self_check
 

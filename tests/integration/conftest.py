@@ -9,8 +9,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
+from moto.dynamodb.models import DynamoDBBackend
 from moto.ses.models import ses_backends
 
+from cli.local import hooks
 from cli.local.provision import LocalResources, provision
 from shared.core.aws import client, register_hook, reset_clients, unregister_hook
 from shared.core.secrets import reset_cache
@@ -33,7 +35,10 @@ IDENTITY = MailIdentity(
 
 @pytest.fixture(scope="session")
 def aws() -> Iterator[None]:
-    with mock_aws():
+    # DynamoDB transactions as the local runtime emulates them (cli.local.hooks): moto's own
+    # deep-copies every table a transaction names, a cost that grows with each item stored.
+    with mock_aws(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DynamoDBBackend, "transact_write_items", hooks.transact_write_items)
         reset_clients()
         reset_cache()
         yield

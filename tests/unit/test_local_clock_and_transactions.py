@@ -1,5 +1,5 @@
 """Two pieces of the local runtime, without starting it: the virtual clock's pause and the
-item-level rollback of DynamoDB transactions (``cli.local.hooks._transact_write_items``,
+item-level rollback of DynamoDB transactions (``cli.local.hooks.transact_write_items``,
 called directly on a moto backend: nothing is patched globally)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from moto.dynamodb.exceptions import TransactionCanceledException
 from moto.dynamodb.models import DynamoDBBackend
 
 from cli.local.clock import VirtualClock
-from cli.local.hooks import _transact_write_items
+from cli.local.hooks import transact_write_items
 
 TABLE = "t"
 
@@ -113,7 +113,7 @@ def _put(pk: str, value: str, condition: str | None = None) -> dict[str, Any]:
 
 def test_a_transaction_applies_every_write(backend: DynamoDBBackend) -> None:
     backend.put_item(TABLE, {**_key("old"), "v": {"S": "1"}})
-    _transact_write_items(
+    transact_write_items(
         backend,
         [
             _put("new", "a", "attribute_not_exists(PK)"),
@@ -148,7 +148,7 @@ def test_a_cancelled_transaction_restores_its_items_and_keeps_other_writes(backe
     backend.get_item = get_item  # type: ignore[method-assign,assignment]
 
     with pytest.raises(TransactionCanceledException) as cancelled:
-        _transact_write_items(
+        transact_write_items(
             backend,
             [
                 _put("kept", "after"),

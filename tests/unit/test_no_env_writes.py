@@ -1,31 +1,26 @@
-"""Nothing under ``cli/`` or ``ops/`` writes the process environment, but the two named places.
+"""Nothing under ``cli/`` or ``ops/`` writes the process environment, but a Lambda's own process.
 
-The operator commands and the local runtime reach AWS through ``shared.core.aws.ClientFactory``
-values; the environment is read, never written. Two writes are the documented exceptions:
-``cli.local.process_env.in_process_environment`` (the local runtime's own process, for what
-there reads the environment: see its module docstring) and ``cli/local/bootstrap.py`` (a
-Lambda execution environment's process, given the function's environment as Lambda does).
+The operator commands, ``mailstep demo``, the bench and the local runtime reach AWS through
+``shared.core.aws.ClientFactory`` values; the environment is read, never written. The one
+documented exception is ``cli/local/bootstrap.py``: the process of a Lambda execution
+environment, given the function's environment as Lambda does.
 
 Given every module of ``cli/`` and ``ops/``, when its syntax tree is read, then no statement
 assigns, deletes or updates an item of ``os.environ`` or calls ``os.putenv``/``os.unsetenv``
-outside those places. The checker also runs on planted writes, so it is known to fail.
+outside that module. The checker also runs on planted writes, so it is known to fail.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
 import pytest
-
-from cli.local.process_env import in_process_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("cli", "ops")
 # Module -> the one function of it that may write (None: anywhere in the module).
 ALLOWED: dict[str, str | None] = {
-    "cli/local/process_env.py": "in_process_environment",
     "cli/local/bootstrap.py": None,
 }
 MUTATING_METHODS = {"update", "pop", "popitem", "setdefault", "clear", "__setitem__", "__delitem__"}
@@ -188,38 +183,8 @@ def test_the_checker_allows_reads_and_only_the_named_function() -> None:
         "other = {}\nother['A'] = os.environ['B']\nother.update(os.environ)\n"
     )
     assert violations("cli/local/runtime.py", reads) == []
-    named = "import os\ndef in_process_environment(values):\n    os.environ.update(values)\n"
-    assert violations("cli/local/process_env.py", named) == []
-    elsewhere = "import os\ndef helper(values):\n    os.environ.update(values)\n"
-    assert violations("cli/local/process_env.py", elsewhere) == [
-        "cli/local/process_env.py:3 os.environ.update() in helper()"
+    write = "import os\ndef helper(values):\n    os.environ.update(values)\n"
+    assert violations("cli/local/runtime.py", write) == [
+        "cli/local/runtime.py:3 os.environ.update() in helper()"
     ]
-    assert violations("cli/local/bootstrap.py", elsewhere) == []
-
-
-def test_in_process_environment_sets_unsets_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given one variable set, one absent and one that the block removes
-    monkeypatch.setenv("MAILSTEP_TEST_SET", "before")
-    monkeypatch.delenv("MAILSTEP_TEST_NEW", raising=False)
-    monkeypatch.setenv("MAILSTEP_TEST_GONE", "present")
-
-    # When a block runs with new values and one name unset, and fails
-    with (
-        pytest.raises(RuntimeError),
-        in_process_environment(
-            {"MAILSTEP_TEST_SET": "inside", "MAILSTEP_TEST_NEW": "inside"}, unset=("MAILSTEP_TEST_GONE",)
-        ),
-    ):
-        names = ("MAILSTEP_TEST_SET", "MAILSTEP_TEST_NEW", "MAILSTEP_TEST_GONE")
-        inside = {name: os.environ.get(name) for name in names}
-        raise RuntimeError("the block fails")
-
-    # Then the block saw its values, and afterwards every name is as it was
-    assert inside == {
-        "MAILSTEP_TEST_SET": "inside",
-        "MAILSTEP_TEST_NEW": "inside",
-        "MAILSTEP_TEST_GONE": None,
-    }
-    assert os.environ.get("MAILSTEP_TEST_SET") == "before"
-    assert "MAILSTEP_TEST_NEW" not in os.environ
-    assert os.environ.get("MAILSTEP_TEST_GONE") == "present"
+    assert violations("cli/local/bootstrap.py", write) == []
