@@ -43,20 +43,20 @@ lambda-python: $(VENV)/.installed
 
 # Everything, as CI runs it (unit, integration, infra, e2e with the grants check).
 test: setup
-	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile -m "not bench" --durations=15
+	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" --durations=15
 
 # One tier at a time (tests/<tier>; docs/testing.md).
 test-unit: setup
 	$(PYTEST) -p no:xdist -m "not bench" tests/unit
 
 test-integration: setup
-	$(PYTEST) -n 2 --dist loadfile -m "not bench" tests/integration
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/integration
 
 test-infra: setup
-	$(PYTEST) -n 2 --dist loadfile -m "not bench" tests/infra
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/infra
 
 test-e2e: setup
-	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile -m "not bench" tests/e2e
+	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/e2e
 
 lint: setup
 	$(BIN)/ruff check .

@@ -4,9 +4,31 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("TZ", "UTC")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Mailstep")
 os.environ.setdefault("POWERTOOLS_DEV", "false")
+
+# The files that take longest (measured with `--durations`), collected first. `make test`
+# runs two workers with `--dist loadfile --no-loadscope-reorder`, which hands out files in
+# collection order: with the long ones started first, the short ones fill in around them and
+# the two workers finish close together, instead of one running a long file alone at the end.
+LONGEST_FIRST = (
+    "tests/e2e/test_csv_import.py",
+    "tests/e2e/test_broadcast_faults.py",
+    "tests/e2e/test_broadcasts.py",
+    "tests/e2e/test_sequences.py",
+    "tests/e2e/test_local_runtime.py",
+    "tests/integration/test_store_invariants.py",
+    "tests/e2e/test_engagement.py",
+    "tests/integration/test_broadcasts.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

@@ -64,4 +64,3 @@ class Scheduler:
 
     def unschedule(self, execution_arn: str) -> bool:
         return self.sfn.stop(execution_arn, error="mailstep.cancelled", cause="broadcast cancelled")
-

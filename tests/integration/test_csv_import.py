@@ -18,9 +18,8 @@ from ops.csv_io import checkpoint_path, export_csv, import_csv
 from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.conftest import operations, scan_all
 
-# On moto as it is: its TransactWriteItems copies each table it touches, so an import there
-# slows down with the table's size. The 10,000-row acceptance runs through the CLI against
-# `mailstep dev` (tests/e2e/test_csv_import.py).
+# The rules at a small size, with the handlers' requests counted; the 10,000-row acceptance
+# runs through the CLI against `mailstep dev` (tests/e2e/test_csv_import.py).
 ROWS = 200
 BAD_KINDS = (
     ("not-an-email", "", "", "bad email"),

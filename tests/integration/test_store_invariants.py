@@ -153,7 +153,7 @@ class StoreMachine(RuleBasedStateMachine):
 
 def test_store_pairs_never_drift(resources) -> None:
     run = settings(
-        max_examples=200, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
+        max_examples=100, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
     )(StoreMachine)
     run.TestCase().runTest()
 
