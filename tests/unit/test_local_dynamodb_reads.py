@@ -1,0 +1,118 @@
+"""The local runtime's DynamoDB read responses (``cli.local.hooks.dynamodb_read_serialized``)
+are the ones moto's own serializer makes.
+
+Given a table holding items of every attribute type, when the same GetItem, BatchGetItem,
+Query and Scan requests (pages, projections, consumed capacity, a missing item) are answered
+once by moto's serializer and once by the runtime's, then the clients read the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.dynamodb.responses import DynamoHandler
+
+from cli.local import hooks
+
+TABLE = "reads"
+
+
+def _items() -> list[dict[str, Any]]:
+    return [
+        {
+            "PK": f"SUB#{i % 3}",
+            "SK": f"ITEM#{i:03d}",
+            "text": f'value {i} ü " \\ \n',
+            "number": Decimal(i) / 7 if i % 2 else i,
+            "flag": bool(i % 2),
+            "nothing": None,
+            "tags": {"a", f"t{i}"},
+            "numbers": {1, i + 2},
+            "list": [1, "two", {"three": [3]}],
+            "map": {"nested": {"deeper": i}, "empty": {}},
+            **({"blob": b"\x00\xff", "blobs": {b"a", b"b"}} if i == 5 else {}),
+        }
+        for i in range(40)
+    ]
+
+
+def _reads(client: Any) -> Iterator[Any]:
+    yield client.get_item(TableName=TABLE, Key={"PK": "SUB#1", "SK": "ITEM#001"}, ConsistentRead=True)
+    yield client.get_item(TableName=TABLE, Key={"PK": "SUB#1", "SK": "ITEM#999"})
+    yield client.get_item(TableName=TABLE, Key={"PK": "SUB#2", "SK": "ITEM#005"})  # binary values
+    yield client.get_item(
+        TableName=TABLE,
+        Key={"PK": "SUB#0", "SK": "ITEM#000"},
+        ProjectionExpression="#m.nested, tags",
+        ExpressionAttributeNames={"#m": "map"},
+        ReturnConsumedCapacity="TOTAL",
+    )
+    keys = [{"PK": f"SUB#{i % 3}", "SK": f"ITEM#{i:03d}"} for i in (0, 1, 2, 3, 4, 6, 99)]
+    yield client.batch_get_item(RequestItems={TABLE: {"Keys": keys, "ConsistentRead": True}})
+    yield client.batch_get_item(
+        RequestItems={TABLE: {"Keys": keys, "ProjectionExpression": "PK, SK"}},
+        ReturnConsumedCapacity="INDEXES",
+    )
+    yield client.query(
+        TableName=TABLE,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :sk)",
+        ExpressionAttributeValues={":pk": "SUB#1", ":sk": "ITEM#0"},
+        Limit=4,
+    )
+    yield client.query(
+        TableName=TABLE,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": "SUB#0"},
+        Select="COUNT",
+    )
+    start: dict[str, Any] | None = None
+    while True:  # every page, its LastEvaluatedKey included
+        page = client.scan(TableName=TABLE, Limit=7, **({"ExclusiveStartKey": start} if start else {}))
+        yield page
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            break
+    yield client.scan(
+        TableName=TABLE,
+        FilterExpression="flag = :yes",
+        ExpressionAttributeValues={":yes": True},
+        ReturnConsumedCapacity="TOTAL",
+    )
+
+
+def _answers(serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    monkeypatch.setattr(DynamoHandler, "serialized", serialized)
+    with mock_aws():
+        resource = boto3.resource("dynamodb", region_name="us-east-1")
+        table = resource.create_table(
+            TableName=TABLE,
+            KeySchema=[
+                {"AttributeName": "PK", "KeyType": "HASH"},
+                {"AttributeName": "SK", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "PK", "AttributeType": "S"},
+                {"AttributeName": "SK", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        with table.batch_writer() as batch:
+            for item in _items():
+                batch.put_item(Item=item)
+        client = resource.meta.client
+        return [{k: v for k, v in answer.items() if k != "ResponseMetadata"} for answer in _reads(client)]
+
+
+def test_reads_answer_as_moto_serializes_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    moto_answers = _answers(hooks._MOTO_DYNAMODB_SERIALIZED, monkeypatch)
+    runtime_answers = _answers(hooks.dynamodb_read_serialized, monkeypatch)
+
+    assert len(moto_answers) >= 12
+    assert runtime_answers == moto_answers
+    assert moto_answers[2]["Item"]["blob"].value == b"\x00\xff"  # the binary item went through moto's path
+    assert "LastEvaluatedKey" in moto_answers[6] and moto_answers[7]["Count"] == 14
