@@ -105,7 +105,10 @@ def _answers(serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) ->
             for item in _items():
                 batch.put_item(Item=item)
         client = resource.meta.client
-        return [{k: v for k, v in answer.items() if k != "ResponseMetadata"} for answer in _reads(client)]
+        try:
+            return [{k: v for k, v in answer.items() if k != "ResponseMetadata"} for answer in _reads(client)]
+        finally:  # an outer moto mock (the integration tests' session) keeps its tables
+            table.delete()
 
 
 def test_reads_answer_as_moto_serializes_them(monkeypatch: pytest.MonkeyPatch) -> None:
