@@ -10,7 +10,8 @@ DynamoDB capacity is computed from each request's items with DynamoDB's rules (w
 1 WRU per started KB, x2 in transactions, ConditionCheck included, +1 write per GSI the
 item is projected into (x1 also for a transaction's items: DynamoDB propagates a committed
 transaction to its GSIs afterwards, as ordinary index writes); reads: 1 RRU per started
-4 KB strongly consistent, half eventually consistent): moto's ``ConsumedCapacity`` answers are constants.
+4 KB strongly consistent, half eventually consistent; a BatchGetItem key as one GetItem, a
+missing item at the minimum): moto's ``ConsumedCapacity`` answers are constants.
 """
 
 from __future__ import annotations
@@ -156,6 +157,15 @@ def dynamodb_capacity(operation: str, params: dict[str, Any], parsed: dict[str, 
     if operation in ("Query", "Scan"):
         size = sum(item_size(i) for i in parsed.get("Items", []))
         return 0.0, factor * max(1, math.ceil(size / 4096))
+    if operation == "BatchGetItem":  # each key read as a GetItem would be (a missing item too)
+        rru = 0.0
+        for table_name, request in params.get("RequestItems", {}).items():
+            per_read = 1.0 if request.get("ConsistentRead") else 0.5
+            found = parsed.get("Responses", {}).get(table_name, [])
+            unread = len(parsed.get("UnprocessedKeys", {}).get(table_name, {}).get("Keys", []))
+            missing = len(request.get("Keys", [])) - unread - len(found)
+            rru += per_read * (sum(max(1, math.ceil(item_size(i) / 4096)) for i in found) + missing)
+        return 0.0, rru
     if operation == "TransactGetItems":
         return 0.0, 2.0 * len(params.get("TransactItems", []))
     return 0.0, 0.0

@@ -27,12 +27,13 @@ import time as _time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, LambdaFunction
+from moto.core.common_types import TYPE_RESPONSE
 from moto.core.exceptions import JsonRESTError
 from moto.core.utils import iso_8601_datetime_with_milliseconds, unix_time
 from moto.dynamodb import models as dynamodb_models
@@ -422,19 +423,19 @@ _MOTO_DYNAMODB_SERIALIZED = DynamoHandler.serialized
 PLAIN_JSON_READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
 
 
-def dynamodb_read_serialized(self: Any, action_result: Any) -> tuple[int, dict[str, str], str]:
+def dynamodb_read_serialized(self: Any, action_result: Any) -> TYPE_RESPONSE:
     """The response of a DynamoDB read as ``json.dumps`` of moto's result, where moto's own
     serializer walks the output model for every attribute value to produce the same JSON (a
     Scan of 14,000 items: 10-14 s, most of it there). Other operations, and a result that is
     not plain JSON (bytes of a binary attribute), keep moto's serializer; the status and the
     headers are always moto's. ``tests/unit/test_local_dynamodb_reads.py`` compares both."""
     if type(action_result) is not DynamoResult or self._get_action() not in PLAIN_JSON_READS:
-        return _MOTO_DYNAMODB_SERIALIZED(self, action_result)  # type: ignore[no-any-return]
-    result = action_result.result
+        return _MOTO_DYNAMODB_SERIALIZED(self, action_result)
+    result = cast(dict[str, Any], action_result.result)  # a DynamoResult holds a dict
     try:
         body = json.dumps({name: value for name, value in result.items() if value is not None})
     except TypeError:
-        return _MOTO_DYNAMODB_SERIALIZED(self, action_result)  # type: ignore[no-any-return]
+        return _MOTO_DYNAMODB_SERIALIZED(self, action_result)
     status, headers, _ = _MOTO_DYNAMODB_SERIALIZED(self, DynamoResult({}))
     return status, headers, body
 

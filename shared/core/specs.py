@@ -355,6 +355,9 @@ SUBSCRIBER_WRITE_GRANTS = (
     Grant(MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "Query")),
     Grant(EVENTS_TABLE, _ddb("PutItem")),
 )
+# Applying an event (shared.web.ingest: the events API, replies): the subscriber's writes, and
+# the profile and SUPPRESSION items read together (BatchGetItem) before the upsert.
+INGEST_GRANTS = (*SUBSCRIBER_WRITE_GRANTS, Grant(MAIN_TABLE, _ddb("BatchGetItem")))
 # Starting the sequences an event triggers and stopping those it exits.
 SEQUENCE_CONTROL_GRANTS = (
     Grant(SEQUENCE_MACHINES, ("states:StartExecution",)),
@@ -365,7 +368,7 @@ API_FUNCTION = FunctionSpec(
     handler="functions.api.handler.handler",
     description="HTTP API: POST /v1/events",
     grants=(
-        *SUBSCRIBER_WRITE_GRANTS,
+        *INGEST_GRANTS,
         Grant(API_KEY_SECRET, ("secretsmanager:GetSecretValue",)),
         *SEQUENCE_CONTROL_GRANTS,
     ),
@@ -554,7 +557,7 @@ INBOUND_FUNCTION = FunctionSpec(
     timeout_s=60,
     grants=(
         # like the events API (ingest: idempotency, upsert, EXEC pairs) plus send-log Queries
-        *SUBSCRIBER_WRITE_GRANTS,
+        *INGEST_GRANTS,
         *SEQUENCE_CONTROL_GRANTS,
         Grant(INBOUND_OBJECTS, ("s3:GetObject",)),
         *send_email_grants(only_with="reply_forward_to"),  # forwarding, when configured
