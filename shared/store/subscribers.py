@@ -371,7 +371,8 @@ class SubscriberStore(TableAdapter):
                 return Change(profile=current)
             if current is None and not proposed.suppressed and self._suppressed(email, state):
                 # an address suppressed before it was a subscriber (a bounce or complaint of
-                # other mail): the new profile starts suppressed (one read per creation)
+                # other mail): the new profile starts suppressed (read with the profile when the
+                # caller passed `known`, else one read per creation)
                 proposed = replace(proposed, suppressed=True)
             if len(proposed.tags) > MAX_TAGS_PER_SUBSCRIBER:
                 raise InvalidInput(
