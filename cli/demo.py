@@ -22,7 +22,10 @@ from rich.table import Table
 from cli.demo_consent import chapter_signup_topics
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
     from ops.broadcasts import Broadcasts
+    from shared.store.subscribers import SubscriberStore
 
 
 @dataclass
@@ -90,6 +93,18 @@ class Demo:
         paused, Wait states do not end, so sequences stop at their next wait."""
         status, answer = self.post("/_local/clock", {"paused": paused})
         self.expect(status == 200 and answer.get("paused") is paused, f"the clock did not change: {answer}")
+
+    def store(self) -> SubscriberStore:
+        """The subscriber store on the runtime's tables, through the runtime's clients."""
+        from shared.store.subscribers import SubscriberStore
+
+        tables = self.runtime.resources.tables
+        return SubscriberStore(tables["table_name"], tables["events_table_name"], self.ddb())
+
+    def ddb(self) -> DynamoDBClient:
+        """The runtime's DynamoDB client (``LocalRuntime.aws``; this process's environment
+        does not point at the runtime)."""
+        return self.runtime.aws.client("dynamodb")
 
     def broadcasts(self) -> Broadcasts:
         """The operator's broadcast service (``ops.broadcasts.Broadcasts``) on the runtime's
@@ -200,7 +215,7 @@ def chapter_state(demo: Demo) -> None:
     from shared.store.dynamo import deserialize
 
     table_name = demo.runtime.resources.tables["table_name"]
-    items = [deserialize(i) for i in demo.runtime.aws.client("dynamodb").scan(TableName=table_name)["Items"]]
+    items = [deserialize(i) for i in demo.ddb().scan(TableName=table_name)["Items"]]
     profiles = sorted((i for i in items if i["SK"] == "PROFILE"), key=lambda i: i["email"])
     subscribers = Table(title=f"Subscribers ({table_name}, SK = PROFILE)")
     for column in ("email", "first name", "status", "tags", "attributes"):
@@ -280,7 +295,7 @@ def chapter_sending(demo: Demo) -> None:
     with urllib.request.urlopen(request, timeout=30, context=demo.runtime.ssl_context()) as response:  # noqa: S310
         demo.console.print(f"  [green]{response.status}[/green] one-click POST (RFC 8058) to the link")
     table = demo.runtime.resources.tables["table_name"]
-    item = demo.runtime.aws.client("dynamodb").get_item(
+    item = demo.ddb().get_item(
         TableName=table, Key={"PK": {"S": "SUB#ada@example.com"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
     )["Item"]
     demo.console.print(f"  Ada is now [bold]{item['status']['S']}[/bold]")
@@ -297,7 +312,6 @@ def chapter_engagement(demo: Demo) -> None:
     from shared.engagement.suppression import Suppressions
     from shared.sending.jobs import SendJob, enqueue
     from shared.store.stats import StatsStore
-    from shared.store.subscribers import SubscriberStore
 
     source, bounce, complaint, grace = (
         "demo-digest",
@@ -306,10 +320,8 @@ def chapter_engagement(demo: Demo) -> None:
         "grace@example.com",
     )
     tables = demo.runtime.resources.tables
-    store = SubscriberStore(
-        tables["table_name"], tables["events_table_name"], demo.runtime.aws.client("dynamodb")
-    )
-    stats = StatsStore(tables["table_name"], tables["events_table_name"], demo.runtime.aws.client("dynamodb"))
+    store = demo.store()
+    stats = StatsStore(tables["table_name"], tables["events_table_name"], demo.ddb())
 
     def wait(check: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + 20
@@ -445,12 +457,8 @@ def chapter_sequences(demo: Demo) -> None:
 
     from cli.local.ses import read_outbox
     from shared.sending.sender import decode_tag_value
-    from shared.store.subscribers import SubscriberStore
 
-    tables = demo.runtime.resources.tables
-    store = SubscriberStore(
-        tables["table_name"], tables["events_table_name"], demo.runtime.aws.client("dynamodb")
-    )
+    store = demo.store()
     waiting = store.sequence_members("onboarding")
     demo.console.print(f"  still in onboarding, at the 1-day wait: {', '.join(waiting) or 'nobody'}")
     demo.expect(

@@ -81,7 +81,7 @@ def _link(message: EmailMessage, path: str) -> str:
 
 def _profile(demo: Demo) -> dict[str, Any]:
     table = demo.runtime.resources.tables["table_name"]
-    found = demo.runtime.aws.client("dynamodb").get_item(
+    found = demo.ddb().get_item(
         TableName=table, Key={"PK": {"S": f"SUB#{READER}"}, "SK": {"S": "PROFILE"}}, ConsistentRead=True
     )
     return dict(found.get("Item", {}))

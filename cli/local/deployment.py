@@ -229,7 +229,7 @@ def deploy(
             Runtime=config.runtime,
             Role=config.role_arn,
             Handler=config.handler,
-            Code={"ZipFile": placeholder_code("from the cdk.out code asset")},
+            Code={"ZipFile": placeholder_code()},
             Description=spec.description,
             Timeout=config.timeout_s,
             MemorySize=config.memory_mb,

@@ -140,11 +140,12 @@ def create_queue(spec: QueueSpec, *, aws: ClientFactory | None = None) -> LocalQ
     return LocalQueue(url=url, arn=arn, dlq_url=dlq_url, dlq_arn=dlq_arn)
 
 
-def placeholder_code(where: str) -> bytes:
-    """The code zip the emulated Lambda is given: the local runtime runs the real handler ``where``."""
+def placeholder_code() -> bytes:
+    """The code zip the emulated Lambda is given: the local runtime runs the real handler from
+    the cdk.out code asset (``cli.local.deployment``)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("README.txt", f"mailstep local runtime: handlers run {where}\n")
+        archive.writestr("README.txt", "mailstep local runtime: handlers run from the cdk.out code asset\n")
     return buffer.getvalue()
 
 
@@ -204,7 +205,7 @@ def provision(
             },
         )
         configuration_sets[config.setting] = config.local_name
-    resources = LocalResources(
+    return LocalResources(
         tables=tables,
         secrets=secret_names,
         api_key=key,
@@ -212,4 +213,3 @@ def provision(
         topics=topics,
         configuration_sets=configuration_sets,
     )
-    return resources
