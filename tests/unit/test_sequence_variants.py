@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from shared.core.yaml_source import Source
 from shared.sequences.compiler import compile_sequence
-from shared.sequences.loader import Source, _Composer, parse_source
+from shared.sequences.loader import _Composer, parse_source
 from shared.sequences.model import Sequence
 from shared.sequences.steps import StepRequest, parse_request, pick_variant
 
