@@ -11,8 +11,9 @@ and the sequence validator. Layout of ``templates/`` (documented in docs/templat
 - ``_pages/<name>.html``: web pages (unsubscribe), rendered but never mailed.
 
 Jinja2 runs with autoescape and ``StrictUndefined``. In Markdown bodies every value is
-also neutralised for Markdown (``[``, ``*``, ``_``... become character references), so a
-subscriber's name can never become a link or emphasis.
+escaped once, for HTML and Markdown together (``<``, ``&``, ``'`` become entities; ``[``, ``*``,
+``_``... character references; none is escaped twice), so a subscriber's name can never become
+markup, a link or emphasis, and reads in the mail as it was written.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from jinja2 import (
 )
 from jinja2 import TemplateNotFound as JinjaTemplateNotFound
 from markdownify import MarkdownConverter
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from shared.core.errors import InvalidInput, NotFound
 from shared.core.models import TEMPLATE_KEY_MAX, is_template_key
@@ -73,8 +74,19 @@ CONTEXT_VARIABLES = frozenset(
 # Layouts also get the rendered body and the message's subject, preheader and reason.
 LAYOUT_VARIABLES = CONTEXT_VARIABLES | {"content", "subject", "preheader", "reason"}
 
-_MD_SPECIAL = str.maketrans(
-    {c: f"&#{ord(c)};" for c in "\\`*_{}[]()#+-.!|~:>"}  # what Markdown could read as syntax
+# A value in a Markdown body, escaped once, character by character: HTML's five specials become
+# the entities markupsafe writes, and what Markdown could read as syntax becomes a numeric
+# character reference. One pass, so no entity is ever escaped again (``O'Brien`` stays
+# ``O&#39;Brien`` in the HTML, ``O'Brien`` in the text part).
+_MARKDOWN_VALUE = str.maketrans(
+    {
+        **{c: f"&#{ord(c)};" for c in "\\`*_{}[]()#+-.!|~:="},
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        '"': "&#34;",
+        "'": "&#39;",
+    }
 )
 _INLINER = css_inline.CSSInliner(keep_at_rules=True, load_remote_stylesheets=False)
 _FRONT_MATTER_RE = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?\n", re.S | re.M)
@@ -207,7 +219,7 @@ class _Loader(BaseLoader):
 def _markdown_finalize(value: Any) -> Any:
     if hasattr(value, "__html__") or value is None:
         return value
-    return Markup(str(escape(value)).translate(_MD_SPECIAL))  # noqa: S704 - escaped first
+    return Markup(str(value).translate(_MARKDOWN_VALUE))  # noqa: S704 - every HTML special escaped
 
 
 def _base_env(root: Path, **kwargs: Any) -> Environment:

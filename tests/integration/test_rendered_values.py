@@ -1,0 +1,68 @@
+"""What a reader sees of the values a client sent: POST /v1/events writes the profile, the
+sender Lambda renders and sends it (moto SES), and the parts of the mail are read back."""
+
+from __future__ import annotations
+
+import importlib
+from email import policy
+from email.parser import BytesParser
+from typing import Any
+
+import pytest
+
+from cli.local.apigw import LambdaContext
+from cli.local.provision import LocalResources
+from shared.sending.jobs import SendJob, to_message
+from tests.integration.conftest import ApiClient, sqs_record
+
+
+@pytest.fixture
+def sender(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
+    for name, value in resources.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DEFAULT_FROM", "Acme <hello@acme.test>")
+    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
+    return importlib.reload(importlib.import_module("functions.sender.handler"))
+
+
+def _mail_to(api: ApiClient, sender: Any, outbox: list[Any], first_name: str) -> tuple[str, str, str]:
+    """Subscribe ``first_name`` through the API, send onboarding/welcome (a Markdown body that
+    shows the name in its heading and subject) through the sender Lambda: (subject, text, html)."""
+    status, answer = api.post(
+        "/v1/events",
+        {"type": "subscriber.subscribed", "email": "reader@example.com", "first_name": first_name},
+    )
+    assert status == 200, answer
+    job = SendJob(email="reader@example.com", template="onboarding/welcome", source="onboarding", step="w")
+    result = sender.handler(
+        {"Records": [sqs_record(to_message(job), "mailstep-send")]}, LambdaContext("sender", timeout_s=60)
+    )
+    assert result["batchItemFailures"] == [] and len(outbox) == 1
+    msg = BytesParser(policy=policy.default).parsebytes(outbox[0].raw_data.encode())
+    return str(msg["Subject"]), msg.get_body(("plain",)).get_content(), msg.get_body(("html",)).get_content()
+
+
+def test_an_apostrophe_reads_as_an_apostrophe_in_every_part(
+    api: ApiClient, sender: Any, outbox: list[Any]
+) -> None:
+    subject, text, html = _mail_to(api, sender, outbox, "O'Brien")
+
+    assert subject == "Welcome aboard, O'Brien"
+    assert "Welcome aboard, O'Brien!" in text and "&#39;" not in text and "&amp;" not in text
+    # HTML: the apostrophe as itself or as one character reference, never a reference escaped again
+    assert "Welcome aboard, O'Brien!" in html or "Welcome aboard, O&#39;Brien!" in html
+    assert "&amp;#39;" not in html and "&amp;#" not in html
+
+
+def test_markup_and_template_syntax_in_a_name_stay_literal(
+    api: ApiClient, sender: Any, outbox: list[Any]
+) -> None:
+    name = '<b>{{ 7*7 }}</b> [x](https://evil.test) *em* & "q"'
+    subject, text, html = _mail_to(api, sender, outbox, name)
+
+    assert subject == f"Welcome aboard, {name}"
+    assert f"Welcome aboard, {name}!" in text  # the text part shows what the client sent
+    assert "{{ 7*7 }}" in html  # never evaluated (the text part has it too, above)
+    assert "<b>" not in html and "&lt;b&gt;" in html
+    assert "<em>" not in html and 'href="https://evil.test"' not in html
+    assert "&amp;#" not in html
