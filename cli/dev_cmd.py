@@ -29,6 +29,12 @@ def dev(
     max_send_rate: float = typer.Option(14.0, help="SES MaxSendRate (messages per second)."),
     max_24_hour_send: int = typer.Option(50_000, help="SES Max24HourSend quota."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where runtime.json and the outbox/ live."),
+    ses_sandbox: bool = typer.Option(
+        False,
+        "--ses-sandbox",
+        help="Emulate an SES account in the sandbox: mail only to verified identities "
+        "(`mailstep local verify ADDRESS`) and the mailbox simulator.",
+    ),
     template: Path | None = typer.Option(
         None,
         "--template",
@@ -55,6 +61,7 @@ def dev(
         max_24_hour_send=max_24_hour_send,
         state_dir=state_dir.resolve(),
         template_override=json.loads(template.read_text()) if template else None,
+        ses_sandbox=ses_sandbox,
     )
     from cli.local.artifact import ArtifactError
 

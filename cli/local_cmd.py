@@ -8,6 +8,7 @@ would publish them.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from rich.table import Table
 from cli.dev_cmd import DEFAULT_STATE_DIR
 
 app = typer.Typer(
-    help="Local runtime helpers: outbox and engagement (open, click, bounce, complaint).",
+    help="Local runtime helpers: outbox, engagement (open, click, bounce, complaint), verify an identity.",
     no_args_is_help=True,
 )
 console = Console()
@@ -108,6 +109,27 @@ def bounce(target: str = TARGET, state_dir: Path = STATE_DIR) -> None:
 def complain(target: str = TARGET, state_dir: Path = STATE_DIR) -> None:
     """Publish a Complaint event for a sent message."""
     _run("complaint", target, state_dir)
+
+
+IDENTITY = re.compile(r"([^@\s<>()\[\],;:\"]+@)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
+
+
+@app.command()
+def verify(
+    identity: str = typer.Argument(..., help="An address (ann@example.com) or a domain (example.com)."),
+    state_dir: Path = STATE_DIR,
+) -> None:
+    """Verify an SES identity of the local account (SES v2 CreateEmailIdentity): with `mailstep dev
+    --ses-sandbox`, mail to it is then delivered. Locally it is verified at once (no mail, no DNS)."""
+    from cli.target import local
+
+    value = identity.strip()
+    if not IDENTITY.fullmatch(value):
+        raise typer.BadParameter(
+            f"{identity!r} is neither an email address nor a domain", param_hint="IDENTITY"
+        )
+    local(state_dir).client("sesv2").create_email_identity(EmailIdentity=value)
+    console.print(f"verified [bold]{value}[/bold]")
 
 
 @app.command()

@@ -28,6 +28,8 @@ from pydantic import (
 from shared.core.specs import STACK_NAME
 
 PREFIX = "mailstep:"
+# The sender when no fromAddress is set (shared.core.settings.Settings.default_from).
+DEFAULT_LOCAL_SENDER = "Mailstep <hello@example.com>"
 # A plausible address; SES verifies the real thing when it sends.
 EMAIL_RE = re.compile(r"^[^@\s<>()\[\],;:\"]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
 DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
@@ -82,6 +84,7 @@ KEYS: dict[str, str] = {
     "signup_max_body_bytes": "signupMaxBodyBytes",
     "signup_throttle_rate": "signupThrottleRate",
     "signup_throttle_burst": "signupThrottleBurst",
+    "local": "local",
 }
 # Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
 SIGNUP_SETTINGS = (
@@ -206,6 +209,9 @@ class MailstepConfig(BaseModel):
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
     signup_throttle_burst: int = Field(default=10, ge=1, le=5000)
+    # Synthesized for the local runtime and the tests (cli.local.artifact sets it), not for a
+    # deployment: the sending identity may stay unset (the built-in default sender is used).
+    local: bool = False
 
     @field_validator("log_retention_days")
     @classmethod
@@ -243,6 +249,27 @@ class MailstepConfig(BaseModel):
                     f"{PREFIX}sesDomain {self.ses_domain!r}"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _sending_identity(self) -> MailstepConfig:
+        if not self.local and not (self.ses_domain or self.from_address):
+            raise ValueError(
+                f"a deployment needs a sending identity: set context key {PREFIX}sesDomain (the domain "
+                f"SES sends from; the stack creates and verifies its identity) and {PREFIX}fromAddress "
+                f"(the default sender, an address on that domain), e.g. cdk deploy -c "
+                f"{PREFIX}sesDomain=example.com -c '{PREFIX}fromAddress=News <news@example.com>' "
+                f"(docs/deploy.md); {PREFIX}fromAddress alone uses an identity you verified in SES"
+            )
+        return self
+
+    @property
+    def sending_domain(self) -> str:
+        """The domain mail is sent from: ``sesDomain``, else ``fromAddress``'s, else (local only)
+        the built-in default sender's. Sending is granted for From addresses on it."""
+        if self.ses_domain:
+            return self.ses_domain
+        address = parseaddr(self.from_address or DEFAULT_LOCAL_SENDER)[1]
+        return address.rsplit("@", 1)[1].lower()
 
     @model_validator(mode="after")
     def _existing_identity(self) -> MailstepConfig:

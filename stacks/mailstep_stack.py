@@ -29,6 +29,8 @@ from stacks.constructs.storage import Storage
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # Context that synthesizes without bundling the Lambda code (no pip, no network): tests.
 SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+# The tests' synthesis: no bundling, for the local runtime (no sending identity required).
+TEST_CONTEXT = {**SKIP_BUNDLING, **specs.LOCAL_SYNTH_CONTEXT}
 
 
 class MailstepStack(Stack):

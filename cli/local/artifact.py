@@ -204,6 +204,7 @@ def build(root: Path = ROOT, context: dict[str, Any] | None = None, cache: Path 
     """The artifact of this checkout: reused when its inputs are unchanged, else synthesized."""
     python = lambda_python()
     cache = cache or build_dir()
+    context = {**specs.LOCAL_SYNTH_CONTEXT, **(context or {})}
     started = time.perf_counter()
     with _locked(cache):
         outdir = cache / f"cdk.out-{inputs_hash(root, context)}"

@@ -113,7 +113,9 @@ class RolePolicy:
         self.statements = statements
         self.context = context or {}
 
-    def _applies(self, statement: dict[str, Any], action: str, resource: str) -> bool:
+    def _applies(
+        self, statement: dict[str, Any], action: str, resource: str, context: dict[str, str]
+    ) -> bool:
         if "Action" in statement:
             if not any(matches(a, action, case_sensitive=False) for a in as_list(statement["Action"])):
                 return False
@@ -126,12 +128,13 @@ class RolePolicy:
             matches(r, resource, case_sensitive=True) for r in as_list(statement.get("NotResource", []))
         ):
             return False
-        return self._conditions_hold(statement.get("Condition") or {})
+        return self._conditions_hold(statement.get("Condition") or {}, context)
 
-    def _conditions_hold(self, conditions: dict[str, Any]) -> bool:
+    @staticmethod
+    def _conditions_hold(conditions: dict[str, Any], context: dict[str, str]) -> bool:
         for operator, tests in conditions.items():
             for key, expected in tests.items():
-                actual = self.context.get(key.lower())
+                actual = context.get(key.lower())
                 if actual is None:
                     return False
                 wanted = [str(v) for v in as_list(expected)]
@@ -151,8 +154,10 @@ class RolePolicy:
                     return False
         return True
 
-    def decide(self, action: str, resource: str) -> bool:
-        applying = [s for s in self.statements if self._applies(s, action, resource)]
+    def decide(self, action: str, resource: str, request: dict[str, str] | None = None) -> bool:
+        """``request``: the request's own condition keys (lower case), e.g. ``ses:fromaddress``."""
+        context = {**self.context, **(request or {})}
+        applying = [s for s in self.statements if self._applies(s, action, resource, context)]
         if any(s.get("Effect") == "Deny" for s in applying):
             return False
         return any(s.get("Effect") == "Allow" for s in applying)
@@ -174,9 +179,16 @@ _SQS_BATCH = {
 
 
 def requests_for(
-    prefix: str, operation: str, params: dict[str, Any], region: str, account: str
+    prefix: str,
+    operation: str,
+    params: dict[str, Any],
+    region: str,
+    account: str,
+    *,
+    ses_sandbox: bool = False,
 ) -> list[tuple[str, str]]:
-    """The (IAM action, resource ARN) pairs AWS authorizes for one API request.
+    """The (IAM action, resource ARN) pairs AWS authorizes for one API request (``ses_sandbox``:
+    the account is in the SES sandbox). A resource may be ``a|b``: either one allowed suffices.
 
     ``prefix`` is the service's IAM prefix (botocore's signing name: ``dynamodb``, ``sqs``,
     ``sns``, ``states``, ``secretsmanager``, ``ses`` for SES v1 and v2, ``s3``). Requests
@@ -215,7 +227,7 @@ def requests_for(
             (f"secretsmanager:{operation}", secret if secret.startswith("arn:") else f"{arn}:secret:{secret}")
         ]
     elif prefix == "ses" and operation in ("SendEmail", "SendRawEmail"):
-        return _ses_send(operation, params, arn)
+        return _ses_send(operation, params, arn, sandbox=ses_sandbox)
     elif prefix == "s3" and "Bucket" in params:
         key = params.get("Key")
         resource = f"arn:aws:s3:::{params['Bucket']}" + (f"/{unquote(str(key))}" if key else "")
@@ -223,17 +235,73 @@ def requests_for(
     return [(f"{prefix}:{operation}", "*")]
 
 
-def _ses_send(operation: str, params: dict[str, Any], arn: str) -> list[tuple[str, str]]:
-    """SES authorizes a send on the sending identity and on the configuration set it names."""
+# SES authorizes a send by the content it carries, not by the operation's name: a v2 SendEmail
+# with raw content is checked as ses:SendRawEmail (AWS CDK's EmailIdentity.grantSendEmail grants
+# both actions; SDK users report "not authorized to perform ses:SendRawEmail" for raw v2 sends).
+# Whether AWS also checks ses:SendEmail for it is not documented: the local runtime requires both
+# (the stricter reading), so a policy that passes here passes in AWS either way.
+def _ses_actions(operation: str, params: dict[str, Any]) -> tuple[str, ...]:
+    if operation == "SendRawEmail":  # SES v1
+        return ("ses:SendRawEmail",)
+    if "Raw" in (params.get("Content") or {}):  # SES v2 SendEmail with raw content
+        return ("ses:SendRawEmail", "ses:SendEmail")
+    return ("ses:SendEmail",)
+
+
+def ses_from_address(params: dict[str, Any]) -> str:
+    """The address SES authorizes a send for (``ses:FromAddress``): ``FromEmailAddress`` (v2) or
+    ``Source`` (v1), else the raw message's From header."""
     sender = str(params.get("FromEmailAddress") or params.get("Source") or "")
-    address = sender.rsplit("<", 1)[-1].rstrip(">").strip()
-    domain = address.rsplit("@", 1)[-1]
-    # Either identity may be the verified one: the address, or (usually) its domain.
-    found = [(f"ses:{operation}", f"{arn}:identity/{domain}|{arn}:identity/{address}")]
+    if not sender:
+        raw = (params.get("Content") or {}).get("Raw", {}).get("Data") or (
+            params.get("RawMessage") or {}
+        ).get("Data")
+        if isinstance(raw, str):
+            raw = raw.encode()
+        if isinstance(raw, bytes):
+            from email.parser import BytesHeaderParser
+
+            sender = str(BytesHeaderParser().parsebytes(raw).get("From") or "")
+    from email.utils import parseaddr
+
+    return parseaddr(sender)[1]
+
+
+def ses_recipients(params: dict[str, Any]) -> list[str]:
+    """Every recipient of a send: v2 ``Destination`` (To, Cc, Bcc) or v1 ``Destinations``."""
+    destination = params.get("Destination") or {}
+    found = [
+        str(a) for key in ("ToAddresses", "CcAddresses", "BccAddresses") for a in destination.get(key, [])
+    ]
+    found += [str(a) for a in params.get("Destinations", [])]
+    from email.utils import parseaddr
+
+    return [parseaddr(a)[1] for a in found]
+
+
+def _identity(arn: str, address: str) -> str:
+    """Either identity may be the verified one: the address, or (usually) its domain."""
+    return f"{arn}:identity/{address.rsplit('@', 1)[-1]}|{arn}:identity/{address}"
+
+
+def _ses_send(operation: str, params: dict[str, Any], arn: str, *, sandbox: bool) -> list[tuple[str, str]]:
+    """SES authorizes a send on the sending identity and on the configuration set it names and,
+    while the account is in the SES sandbox, on every recipient's identity too."""
+    resources = [_identity(arn, ses_from_address(params))]
     configuration_set = params.get("ConfigurationSetName")
     if configuration_set:
-        found.append((f"ses:{operation}", f"{arn}:configuration-set/{configuration_set}"))
-    return found
+        resources.append(f"{arn}:configuration-set/{configuration_set}")
+    if sandbox:
+        resources += [_identity(arn, r) for r in dict.fromkeys(ses_recipients(params))]
+    return [(action, r) for action in _ses_actions(operation, params) for r in resources]
+
+
+def request_context(prefix: str, operation: str, params: dict[str, Any]) -> dict[str, str]:
+    """The condition keys of one request (lower case, as IAM compares them): ``ses:FromAddress``
+    of a send."""
+    if prefix == "ses" and operation in ("SendEmail", "SendRawEmail"):
+        return {"ses:fromaddress": ses_from_address(params)}
+    return {}
 
 
 @dataclass
@@ -250,12 +318,19 @@ class Guard:
     # (the bench computes DynamoDB capacity from them).
     meter: bool = False
     metered: list[dict[str, Any]] = field(default_factory=list)
+    # The account is in the SES sandbox (mailstep dev --ses-sandbox): sends are authorized on
+    # each recipient's identity too.
+    ses_sandbox: bool = False
 
     def authorize(self, prefix: str, operation: str, params: dict[str, Any]) -> tuple[str, str] | None:
         """The first (action, resource) the policy denies, else None; every pair is recorded."""
         denied = None
-        for action, resources in requests_for(prefix, operation, params, self.region, self.account):
-            allowed = any(self.policy.decide(action, r) for r in resources.split("|"))
+        context = request_context(prefix, operation, params)
+        pairs = requests_for(
+            prefix, operation, params, self.region, self.account, ses_sandbox=self.ses_sandbox
+        )
+        for action, resources in pairs:
+            allowed = any(self.policy.decide(action, r, context) for r in resources.split("|"))
             self.calls.append({"action": action, "resource": resources.split("|")[0], "allowed": allowed})
             if not allowed and denied is None:
                 denied = (action, resources.split("|")[0])
@@ -330,6 +405,7 @@ def _init(request: dict[str, Any]) -> tuple[Any, Guard | None]:
             role_arn=request["role_arn"],
             function_name=request["function_name"],
             meter=bool(request.get("meter")),
+            ses_sandbox=bool(request.get("ses_sandbox")),
         )
         guard.install()
     module_name, _, attribute = str(request["handler"]).rpartition(".")

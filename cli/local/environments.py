@@ -70,6 +70,7 @@ class EnvironmentSpec:
     log_file: Path
     max_environments: int = DEFAULT_CONCURRENCY
     meter: bool = False  # report every request with its parameters and answer (the bench)
+    ses_sandbox: bool = False  # the account is in the SES sandbox (IAM: recipients' identities too)
 
 
 class ExecutionEnvironment:
@@ -163,6 +164,7 @@ class ExecutionEnvironment:
             "account": spec.account,
             "function_name": spec.function_name,
             "meter": spec.meter,
+            "ses_sandbox": spec.ses_sandbox,
         }
         try:
             self._call(init, timeout_s=INIT_TIMEOUT_S)
@@ -246,6 +248,9 @@ class Environments:
     # Told of every request a function sent: (service, operation, params, parsed answer).
     # Set it before the first invocation: environments report requests from their start.
     on_request: Callable[[str, str, dict[str, Any], dict[str, Any]], None] | None = None
+    # The account is in the SES sandbox: every function's sends are authorized on the
+    # recipients' identities too (mailstep dev --ses-sandbox).
+    ses_sandbox: bool = False
     pools: dict[str, FunctionPool] = field(default_factory=dict)
     calls: Counter[tuple[str, str, str, bool]] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -259,6 +264,8 @@ class Environments:
                 spec = self.specs[name]
                 if self.on_request is not None:
                     spec = dataclasses.replace(spec, meter=True)
+                if self.ses_sandbox:
+                    spec = dataclasses.replace(spec, ses_sandbox=True)
                 self.pools[name] = FunctionPool(spec)
             return self.pools[name]
 

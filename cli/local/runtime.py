@@ -80,6 +80,9 @@ class RuntimeConfig:
     enforce_iam: bool = True
     # A synthesized template to run instead of this checkout's (tests: a modified copy).
     template_override: dict[str, Any] | None = None
+    # Emulate an account in the SES sandbox: mail only to verified identities (`mailstep local
+    # verify`) and the mailbox simulator; sends authorized on the recipients' identities too.
+    ses_sandbox: bool = False
 
 
 @dataclass
@@ -175,6 +178,7 @@ class LocalRuntime:
             publish=self._publish_sns,
             max_send_rate=config.max_send_rate,
             max_24_hour_send=config.max_24_hour_send,
+            sandbox=config.ses_sandbox,
         )
         hooks.ACTIVE.clock = self.clock
         hooks.ACTIVE.ses = self.ses
@@ -232,6 +236,7 @@ class LocalRuntime:
                 logs_dir=self.logs_dir,
                 aws=self.aws,
             ),
+            ses_sandbox=self.config.ses_sandbox,
         )
         hooks.ACTIVE.invoker = self.environments.invoke
         self.deployment = deploy(

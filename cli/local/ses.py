@@ -71,8 +71,12 @@ class LocalSes:
         publish: Publisher,
         max_send_rate: float = DEFAULT_MAX_SEND_RATE,
         max_24_hour_send: int = DEFAULT_MAX_24_HOUR_SEND,
+        sandbox: bool = False,
     ) -> None:
         self.outbox = outbox
+        # The account is in the SES sandbox: mail only to verified identities (and the mailbox
+        # simulator); GetAccount reports ProductionAccessEnabled false.
+        self.sandbox = sandbox
         self.outbox.mkdir(parents=True, exist_ok=True)
         self.account_id = account_id
         self.region = region
@@ -117,13 +121,30 @@ class LocalSes:
             self._tokens -= recipients
             self._sent.append((wall, recipients))
 
+    def _sandbox_check(self, recipients: list[str], verified: Callable[[str], bool]) -> None:
+        """In the SES sandbox every recipient must be a verified identity (the address or its
+        domain) or a mailbox simulator address; else SES refuses the whole send."""
+        failed = [
+            r
+            for r in recipients
+            if not r.lower().endswith("@" + ev.SIMULATOR_DOMAIN)
+            and not verified(r.lower())
+            and not verified(r.rsplit("@", 1)[-1].lower())
+        ]
+        if failed:
+            raise SesError(
+                "MessageRejected",
+                "Email address is not verified. The following identities failed the check in region "
+                f"{self.region.upper()}: {', '.join(failed)}",
+            )
+
     def account(self) -> dict[str, Any]:
         with self._lock:
             sent = self._sent_last_24h(time.time())
         return {
             "DedicatedIpAutoWarmupEnabled": False,
             "EnforcementStatus": "HEALTHY",
-            "ProductionAccessEnabled": True,
+            "ProductionAccessEnabled": not self.sandbox,
             "SendQuota": {
                 "Max24HourSend": float(self.max_24_hour_send),
                 "MaxSendRate": float(self.max_send_rate),
@@ -169,8 +190,14 @@ class LocalSes:
         return published
 
     # ----- sending -----------------------------------------------------------------------
-    def send(self, params: dict[str, Any], configuration_set_exists: Callable[[str], bool]) -> SentMessage:
-        """Accept one SES v2 ``SendEmail`` request (already JSON-decoded)."""
+    def send(
+        self,
+        params: dict[str, Any],
+        configuration_set_exists: Callable[[str], bool],
+        verified: Callable[[str], bool] = lambda identity: False,
+    ) -> SentMessage:
+        """Accept one SES v2 ``SendEmail`` request (already JSON-decoded). ``verified``: whether
+        an identity (address or domain) of the account is verified (the sandbox's check)."""
         source = params.get("FromEmailAddress")
         content = params.get("Content") or {}
         destination = params.get("Destination") or {}
@@ -212,6 +239,8 @@ class LocalSes:
             raise SesError("BadRequestException", "Missing final recipients.")
         if len(recipients) > MAX_RECIPIENTS:
             raise SesError("BadRequestException", f"Recipient count exceeds {MAX_RECIPIENTS}.")
+        if self.sandbox:
+            self._sandbox_check(recipients, verified)
 
         self._take(len(recipients))
         message_id = ev.feedback_id()

@@ -13,6 +13,9 @@ from typing import Any, cast
 
 APP_NAME = "mailstep"
 STACK_NAME = "Mailstep"
+# Synthesis context of the local runtime and the tests: a template for the emulated AWS, where
+# no sending identity is required (stacks.config.MailstepConfig.local; a deployment needs one).
+LOCAL_SYNTH_CONTEXT: dict[str, object] = {"mailstep:local": True}
 LAMBDA_RUNTIME = "python3.12"
 # Source folders shipped in every Lambda's code asset (with [project].dependencies of
 # pyproject.toml at the versions of requirements.lock: stacks/constructs/functions.py).
@@ -198,10 +201,18 @@ CONFIGURATION_SETS = (CONFIGURATION_SET,)
 # BatchWriteItem are their own actions, Query with IndexName needs a TableIndex grant,
 # Powertools idempotency uses GetItem/PutItem/UpdateItem/DeleteItem on its table, Powertools
 # SecretsProvider calls GetSecretValue, SQS SendMessageBatch is sqs:SendMessage, and SES v2
-# SendEmail (simple or raw content) is ses:SendEmail on the identity AND the configuration set.
+# SendEmail with raw content (how mailstep sends) is authorized as ses:SendRawEmail on the
+# identity AND the configuration set (and on each recipient's identity in the SES sandbox):
+# SES_SEND_ACTIONS, what CDK's EmailIdentity.grantSendEmail grants (docs/local-runtime.md).
 
 # Resources that are not a spec'd table, secret, queue, topic or configuration set:
-SES_IDENTITY = "identity"  # the sending identity (mailstep:sesDomain; any identity when unset)
+# The account's SES identities, for sends whose From address is on the sending domain
+# (mailstep:sesDomain, else fromAddress's domain; the ses:FromAddress condition is bound by the
+# stack). In the SES sandbox a send is authorized on the recipient's identity too.
+SES_IDENTITY = "identity"
+# What AWS CDK's EmailIdentity.grantSendEmail grants: SES authorizes a v2 SendEmail with raw
+# content as ses:SendRawEmail, with simple or template content as ses:SendEmail.
+SES_SEND_ACTIONS = ("ses:SendEmail", "ses:SendRawEmail")
 SEQUENCE_MACHINES = "stateMachine"  # the sequence state machines (name prefix)
 SEQUENCE_EXECUTIONS = "execution"  # executions of the sequence state machines (name prefix)
 INBOUND_OBJECTS = "inbound-object"  # received mail in the inbound bucket (mailstep:inboundDomain)
@@ -255,10 +266,11 @@ def _ddb(*operations: str) -> tuple[str, ...]:
 
 
 def send_email_grants(only_with: str = "") -> tuple[Grant, ...]:
-    """SES v2 SendEmail through mailstep's configuration sets from the sending identity."""
+    """SES v2 SendEmail (raw content) through mailstep's configuration sets from the sending
+    identity: ``SES_SEND_ACTIONS`` on each."""
     return (
-        Grant(SES_IDENTITY, ("ses:SendEmail",), only_with),
-        *(Grant(c, ("ses:SendEmail",), only_with) for c in CONFIGURATION_SETS),
+        Grant(SES_IDENTITY, SES_SEND_ACTIONS, only_with),
+        *(Grant(c, SES_SEND_ACTIONS, only_with) for c in CONFIGURATION_SETS),
     )
 
 
@@ -316,7 +328,7 @@ class FunctionSpec:
 
     @property
     def sends_email(self) -> bool:
-        return any("ses:SendEmail" in g.actions for g in self.grants)
+        return any(set(SES_SEND_ACTIONS) & set(g.actions) for g in self.grants)
 
     @property
     def controls_sequences(self) -> bool:

@@ -440,14 +440,18 @@ class Functions(Construct):
                 resource_name=configuration_set.configuration_set_name,
             )
             self.grant(set_spec, [arn])
-        identity = config.ses_domain or "*"
+        # Sending: on the account's identities, for From addresses on the sending domain only.
+        # SES authorizes a send on the sender's identity and, while the account is in the SES
+        # sandbox, on each recipient's identity too (docs/local-runtime.md), so the resource is
+        # every identity and the ses:FromAddress condition is what scopes the grant.
+        domain = config.sending_domain
         self.grant(
             specs.SES_IDENTITY,
-            [stack.format_arn(service="ses", resource="identity", resource_name=identity)],
-            nag_reason=None
-            if config.ses_domain
-            else "No mailstep:sesDomain is configured, so the sending identity is not known at synth "
-            "time; set mailstep:sesDomain to scope SendEmail to that one identity.",
+            [stack.format_arn(service="ses", resource="identity", resource_name="*")],
+            conditions={"StringLike": {"ses:FromAddress": [f"*@{domain}", f"*@*.{domain}"]}},
+            nag_reason="SES authorizes a send on the sending identity and, in the SES sandbox, on each "
+            "recipient's verified identity as well; the ses:FromAddress condition limits the grant to "
+            f"sends whose From address is on {domain}.",
             nag_resource=_nag_arn(stack, "ses", "identity/*"),
         )
         self.grant(
@@ -478,8 +482,10 @@ class Functions(Construct):
         *,
         nag_reason: str | None = None,
         nag_resource: str = "",
+        conditions: dict[str, Any] | None = None,
     ) -> None:
-        """Give every function whose spec grants ``resource`` exactly those actions on ``arns``.
+        """Give every function whose spec grants ``resource`` exactly those actions on ``arns``
+        (with ``conditions``, only when they hold).
 
         ``nag_reason``: the resource ARN holds a wildcard (cdk-nag AwsSolutions-IAM5); the
         reason is recorded on each role that receives it.
@@ -498,7 +504,7 @@ class Functions(Construct):
             )
             if not actions:
                 continue
-            fn.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=arns))
+            fn.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=arns, conditions=conditions))
             if nag_reason and fn.role is not None:
                 Validations.of(fn.role).acknowledge(
                     Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_resource}]", reason=nag_reason)

@@ -15,7 +15,7 @@ from typing import Any
 from aws_cdk import App
 from aws_cdk.assertions import Template
 
-from stacks.mailstep_stack import SKIP_BUNDLING, MailstepStack, build_app
+from stacks.mailstep_stack import TEST_CONTEXT, MailstepStack, build_app
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Synth:
 
 def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> Synth:
     started = time.perf_counter()
-    app, stack = build_app({**SKIP_BUNDLING, **(context or {})}, outdir=str(outdir))
+    app, stack = build_app({**TEST_CONTEXT, **(context or {})}, outdir=str(outdir))
     app.synth()
     template = Template.from_stack(stack)
     return Synth(app, stack, template, outdir, time.perf_counter() - started)

@@ -11,13 +11,13 @@ from aws_cdk.assertions import Match, Template
 from shared.broadcasts.schedule import START_STATE, WAIT_STATE, definition
 from shared.core import specs
 from stacks.constructs.broadcasts import SCHEDULE_OUTPUT
-from stacks.mailstep_stack import SKIP_BUNDLING, build_app
+from stacks.mailstep_stack import TEST_CONTEXT, build_app
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     """The app's stack: the broadcasts construct as the stack composes it."""
-    _, stack = build_app(SKIP_BUNDLING, outdir=str(tmp_path_factory.mktemp("cdk.out")))
+    _, stack = build_app(TEST_CONTEXT, outdir=str(tmp_path_factory.mktemp("cdk.out")))
     return Template.from_stack(stack)
 
 

@@ -11,7 +11,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match
 from cfnlint.api import ManualArgs, lint
 
-from stacks.mailstep_stack import SKIP_BUNDLING, build_app
+from stacks.mailstep_stack import TEST_CONTEXT, build_app
 from tests.infra.cfn import Synth
 
 NAG = Match.string_like_regexp("AwsSolutions-.*")
@@ -32,7 +32,7 @@ def test_cdk_nag_reports_no_unacknowledged_finding(synth: Synth) -> None:
 
 def test_cdk_nag_checks_are_live(tmp_path: Path) -> None:
     # Given the app as built for deployment, when a resource breaks an AwsSolutions rule,
-    app, stack = build_app(SKIP_BUNDLING, outdir=str(tmp_path))
+    app, stack = build_app(TEST_CONTEXT, outdir=str(tmp_path))
     sqs.Queue(stack, "PlainQueue")  # no SSL enforcement, no DLQ
 
     # then synthesis fails and the report names the rules.

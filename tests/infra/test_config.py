@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from aws_cdk import App
 
+from shared.core import specs
 from stacks.config import KEYS, PREFIX, ConfigError, MailstepConfig
-from stacks.mailstep_stack import SKIP_BUNDLING, build_app, cdk_json_context
+from stacks.mailstep_stack import SKIP_BUNDLING, TEST_CONTEXT, build_app, cdk_json_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def config_from(context: dict[str, object]) -> MailstepConfig:
-    return MailstepConfig.from_context(App(context=context).node)
+    """The configuration of a synthesis for the local runtime (no sending identity needed)."""
+    return MailstepConfig.from_context(App(context={**context, **specs.LOCAL_SYNTH_CONTEXT}).node)
 
 
 def test_defaults() -> None:
@@ -33,8 +38,35 @@ def test_cdk_json_declares_every_key_with_its_default() -> None:
     declared = {k.removeprefix(PREFIX) for k in context if k.startswith(PREFIX)}
 
     assert declared == set(KEYS.values())
-    assert config_from(context) == MailstepConfig()
+    assert config_from(context) == MailstepConfig(local=True)
     assert json.loads((ROOT / "cdk.json").read_text())["app"] == "python app.py"
+
+
+def test_a_deployment_without_a_sending_identity_fails_naming_the_keys() -> None:
+    # cdk.json as committed, synthesized for deployment (not for the local runtime):
+    with pytest.raises(ConfigError) as raised:
+        MailstepConfig.from_context(App(context=cdk_json_context()).node)
+
+    assert "mailstep:sesDomain" in str(raised.value) and "mailstep:fromAddress" in str(raised.value)
+    assert "sending identity" in str(raised.value)
+    # either key gives the stack an identity to send from
+    deployed = MailstepConfig.from_context(App(context={"mailstep:sesDomain": "acme.test"}).node)
+    assert deployed.sending_domain == "acme.test"
+    by_address = MailstepConfig.from_context(App(context={"mailstep:fromAddress": "News <n@Acme.test>"}).node)
+    assert by_address.sending_domain == "acme.test"
+    assert config_from({}).sending_domain == "example.com"  # the local default sender's
+
+
+def test_synthesizing_app_py_without_a_sending_identity_fails_naming_the_keys(tmp_path: Path) -> None:
+    # What `cdk deploy` runs with cdk.json as committed: the app exits non-zero with the message.
+    env = {k: v for k, v in os.environ.items() if k != "CDK_CONTEXT_JSON"}
+    env |= {"CDK_OUTDIR": str(tmp_path), "CDK_CONTEXT_JSON": json.dumps(SKIP_BUNDLING)}
+    result = subprocess.run(  # noqa: S603 - this interpreter, the project's app.py
+        [sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+
+    assert result.returncode != 0
+    assert "mailstep:sesDomain" in result.stderr and "mailstep:fromAddress" in result.stderr
 
 
 def test_every_key_is_documented() -> None:
@@ -111,7 +143,10 @@ def test_unknown_keys_are_rejected() -> None:
 
 def test_a_bad_value_fails_synthesis(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mailstep:logRetentionDays"):
-        build_app({**SKIP_BUNDLING, "mailstep:logRetentionDays": 42}, outdir=str(tmp_path))
+        build_app(
+            {**TEST_CONTEXT, "mailstep:logRetentionDays": 42},
+            outdir=str(tmp_path),
+        )
 
 
 def test_existing_identity_needs_the_domain_and_leaves_mail_from_to_the_user() -> None:

@@ -10,7 +10,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from shared.core import specs
-from stacks.mailstep_stack import SKIP_BUNDLING, build_app
+from stacks.mailstep_stack import TEST_CONTEXT, build_app
 from tests.infra.cfn import arn, function_by_handler
 
 CONTEXT = {
@@ -43,7 +43,10 @@ class Built:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The app's stack with a domain, a MAIL FROM subdomain, inbound replies and alarm email."""
-    app, stack = build_app({**SKIP_BUNDLING, **CONTEXT}, outdir=str(tmp_path_factory.mktemp("cdk.out")))
+    app, stack = build_app(
+        {**TEST_CONTEXT, **CONTEXT},
+        outdir=str(tmp_path_factory.mktemp("cdk.out")),
+    )
     app.synth()  # cdk-nag findings fail here
     return Built(Template.from_stack(stack))
 

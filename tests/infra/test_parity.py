@@ -80,8 +80,8 @@ def expected_arns(synth: Synth, resource: specs.Resource, stack_name: str, domai
     if isinstance(resource, specs.ConfigurationSetSpec):
         return {_arn("ses", f"configuration-set/<{resource.id}>")}
     prefix = specs.state_machine_prefix(stack_name)
-    if resource == specs.SES_IDENTITY:
-        return {_arn("ses", f"identity/{domain or '*'}")}
+    if resource == specs.SES_IDENTITY:  # every identity, for From addresses on the domain
+        return {_arn("ses", "identity/*")}
     if resource == specs.SEQUENCE_MACHINES:
         return {_arn("states", f"stateMachine:{prefix}*")}
     if resource == specs.SEQUENCE_EXECUTIONS:
@@ -92,14 +92,22 @@ def expected_arns(synth: Synth, resource: specs.Resource, stack_name: str, domai
     raise AssertionError(f"no ARN rule for {resource!r}")
 
 
-def granted_pairs(synth: Synth, fn_id: str) -> set[tuple[str, str]]:
-    """(action, rendered resource) for every Allow of a function's role, its log group excepted."""
+def from_address_condition(domain: str) -> dict[str, Any]:
+    """The condition of the sending grant: From addresses on the sending domain only."""
+    return {"StringLike": {"ses:FromAddress": [f"*@{domain}", f"*@*.{domain}"]}}
+
+
+def granted_pairs(synth: Synth, fn_id: str, domain: str = "example.com") -> set[tuple[str, str]]:
+    """(action, rendered resource) for every Allow of a function's role, its log group excepted.
+    The one conditioned statement is the sending grant, scoped to ``domain``'s From addresses."""
     pairs = set()
     for statement in role_statements(synth, fn_id):
-        assert (
-            statement["Effect"] == "Allow" and "NotAction" not in statement and "Condition" not in statement
-        )
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement
         actions = as_list(statement["Action"])
+        if "Condition" in statement:
+            assert set(actions) == set(specs.SES_SEND_ACTIONS), statement
+            assert [render(r) for r in as_list(statement["Resource"])] == [_arn("ses", "identity/*")]
+            assert statement["Condition"] == from_address_condition(domain)
         if set(actions) == {"logs:CreateLogStream", "logs:PutLogEvents"}:
             continue  # the function's own log group (test_stack.py checks its scope)
         pairs |= {(a, render(r)) for a in actions for r in as_list(statement["Resource"])}
@@ -139,17 +147,16 @@ def test_each_role_grants_exactly_the_specced_actions(
     # Every capability on: the domain identity, the inbound bucket, reply forwarding.
     fn_id, _ = function_by_handler(full, fn_spec.handler)
     settings = {"reply_forward_to": FULL["mailstep:replyForwardTo"]}
-    assert granted_pairs(full, fn_id) == spec_pairs(full, fn_spec, settings, specs.STACK_NAME, DOMAIN)
+    assert granted_pairs(full, fn_id, DOMAIN) == spec_pairs(full, fn_spec, settings, specs.STACK_NAME, DOMAIN)
 
 
 def test_no_role_holds_broad_actions_or_index_wildcards(full: Synth) -> None:
     for fn_spec in specs.FUNCTIONS:
         fn_id, _ = function_by_handler(full, fn_spec.handler)
-        for action, resource in granted_pairs(full, fn_id):
+        for action, resource in granted_pairs(full, fn_id, DOMAIN):
             assert "*" not in action, (fn_spec.name, action)
             assert not resource.endswith("/index/*"), (fn_spec.name, resource)
             assert action not in {
-                "ses:SendRawEmail",
                 "dynamodb:BatchWriteItem",
                 "sqs:ChangeMessageVisibility",
             }
@@ -158,10 +165,42 @@ def test_no_role_holds_broad_actions_or_index_wildcards(full: Synth) -> None:
 def test_reply_forwarding_alone_grants_the_inbound_function_ses(synth: Synth, full: Synth) -> None:
     def ses_actions(s: Synth) -> set[str]:
         fn_id, _ = function_by_handler(s, specs.INBOUND_FUNCTION.handler)
-        return {a for a, _ in granted_pairs(s, fn_id) if a.startswith("ses:")}
+        return {
+            a
+            for a, _ in granted_pairs(s, fn_id, DOMAIN if s is full else "example.com")
+            if a.startswith("ses:")
+        }
 
     assert ses_actions(synth) == set()
-    assert ses_actions(full) == {"ses:SendEmail"}
+    assert ses_actions(full) == {"ses:SendEmail", "ses:SendRawEmail"}
+
+
+def cdk_grant_send_email_actions() -> set[str]:
+    """What AWS CDK's own EmailIdentity.grantSendEmail grants a role (it encodes what SES checks)."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk import aws_ses as ses
+    from aws_cdk.assertions import Template
+
+    stack = Stack(App(), "GrantProbe")
+    role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    ses.EmailIdentity.from_email_identity_name(stack, "Identity", DOMAIN).grant_send_email(role)
+    (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    return {a for st in policy["Properties"]["PolicyDocument"]["Statement"] for a in as_list(st["Action"])}
+
+
+@pytest.mark.parametrize("fn_spec", [f for f in specs.FUNCTIONS if f.sends_email], ids=lambda f: f.name)
+def test_every_sending_role_holds_at_least_what_cdk_grant_send_email_gives(
+    full: Synth, fn_spec: specs.FunctionSpec
+) -> None:
+    cdk_actions = cdk_grant_send_email_actions()
+    assert "ses:SendRawEmail" in cdk_actions  # CDK grants the raw send: SES v2 raw content needs it
+    fn_id, _ = function_by_handler(full, fn_spec.handler)
+    granted = granted_pairs(full, fn_id, DOMAIN)
+    identity = _arn("ses", "identity/*")
+    configuration_set = _arn("ses", f"configuration-set/<{specs.CONFIGURATION_SET.id}>")
+    assert cdk_actions <= {a for a, r in granted if r == identity}
+    assert cdk_actions <= {a for a, r in granted if r == configuration_set}
 
 
 def test_granted_actions_name_actions_by_resource_kind() -> None:
@@ -169,6 +208,7 @@ def test_granted_actions_name_actions_by_resource_kind() -> None:
     assert granted == {"dynamodb:DeleteItem": frozenset({"table/MainTable"})}
     sender = specs.granted_actions(specs.SENDER_FUNCTION)
     assert sender["ses:SendEmail"] == {"identity", "configuration-set/ConfigurationSet"}
+    assert sender["ses:SendRawEmail"] == {"identity", "configuration-set/ConfigurationSet"}
     assert sender["sqs:ReceiveMessage"] == {"queue/SendQueue"}
     inbound = specs.granted_actions(specs.INBOUND_FUNCTION, {})
     assert "ses:SendEmail" not in inbound and "s3:GetObject" in inbound
@@ -437,8 +477,8 @@ def test_an_existing_identity_is_left_alone_and_still_scopes_sending(synth: Synt
         assert template.resources("AWS::SES::EmailIdentity") == {}
         assert not [k for k in template.json["Outputs"] if k.startswith("DkimRecord")]
     fn_id, _ = function_by_handler(existing, specs.SENDER_FUNCTION.handler)
-    identities = {r for a, r in granted_pairs(existing, fn_id) if "identity/" in r}
-    assert identities == {_arn("ses", f"identity/{DOMAIN}")}
+    identities = {r for a, r in granted_pairs(existing, fn_id, DOMAIN) if "identity/" in r}
+    assert identities == {_arn("ses", "identity/*")}  # with From addresses on DOMAIN only
 
 
 def test_docs_describe_the_first_deploy_in_order() -> None:

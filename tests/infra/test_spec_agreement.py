@@ -212,7 +212,7 @@ def test_added_function_gets_env_grants_and_route(extended: Synth) -> None:
     assert [s["Resource"] for s in send] == [arn("ExampleQueue")]
     publish = statements_for(statements, "sns")
     assert [(s["Action"], s["Resource"]) for s in publish] == [("sns:Publish", ref("ExampleTopic"))]
-    assert "ses:SendEmail" not in {a for s in statements for a in as_list(s["Action"])}
+    assert not {"ses:SendEmail", "ses:SendRawEmail"} & {a for s in statements for a in as_list(s["Action"])}
     assert route_target_function(extended, "GET /v1/example/{id}") == fn_id
 
 
@@ -232,11 +232,14 @@ def test_context_reaches_the_template(extended: Synth) -> None:
 
 def test_senders_are_scoped_to_the_configured_domain(extended: Synth) -> None:
     # (the inbound function sends only when reply forwarding is configured, not here)
-    for fn_spec in (f for f in specs.FUNCTIONS if "ses:SendEmail" in specs.granted_actions(f, {})):
+    for fn_spec in (f for f in specs.FUNCTIONS if "ses:SendRawEmail" in specs.granted_actions(f, {})):
         fn_id, fn = function_by_handler(extended, fn_spec.handler)
         statements = statements_for(role_statements(extended, fn_id), "ses")
-        assert {a for s in statements for a in as_list(s["Action"])} == {"ses:SendEmail"}
-        rendered = str([s["Resource"] for s in statements])
-        assert ":identity/mail.example.com" in rendered and "identity/*" not in rendered
-        assert "configuration-set/" in rendered
+        assert {a for s in statements for a in as_list(s["Action"])} == {"ses:SendEmail", "ses:SendRawEmail"}
+        # every identity (a sandbox send is authorized on the recipient's too), From on the domain only
+        (identity,) = [s for s in statements if ":identity/" in str(s["Resource"])]
+        assert identity["Condition"] == {
+            "StringLike": {"ses:FromAddress": ["*@mail.example.com", "*@*.mail.example.com"]}
+        }
+        assert "configuration-set/" in str([s["Resource"] for s in statements])
         assert fn["Properties"]["Environment"]["Variables"]["DEFAULT_FROM"] == "Acme <hello@mail.example.com>"

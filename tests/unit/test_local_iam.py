@@ -47,17 +47,79 @@ def test_index_queries_batches_queues_and_secrets_name_their_resources() -> None
     assert requests("sqs", "ListQueues") == [("sqs:ListQueues", "*")]
 
 
-def test_an_ses_send_needs_the_identity_and_the_configuration_set() -> None:
+IDENTITY = f"arn:aws:ses:{REGION}:{ACCOUNT}:identity"
+CONFIGURATION_SET = f"arn:aws:ses:{REGION}:{ACCOUNT}:configuration-set/mailstep"
+ACME = f"{IDENTITY}/acme.test|{IDENTITY}/hello@acme.test"
+RAW = {"Raw": {"Data": b"From: Acme <hello@acme.test>\r\nTo: ann@example.com\r\n\r\nhi"}}
+SIMPLE = {"Simple": {"Subject": {"Data": "s"}, "Body": {"Text": {"Data": "b"}}}}
+
+
+def test_a_raw_v2_send_is_authorized_as_send_raw_email_on_the_identity_and_the_configuration_set() -> None:
+    # Given an SES v2 SendEmail with raw content (how mailstep sends)
     found = requests(
-        "ses", "SendEmail", FromEmailAddress="Acme <hello@acme.test>", ConfigurationSetName="mailstep"
+        "ses",
+        "SendEmail",
+        FromEmailAddress="Acme <hello@acme.test>",
+        Destination={"ToAddresses": ["ann@example.com"]},
+        Content=RAW,
+        ConfigurationSetName="mailstep",
     )
+    # then it needs ses:SendRawEmail (what AWS names when it refuses), and ses:SendEmail as well
+    # (the stricter reading), on the sender's identity and the configuration set.
     assert found == [
-        (
-            "ses:SendEmail",
-            f"arn:aws:ses:{REGION}:{ACCOUNT}:identity/acme.test|arn:aws:ses:{REGION}:{ACCOUNT}:identity/hello@acme.test",
-        ),
-        ("ses:SendEmail", f"arn:aws:ses:{REGION}:{ACCOUNT}:configuration-set/mailstep"),
+        ("ses:SendRawEmail", ACME),
+        ("ses:SendRawEmail", CONFIGURATION_SET),
+        ("ses:SendEmail", ACME),
+        ("ses:SendEmail", CONFIGURATION_SET),
     ]
+
+
+def test_simple_content_and_v1_raw_sends_need_their_own_action() -> None:
+    simple = requests("ses", "SendEmail", FromEmailAddress="hello@acme.test", Content=SIMPLE)
+    assert simple == [("ses:SendEmail", ACME)]
+    v1 = requests("ses", "SendRawEmail", Source="hello@acme.test", RawMessage={"Data": b"x"})
+    assert v1 == [("ses:SendRawEmail", ACME)]
+    # without FromEmailAddress, SES takes the sender from the raw message's From header
+    from_header = requests("ses", "SendEmail", Content=RAW)
+    assert from_header[0] == ("ses:SendRawEmail", ACME)
+
+
+def test_in_the_sandbox_a_send_is_authorized_on_each_recipient_identity_too() -> None:
+    params = {
+        "FromEmailAddress": "hello@acme.test",
+        "Destination": {"ToAddresses": ["Ann <ann@example.com>"], "BccAddresses": ["bo@b.test"]},
+        "Content": SIMPLE,
+    }
+    assert requests_for("ses", "SendEmail", params, REGION, ACCOUNT, ses_sandbox=True) == [
+        ("ses:SendEmail", ACME),
+        ("ses:SendEmail", f"{IDENTITY}/example.com|{IDENTITY}/ann@example.com"),
+        ("ses:SendEmail", f"{IDENTITY}/b.test|{IDENTITY}/bo@b.test"),
+    ]
+
+
+def test_the_from_address_condition_scopes_a_grant_on_every_identity() -> None:
+    # Given the template's grant: every identity, for From addresses on the sending domain
+    statement = {
+        "Effect": "Allow",
+        "Action": ["ses:SendEmail", "ses:SendRawEmail"],
+        "Resource": f"{IDENTITY}/*",
+        "Condition": {"StringLike": {"ses:FromAddress": ["*@acme.test", "*@*.acme.test"]}},
+    }
+
+    def guard() -> Guard:
+        return Guard(
+            policy=RolePolicy([statement]),
+            region=REGION,
+            account=ACCOUNT,
+            role_arn=f"arn:aws:iam::{ACCOUNT}:role/r",
+            function_name="f",
+            ses_sandbox=True,
+        )
+
+    ok = {"FromEmailAddress": "A <news@mail.acme.test>", "Destination": {"ToAddresses": ["x@y.test"]}}
+    assert guard().authorize("ses", "SendEmail", {**ok, "Content": RAW}) is None
+    other = {**ok, "FromEmailAddress": "hello@evil.test", "Content": RAW}
+    assert guard().authorize("ses", "SendEmail", other) == ("ses:SendRawEmail", f"{IDENTITY}/evil.test")
 
 
 def test_allow_with_wildcards_explicit_deny_wins_and_anything_else_is_denied() -> None:
