@@ -11,8 +11,10 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from email import policy
+from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -28,6 +30,7 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_funct
 
 from shared.core.aws import client
 from shared.core.models import InboundEvent
+from shared.core.topics import TOPICS_FILE, require_topics
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome, send
 from shared.sequences import SEQUENCES_DIR
@@ -537,3 +540,124 @@ def test_example_definitions_are_deterministic() -> None:
     second, _ = load_catalog(Path(SEQUENCES_DIR))
     for sequence_id, sequence in first.sequences.items():
         assert definition_json(sequence) == definition_json(second.sequences[sequence_id])
+
+
+# ----- topics and A/B variants through the compiled send Task ---------------------------------
+TOPICS = require_topics(TOPICS_FILE)  # product-updates: default on; newsletter: default off
+
+
+def _skips(store: SubscriberStore, email: str) -> list[str]:
+    return [e["reason"] for e in store.list_events(email) if e["type"] == "send_skipped"]
+
+
+def _sent_by(item: dict[str, Any], email: str) -> bool:
+    return bool(item["PK"] == keys.sub_pk(email) and item["SK"].startswith(keys.SENT_PREFIX))
+
+
+def _task_outcomes(h: Harness, execution_arn: str) -> list[str]:
+    outputs = [
+        e["lambdaFunctionSucceededEventDetails"]["output"]
+        for e in h.sfn.history(execution_arn)
+        if "lambdaFunctionSucceededEventDetails" in e
+    ]
+    return [json.loads(o)["outcome"] for o in outputs if "outcome" in json.loads(o)]
+
+
+def test_a_topic_sequence_skips_readers_who_do_not_receive_the_topic_and_goes_on(
+    harness: Harness, send_ctx: SendContext, outbox: list[Any]
+) -> None:
+    """A sequence with ``topic:``: every send step is gated by the reader's topic choice (an
+    explicit opt-out, or a default-off topic never opted into); the execution goes on."""
+    harness.send_real = lambda job: send(job, replace(send_ctx, topics=TOPICS))
+    updates = send_wait_send(
+        "updates", "trigger: go\ntopic: product-updates", "onboarding/tips", "onboarding/upgrade"
+    )
+    news = send_wait_send("news", "trigger: go\ntopic: newsletter", "onboarding/tips", "onboarding/upgrade")
+    harness.deploy(updates)
+    harness.deploy(news)
+    store = harness.store
+    # Given a reader who left product-updates, one who opted into the newsletter, one who chose nothing
+    for email in ("left@example.com", "keen@example.com", "plain@example.com"):
+        store.upsert(email)
+    store.set_topics("left@example.com", off=["product-updates"])
+    store.set_topics("keen@example.com", on=["newsletter"])
+
+    # When each walks both sequences
+    runs = {
+        (email.split("@")[0], sequence.id): start(harness, sequence, email, name=f"{sequence.id}-1")
+        for email in ("left@example.com", "keen@example.com", "plain@example.com")
+        for sequence in (updates, news)
+    }
+
+    # Then every execution ran to its end (a skipped mail does not stop it)
+    assert {run: r["status"] for run, r in runs.items() if r["status"] != "SUCCEEDED"} == {}
+    both, skipped = ["sent", "sent"], ["skipped:topic_opt_out"] * 2
+    assert {run: _task_outcomes(harness, r["executionArn"]) for run, r in runs.items()} == {
+        ("left", "updates"): skipped,
+        ("left", "news"): skipped,  # the newsletter is off unless chosen
+        ("keen", "updates"): both,
+        ("keen", "news"): both,
+        ("plain", "updates"): both,
+        ("plain", "news"): skipped,
+    }
+    assert harness.sent("left@example.com") == []
+    assert _skips(store, "left@example.com") == ["topic_opt_out"] * 4
+    assert harness.sent("keen@example.com") == ["onboarding/tips", "onboarding/upgrade"] * 2
+    assert harness.sent("plain@example.com") == ["onboarding/tips", "onboarding/upgrade"]
+    assert _skips(store, "plain@example.com") == ["topic_opt_out"] * 2
+    # ... and a mail that went out belongs to the topic: its List-Id names it
+    list_ids = {
+        str(BytesParser(policy=policy.default).parsebytes(m.raw_data.encode())["List-Id"]) for m in outbox
+    }
+    assert list_ids == {
+        '"Product updates" <product-updates.acme.test>',
+        '"Newsletter" <newsletter.acme.test>',
+    }
+    assert harness.exec_items() == []
+
+
+def test_an_ab_step_sends_each_reader_one_variant_across_retries_and_re_entries(
+    harness: Harness, send_ctx: SendContext
+) -> None:
+    """The variant is sticky per reader: the first attempt of every send is refused as
+    retryable (the Task is evaluated again by the Retry) and every reader walks the sequence
+    twice (reentry: allow); each reader's evaluations and mails all carry one variant."""
+    sequence = sequence_from(
+        """
+trigger: go
+reentry: allow
+steps:
+  - send: onboarding/check-in
+    subject: "How is it going?"
+    variants:
+      - subject: "Quick check-in"
+      - {send: onboarding/tips, subject: "Three tips"}
+""",
+        "ab",
+    )
+    harness.deploy(sequence)
+    evaluated: dict[str, list[tuple[str, str | None]]] = {}
+    refused: set[str] = set()
+
+    def first_attempt_retryable(job: SendJob) -> SendOutcome:
+        evaluated.setdefault(job.email, []).append((job.template, job.subject))
+        if job.step not in refused:  # one refusal per Task of each execution
+            refused.add(job.step)
+            return SendOutcome(status="retryable", send_id="x", reason="throttled")
+        return send(job, send_ctx)
+
+    harness.send_real = first_attempt_retryable
+    readers = [f"ab-{i:02d}@example.com" for i in range(12)]
+    for email in readers:
+        for run in ("run-1", "run-2"):
+            assert start(harness, sequence, email, name=run)["status"] == "SUCCEEDED"
+
+    assert len(harness.retries) == 2 * len(readers)
+    assert {email: len(picks) for email, picks in evaluated.items()} == {email: 4 for email in readers}
+    mixed = {email: set(picks) for email, picks in evaluated.items() if len(set(picks)) != 1}
+    assert mixed == {}
+    for email in readers:  # the send log holds that variant's mail, once per execution
+        logged = [(i["template"], i["subject"]) for i in scan_all(harness.store.table) if _sent_by(i, email)]
+        assert logged == [evaluated[email][0]] * 2, (email, logged, evaluated[email])
+    assert len({picks[0] for picks in evaluated.values()}) > 1  # readers were split, not all alike
+    assert harness.exec_items() == []
