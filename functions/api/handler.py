@@ -15,7 +15,7 @@ from shared.core.secrets import get_secret
 from shared.core.settings import Settings
 from shared.sequences.engine import engine_from_settings
 from shared.store.subscribers import SubscriberStore
-from shared.web.http import decode_json_body, register_error_handlers, require_bearer
+from shared.web.http import decode_json_body, register_error_handlers, request_body, require_bearer
 from shared.web.ingest import IngestContext, ingest, make_idempotency
 
 settings = Settings.from_env()
@@ -35,7 +35,7 @@ register_error_handlers(app)
 @app.post("/v1/events")
 def post_events() -> Response[str]:
     require_bearer(app.current_event.headers.get("authorization"), get_secret(settings.api_key_secret))
-    batch = parse_event_body(decode_json_body(app.current_event.decoded_body, settings.max_body_bytes))
+    batch = parse_event_body(decode_json_body(request_body(app.current_event), settings.max_body_bytes))
     results = ingest(batch, context)
     metrics.add_metric(name="EventsAccepted", unit="Count", value=len(results))
     # 409 when every event was refused (an id reused for a different event); else 200.

@@ -13,7 +13,7 @@ from shared.consent.context import ConsentContext
 from shared.consent.record import Requester
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
-from shared.web.http import register_page_handlers
+from shared.web.http import register_page_handlers, request_body
 from shared.web.signup import SignupPages
 
 settings = Settings.from_env()
@@ -30,7 +30,9 @@ def _requester() -> Requester:
 def post_signup() -> Response[str]:
     content_type = app.current_event.headers.get("content-type")
     try:
-        response, outcome = pages.signup(app.current_event.decoded_body, content_type, requester=_requester())
+        response, outcome = pages.signup(
+            request_body(app.current_event), content_type, requester=_requester()
+        )
     except Exception as exc:  # noqa: BLE001 - the answer's shape follows the request's (JSON or form)
         return pages.signup_error(exc, content_type)
     metrics.add_metric(name="SignupsAccepted", unit="Count", value=1)

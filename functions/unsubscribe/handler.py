@@ -17,7 +17,7 @@ from shared.core.settings import Settings
 from shared.core.topics import require_topics
 from shared.sequences.engine import engine_from_settings
 from shared.store.subscribers import SubscriberStore
-from shared.web.http import register_page_handlers
+from shared.web.http import register_page_handlers, request_body
 from shared.web.pages import UnsubscribePages
 
 settings = Settings.from_env()
@@ -40,14 +40,15 @@ def confirm(token: str) -> Response[str]:
 
 @app.post("/u/<token>/preferences")
 def preferences(token: str) -> Response[str]:
-    response = pages.save_preferences(token, app.current_event.decoded_body)
+    response = pages.save_preferences(token, request_body(app.current_event))
     metrics.add_metric(name="PreferencesSaved", unit="Count", value=1)
     return response
 
 
 @app.post("/u/<token>")
 def unsubscribe(token: str) -> Response[str]:
-    response = pages.unsubscribe(token, app.current_event.decoded_body)
+    event = app.current_event
+    response = pages.unsubscribe(token, request_body(event), event.headers.get("content-type"))
     metrics.add_metric(name="Unsubscribes", unit="Count", value=1)
     return response
 

@@ -662,6 +662,18 @@ class SubscriberStore(TableAdapter):
             if (keys.erased_pk(e), keys.ERASED) in found and (keys.sub_pk(e), keys.PROFILE) not in found
         }
 
+    def is_erased(self, email: str) -> bool:
+        """Whether ``email``'s erase tombstone exists (one strongly consistent GetItem). Paths
+        that may create a profile check it when they find none: an erased address is not
+        re-created from an old link."""
+        found = self.client.get_item(
+            TableName=self.table,
+            Key=key(keys.erased_pk(email), keys.ERASED),
+            ConsistentRead=True,
+            ProjectionExpression="PK",
+        )
+        return "Item" in found
+
     # ----- events table -------------------------------------------------------------
     def record_event(self, email: str, item: dict[str, Any]) -> None:
         """Write one events-table item of ``email`` (built by ``shared.store.events.event_record``)."""

@@ -2,9 +2,16 @@
 preference centre (``/u/<token>``: topics, unsubscribe from everything, resubscribe) here, the
 sign-up confirmation pages (``/c/<token>``) in ``shared.web.signup``.
 
+The reader's choice is the button they pressed: each form on the pages says what it does in
+a field of its own. ``POST /u/<token>`` unsubscribes from everything when the page's form sends
+``unsubscribe=everything``; RFC 8058's one-click (``List-Unsubscribe=One-Click``, form-urlencoded
+or multipart/form-data, as the RFC allows) leaves what the link names (a topic mail's topic,
+else everything). A post that says neither changes nothing (400 naming ``unsubscribe``).
+
 Every answer is a small HTML page with ``Cache-Control: no-store``, ``noindex`` and
 ``Referrer-Policy: no-referrer`` (the token is in the URL). Domain errors map to statuses
-through ``shared.web.http.status_for`` (invalid or expired token: 400; unknown subscriber: 404).
+through ``shared.web.http.status_for`` (invalid or expired token, or a form the page did not
+send: 400; unknown or erased subscriber: 404), each refusal with its own words.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response, content_types
 
 from shared.consent.preferences import current_choices, parse_choices, save_choices
-from shared.core.errors import MailstepError
+from shared.core.errors import FieldProblem, InvalidInput, MailstepError, PayloadTooLarge, SubscriberNotFound
 from shared.core.models import SUBSCRIBED
 from shared.core.observability import logger
 from shared.core.topics import TopicCatalog
@@ -24,18 +31,29 @@ from shared.sending.mime import parse_mailbox
 from shared.sending.rendering import Renderer, renderer
 from shared.sending.tokens import ExpiredToken, InvalidToken
 from shared.store.subscribers import SubscriberStore
-from shared.web.http import status_for
+from shared.web.http import form_fields, status_for
 from shared.web.unsubscribe import (
+    AddressErased,
     ExecutionStopper,
     Origin,
     UnsubscribeContext,
     inspect,
     mask_email,
+    refuse_if_erased,
     resubscribe,
     unsubscribe,
 )
 
-ONE_CLICK_BODY = "List-Unsubscribe=One-Click"
+# RFC 8058: the one-click POST's one parameter, in either form encoding
+ONE_CLICK_FIELD, ONE_CLICK_VALUE = "List-Unsubscribe", "One-Click"
+# The page's "Unsubscribe from everything" form: its own field (templates/_pages/preferences.html)
+UNSUBSCRIBE_FIELD, EVERYTHING = "unsubscribe", "everything"
+MAX_UNSUBSCRIBE_FIELDS = 10
+ERASED_HEADING = "We no longer hold your data"
+ERASED_MESSAGE = (
+    "This address was erased at your request: there is nothing to change, and nothing will be "
+    "sent to it. To get our emails again, sign up again."
+)
 HEADERS = {
     "Cache-Control": "no-store",
     "X-Robots-Tag": "noindex, nofollow",
@@ -66,12 +84,60 @@ def link_status(exc: Exception) -> int:
 
 def refused_link(exc: Exception, *, expired: str, gone: tuple[str, str]) -> tuple[str, str]:
     """Heading and message of the page for a link refused with ``exc`` (a 4xx): ``expired``
-    says how long such links work; ``gone`` is for a link with nothing left behind it."""
+    says how long such links work; ``gone`` is for a link with nothing left behind it. A
+    refused form (the link is fine, what was posted is not) says what was wrong with it."""
     if isinstance(exc, ExpiredToken):
         return "This link has expired", expired
     if isinstance(exc, InvalidToken):
         return "This link is not valid", "It may have been cut off or changed."
+    if isinstance(exc, AddressErased):
+        return ERASED_HEADING, ERASED_MESSAGE
+    if isinstance(exc, InvalidInput):
+        problems = "; ".join(
+            p.message if p.field == "body" else f"{p.field}: {p.message}" for p in exc.problems
+        )
+        return "We could not use this form", problems or str(exc)
+    if isinstance(exc, PayloadTooLarge):
+        return "We could not use this form", "It sent more data than a form of this page does."
     return gone
+
+
+def _hint(exc: Exception) -> dict[str, str]:
+    """The error page's last line for ``exc``; none given: the page's default (use the link
+    of a recent email), which fits a refused link."""
+    if isinstance(exc, InvalidToken):
+        return {}
+    if isinstance(exc, AddressErased):
+        return {"hint": ""}
+    if isinstance(exc, InvalidInput | PayloadTooLarge):
+        return {"hint": "Go back, reload the page and try again."}
+    return {}
+
+
+def unsubscribe_origin(body: str | None, content_type: str | None) -> Origin:
+    """Which button sent this ``POST /u/<token>``: ``form`` for the page's "Unsubscribe from
+    everything" (``unsubscribe=everything``), ``one_click`` for RFC 8058's parameter
+    (``List-Unsubscribe=One-Click``, form-urlencoded or multipart). Anything else is a 400
+    naming the field, and nothing changes."""
+    fields = form_fields(body, content_type, max_fields=MAX_UNSUBSCRIBE_FIELDS)
+    if UNSUBSCRIBE_FIELD in fields:
+        _only(fields, UNSUBSCRIBE_FIELD, EVERYTHING)
+        return "form"
+    if ONE_CLICK_FIELD in fields:
+        _only(fields, ONE_CLICK_FIELD, ONE_CLICK_VALUE)
+        return "one_click"
+    message = f"must be {EVERYTHING!r} (or send RFC 8058's {ONE_CLICK_FIELD}={ONE_CLICK_VALUE})"
+    raise InvalidInput(
+        f"{UNSUBSCRIBE_FIELD}: missing; {message}", [FieldProblem(UNSUBSCRIBE_FIELD, "missing")]
+    )
+
+
+def _only(fields: dict[str, list[str]], name: str, expected: str) -> None:
+    values = [v.strip() for v in fields[name]]
+    if len(values) > 1:
+        raise InvalidInput(f"{name}: given more than once", [FieldProblem(name, "given more than once")])
+    if values != [expected]:
+        raise InvalidInput(f"{name}: must be {expected!r}", [FieldProblem(name, f"must be {expected!r}")])
 
 
 @dataclass(frozen=True)
@@ -116,8 +182,11 @@ class UnsubscribePages:
         verifies the token and reads the profile, changes nothing."""
         claims = inspect(token, self.secret())
         profile = self.store.get_profile(claims.email) if len(self.topics) else None
+        if profile is None and self.store.is_erased(claims.email):
+            return self._page("preferences", erased=True, masked_email=mask_email(claims.email))
         return self._page(
             "preferences",
+            erased=False,
             masked_email=mask_email(claims.email),
             choices=current_choices(profile, self.topics) if profile is not None else [],
             unsubscribed=profile is not None and profile.status != SUBSCRIBED,
@@ -131,15 +200,22 @@ class UnsubscribePages:
         show the page again through a redirect (a reload does not post twice)."""
         claims = inspect(token, self.secret())
         chosen = parse_choices(body, self.topics)
-        save_choices(claims.email, chosen, self.store, self.topics, data_ttl_days=self.data_ttl_days)
+        try:
+            save_choices(claims.email, chosen, self.store, self.topics, data_ttl_days=self.data_ttl_days)
+        except SubscriberNotFound:
+            refuse_if_erased(self.store, claims.email)
+            raise
         # relative to /u/<token>/preferences: back to GET /u/<token>
         return Response(status_code=303, headers={**HEADERS, "Location": f"../{token}?saved=1"})
 
-    def unsubscribe(self, token: str, body: str | None) -> Response[str]:
-        origin: Origin = "one_click" if (body or "").strip() == ONE_CLICK_BODY else "form"
-        result = unsubscribe(token, self._ctx(), origin=origin)
+    def unsubscribe(self, token: str, body: str | None, content_type: str | None) -> Response[str]:
+        """POST /u/<token>: the page's "Unsubscribe from everything" or RFC 8058's one-click
+        (:func:`unsubscribe_origin`); the link is checked before the form."""
+        inspect(token, self.secret())
+        result = unsubscribe(token, self._ctx(), origin=unsubscribe_origin(body, content_type))
         return self._page(
             "unsubscribed",
+            erased=result.erased,
             masked_email=mask_email(result.claims.email),
             resubscribe_action=f"{result.resubscribe_token}/resubscribe",
             topic_name=self._topic_name(result.topic),
@@ -172,7 +248,7 @@ class UnsubscribePages:
             gone=("We could not find you", "There is no subscription for this link any more."),
         )
         logger.info("unsubscribe link refused", status=status, reason=type(exc).__name__)
-        return self._page("error", status, heading=heading, message=message)
+        return self._page("error", status, heading=heading, message=message, **_hint(exc))
 
     def not_found(self) -> Response[str]:
         return self._page("error", 404, heading="Page not found", message="This address does not exist.")

@@ -12,6 +12,11 @@
 - ``POST /u/<token>/resubscribe`` with the resubscribe token the confirmation page
   carries: :func:`resubscribe` opts back in (suppressions stay); after a topic one-click it
   turns that topic back on.
+
+Erase is final: an address erased on request (its ``ERASED#`` tombstone and no profile) is
+never re-created from an old link. Unsubscribe writes nothing for it (the answer says nothing
+will be sent: true, there is nobody to send to), and resubscribe and topic changes refuse
+with :class:`AddressErased`.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from shared.core import clock
+from shared.core.errors import SubscriberNotFound
 from shared.core.observability import logger, redact_email
 from shared.sending.tokens import TokenClaims, issue, verify
-from shared.store.subscribers import SubscriberStore
+from shared.store.subscribers import Change, Profile, SubscriberStore, merged
 
 RESUBSCRIBE_TTL_SECONDS = 30 * 86400
 UNSUBSCRIBE_EVENT = "unsubscribe"
@@ -32,6 +38,11 @@ TOPIC_UNSUBSCRIBE_EVENT = "topic_unsubscribe"
 TOPIC_RESUBSCRIBE_EVENT = "topic_resubscribe"
 COUNTER = "unsubscribe"
 Origin = Literal["one_click", "form"]
+
+
+class AddressErased(SubscriberNotFound):
+    """The link's address was erased on request: nothing of it is kept, and no link may
+    re-create it (a 404 page that says so)."""
 
 
 class ExecutionStopper(Protocol):
@@ -55,6 +66,7 @@ class UnsubscribeResult:
     # Sequences whose (non-transactional) executions this unsubscribe stopped.
     sequences_stopped: list[str] = field(default_factory=list)
     topic: str = ""  # set when only this topic was left (a topic mail's one-click)
+    erased: bool = False  # the address was erased: nothing was written, nothing will be sent
 
 
 @dataclass(frozen=True)
@@ -76,7 +88,10 @@ def unsubscribe(
     claims = verify(token, ctx.secret, purpose="unsubscribe", now=moment.timestamp())
     if origin == "one_click" and claims.topic:
         return _leave_topic(claims, ctx, moment)
-    change = ctx.store.unsubscribe(claims.email)
+    try:
+        change = _opt_out(ctx.store, claims.email)
+    except AddressErased:
+        return _erased(claims)
     if change.changed:
         _record(ctx, claims, UNSUBSCRIBE_EVENT, origin, moment)
         _count(ctx, claims.source)
@@ -103,10 +118,41 @@ def unsubscribe(
     )
 
 
+def _opt_out(store: SubscriberStore, email: str) -> Change:
+    """``SubscriberStore.unsubscribe`` (a profile that remembers the opt-out is created when
+    there is none), except for an erased address: the tombstone is read whenever no profile
+    is found, on each attempt. The erase writes its tombstone before it deletes the profile,
+    so an erase racing this write makes it re-read, find no profile and see the tombstone."""
+
+    def apply(current: Profile | None, now: str) -> Profile:
+        if current is None and store.is_erased(email):
+            raise AddressErased("the address was erased")
+        return merged(current, email, unsubscribe=True)
+
+    return store.mutate(email, apply)
+
+
+def _erased(claims: TokenClaims) -> UnsubscribeResult:
+    logger.info("unsubscribe of an erased address: nothing written", source=claims.source)
+    return UnsubscribeResult(claims=claims, changed=False, resubscribe_token="", erased=True)
+
+
+def refuse_if_erased(store: SubscriberStore, email: str) -> None:
+    """For a path that found no profile (``SubscriberNotFound``): :class:`AddressErased`
+    when the address was erased, so its page says so."""
+    if store.is_erased(email):
+        raise AddressErased("the address was erased") from None
+
+
 def _leave_topic(claims: TokenClaims, ctx: UnsubscribeContext, moment: datetime) -> UnsubscribeResult:
     """One-click of a topic mail: only that topic is turned off. Sequences keep running; their
     later mails of this topic are skipped by the send pipeline (``topic_opt_out``)."""
-    change = ctx.store.set_topics(claims.email, off=[claims.topic])
+    try:
+        change = ctx.store.set_topics(claims.email, off=[claims.topic])
+    except SubscriberNotFound:
+        if ctx.store.is_erased(claims.email):
+            return _erased(claims)
+        raise
     if change.changed:
         _record(ctx, claims, TOPIC_UNSUBSCRIBE_EVENT, "one_click", moment)
         _count(ctx, claims.source)
@@ -144,10 +190,14 @@ def _resubscribe_token(claims: TokenClaims, ctx: UnsubscribeContext, moment: dat
 def resubscribe(token: str, ctx: UnsubscribeContext, *, now: datetime | None = None) -> ResubscribeResult:
     moment = now or clock.utc_now()
     claims = verify(token, ctx.secret, purpose="resubscribe", now=moment.timestamp())
-    if claims.topic:
-        change = ctx.store.set_topics(claims.email, on=[claims.topic])
-    else:
-        change = ctx.store.resubscribe(claims.email)
+    try:
+        if claims.topic:
+            change = ctx.store.set_topics(claims.email, on=[claims.topic])
+        else:
+            change = ctx.store.resubscribe(claims.email)
+    except SubscriberNotFound:
+        refuse_if_erased(ctx.store, claims.email)
+        raise
     if change.changed:
         _record(ctx, claims, TOPIC_RESUBSCRIBE_EVENT if claims.topic else RESUBSCRIBE_EVENT, "form", moment)
     logger.info(

@@ -95,7 +95,7 @@ def test_one_click_post_unsubscribes_once_and_repeats_are_harmless(module, store
 def test_form_post_then_resubscribe_from_the_confirmation_page(module, store, resources, secret):
     store.upsert(EMAIL)
     token = _token(secret)
-    status, html, _ = _call(module, "POST", f"/u/{token}", body="")
+    status, html, _ = _call(module, "POST", f"/u/{token}", body="unsubscribe=everything")
     assert status == 200
     action = html.split('action="', 2)[1].split('"', 1)[0]
     assert action.endswith("/resubscribe") and token not in action
