@@ -33,6 +33,7 @@ from shared.consent.context import ConsentContext, normalise_origin
 from shared.consent.record import ANONYMOUS, Requester, opt_in
 from shared.core import clock
 from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInput, PayloadTooLarge
+from shared.core.json_input import unique_keys
 from shared.core.models import (
     CONTROL_RE,
     SUBSCRIBED,
@@ -188,7 +189,7 @@ def _reject_constant(name: str) -> Any:
 
 def _json(text: str) -> dict[str, Any]:
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=unique_keys)
     except (ValueError, RecursionError):
         raise InvalidInput("body is not valid JSON", [FieldProblem("body", "invalid JSON")]) from None
     if not isinstance(data, dict):

@@ -20,7 +20,7 @@ MAX_KEY_SHOWN = 64  # a repeated key is quoted in the error up to this many char
 def loads_strict(text: str) -> Any:
     """``json.loads(text)``, refusing duplicate keys, NaN/Infinity and deep nesting (400s)."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=unique_keys)
     except RecursionError:
         raise InvalidInput(
             "body nests objects or arrays too deeply", [FieldProblem("body", "nested too deeply")]
@@ -32,7 +32,9 @@ def loads_strict(text: str) -> Any:
         ) from None
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of ``json.loads``: the object, or :class:`InvalidInput` naming a
+    key given twice (for a parser with options of its own: pass it as the hook)."""
     found: dict[str, Any] = {}
     for name, value in pairs:
         if name in found:

@@ -127,6 +127,24 @@ def test_events_json_with_a_duplicate_key_is_refused_naming_it(
     assert tables() == before
 
 
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ('{"email": "a@example.com", "email": "victim@example.com"}', "email"),
+        ('{"email": "a@example.com", "topics": [], "topics": ["newsletter"]}', "topics"),
+    ],
+)
+def test_signup_json_with_a_duplicate_key_is_refused_naming_it(
+    handlers: dict[str, Any], body: str, key: str
+) -> None:
+    before = tables()
+    status, text, _ = call(handlers["signup"], "POST", "/v1/signup", body, "application/json")
+    assert status == 400, text
+    error = json.loads(text)["error"]
+    assert error["field"] == key and "more than once" in error["message"], error
+    assert tables() == before
+
+
 # ----- page copy of each refusal ----------------------------------------------------------------
 def test_an_unknown_topic_on_the_preference_page_says_what_was_wrong(
     handlers: dict[str, Any], store: SubscriberStore, token: str
