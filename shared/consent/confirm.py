@@ -10,7 +10,12 @@
   answers ``already_confirmed``; a concurrent second confirm loses the transaction's
   condition and answers the same.
 
-A token whose sign-up is gone (expired, never confirmed) answers like an expired link.
+A link confirms only its own sign-up: the token names the sign-up's id, and a pending
+sign-up (or a recorded opt-in) with another id is not it. Such a link, from an earlier
+sign-up of the same address, is refused as :class:`StaleConfirmation` (its page says a newer
+sign-up replaced it) and changes nothing. A token whose sign-up is gone (expired, never
+confirmed) answers like an expired link; a token past its own expiry is expired, whatever
+sign-up of the address is pending.
 Crash window: a crash after the transaction and before the event leaves the reader
 subscribed with consent recorded but the triggered sequences not started (as an events POST
 that crashes after its upsert does); the operator starts them with an event.
@@ -27,11 +32,18 @@ from shared.consent.record import ANONYMOUS, Requester, opt_in
 from shared.core import clock
 from shared.core.errors import ConcurrentModification, Conflict
 from shared.core.models import SUBSCRIBED
-from shared.sending.tokens import ExpiredToken, TokenClaims, verify
+from shared.sending.tokens import ExpiredToken, InvalidToken, TokenClaims, verify
 from shared.store.pending import DOUBLE, PendingSignup
 from shared.store.subscribers import WRITE_RETRY, Profile
 
 Status = Literal["pending", "confirmed", "already_confirmed"]
+
+
+class StaleConfirmation(InvalidToken):
+    """The link belongs to an earlier sign-up of the address: a newer one replaced it."""
+
+    def __init__(self) -> None:
+        super().__init__("this link was replaced by a newer sign-up")
 
 
 @dataclass(frozen=True)
@@ -51,18 +63,32 @@ def _confirmed_already(profile: Profile | None) -> bool:
     return profile is not None and profile.status == SUBSCRIBED and profile.consent is not None
 
 
+def _own(pending: PendingSignup | None, claims: TokenClaims) -> PendingSignup | None:
+    """The pending sign-up when it is the token's own; another one: the link is stale."""
+    if pending is not None and pending.signup_id != claims.send_id:
+        raise StaleConfirmation()
+    return pending
+
+
+def _already(profile: Profile | None, claims: TokenClaims) -> Confirmation:
+    """No pending sign-up: the token's sign-up was confirmed (already_confirmed), another
+    sign-up's opt-in is recorded (stale), or it is gone (expired)."""
+    if not _confirmed_already(profile):
+        raise ExpiredToken()
+    assert profile is not None and profile.consent is not None
+    if profile.consent.get("signup_id") != claims.send_id:
+        raise StaleConfirmation()
+    return Confirmation("already_confirmed", claims.email, profile.first_name)
+
+
 def inspect(token: str, ctx: ConsentContext, *, now: datetime | None = None) -> Confirmation:
     """What the confirm page shows (GET): reads only."""
     moment = now or clock.utc_now()
     claims = _verify(token, ctx, moment)
-    pending = ctx.pending.get(claims.email, now=moment.timestamp())
+    pending = _own(ctx.pending.get(claims.email, now=moment.timestamp()), claims)
     if pending is not None:
         return Confirmation("pending", claims.email, pending.first_name, pending.topics)
-    profile = ctx.store.get_profile(claims.email)
-    if _confirmed_already(profile):
-        assert profile is not None
-        return Confirmation("already_confirmed", claims.email, profile.first_name)
-    raise ExpiredToken()
+    return _already(ctx.store.get_profile(claims.email), claims)
 
 
 def confirm(
@@ -72,13 +98,9 @@ def confirm(
     moment = now or clock.utc_now()
     claims = _verify(token, ctx, moment)
     for _ in WRITE_RETRY.tries():
-        pending = ctx.pending.get(claims.email, now=moment.timestamp())
+        pending = _own(ctx.pending.get(claims.email, now=moment.timestamp()), claims)
         if pending is None:
-            profile = ctx.store.get_profile(claims.email)
-            if _confirmed_already(profile):
-                assert profile is not None
-                return Confirmation("already_confirmed", claims.email, profile.first_name)
-            raise ExpiredToken()
+            return _already(ctx.store.get_profile(claims.email), claims)
         try:
             result = opt_in(
                 ctx,

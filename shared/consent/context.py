@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -13,9 +14,10 @@ from urllib.parse import urlsplit
 from shared.core.models import InboundEvent
 from shared.core.settings import Settings
 from shared.core.topics import TOPICS_FILE, TopicCatalog, require_topics
+from shared.sending.jobs import SendJob, enqueue
 from shared.sending.pipeline import SendContext
 from shared.sequences import SEQUENCES_DIR
-from shared.store.pending import PendingSignups
+from shared.store.pending import DOMAIN_CAP_PER_HOUR, PendingSignups
 from shared.store.subscribers import Profile, SubscriberStore
 
 
@@ -61,7 +63,8 @@ class ConsentConfig:
     single_opt_in_forms: frozenset[str] = frozenset()
     origins: tuple[str, ...] = ()
     pending_days: int = 7
-    cooldown_seconds: int = 3600
+    cooldown_seconds: int = 3600  # per mailbox (shared.store.pending.mailbox_key)
+    domain_cap_per_hour: int = DOMAIN_CAP_PER_HOUR  # confirmation mails per recipient domain
     max_body_bytes: int = 8 * 1024
     data_ttl_days: int = 180
 
@@ -96,6 +99,15 @@ class ConsentContext:
     topics: TopicCatalog
     config: ConsentConfig = field(default_factory=ConsentConfig)
     sequences: EventSink | None = None  # None: subscriber.confirmed starts nothing
+    # Puts a confirmation mail's job on the send queue (the sender function mails it), given
+    # the job and the moment it was queued: never sent inside the sign-up request. None: no
+    # queue configured, a sign-up that would mail fails.
+    queue: Callable[[SendJob, datetime], object] | None = None
+
+    def queue_send(self, job: SendJob, moment: datetime) -> None:
+        if self.queue is None:
+            raise RuntimeError("no send queue is configured for confirmation mails")
+        self.queue(job, moment)
 
     @property
     def secret(self) -> Callable[[], str]:
@@ -113,6 +125,11 @@ class ConsentContext:
         from shared.sequences.engine import engine_from_settings
 
         store = store or SubscriberStore(settings.table_name, settings.events_table_name)
+        queue_url = settings.send_queue_url
+
+        def queue(job: SendJob, moment: datetime) -> int:
+            return enqueue([job], queue_url)
+
         return cls(
             store=store,
             pending=PendingSignups(settings.table_name),
@@ -120,4 +137,5 @@ class ConsentContext:
             topics=require_topics(topics_file),
             config=ConsentConfig.from_settings(settings),
             sequences=engine_from_settings(settings, store, sequences_dir),
+            queue=queue if queue_url else None,
         )

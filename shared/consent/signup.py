@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -32,7 +32,7 @@ from pydantic import ValidationError as PydanticValidationError
 from shared.consent.context import ConsentContext, normalise_origin
 from shared.consent.record import ANONYMOUS, Requester, opt_in
 from shared.core import clock
-from shared.core.errors import ConcurrentModification, FieldProblem, InvalidInput, PayloadTooLarge
+from shared.core.errors import FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.json_input import unique_keys
 from shared.core.models import (
     CONTROL_RE,
@@ -45,11 +45,9 @@ from shared.core.models import (
 from shared.core.observability import logger, redact_email
 from shared.core.topics import MAX_TOPICS, TopicCatalog
 from shared.sending.jobs import SendJob
-from shared.sending.pipeline import SendOutcome, send
 from shared.sending.tokens import TokenClaims, issue
-from shared.store.pending import DOUBLE, SINGLE, Claimed, PendingSignup
+from shared.store.pending import DOUBLE, SINGLE, PendingSignup, SignupState
 from shared.store.stats import SIGNUP_SOURCE
-from shared.store.subscribers import Profile, SubscriberStore
 
 SOURCE = SIGNUP_SOURCE  # the send pipeline's source of confirmation mails (counters: STATS#signup)
 TEMPLATE = "system/confirm"
@@ -58,12 +56,26 @@ DEFAULT_FORM = "default"
 MAX_REDIRECT = 2000
 MAX_FORM_FIELDS = 60
 FIELDS = ("email", "first_name", "topics", "redirect", HONEYPOT, "form")
-# What a name never holds: markup, template braces, links (list bombing puts spam in names).
-NAME_FORBIDDEN = re.compile(r"[<>{}\\]|://|www\.", re.IGNORECASE)
+# What a name never holds: markup, template braces, links (list bombing puts spam in names),
+# also without a scheme: anything shaped like a domain ("evil.com/win": a letter or digit, a
+# dot, two letters).
+NAME_FORBIDDEN = re.compile(r"[<>{}\\]|://|www\.|[\w-]\.[^\W\d_]{2,}", re.IGNORECASE)
+# Nor what moves or reorders text: Unicode line and paragraph separators (NEL, U+2028/9) and
+# the bidirectional controls (marks, embeddings, overrides, isolates).
+NAME_INVISIBLE = re.compile("[\u0085\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 JSON_TYPES = ("application/json",)
 FORM_TYPES = ("application/x-www-form-urlencoded",)
 
-Action = Literal["pending", "cooldown", "already_subscribed", "suppressed", "subscribed", "honeypot"]
+Action = Literal[
+    "pending",
+    "cooldown",
+    "domain_cap",
+    "already_subscribed",
+    "suppressed",
+    "erased",
+    "subscribed",
+    "honeypot",
+]
 
 
 @dataclass(frozen=True)
@@ -90,8 +102,10 @@ class SignupRequest(BaseModel):
     @field_validator("first_name")
     @classmethod
     def _first_name(cls, name: str | None) -> str | None:
+        if name and NAME_INVISIBLE.search(name):
+            raise ValueError("must not contain line separators or text direction controls")
         if name and NAME_FORBIDDEN.search(name):
-            raise ValueError("must be a plain name (no markup, braces or links)")
+            raise ValueError("must be a plain name (no markup, braces, links or domains)")
         return name or None
 
     @field_validator("topics", mode="before")
@@ -246,7 +260,11 @@ def signup(
     requester: Requester = ANONYMOUS,
     now: datetime | None = None,
 ) -> SignupOutcome:
+    """Decide on one sign-up from ONE read of everything it depends on, then write and queue
+    only what it calls for. The confirmation mail goes through the send queue (the send
+    pipeline mails the live sign-up its job names, and checks suppression again)."""
     moment = now or clock.utc_now()
+    at = int(moment.timestamp())
     method = SINGLE if ctx.config.single_opt_in(request.form) else DOUBLE
 
     def outcome(action: Action) -> SignupOutcome:
@@ -255,11 +273,8 @@ def signup(
 
     if request.website:
         return outcome("honeypot")
-    profile = ctx.store.get_profile(request.email)
-    if profile is not None and profile.suppressed:
-        return outcome("suppressed")
-    if profile is not None and profile.status == SUBSCRIBED:
-        return outcome("already_subscribed")
+    state = ctx.pending.read_state(request.email, now=at)
+    expected = _expected(state, ctx, at)
     expires = moment + timedelta(days=ctx.config.pending_days)
     signup_ = PendingSignup(
         email=request.email,
@@ -267,26 +282,50 @@ def signup(
         form=request.form,
         created_at=clock.iso(moment),
         expires_at=int(expires.timestamp()),
-        last_mail_at=int(moment.timestamp()),
+        last_mail_at=at,
         first_name=request.first_name,
         topics=request.topics,
     )
     if method == SINGLE:
+        if expected in ("erased", "suppressed", "already_subscribed"):
+            return outcome(expected)
         opt_in(ctx, signup_, method=SINGLE, requester=requester, moment=moment)
         return outcome("subscribed")
-    claimed = ctx.pending.claim(
-        signup_, cooldown_seconds=ctx.config.cooldown_seconds, now=int(moment.timestamp())
+    # The same requests whatever the address's state (answers do not reveal it): the one
+    # read above, the admission transaction (its conditions refuse every state but a mailable
+    # one, writing nothing) and the confirmation job (the send pipeline mails only a live
+    # sign-up with the job's id: for a refused one there is none, and nothing is sent).
+    admitted = ctx.pending.admit(
+        signup_,
+        state,
+        cooldown_seconds=ctx.config.cooldown_seconds,
+        domain_cap=ctx.config.domain_cap_per_hour,
+        now=at,
     )
-    if claimed is None:
-        return outcome("cooldown")
-    _mail(signup_, claimed, ctx, moment)
-    return outcome("pending")
+    ctx.queue_send(confirmation_job(signup_, ctx, moment), moment)
+    if admitted is not None:
+        return outcome("pending")
+    return outcome("cooldown" if expected == "pending" else expected)  # "cooldown": a concurrent sign-up won
 
 
-def _mail(signup_: PendingSignup, claimed: Claimed, ctx: ConsentContext, moment: datetime) -> SendOutcome:
-    """The confirmation mail, through the one send pipeline (transactional: never topic-gated,
-    no unsubscribe link). Sent -> its claim is dropped (a new sign-up counted with it);
-    nothing sent -> the cooldown is lifted again."""
+def _expected(state: SignupState, ctx: ConsentContext, at: int) -> Action:
+    """What the read says a sign-up of the address does (the transaction decides)."""
+    if state.erased and state.profile is None:
+        return "erased"  # erase is final: nothing is written about the address again
+    if state.suppressed or (state.profile is not None and state.profile.suppressed):
+        return "suppressed"
+    if state.profile is not None and state.profile.status == SUBSCRIBED:
+        return "already_subscribed"
+    if state.within_cooldown(cooldown_seconds=ctx.config.cooldown_seconds, now=at):
+        return "cooldown"
+    if state.domain_mails >= ctx.config.domain_cap_per_hour:
+        return "domain_cap"
+    return "pending"
+
+
+def confirmation_job(signup_: PendingSignup, ctx: ConsentContext, moment: datetime) -> SendJob:
+    """The send job of ``signup_``'s confirmation mail (transactional: never topic-gated, no
+    unsubscribe link); its step names the sign-up, so the send pipeline mails only that one."""
     token = issue(
         TokenClaims(email=signup_.email, source=SOURCE, send_id=signup_.signup_id, purpose="confirm"),
         ctx.secret(),
@@ -294,11 +333,11 @@ def _mail(signup_: PendingSignup, claimed: Claimed, ctx: ConsentContext, moment:
         now=moment.timestamp(),
     )
     topics = [t.name for t in ctx.topics if signup_.topics is not None and t.id in signup_.topics]
-    job = SendJob(
+    return SendJob(
         email=signup_.email,
         template=TEMPLATE,
         source=SOURCE,
-        step=f"confirm-{signup_.signup_id}",
+        step=signup_.step,
         transactional=True,
         data={
             "confirm_url": ctx.config.confirm_url(token),
@@ -306,36 +345,3 @@ def _mail(signup_: PendingSignup, claimed: Claimed, ctx: ConsentContext, moment:
             "days": ctx.config.pending_days,
         },
     )
-    send_ctx = replace(
-        ctx.send,
-        store=PendingRecipient(ctx.store, signup_),
-        data_ttl_days=ctx.config.pending_days,  # the SENT# log goes with the sign-up
-    )
-    result = send(job, send_ctx, now=moment)
-    if result.status == "sent":
-        ctx.pending.mailed(signup_.email, job.source, job.step, claimed=claimed, at=clock.iso(moment))
-        return result
-    if result.status == "skipped":
-        return result  # suppressed meanwhile: nothing to send, nothing to retry
-    ctx.pending.release(signup_.email, signup_.signup_id, claimed=claimed)
-    if result.status == "retryable":
-        raise ConcurrentModification(f"the confirmation mail could not be sent now ({result.reason}): retry")
-    raise RuntimeError(f"the confirmation mail failed: {result.reason}: {result.detail}")
-
-
-class PendingRecipient(SubscriberStore):
-    """The store as the send pipeline sees it for a confirmation mail: an address with no
-    profile reads as a stand-in built from its sign-up (never written); an existing profile
-    (an unsubscribed reader signing up again) is read as it is, so suppression still holds."""
-
-    def __init__(self, base: SubscriberStore, signup_: PendingSignup) -> None:
-        super().__init__(base.table, base._events_table, base._client)
-        self._signup = signup_
-
-    def get_profile(self, email: str, consistent: bool = True) -> Profile | None:
-        profile = super().get_profile(email, consistent)
-        if email != self._signup.email:
-            return profile
-        if profile is None:
-            return Profile(email=email, status="pending", first_name=self._signup.first_name)
-        return replace(profile, first_name=self._signup.first_name or profile.first_name)

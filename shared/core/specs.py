@@ -394,12 +394,13 @@ SEND_QUEUE = QueueSpec(
     visibility_timeout_s=360,  # 6x the sender's timeout (60 s)
     max_receives=5,
 )
-# The send pipeline (shared.sending.pipeline.send): profile and claim reads (GetItem), the claim
+# The send pipeline (shared.sending.pipeline.send): the profile and SUPPRESSION item (or, for a
+# confirmation mail, the pending sign-up) read together (BatchGetItem), claim reads (GetItem), the claim
 # (conditional PutItem, restore), send-log reads (Query), claim release (DeleteItem), the
 # SENT# item with its counter ADDs (transaction: Put + Update); events of skipped and failed
 # sends; the unsubscribe token key; SES.
 SEND_PIPELINE_GRANTS = (
-    Grant(MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
+    Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
     Grant(EVENTS_TABLE, _ddb("PutItem")),
     Grant(UNSUBSCRIBE_SECRET, ("secretsmanager:GetSecretValue",)),
     *send_email_grants(),
@@ -654,13 +655,15 @@ SIGNUP_FUNCTION = FunctionSpec(
     handler="functions.signup.handler.handler",
     description="Sign-up: POST /v1/signup (double opt-in), GET/POST /c/{token} (confirm)",
     grants=(
-        # profile reads, the pending item (cooldown PutItem, release UpdateItem), the send
-        # pipeline (claim Put/Delete, SENT# Put + counter Update), the confirm transaction
-        # (profile Put, pending and TAG# Delete), EXEC pairs of started sequences, and the
-        # subscriber.confirmed event
+        # the sign-up's one read (profile, SUPPRESSION, erase tombstone, pending item, mailbox
+        # cooldown, domain counter: BatchGetItem), its admission (transaction: pending Put,
+        # cooldown Put, domain counter Update, SUPPRESSION ConditionCheck), the confirm
+        # transaction (profile Put, pending and TAG# Delete, counter Update), EXEC pairs of
+        # started sequences, and the subscriber.confirmed event
         *SUBSCRIBER_WRITE_GRANTS,
+        Grant(MAIN_TABLE, _ddb("BatchGetItem")),
         Grant(UNSUBSCRIBE_SECRET, ("secretsmanager:GetSecretValue",)),  # signs the confirm links
-        *send_email_grants(),  # the confirmation mail
+        Grant(SEND_QUEUE, ("sqs:SendMessage",)),  # the confirmation mail's job (the sender mails it)
         *SEQUENCE_CONTROL_GRANTS,  # trigger: subscriber.confirmed
     ),
     routes=(SIGNUP_ROUTE, RouteSpec("GET", "/c/{token}"), RouteSpec("POST", "/c/{token}")),

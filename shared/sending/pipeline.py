@@ -7,7 +7,9 @@ transactional mails and ``mailstep send-test``. Expected outcomes are returned, 
 raised (:class:`SendOutcome`):
 
 - ``sent``: SES accepted it; ``message_id`` is SES's id.
-- ``skipped``: ``no_profile`` | ``suppressed`` | ``unsubscribed`` (marketing only) |
+- ``skipped``: ``no_profile`` | ``no_signup`` (a confirmation mail whose sign-up is gone,
+  expired or replaced) | ``suppressed`` (the address's ``SUPPRESSION`` item exists, or its
+  profile says so: checked for every mail, with a profile or without) | ``unsubscribed`` (marketing only) |
   ``topic_opt_out`` (the job names a topic the reader does not receive; marketing only) |
   ``already_sent`` (the send-once key was used before).
 - ``retryable``: ``in_flight`` (another worker holds the claim) | ``throttled`` (SES
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -60,7 +62,9 @@ from shared.sending.rendering import (
 )
 from shared.sending.sender import SesSender
 from shared.sending.tokens import TokenClaims, issue
+from shared.store.pending import PendingSignup, PendingSignups
 from shared.store.send_log import SendLog, SentRecord
+from shared.store.stats import SIGNUP_SOURCE
 from shared.store.subscribers import Profile, SubscriberStore
 
 TEST_SOURCE = "test"
@@ -192,16 +196,26 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         "subscriber": redact_email(job.email),
     }
 
-    profile = ctx.store.get_profile(job.email)
+    # Suppression is a fact of the address, not of its profile: its SUPPRESSION item is read
+    # with the profile (one BatchGetItem) and holds back every mail, profile or not.
+    confirmation: PendingSignup | None = None
+    if job.source == SIGNUP_SOURCE:
+        profile, suppressed, confirmation = _confirmation_recipient(job, ctx, moment)
+    else:
+        known = ctx.store.known([job.email])[job.email]
+        profile, suppressed = known.profile, bool(known.suppressed)
     if profile is None and job.source == TEST_SOURCE:
         profile = Profile(email=job.email)
-    skip = _ineligible(profile, job, ctx.topics)
+    skip = _ineligible(profile, suppressed, job, ctx.topics)
+    if skip is None and confirmation is not None and confirmation.mailed:
+        skip = "already_sent"  # a redelivered confirmation job: its claim was dropped
     if skip is not None:
         logger.info("send skipped", extra={**log, "reason": skip})
-        if profile is not None:
+        if profile is not None and job.source != SIGNUP_SOURCE:
             _record_event(ctx, job, send_id, "send_skipped", skip, moment)
         return SendOutcome(status="skipped", send_id=send_id, reason=skip)
     assert profile is not None
+    log_until = confirmation.expires_at if confirmation is not None else _log_ttl(moment, ctx)
 
     claim = ctx.log.claim(
         job.email,
@@ -211,7 +225,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         template=job.template,
         now=int(moment.timestamp()),
         lease_seconds=ctx.lease_seconds,
-        log_until=_log_ttl(moment, ctx),
+        log_until=log_until,
         sent_at=clock.iso(moment),
         count=ctx.count_sends,
     )
@@ -283,11 +297,13 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         ses_message_id=result.message_id,
         transactional=job.transactional,
         sent_at=clock.iso(moment),
-        ttl=_log_ttl(moment, ctx),
+        ttl=log_until,
         after_takeover=claim.took_over,
     )
     if not ctx.log.complete(record, count=ctx.count_sends):
         logger.info("send log already written from an SES event", extra=log)
+    if confirmation is not None:
+        _pending(ctx).sent(confirmation, job.source, at=clock.iso(moment))
     logger.info("sent", extra={**log, "message_id": result.message_id, "after_takeover": claim.took_over})
     return SendOutcome(status="sent", send_id=send_id, message_id=result.message_id)
 
@@ -296,11 +312,33 @@ def _log_ttl(moment: datetime, ctx: SendContext) -> int:
     return clock.ttl_after(ctx.data_ttl_days, moment)
 
 
-def _ineligible(profile: Profile | None, job: SendJob, topics: TopicCatalog) -> str | None:
+def _pending(ctx: SendContext) -> PendingSignups:
+    return PendingSignups(ctx.store.table, ctx.store.client)
+
+
+def _confirmation_recipient(
+    job: SendJob, ctx: SendContext, moment: datetime
+) -> tuple[Profile | None, bool, PendingSignup | None]:
+    """A sign-up's confirmation mail goes to its pending sign-up, the one its step names
+    (``confirm-<signup_id>``): an address without a profile reads as a stand-in built from
+    the sign-up (never written); an existing profile (an unsubscribed reader signing up again)
+    is read as it is. No live sign-up with that id (gone, expired, replaced, or never
+    admitted): no recipient (``no_signup``)."""
+    profile, suppressed, pending = _pending(ctx).confirmation(
+        job.email, job.step, now=int(moment.timestamp())
+    )
+    if pending is None:
+        return None, suppressed, None
     if profile is None:
-        return "no_profile"
-    if profile.suppressed:
+        return Profile(email=job.email, status="pending", first_name=pending.first_name), suppressed, pending
+    return replace(profile, first_name=pending.first_name or profile.first_name), suppressed, pending
+
+
+def _ineligible(profile: Profile | None, suppressed: bool, job: SendJob, topics: TopicCatalog) -> str | None:
+    if suppressed or (profile is not None and profile.suppressed):
         return "suppressed"
+    if profile is None:
+        return "no_signup" if job.source == SIGNUP_SOURCE else "no_profile"
     if job.transactional:
         return None
     if profile.status == UNSUBSCRIBED:

@@ -160,3 +160,23 @@ PENDING = "PENDING"
 def pending_key(email: str) -> tuple[str, str]:
     """(PK, SK) of an address's pending sign-up: ``SUB#<email>`` / ``PENDING``."""
     return sub_pk(email), PENDING
+
+
+# Sign-up limits (shared/store/pending.py): one cooldown item per mailbox (its address with case
+# folded and a ``+tag`` dropped, hashed: no address in it) and one counter per recipient domain
+# and hour.
+SIGNUP = "SIGNUP"
+COOLDOWN = "COOLDOWN"
+
+
+def signup_mailbox_pk(mailbox: str) -> str:
+    """``SIGNUP#<sha256 of the mailbox key>``: the cooldown of every spelling of one mailbox."""
+    import hashlib
+
+    return f"{SIGNUP}{SEP}{hashlib.sha256(_part(mailbox, 'mailbox').encode()).hexdigest()}"
+
+
+def signup_domain_key(domain: str, hour: str) -> tuple[str, str]:
+    """``SIGNUP#DOMAIN#<domain>`` / ``HOUR#<YYYYMMDDHH>``: confirmation mails to one recipient
+    domain in one hour (UTC)."""
+    return f"{SIGNUP}{SEP}DOMAIN{SEP}{_part(domain, 'domain')}", f"HOUR{SEP}{_part(hour, 'hour')}"

@@ -5,30 +5,37 @@ subscriber. It holds the reader's choices until they confirm, ``expires_at`` (ep
 seconds) and the table's TTL attribute. Every read here treats an item past ``expires_at``
 as absent: TTL deletion may lag by days and is never relied on.
 
-The per-address cooldown is ONE conditional PutItem: a new sign-up is written (and a
-confirmation mail may go out) only when there is no pending item, its last mail is older
-than the cooldown, or it has expired. The same request returns the item it replaced, which
-tells a NEW sign-up (no live one before) from a live one mailed again after the cooldown.
+A sign-up reads everything its decision needs in ONE consistent BatchGetItem
+(:meth:`PendingSignups.read_state`): the address's profile, ``SUPPRESSION`` item, erase
+tombstone and pending item, its mailbox's cooldown item and its domain's counter of this
+hour. A sign-up that may mail is admitted by ONE transaction (:meth:`PendingSignups.admit`):
+the pending item (conditioned on the one that was read), the mailbox's cooldown (at most one
+confirmation mail per mailbox per cooldown window: the key folds case and drops a ``+tag``,
+:func:`mailbox_key`), the domain's hourly cap and the absence of a ``SUPPRESSION`` item.
 
-A new sign-up is counted (``signup`` of ``shared.store.stats``) once its confirmation mail
-went out, in the transaction that drops the mail's send claim (:meth:`PendingSignups.mailed`),
-conditioned on the claim, so once. A new sign-up whose mail could not go out is deleted again
-(:meth:`PendingSignups.release`): the retry is new too, and counted when it mails.
+A new sign-up (no live one before) is counted (``signup`` of ``shared.store.stats``) once its
+confirmation mail went out (:meth:`PendingSignups.mailed`, from the send pipeline): the
+pending item carries ``uncounted`` until then, and the count removes it in the same
+transaction, so once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from shared.core.models import SUBSCRIBED
 from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
     TableAdapter,
     TransactionConflict,
+    batch_get,
     deserialize,
     from_dynamo,
     key,
@@ -38,16 +45,27 @@ from shared.store.dynamo import (
     values,
 )
 from shared.store.stats import SIGNUP, retry_contended, signup_counter
+from shared.store.subscribers import Profile
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from mypy_boto3_dynamodb.type_defs import (
+        ConditionCheckTypeDef,
+        PutTypeDef,
+        TransactWriteItemTypeDef,
+        UpdateTypeDef,
+    )
 
 
 DOUBLE = "double"
 SINGLE = "single"
-COOLDOWN_CONDITION = "attribute_not_exists(PK) OR last_mail_at < :cutoff OR expires_at <= :now"
-# What a claim wrote: a NEW sign-up (no live one before), or a live one RENEWED after the cooldown.
+UNCOUNTED = "uncounted"  # on a pending item whose sign-up is new and not counted yet
+MAILED = "mailed"  # on a pending item whose confirmation mail went out
+# Confirmation mails to one recipient domain per hour: above this, sign-ups of the domain answer
+# as usual and mail nothing until the next hour (list bombing spread over many mailboxes).
+DOMAIN_CAP_PER_HOUR = 100
+# What an admission wrote: a NEW sign-up (no live one before), or a live one RENEWED after the
+# cooldown (a new sign-up id: the earlier link no longer confirms).
 Claimed = Literal["new", "renewed"]
 NEW: Claimed = "new"
 RENEWED: Claimed = "renewed"
@@ -63,8 +81,9 @@ class PendingSignup:
     last_mail_at: int  # epoch seconds of the last confirmation mail (0: none went out)
     first_name: str | None = None
     topics: tuple[str, ...] | None = None  # None: no choice made (defaults apply)
+    mailed: bool = False  # its confirmation mail went out (a redelivered job sends nothing)
 
-    def to_item(self) -> dict[str, Any]:
+    def to_item(self, *, uncounted: bool = False) -> dict[str, Any]:
         pk, sk = keys.pending_key(self.email)
         item: dict[str, Any] = {
             "PK": pk,
@@ -81,6 +100,8 @@ class PendingSignup:
             item["first_name"] = self.first_name
         if self.topics is not None:
             item["topics"] = list(self.topics)
+        if uncounted:
+            item[UNCOUNTED] = True
         return item
 
     @classmethod
@@ -95,10 +116,53 @@ class PendingSignup:
             last_mail_at=int(plain.get("last_mail_at", 0)),
             first_name=plain.get("first_name"),
             topics=tuple(plain["topics"]) if "topics" in plain else None,
+            mailed=bool(plain.get(MAILED, False)),
         )
 
     def expired(self, now: float) -> bool:
         return self.expires_at <= now
+
+    @property
+    def step(self) -> str:
+        """The send-once step of this sign-up's confirmation mail (source ``signup``)."""
+        return f"{CONFIRM_STEP}{self.signup_id}"
+
+
+CONFIRM_STEP = "confirm-"
+
+
+def mailbox_key(email: str) -> str:
+    """The mailbox an address reaches, as the cooldown knows it: the local part with case
+    folded and anything from the first ``+`` dropped (``Ada+news@Example.com`` and
+    ``ada@example.com`` are one mailbox), then ``@`` and the (already lower-cased) domain. A
+    local part that starts with ``+`` is kept whole."""
+    local, _, domain = email.rpartition("@")
+    base = local.split("+", 1)[0] or local
+    return f"{base.casefold()}@{domain.lower()}"
+
+
+def domain_of(email: str) -> str:
+    return email.rpartition("@")[2].lower()
+
+
+def hour_of(now: int) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y%m%d%H")
+
+
+@dataclass(frozen=True)
+class SignupState:
+    """What one read found for a sign-up (:meth:`PendingSignups.read_state`)."""
+
+    profile: Profile | None
+    suppressed: bool  # the address's SUPPRESSION item exists (profile or not)
+    erased: bool  # its erase tombstone exists
+    pending: PendingSignup | None  # the live pending sign-up (an expired one reads as None)
+    pending_id: str | None  # the signup_id of the pending item as stored (expired or not)
+    mailbox_last_mail_at: int  # the mailbox's last confirmation mail (0: none remembered)
+    domain_mails: int  # confirmation mails to the address's domain this hour
+
+    def within_cooldown(self, *, cooldown_seconds: int, now: int) -> bool:
+        return self.mailbox_last_mail_at >= now - cooldown_seconds and self.mailbox_last_mail_at > 0
 
 
 class PendingSignups(TableAdapter):
@@ -121,76 +185,198 @@ class PendingSignups(TableAdapter):
         pending = PendingSignup.from_item(deserialize(item))
         return None if pending.expired(now) else pending
 
-    def claim(self, pending: PendingSignup, *, cooldown_seconds: int, now: int) -> Claimed | None:
-        """Write ``pending`` unless the address got a confirmation mail within the cooldown
-        (one conditional PutItem returning the item it replaced): ``"new"`` when no live
-        sign-up was there, ``"renewed"`` when a live one is mailed again; None: within the
-        cooldown, nothing written."""
-        try:
-            answer = self.client.put_item(
-                TableName=self.table,
-                Item=serialize(pending.to_item()),
-                ConditionExpression=COOLDOWN_CONDITION,
-                ExpressionAttributeValues=values(cutoff=now - cooldown_seconds, now=now),
-                ReturnValues="ALL_OLD",
+    def read_state(self, email: str, *, now: int) -> SignupState:
+        """Everything a sign-up of ``email`` decides on, in ONE consistent BatchGetItem (the
+        same request whatever the address's state)."""
+        sub = keys.sub_pk(email)
+        wanted = {
+            "profile": (sub, keys.PROFILE),
+            "suppression": (sub, keys.SUPPRESSION),
+            "erased": (keys.erased_pk(email), keys.ERASED),
+            "pending": keys.pending_key(email),
+            "mailbox": (keys.signup_mailbox_pk(mailbox_key(email)), keys.COOLDOWN),
+            "domain": keys.signup_domain_key(domain_of(email), hour_of(now)),
+        }
+        found = {
+            (item["PK"], item["SK"]): item
+            for item in (
+                deserialize(raw)
+                for raw in batch_get(
+                    self.client, self.table, [key(pk, sk) for pk, sk in wanted.values()], ConsistentRead=True
+                )
             )
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return None
-        old = answer.get("Attributes")
-        if old and not PendingSignup.from_item(deserialize(old)).expired(now):
-            return RENEWED
-        return NEW
+        }
+        pending_item = found.get(wanted["pending"])
+        pending = PendingSignup.from_item(pending_item) if pending_item else None
+        profile_item = found.get(wanted["profile"])
+        return SignupState(
+            profile=Profile.from_item(profile_item) if profile_item else None,
+            suppressed=wanted["suppression"] in found,
+            erased=wanted["erased"] in found,
+            pending=None if pending is None or pending.expired(now) else pending,
+            pending_id=pending.signup_id if pending else None,
+            mailbox_last_mail_at=int(found.get(wanted["mailbox"], {}).get("last_mail_at", 0)),
+            domain_mails=int(found.get(wanted["domain"], {}).get("mails", 0)),
+        )
 
-    def mailed(self, email: str, source: str, step: str, *, claimed: Claimed, at: str) -> None:
-        """The confirmation mail went out: drop its send-once claim (the cooldown already keeps
-        it single, and an address that never confirms must leave no item that outlives its
-        sign-up; the ``SENT#`` log expires with it). A NEW sign-up is counted in the same
-        transaction, conditioned on the claim still being there, so once."""
-        claim_key = key(keys.sub_pk(email), keys.send_claim_sk(source, step))
-        if claimed != NEW:
-            self.client.delete_item(TableName=self.table, Key=claim_key)
-            return
+    def admit(
+        self,
+        pending: PendingSignup,
+        state: SignupState,
+        *,
+        cooldown_seconds: int,
+        domain_cap: int,
+        now: int,
+    ) -> Claimed | None:
+        """Write ``pending`` in ONE transaction whose conditions are the sign-up rules, so it
+        commits only for an address that may be mailed, whatever the read before it saw:
+        the pending item is the one ``state`` read (or none), the mailbox's last confirmation
+        mail is older than the cooldown, the domain's mails this hour are under the cap, the
+        address has no ``SUPPRESSION`` item, its profile (if any) is neither subscribed nor
+        suppressed, and (without a profile) no erase tombstone. Every sign-up sends this same
+        request (the answer takes the same time whatever the address's state); a refused one
+        writes nothing. ``"new"`` (no live sign-up before: counted when mailed) or
+        ``"renewed"``; None: refused."""
+        claimed: Claimed = NEW if state.pending is None else RENEWED
+        pk, sk = keys.pending_key(pending.email)
+        sub = keys.sub_pk(pending.email)
+        mailbox_pk = keys.signup_mailbox_pk(mailbox_key(pending.email))
+        domain_pk, domain_sk = keys.signup_domain_key(domain_of(pending.email), hour_of(now))
+        put_pending: PutTypeDef = {
+            "TableName": self.table,
+            "Item": serialize(pending.to_item(uncounted=claimed == NEW)),
+            "ConditionExpression": "attribute_not_exists(PK)",
+        }
+        if state.pending_id is not None:
+            put_pending["ConditionExpression"] = "signup_id = :id"
+            put_pending["ExpressionAttributeValues"] = values(id=state.pending_id)
         actions = [
+            Action("pending", {"Put": put_pending}),
             Action(
-                "claim",
+                "mailbox",
                 {
-                    "Delete": {
+                    "Put": {
                         "TableName": self.table,
-                        "Key": claim_key,
-                        "ConditionExpression": "attribute_exists(PK)",
+                        "Item": serialize(
+                            {
+                                "PK": mailbox_pk,
+                                "SK": keys.COOLDOWN,
+                                "last_mail_at": now,
+                                TTL_ATTRIBUTE: now + max(cooldown_seconds, 1),
+                            }
+                        ),
+                        "ConditionExpression": "attribute_not_exists(PK) OR last_mail_at < :cutoff",
+                        "ExpressionAttributeValues": values(cutoff=now - cooldown_seconds),
                     }
                 },
             ),
+            Action(
+                "domain",
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": key(domain_pk, domain_sk),
+                        "UpdateExpression": "ADD mails :one SET #ttl = :ttl",
+                        "ConditionExpression": "attribute_not_exists(mails) OR mails < :cap",
+                        "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
+                        "ExpressionAttributeValues": values(one=1, cap=domain_cap, ttl=now + 2 * 3600),
+                    }
+                },
+            ),
+            Action(
+                "suppression",
+                {
+                    "ConditionCheck": {
+                        "TableName": self.table,
+                        "Key": key(sub, keys.SUPPRESSION),
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+            ),
+            Action(
+                "profile",
+                {
+                    "ConditionCheck": {
+                        "TableName": self.table,
+                        "Key": key(sub, keys.PROFILE),
+                        "ConditionExpression": "attribute_not_exists(PK) OR "
+                        "(#status <> :subscribed AND (attribute_not_exists(suppressed) OR suppressed = :no))",
+                        "ExpressionAttributeNames": {"#status": "status"},
+                        "ExpressionAttributeValues": values(subscribed=SUBSCRIBED, no=False),
+                    }
+                },
+            ),
+        ]
+        if state.profile is None:
+            # Without a profile the erase tombstone holds the address back; with one (it came
+            # back through the events API after the erase), the profile's own state decides.
+            tombstone = key(keys.erased_pk(pending.email), keys.ERASED)
+            check: ConditionCheckTypeDef = {
+                "TableName": self.table,
+                "Key": tombstone,
+                "ConditionExpression": "attribute_not_exists(PK)",
+            }
+            actions.append(Action("erased", {"ConditionCheck": check}))
+        try:
+            retry_contended(lambda: transact(self.client, actions), sleep=self._sleep)
+        except TransactionConflict:
+            return None
+        return claimed
+
+    def confirmation(
+        self, email: str, step: str, *, now: int
+    ) -> tuple[Profile | None, bool, PendingSignup | None]:
+        """What the confirmation mail of ``step`` goes to, in ONE consistent BatchGetItem: the
+        address's profile, whether its ``SUPPRESSION`` item exists, and its live pending
+        sign-up when it is the one ``step`` names (None: gone, expired or replaced)."""
+        sub = keys.sub_pk(email)
+        wanted = [key(sub, keys.PROFILE), key(sub, keys.SUPPRESSION), key(*keys.pending_key(email))]
+        found = {
+            item["SK"]: item
+            for item in (
+                deserialize(raw) for raw in batch_get(self.client, self.table, wanted, ConsistentRead=True)
+            )
+        }
+        pending = PendingSignup.from_item(found[keys.PENDING]) if keys.PENDING in found else None
+        if pending is not None and (pending.expired(now) or pending.step != step):
+            pending = None
+        profile = Profile.from_item(found[keys.PROFILE]) if keys.PROFILE in found else None
+        return profile, keys.SUPPRESSION in found, pending
+
+    def sent(self, pending: PendingSignup, source: str, *, at: str) -> None:
+        """The confirmation mail of ``pending`` went out: the pending item is marked ``mailed``
+        (a redelivered job then sends nothing) and a new sign-up is counted in the same
+        transaction (its ``uncounted`` mark removed, so once, however often the job is
+        delivered); then the mail's send-once claim is dropped (no item may outlive the
+        sign-up; the ``SENT#`` log expires with it)."""
+        pk, sk = keys.pending_key(pending.email)
+        mark: UpdateTypeDef = {
+            "TableName": self.table,
+            "Key": key(pk, sk),
+            "UpdateExpression": f"SET {MAILED} = :yes REMOVE {UNCOUNTED}",
+            "ConditionExpression": f"signup_id = :id AND attribute_exists({UNCOUNTED})",
+            "ExpressionAttributeValues": values(id=pending.signup_id, yes=True),
+        }
+        actions = [
+            Action("pending", {"Update": mark}),
             Action("counters", signup_counter(self.table, SIGNUP, at=at)),
         ]
         try:
             retry_contended(lambda: transact(self.client, actions), sleep=self._sleep)
-        except TransactionConflict:
-            return  # the claim was dropped before: this sign-up was counted with it
-
-    def release(self, email: str, signup_id: str, *, claimed: Claimed) -> None:
-        """No mail went out after all: lift the cooldown of this sign-up (a retry may mail).
-        A NEW sign-up is deleted (nothing was sent for it: the retry is a new sign-up, counted
-        when it mails); a RENEWED one keeps its item with ``last_mail_at`` reset."""
-        pk, sk = keys.pending_key(email)
-        try:
-            if claimed == NEW:
-                self.client.delete_item(
-                    TableName=self.table,
-                    Key=key(pk, sk),
-                    ConditionExpression="signup_id = :id",
-                    ExpressionAttributeValues=values(id=signup_id),
-                )
-            else:
+        except TransactionConflict:  # renewed, or counted by an earlier delivery of the job
+            # confirmed or replaced meanwhile: nothing left to mark
+            with contextlib.suppress(self.client.exceptions.ConditionalCheckFailedException):
                 self.client.update_item(
                     TableName=self.table,
                     Key=key(pk, sk),
-                    UpdateExpression="SET last_mail_at = :zero",
+                    UpdateExpression=f"SET {MAILED} = :yes",
                     ConditionExpression="signup_id = :id",
-                    ExpressionAttributeValues=values(zero=0, id=signup_id),
+                    ExpressionAttributeValues=values(id=pending.signup_id, yes=True),
                 )
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return
+        self.client.delete_item(
+            TableName=self.table,
+            Key=key(keys.sub_pk(pending.email), keys.send_claim_sk(source, pending.step)),
+        )
 
     def delete_action(self, email: str, signup_id: str) -> TransactWriteItemTypeDef:
         """A transaction action deleting this very sign-up (it must still be there)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response, content_types
 
-from shared.consent.confirm import confirm, inspect
+from shared.consent.confirm import StaleConfirmation, confirm, inspect
 from shared.consent.context import ConsentContext
 from shared.consent.record import Requester
 from shared.consent.signup import FORM_TYPES, SignupOutcome, SignupRules, parse_signup, signup
@@ -32,6 +32,11 @@ from shared.web.pages import HEADERS, link_status, page, refused_link, sender_na
 from shared.web.unsubscribe import mask_email
 
 CONFIRM_HINT = "Sign up again to get a new confirmation link."
+STALE_HEADING = "This link was replaced"
+STALE_MESSAGE = (
+    "This address was signed up again after this link was sent, so this link no longer "
+    "confirms anything. Only the link in the newest confirmation mail works."
+)
 
 
 def is_form(content_type: str | None) -> bool:
@@ -143,11 +148,14 @@ class SignupPages:
             if status == 503:
                 answer.headers["Retry-After"] = str(RETRY_AFTER_S)
             return answer
-        heading, message = refused_link(
-            exc,
-            expired="Confirmation links work for a few days only.",
-            gone=("This link does not work", "There is no sign-up for it any more."),
-        )
+        if isinstance(exc, StaleConfirmation):
+            heading, message = STALE_HEADING, STALE_MESSAGE
+        else:
+            heading, message = refused_link(
+                exc,
+                expired="Confirmation links work for a few days only.",
+                gone=("This link does not work", "There is no sign-up for it any more."),
+            )
         logger.info("confirmation link refused", status=status, reason=type(exc).__name__)
         return self._page("error", status, heading=heading, message=message, hint=CONFIRM_HINT)
 

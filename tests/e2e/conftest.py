@@ -204,6 +204,9 @@ NOT_REACHED_BY_E2E = {
     ): "a send_failed event in the events table (SES rejected); tests/integration/test_send_pipeline.py",
     ("mailstep-sender", "dynamodb:DeleteItem"): "a send claim released after SES refused a send; "
     "tests/integration/test_send_handler.py",
+    ("mailstep-sender", "dynamodb:GetItem"): "the send claim read after a lost claim race (a job "
+    "delivered again while or after it was sent; profiles are read with BatchGetItem); "
+    "tests/integration/test_send_pipeline.py",
     ("mailstep-sequence-step", "dynamodb:PutItem"): "the fail step's sequence_failed event; "
     "tests/integration/test_sequence_execution.py",
     ("mailstep-sequence-step", "dynamodb:Query"): "if: {opened|clicked: template} reads the events table; "

@@ -20,8 +20,8 @@ from shared.consent.signup import signup
 from shared.core.aws import client
 from shared.core.errors import ConcurrentModification, InvalidInput, SubscriberNotFound
 from shared.core.topics import TOPICS_FILE, require_topics
-from shared.store.dynamo import key, values
-from shared.store.pending import NEW, PendingSignups
+from shared.store.dynamo import key, serialize, values
+from shared.store.pending import PendingSignup, PendingSignups
 from shared.store.stats import (
     SignupCounts,
     StatsStore,
@@ -120,29 +120,39 @@ def test_a_single_opt_in_is_counted_once_and_not_as_a_confirmation(ctx, resource
     assert _counts(resources).confirmation_rate is None
 
 
-def test_a_mail_that_could_not_go_out_is_not_counted_and_its_retry_is(ctx, resources, outbox):
-    busy = replace(ctx, send=replace(ctx.send, ses=_Throttled("mailstep")))
-    with pytest.raises(ConcurrentModification):
-        signup(_request(), busy, now=T0)
-    # nothing was sent for it: the new sign-up is gone again, nothing counted
-    assert ctx.pending.get(ADDRESS, now=T0.timestamp()) is None
+def test_a_mail_that_could_not_go_out_is_not_counted_until_its_redelivery_sends_it(ctx, resources, outbox):
+    queue = ctx.queue
+    queue.send_ctx = replace(ctx.send, ses=_Throttled("mailstep"))
+    assert signup(_request(), ctx, now=T0).action == "pending"
+    # nothing was sent for it yet: the job stays queued, nothing counted
+    assert outbox == [] and len(queue.held) == 1
     assert _counts(resources) == SignupCounts()
 
-    assert signup(_request(), ctx, now=T0 + timedelta(minutes=1)).action == "pending"
+    # the redelivery sends it and counts it; a duplicate delivery of the same job neither
+    queue.send_ctx = ctx.send
+    job = queue.held[0]
+    assert [o.status for o in queue.redeliver(T0 + timedelta(minutes=1))] == ["sent"]
+    assert queue.deliver(job, T0 + timedelta(minutes=2)).status == "skipped"
     assert len(outbox) == 1 and _counts(resources) == SignupCounts(signups=1)
 
 
-def test_the_claim_of_a_counted_mail_is_dropped_once_and_counted_once(resources):
+def test_a_mailed_new_sign_up_is_counted_once_and_its_claim_dropped(resources):
     table = resources.tables["table_name"]
     pending = PendingSignups(table)
-    claim_key = key(keys.sub_pk(ADDRESS), keys.send_claim_sk("signup", "confirm-1"))
+    signup_ = PendingSignup(
+        email=ADDRESS, signup_id="1", form="default", created_at="", expires_at=2**31, last_mail_at=1
+    )
+    client("dynamodb").put_item(TableName=table, Item=serialize(signup_.to_item(uncounted=True)))
+    claim_key = key(keys.sub_pk(ADDRESS), keys.send_claim_sk("signup", signup_.step))
     client("dynamodb").put_item(TableName=table, Item={**claim_key, "state": {"S": "sending"}})
 
-    pending.mailed(ADDRESS, "signup", "confirm-1", claimed=NEW, at="2026-03-02T09:00:00.000Z")
-    pending.mailed(ADDRESS, "signup", "confirm-1", claimed=NEW, at="2026-03-02T09:00:01.000Z")
+    pending.sent(signup_, "signup", at="2026-03-02T09:00:00.000Z")
+    pending.sent(signup_, "signup", at="2026-03-02T09:00:01.000Z")
 
     assert client("dynamodb").get_item(TableName=table, Key=claim_key).get("Item") is None
     assert _counts(resources) == SignupCounts(signups=1)
+    stored = pending.get(ADDRESS, now=0)
+    assert stored is not None and stored.mailed
 
 
 class _Contended:
