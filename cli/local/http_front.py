@@ -8,6 +8,13 @@ response; anything else is a 200 JSON body; a function error is a 500). Unknown 
 a known path with another method, get API Gateway's 404. ``/_local/...`` goes to the
 runtime's control endpoints.
 
+CORS as the template configures it (the HTTP API's ``CorsConfiguration``, :class:`Cors`):
+API Gateway answers a preflight (``OPTIONS`` with ``Origin`` and
+``Access-Control-Request-Method``) itself, without an ``OPTIONS`` route and without invoking
+a function, and adds the configured headers to a function's answer to an allowed origin
+(ignoring CORS headers the function set). Without a configuration an ``OPTIONS`` is a 404
+like any method without a route; so is ``HEAD`` (a ``GET`` route does not take it).
+
 With an ``ssl.SSLContext`` the same front is served over TLS (the runtime's public https
 base URL): the handshake runs in the connection's own thread, so a client that stalls or
 fails it (an untrusted certificate, plain http on the TLS port) only loses its connection.
@@ -23,7 +30,7 @@ import ssl
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,6 +78,74 @@ def to_http(result: Any, errored: bool) -> Answer:
 
 
 NOT_FOUND: Answer = 404, {"content-type": "application/json"}, [], b'{"message":"Not Found"}'
+API_RESOURCE = "AWS::ApiGatewayV2::Api"
+
+
+@dataclass(frozen=True)
+class Cors:
+    """An HTTP API's ``CorsConfiguration`` (origins compared exactly, ``*`` allows any)."""
+
+    allow_origins: tuple[str, ...]
+    allow_methods: tuple[str, ...] = ()
+    allow_headers: tuple[str, ...] = ()
+    expose_headers: tuple[str, ...] = ()
+    max_age: int | None = None
+    allow_credentials: bool = False
+    _lower: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_lower", frozenset(o.lower() for o in self.allow_origins))
+
+    @classmethod
+    def from_template(cls, template: dict[str, Any]) -> Cors | None:
+        """The ``CorsConfiguration`` of the template's HTTP API; None when it has none."""
+        for resource in (template.get("Resources") or {}).values():
+            config = (resource.get("Properties") or {}).get("CorsConfiguration")
+            if resource.get("Type") == API_RESOURCE and config:
+                return cls(
+                    allow_origins=tuple(config.get("AllowOrigins") or ()),
+                    allow_methods=tuple(config.get("AllowMethods") or ()),
+                    allow_headers=tuple(config.get("AllowHeaders") or ()),
+                    expose_headers=tuple(config.get("ExposeHeaders") or ()),
+                    max_age=config.get("MaxAge"),
+                    allow_credentials=bool(config.get("AllowCredentials")),
+                )
+        return None
+
+    def allows(self, origin: str) -> bool:
+        return "*" in self.allow_origins or origin.lower() in self._lower
+
+    def _origin(self, origin: str) -> dict[str, str]:
+        allowed = "*" if "*" in self.allow_origins and not self.allow_credentials else origin
+        headers = {"access-control-allow-origin": allowed}
+        if self.allow_credentials:
+            headers["access-control-allow-credentials"] = "true"
+        return headers
+
+    def preflight(self, origin: str) -> Answer:
+        """API Gateway's own answer to a preflight: 204, the configured headers for an allowed
+        origin, none for another (the browser then refuses the request)."""
+        if not self.allows(origin):
+            return 204, {}, [], b""
+        headers = self._origin(origin)
+        if self.allow_methods:
+            headers["access-control-allow-methods"] = ",".join(self.allow_methods)
+        if self.allow_headers:
+            headers["access-control-allow-headers"] = ",".join(self.allow_headers)
+        if self.max_age is not None:
+            headers["access-control-max-age"] = str(self.max_age)
+        return 204, headers, [], b""
+
+    def on_answer(self, origin: str | None, answer: Answer) -> Answer:
+        """A function's answer as API Gateway returns it: its CORS headers replaced by the
+        configured ones (for an allowed ``origin``; none otherwise)."""
+        status, headers, cookies, body = answer
+        kept = {k: v for k, v in headers.items() if not k.startswith("access-control-")}
+        if origin and self.allows(origin):
+            kept.update(self._origin(origin))
+            if self.expose_headers:
+                kept["access-control-expose-headers"] = ",".join(self.expose_headers)
+        return status, kept, cookies, body
 
 
 class _GatewayResponse(Response):
@@ -126,8 +201,10 @@ class HttpFront:
         control: Control | None = None,
         ssl_context: ssl.SSLContext | None = None,
         stats: FrontStats | None = None,
+        cors: Cors | None = None,
     ) -> None:
         self.routes = routes
+        self.cors = cors
         self.url_map = Map(
             [
                 Rule(rule_path(route.path), endpoint=index, methods=_methods(route.method))
@@ -165,6 +242,14 @@ class HttpFront:
             status, answer = self.control(request.method, raw_path, body)
             return status, {"content-type": "application/json"}, [], json.dumps(answer).encode()
         self.stats.requests += 1
+        origin = request.headers.get("origin")
+        if (
+            self.cors is not None
+            and request.method == "OPTIONS"
+            and origin
+            and request.headers.get("access-control-request-method")
+        ):
+            return self.cors.preflight(origin)
         try:
             index, params = self.url_map.bind_to_environ(request.environ).match(
                 raw_path, method=request.method
@@ -186,7 +271,8 @@ class HttpFront:
             source_ip=request.remote_addr or "",
             api_id=self.api_id,
         )
-        return to_http(*self.invoke(function, event))
+        answer = to_http(*self.invoke(function, event))
+        return answer if self.cors is None else self.cors.on_answer(origin, answer)
 
     @property
     def port(self) -> int:

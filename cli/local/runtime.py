@@ -43,7 +43,7 @@ from cli.local.clock import VirtualClock
 from cli.local.deployment import Deployment, bind, deploy, uploaded_function
 from cli.local.environments import Environments
 from cli.local.eventbridge import ExecutionStatusRules, rules_of
-from cli.local.http_front import HttpFront
+from cli.local.http_front import Cors, HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.provision import LocalResources, local_function_name, provision
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
@@ -198,7 +198,10 @@ class LocalRuntime:
         self.resources = provision(config.api_key, messaging=True, aws=self.aws)
         deployment = self._deploy_artifact(self.artifact, f"https://127.0.0.1:{config.public_port}")
 
-        self.front = HttpFront(specs.routes(), self.invoke_spec, port=config.api_port, control=self._control)
+        cors = Cors.from_template(self.artifact.template)  # the template's HTTP API CORS, if any
+        self.front = HttpFront(
+            specs.routes(), self.invoke_spec, port=config.api_port, control=self._control, cors=cors
+        )
         config.api_port = self.front.port
         self.public_front = HttpFront(
             specs.routes(),
@@ -207,6 +210,7 @@ class LocalRuntime:
             control=self._control,
             ssl_context=server_context(self.tls),
             stats=self.front.stats,
+            cors=cors,
         )
         self.front.start()
         self.public_front.start()
