@@ -4,6 +4,7 @@ local runtime: every tool is listed, answers like the CLI, and refuses what it m
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import anyio
@@ -374,3 +375,57 @@ def test_broadcast_tools_dry_run_then_send_only_with_confirm(local: Local) -> No
 
     run_session(local, body)
     assert sorted(d for m in sent_by(local, tag) for d in m["destination"]) == people  # nobody twice
+
+
+def _cli_dry_run(local: Local, tag: str, filters: dict[str, list[str]]) -> tuple[int, set[str], str]:
+    """``mailstep broadcast send --dry-run`` with the same filters: (size, sample, audience)."""
+    options = {"any_tags": "--any-tag", "exclude_tags": "--exclude-tag", "where": "--where"}
+    args = [arg for name, values in filters.items() for value in values for arg in (options[name], value)]
+    answer = ops(
+        local, "broadcast", "send", "--template", "newsletter/monthly", "--tag", tag, *args, "--dry-run"
+    )
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    text = " ".join(answer.stdout.split())  # the console wraps long lines
+    found = re.search(r"audience: (\d+) subscriber\(s\) \((.*)\) on ", text)
+    assert found, text
+    sample = text.split("sample:", 1)[1] if "sample:" in text else ""
+    return int(found.group(1)), set(re.findall(r"[\w.+-]+@example\.com", sample)), found.group(2)
+
+
+def test_broadcast_dry_run_audience_equals_the_cli_dry_run_for_every_filter(local: Local) -> None:
+    """Each audience filter (any_tags, exclude_tags, where: =, !=, >, in) and all of them at
+    once: the MCP dry run's size, recipients and description equal the CLI's dry run for the
+    same filters, and both are the readers the filters select."""
+    run = unique("mcp-aud")
+    a, b, x = f"{run}-a", f"{run}-b", f"{run}-x"
+    readers = {
+        "p0": ([a], {"plan": "pro", "seats": 5, "country": "de"}),
+        "p1": ([b], {"plan": "free", "seats": 1, "country": "fr"}),
+        "p2": ([a, b, x], {"plan": "pro", "seats": 10, "country": "us"}),
+        "p3": ([], {"plan": "team", "seats": 4}),
+        "p4": ([x], {"plan": "free", "seats": 2, "country": "de"}),
+    }
+    email = {name: f"{name}-{run}@example.com" for name in readers}
+    for name, (tags, attributes) in readers.items():
+        add_contact(local, email[name], tags=[run, *tags], attributes=attributes)
+    cases: list[tuple[dict[str, list[str]], set[str]]] = [
+        ({}, {"p0", "p1", "p2", "p3", "p4"}),
+        ({"exclude_tags": [x]}, {"p0", "p1", "p3"}),
+        ({"any_tags": [a, b]}, {"p0", "p1", "p2"}),
+        ({"where": ["plan=pro"]}, {"p0", "p2"}),
+        ({"where": ["plan!=free", "seats>4"]}, {"p0", "p2"}),
+        ({"where": ["seats>3"]}, {"p0", "p2", "p3"}),
+        ({"where": ["country in de,fr"]}, {"p0", "p1", "p4"}),
+        ({"any_tags": [a, b], "exclude_tags": [x], "where": ["seats>3"]}, {"p0"}),
+    ]
+    cli = {i: _cli_dry_run(local, run, filters) for i, (filters, _) in enumerate(cases)}
+
+    async def body(tools: Tools) -> None:
+        for i, (filters, expected) in enumerate(cases):
+            dry = await tools.call("broadcast_dry_run", template="newsletter/monthly", tags=[run], **filters)
+            mcp = (dry["audience_size"], set(dry["sample"]), dry["audience"])
+            wanted = {email[name] for name in expected}
+            assert mcp == cli[i], (filters, mcp, cli[i])
+            assert mcp[:2] == (len(wanted), wanted), (filters, mcp)
+
+    run_session(local, body)
