@@ -69,7 +69,7 @@ class Condition:
             raise ValueError("a --where condition must not be empty")
         if len(text) > 1000:
             raise ValueError("a --where condition is at most 1000 characters")
-        match = _IN.match(text)
+        match = _IN.fullmatch(text)
         if match:
             name, op_text, raw = match.groups()
             op: Op = "not in" if op_text.lower().startswith("not") else "in"
@@ -79,7 +79,7 @@ class Condition:
                     f"{text!r}: 'in' takes 1-{MAX_IN_VALUES} non-empty values separated by commas"
                 )
         else:
-            match = _CMP.match(text)
+            match = _CMP.fullmatch(text)
             if not match:
                 raise ValueError(
                     f"{text!r} is not a condition: use NAME=VALUE, NAME!=VALUE, NAME>N (>=, <, <=), "

@@ -73,7 +73,7 @@ class SendJob(BaseModel):
     @field_validator("step")
     @classmethod
     def _step(cls, value: str) -> str:
-        if not STEP_RE.match(value):
+        if not STEP_RE.fullmatch(value):
             raise ValueError("step must be 1-128 characters of letters, digits and _.:- (no '#')")
         return value
 

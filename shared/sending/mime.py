@@ -143,7 +143,7 @@ def parse_mailbox(value: str, field: str) -> tuple[str, str]:
 
 
 def _check_url(url: str) -> str:
-    if not _URL_RE.match(url) or _FORBIDDEN_URL_CHARS & set(url):
+    if not _URL_RE.fullmatch(url) or _FORBIDDEN_URL_CHARS & set(url):
         raise InvalidInput("List-Unsubscribe targets must be https:// or mailto: URLs of printable ASCII")
     return url
 
@@ -174,7 +174,7 @@ def message_id_for(send_id: str, from_email: str) -> str:
 
 def build_message(envelope: Envelope, *, text: str, html: str) -> EmailMessage:
     """A multipart/alternative message (text/plain then text/html)."""
-    if not _SEND_ID_RE.match(envelope.send_id):
+    if not _SEND_ID_RE.fullmatch(envelope.send_id):
         raise InvalidInput("send id must be 1-64 characters of letters, digits, '_' and '-'")
     sender = _address(envelope.from_email, envelope.from_name, "from")
     msg = EmailMessage(policy=POLICY)
@@ -196,7 +196,7 @@ def build_message(envelope: Envelope, *, text: str, html: str) -> EmailMessage:
         msg["List-Unsubscribe"] = ", ".join(f"<{t}>" for t in targets)
         msg["List-Unsubscribe-Post"] = ONE_CLICK
     if envelope.list_id:
-        if not _LIST_LABEL_RE.match(envelope.list_id):
+        if not _LIST_LABEL_RE.fullmatch(envelope.list_id):
             raise InvalidInput("List-Id must be a dot-atom like 'onboarding.lists.acme.test'")
         label = clean_header_text(envelope.list_name, 100)
         label = label if label.isascii() else ""

@@ -25,11 +25,11 @@ MAX_STEPS = 200
 
 def parse_duration(value: Any) -> int:
     """``30m`` / ``12h`` / ``2d`` / ``1w`` -> seconds (at most one year)."""
-    if not isinstance(value, str) or not DURATION_RE.match(value.strip()):
+    if not isinstance(value, str) or not DURATION_RE.fullmatch(value.strip()):
         raise ValueError(
             f"bad duration {str(value)[:30]!r}: use a whole number and m, h, d or w (30m, 12h, 2d, 1w)"
         )
-    match = DURATION_RE.match(value.strip())
+    match = DURATION_RE.fullmatch(value.strip())
     assert match is not None
     seconds = int(match.group(1)) * UNIT_SECONDS[match.group(2)]
     if seconds > MAX_WAIT_SECONDS:
@@ -339,7 +339,7 @@ class SendWindow(Strict):
     def _hour(cls, value: Any) -> str:
         if isinstance(value, int) and 0 <= value <= 24:
             value = f"{value:02d}:00"
-        if not isinstance(value, str) or not HOUR_RE.match(value):
+        if not isinstance(value, str) or not HOUR_RE.fullmatch(value):
             raise ValueError(f"bad time of day {str(value)[:20]!r}: use HH:MM (24h)")
         return value
 
