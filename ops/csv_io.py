@@ -7,9 +7,11 @@ Import file format (a header row is required; UTF-8, a BOM is fine):
 - ``suppressed``, ``created_at`` and ``updated_at`` (written by export) are read-only and
   ignored, so an exported file imports back with no change.
 
-Every row is validated exactly like an event POSTed to /v1/events (``InboundEvent``). A
-rejected row is reported with its line number and reason (bad email, bad tag, bad
-attribute, bad first name, bad status, duplicate row) and never stops the import.
+Every row is validated exactly like an event POSTed to /v1/events (``InboundEvent``), and
+the profile it makes against the per-subscriber limits (at most 50 tags, 50 attributes and
+8 KiB of attributes once merged with the stored profile; ``SubscriberStore.upsert`` refuses
+a write past one). A rejected row is reported with its line number and reason (bad email,
+bad tag, bad attribute, bad first name, bad status, duplicate row) and never stops the import.
 
 Guarantees:
 - streaming: the file is read row by row; memory holds one window of rows plus the set of
@@ -300,8 +302,10 @@ def _write(
             add_tags=tags,
             unsubscribe=row.unsubscribed,
         )
-    except InvalidInput as exc:  # e.g. more tags than a subscriber may hold
-        return row, f"rejected: {exc}", 0
+    except InvalidInput as exc:  # a per-subscriber limit, checked by the store on the merged profile
+        problem = exc.problems[0] if exc.problems else FieldProblem("row", exc.message)
+        head = problem.field.split(".", 1)[0]
+        return row, f"rejected: {REASONS.get(head, 'bad ' + head)}: {problem.message}", 0
     outcome = "created" if change.created else "updated" if change.changed else "unchanged"
     started_count = trigger(change.profile) if trigger and change.profile else 0
     return row, outcome, started_count

@@ -1,11 +1,13 @@
 """Validated models for everything that enters mailstep from outside.
 
 Rules (documented in docs/data-model.md):
-- Emails: surrounding whitespace trimmed, the domain lower-cased (IDNA-encoded when it is
-  not ASCII), the local part kept as written. ``#``, spaces and control characters are
-  rejected, so an email can never forge another key.
+- Emails: surrounding whitespace trimmed, the domain lower-cased (IDNA 2008-encoded with the
+  UTS 46 mapping when it is not ASCII; refused when it cannot be), the local part kept as
+  written. ``#``, spaces and control characters are rejected, so an email can never forge
+  another key.
 - Tags, sequence ids and event types: ``[a-z0-9][a-z0-9_.-]*``, at most 64 characters
-  (:data:`Name`, :data:`Tag`, :data:`EventType`).
+  (:data:`Name`, :data:`Tag`, :data:`EventType`). Every pattern matches the whole value
+  (``fullmatch``): a trailing newline is refused like any other character.
 - Template keys: ``[a-z0-9][a-z0-9_-]*`` parts joined by ``/``, at most 128 characters
   (:data:`TemplateKey`).
 - Attributes: at most 50 keys named ``[A-Za-z_][A-Za-z0-9_]*`` (<= 64 chars, reserved names
@@ -26,6 +28,7 @@ from decimal import Decimal, DecimalException
 from functools import partial
 from typing import Annotated, Any, Literal
 
+import idna
 from boto3.dynamodb.types import DYNAMODB_CONTEXT
 from pydantic import (
     AfterValidator,
@@ -33,6 +36,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -40,15 +44,17 @@ from pydantic import ValidationError as PydanticValidationError
 
 from shared.core.errors import FieldProblem, InvalidInput
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+# Every pattern matches a whole string (``fullmatch``, never ``match``: ``$`` also matches before
+# a final newline, and "vip\n" would pass as a tag).
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 NAME_MAX = 64
-ATTR_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ATTR_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTR_KEY_MAX = 64
-TEMPLATE_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$")
+TEMPLATE_KEY_RE = re.compile(r"[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*")
 TEMPLATE_KEY_MAX = 128
-EVENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/+=-]*$")
-LOCAL_PART_RE = re.compile(r"^[A-Za-z0-9.!$%&'*+/=?^_`{|}~-]+$")
-DOMAIN_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+EVENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+=-]*")
+LOCAL_PART_RE = re.compile(r"[A-Za-z0-9.!$%&'*+/=?^_`{|}~-]+")
+DOMAIN_LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 MAX_TAGS_PER_SUBSCRIBER = 50
@@ -106,22 +112,27 @@ def normalise_email(raw: str) -> str:
     if value.count("@") != 1:
         raise ValueError("must contain exactly one '@'")
     local, domain = value.split("@")
-    if not local or len(local) > 64 or not LOCAL_PART_RE.match(local):
+    if not local or len(local) > 64 or not LOCAL_PART_RE.fullmatch(local):
         raise ValueError("has an invalid local part")
     if local.startswith(".") or local.endswith(".") or ".." in local:
         raise ValueError("has an invalid local part (dots)")
-    try:
-        domain = domain.lower().encode("idna").decode("ascii")
-    except UnicodeError as exc:
-        raise ValueError("has an invalid domain") from exc
+    domain = domain.lower()
+    if not domain.isascii():
+        # IDNA 2008 with the UTS 46 mapping browsers use (non-transitional: "straße.de" stays
+        # its own domain, xn--strae-oqa.de; Python's "idna" codec, IDNA 2003, folds it to
+        # strasse.de, another domain). What IDNA 2008 cannot encode is refused, never guessed.
+        try:
+            domain = idna.encode(domain, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError) as exc:
+            raise ValueError(f"has a domain IDNA 2008 cannot encode ({exc})") from None
     labels = domain.split(".")
-    if len(labels) < 2 or not all(DOMAIN_LABEL_RE.match(label) for label in labels):
+    if len(labels) < 2 or not all(DOMAIN_LABEL_RE.fullmatch(label) for label in labels):
         raise ValueError("has an invalid domain")
     return f"{local}@{domain}"
 
 
 def _fits(value: Any, pattern: re.Pattern[str], limit: int) -> bool:
-    return isinstance(value, str) and len(value) <= limit and bool(pattern.match(value))
+    return isinstance(value, str) and len(value) <= limit and bool(pattern.fullmatch(value))
 
 
 def _checked(value: Any, ok: bool, what: str, rule: str) -> str:
@@ -268,9 +279,15 @@ def validate_attributes(value: Any) -> dict[str, Any]:
         if _deeper_than(item, MAX_ATTRIBUTE_DEPTH):
             raise ValueError(f"attribute {key!r} is nested deeper than {MAX_ATTRIBUTE_DEPTH} levels")
         _check_values(item, MAX_ATTRIBUTE_STRING, key)
-    if len(json.dumps(value, separators=(",", ":"))) > MAX_ATTRIBUTES_BYTES:
+    if attributes_size(value) > MAX_ATTRIBUTES_BYTES:
         raise ValueError(f"attributes exceed {MAX_ATTRIBUTES_BYTES} bytes")
     return value
+
+
+def attributes_size(value: dict[str, Any]) -> int:
+    """The size that ``MAX_ATTRIBUTES_BYTES`` limits: the bytes of compact, ASCII-escaped JSON
+    (an event's attributes and a subscriber's merged ones are measured alike)."""
+    return len(json.dumps(value, separators=(",", ":"), default=str))
 
 
 def validate_data(value: Any) -> dict[str, Any]:
@@ -337,7 +354,7 @@ class InboundEvent(BaseModel):
     def _id(cls, value: Any) -> str | None:
         if value is None:
             return None
-        if not isinstance(value, str) or not (1 <= len(value) <= 128) or not EVENT_ID_RE.match(value):
+        if not isinstance(value, str) or not (1 <= len(value) <= 128) or not EVENT_ID_RE.fullmatch(value):
             raise ValueError("must be 1-128 characters of letters, digits and _.:@/+=-")
         return value
 
@@ -346,6 +363,12 @@ class EventBatch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     events: list[InboundEvent] = Field(min_length=1, max_length=MAX_BATCH)
+    _single: bool = PrivateAttr(default=False)  # the body was one event, not {"events": [...]}
+
+    def field_of(self, index: int, name: str) -> str:
+        """How a refusal names ``name`` of event ``index``: ``events[1].tags`` in a batch,
+        ``tags`` in a body that was one event (as validation names them)."""
+        return name if self._single else f"events[{index}].{name}"
 
     @model_validator(mode="after")
     def _unique_ids(self) -> EventBatch:
@@ -405,7 +428,9 @@ def parse_event_body(payload: Any) -> EventBatch:
                     [FieldProblem("events", f"at most {MAX_BATCH} events (got {len(payload['events'])})")],
                 )
             return EventBatch.model_validate(payload)
-        return EventBatch(events=[InboundEvent.model_validate(payload)])
+        single = EventBatch(events=[InboundEvent.model_validate(payload)])
+        single._single = True
+        return single
     except PydanticValidationError as exc:
         raise invalid_input(exc, "body") from None
 

@@ -32,10 +32,18 @@ from shared.core.errors import (
     ConcurrentModification,
     Conflict,
     ExecutionAlreadyActive,
+    FieldProblem,
     InvalidInput,
     SubscriberNotFound,
 )
-from shared.core.models import MAX_TAGS_PER_SUBSCRIBER, SUBSCRIBED, UNSUBSCRIBED
+from shared.core.models import (
+    MAX_ATTRIBUTES,
+    MAX_ATTRIBUTES_BYTES,
+    MAX_TAGS_PER_SUBSCRIBER,
+    SUBSCRIBED,
+    UNSUBSCRIBED,
+    attributes_size,
+)
 from shared.core.public import public_fields
 from shared.core.retry import Backoff
 from shared.core.specs import TTL_ATTRIBUTE
@@ -374,11 +382,9 @@ class SubscriberStore(TableAdapter):
                 # other mail): the new profile starts suppressed (read with the profile when the
                 # caller passed `known`, else one read per creation)
                 proposed = replace(proposed, suppressed=True)
-            if len(proposed.tags) > MAX_TAGS_PER_SUBSCRIBER:
-                raise InvalidInput(
-                    f"a subscriber holds at most {MAX_TAGS_PER_SUBSCRIBER} tags",
-                    [],
-                )
+            problems = limit_problems(current, proposed)
+            if problems:
+                raise InvalidInput(f"{problems[0].field}: {problems[0].message}", problems)
             before = current.tags if current else frozenset()
             added = tuple(sorted(proposed.tags - before))
             removed = tuple(sorted(before - proposed.tags))
@@ -878,6 +884,41 @@ def merged(current: Profile | None, email: str, **change: Unpack[ProfileChange])
         attributes=attrs,
         tags=(base.tags | frozenset(change.get("add_tags", ()))) - frozenset(change.get("remove_tags", ())),
     )
+
+
+def limit_problems(current: Profile | None, proposed: Profile) -> list[FieldProblem]:
+    """The per-subscriber limits (docs/data-model.md) that writing ``proposed`` over ``current``
+    would break, each named by the field of the change that breaks it (``tags``,
+    ``attributes``): at most ``MAX_TAGS_PER_SUBSCRIBER`` tags, ``MAX_ATTRIBUTES`` attributes and
+    ``MAX_ATTRIBUTES_BYTES`` of attributes (as JSON). A change that does not grow a measure past
+    its limit passes, so a profile stored before a limit existed can still shrink, change or
+    unsubscribe. :meth:`SubscriberStore.mutate` refuses every write that breaks one; the events
+    API checks a whole batch with it before writing anything."""
+    problems = []
+    was = current or Profile(email=proposed.email)
+    tags, attrs = len(proposed.tags), len(proposed.attributes)
+    if tags > MAX_TAGS_PER_SUBSCRIBER and tags > len(was.tags):
+        problems.append(
+            FieldProblem(
+                "tags", f"a subscriber holds at most {MAX_TAGS_PER_SUBSCRIBER} tags (this makes {tags})"
+            )
+        )
+    if attrs > MAX_ATTRIBUTES and attrs > len(was.attributes):
+        problems.append(
+            FieldProblem(
+                "attributes", f"a subscriber holds at most {MAX_ATTRIBUTES} attributes (this makes {attrs})"
+            )
+        )
+    size = attributes_size(proposed.attributes)
+    if size > MAX_ATTRIBUTES_BYTES and size > attributes_size(was.attributes):
+        problems.append(
+            FieldProblem(
+                "attributes",
+                f"a subscriber's attributes hold at most {MAX_ATTRIBUTES_BYTES} bytes as JSON "
+                f"(this makes {size})",
+            )
+        )
+    return problems
 
 
 def same(a: Profile, b: Profile) -> bool:

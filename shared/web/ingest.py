@@ -1,9 +1,12 @@
 """Events ingestion: what POST /v1/events does with a validated batch.
 
-Each event goes through :func:`dispatch`, the one place that decides what an event type
-means (profile upsert, unsubscribe, and, from the sequences capability on, starting and
-stopping sequences). Events carrying an ``id`` run under Powertools idempotency, so a
-retried POST returns the stored outcome and changes nothing.
+Before anything is written, :func:`check_batch` validates the whole batch against the
+profiles it will produce (the per-subscriber limits on the merged profile, events of one
+subscriber applied in order): a batch that breaks one is refused whole, each problem named by
+its field (``events[1].tags``). Then each event goes through :func:`dispatch`, the one place
+that decides what an event type means (profile upsert, unsubscribe, and, from the sequences
+capability on, starting and stopping sequences). Events carrying an ``id`` run under
+Powertools idempotency, so a retried POST returns the stored outcome and changes nothing.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import D
 
 from shared.core import clock
 from shared.core.aws import client as aws_client
+from shared.core.errors import FieldProblem, InvalidInput
 from shared.core.models import UNSUBSCRIBE_EVENT, EventBatch, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.sequences.engine import SequenceEngine
 from shared.store import keys
-from shared.store.subscribers import SubscriberStore
+from shared.store.subscribers import Known, ProfileChange, SubscriberStore, limit_problems, merged
 
 # Everything of an event except its id: a reused id with a different payload is a conflict.
 _PAYLOAD = "[type, email, first_name, attributes, tags, data]"
@@ -78,25 +82,48 @@ def _mark_replayed(response: dict[str, Any], idempotent_data: DataRecord) -> dic
     return {**response, "replayed": True} if isinstance(response, dict) else response
 
 
-def dispatch(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
+def profile_change(event: InboundEvent) -> ProfileChange:
+    """What ``event`` changes of its subscriber's profile (the upsert's arguments)."""
+    return ProfileChange(
+        first_name=event.first_name,
+        attributes=event.attributes,
+        add_tags=event.tags.add if event.tags else (),
+        remove_tags=event.tags.remove if event.tags else (),
+        unsubscribe=event.type == UNSUBSCRIBE_EVENT,
+    )
+
+
+def check_batch(batch: EventBatch, store: SubscriberStore) -> dict[str, Known]:
+    """Refuse the batch whole, before anything is written, when the profiles it would produce
+    break a per-subscriber limit: each event is merged (the store's one rule, ``merged``) onto
+    the profile the events before it leave, and checked (``limit_problems``). The refusal names
+    every breaking event's field (``events[1].tags``). Returns the addresses as read (profile
+    and suppression, one consistent BatchGetItem per 50 addresses): each one's first upsert
+    starts from it instead of reading again."""
+    known = store.known(event.email for event in batch.events)
+    profiles = {email: state.profile for email, state in known.items()}
+    problems: list[FieldProblem] = []
+    for index, event in enumerate(batch.events):
+        current = profiles[event.email]
+        proposed = merged(current, event.email, **profile_change(event))
+        found = limit_problems(current, proposed)
+        problems += [FieldProblem(batch.field_of(index, p.field), p.message) for p in found]
+        profiles[event.email] = current if found else proposed
+    if problems:
+        raise InvalidInput(f"{problems[0].field}: {problems[0].message}; nothing was written", problems)
+    return known
+
+
+def dispatch(event: InboundEvent, ctx: IngestContext, known: Known | None = None) -> dict[str, Any]:
     """Apply one event. Returns the outcome as a plain dict (stored by idempotency).
 
     Order: profile upsert (an unsubscribe is recorded first), the event item, then the
     sequences: executions the event ends are stopped, then the ones it triggers start
-    (``shared.sequences.engine``; the outcome lists both)."""
+    (``shared.sequences.engine``; the outcome lists both). ``known``: the address as read
+    just before (else read here: profile and suppression in one BatchGetItem)."""
     store = ctx.store
-    tags = event.tags
-    add = tags.add if tags else ()
-    remove = tags.remove if tags else ()
     change = store.upsert(
-        event.email,
-        # profile and suppression in one BatchGetItem: a new address costs one read, not two
-        known=store.known([event.email])[event.email],
-        first_name=event.first_name,
-        attributes=event.attributes,
-        add_tags=add,
-        remove_tags=remove,
-        unsubscribe=event.type == UNSUBSCRIBE_EVENT,
+        event.email, known=known or store.known([event.email])[event.email], **profile_change(event)
     )
     _record(event, ctx)
     started, stopped = ctx.sequences.on_event(event, change.profile) if ctx.sequences else ([], [])
@@ -135,7 +162,9 @@ def _record(event: InboundEvent, ctx: IngestContext) -> None:
 
 
 def ingest(batch: EventBatch, ctx: IngestContext) -> list[dict[str, Any]]:
-    """Process a validated batch in order; events with an ``id`` are idempotent."""
+    """Process a validated batch in order (after :func:`check_batch`; nothing is written when it
+    refuses); events with an ``id`` are idempotent."""
+    known = check_batch(batch, ctx.store)
     idempotent = None
     if ctx.idempotency is not None and ctx.persistence is not None:
         idempotent = idempotent_function(
@@ -145,30 +174,42 @@ def ingest(batch: EventBatch, ctx: IngestContext) -> list[dict[str, Any]]:
             config=ctx.idempotency,
             key_prefix="mailstep-events",
         )
-    results = []
+    results: list[dict[str, Any]] = []
     for index, event in enumerate(batch.events):
-        if event.id and idempotent is not None:
-            try:
-                outcome = idempotent(event=event.model_dump(mode="json"), ctx=ctx)
-            except IdempotencyValidationError:
-                results.append(
-                    {
-                        "index": index,
-                        "type": event.type,
-                        "id": event.id,
-                        "error": {
-                            "code": "conflict",
-                            "message": f"id {event.id!r} was already used "
-                            "for a different event; nothing was changed",
-                        },
-                    }
-                )
-                continue
-        else:
-            outcome = dispatch(event, ctx)
+        # the address as check_batch read it, for its first event only (later ones read again)
+        state = known.pop(event.email, None)
+        try:
+            if event.id and idempotent is not None:
+                outcome = idempotent(event=event.model_dump(mode="json"), ctx=ctx, known=state)
+            else:
+                outcome = dispatch(event, ctx, state)
+        except IdempotencyValidationError:
+            message = f"id {event.id!r} was already used for a different event; nothing was changed"
+            results.append(_refused(index, event, "conflict", message))
+            continue
+        except InvalidInput as exc:
+            # The store refuses a write past a limit, checked on the profile it finds: only a
+            # concurrent writer can make it differ from what check_batch read. Before any write
+            # the request is refused whole; after one, this event alone is, in its result.
+            named = [FieldProblem(batch.field_of(index, p.field), p.message) for p in exc.problems]
+            first = named[0] if named else FieldProblem(batch.field_of(index, "body"), exc.message)
+            if all("error" in r for r in results):
+                raise InvalidInput(f"{first.field}: {first.message}", named or [first]) from None
+            results.append(_refused(index, event, "invalid_request", first.message, field=first.field))
+            continue
         results.append({**outcome, "index": index})
     return results
 
 
-def _dispatch_kw(*, event: dict[str, Any], ctx: IngestContext) -> dict[str, Any]:
-    return dispatch(InboundEvent.model_validate(event), ctx)
+def _refused(index: int, event: InboundEvent, code: str, message: str, **extra: str) -> dict[str, Any]:
+    """The result of an event that changed nothing: its error instead of an outcome."""
+    return {
+        "index": index,
+        "type": event.type,
+        "id": event.id,
+        "error": {"code": code, "message": message, **extra},
+    }
+
+
+def _dispatch_kw(*, event: dict[str, Any], ctx: IngestContext, known: Known | None = None) -> dict[str, Any]:
+    return dispatch(InboundEvent.model_validate(event), ctx, known)

@@ -194,3 +194,19 @@ def test_delete_leaves_nothing_in_either_table(store: SubscriberStore, admin: An
     assert store.sequence_members("onboarding") == ["bob@example.com"]
     with pytest.raises(SubscriberNotFound):
         subscribers.delete(email)
+
+
+def test_update_past_a_per_subscriber_limit_is_refused_naming_the_field(
+    store: SubscriberStore, admin: Any
+) -> None:
+    # The CLI and the MCP server update through the same store write as the events API
+    subscribers, _ = admin
+    store.upsert("ada@example.com", add_tags=[f"t{i}" for i in range(50)])
+    before = store.require_profile("ada@example.com")
+
+    with pytest.raises(InvalidInput) as refused:
+        subscribers.update("ada@example.com", parse_update(["+one-more"]))
+
+    assert [p.field for p in refused.value.problems] == ["tags"]
+    assert "at most 50 tags" in refused.value.message
+    assert store.require_profile("ada@example.com") == before

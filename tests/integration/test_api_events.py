@@ -174,6 +174,73 @@ HOSTILE: list[tuple[str, object, bool, str]] = [
         False,
         "events[1].email",
     ),
+    # Names match as whole strings: "$" also matches before a final newline.
+    ("tag-trailing-newline", ok(tags=["vip\n"]), False, "tags"),
+    ("tag-removed-trailing-newline", ok(tags={"remove": ["vip\n"]}), False, "tags"),
+    ("type-trailing-newline", {"type": "trial.started\n", "email": "a@example.com"}, False, "type"),
+    ("attribute-name-trailing-newline", ok(attributes={"plan\n": "pro"}), False, "attributes"),
+    ("id-trailing-newline", ok(id="evt-1\n"), False, "id"),
+    # A domain IDNA 2008 cannot encode is refused, never folded into another one.
+    ("email-domain-not-idna-2008", ok("ann@\u2603.net"), False, "email"),
+    ("email-domain-zero-width-joiner", ok("ann@a\u200d.de"), False, "email"),
+    # Per-subscriber limits hold on the profile the whole batch produces.
+    (
+        "batch-one-subscriber-30-plus-30-tags",
+        {"events": [ok(tags=[f"a{i}" for i in range(30)]), ok(tags=[f"b{i}" for i in range(30)])]},
+        False,
+        "events[1].tags",
+    ),
+    (
+        "batch-one-subscriber-30-plus-21-attributes",
+        {
+            "events": [
+                ok(attributes={f"a{i}": i for i in range(30)}),
+                ok(" ann@EXAMPLE.com ", attributes={f"b{i}": i for i in range(21)}),
+            ]
+        },
+        False,
+        "events[1].attributes",
+    ),
+    (
+        "batch-one-subscriber-attributes-over-8-kib",
+        {
+            "events": [
+                ok(
+                    attributes={
+                        "a": "x" * 900,
+                        "b": "x" * 900,
+                        "c": "x" * 900,
+                        "d": "x" * 900,
+                        "e": "x" * 900,
+                    }
+                ),
+                ok(
+                    attributes={
+                        "f": "y" * 900,
+                        "g": "y" * 900,
+                        "h": "y" * 900,
+                        "i": "y" * 900,
+                        "j": "y" * 900,
+                    }
+                ),
+            ]
+        },
+        False,
+        "events[1].attributes",
+    ),
+    (
+        "batch-limit-broken-by-the-last-event-only",
+        {
+            "events": [
+                ok("b@example.com", tags=["x"]),
+                ok(tags=[f"a{i}" for i in range(50)]),
+                {"type": "trial.started", "email": "c@example.com"},
+                ok(tags={"add": ["one-more"]}),
+            ]
+        },
+        False,
+        "events[3].tags",
+    ),
 ]
 
 
@@ -260,3 +327,103 @@ def test_contention_that_outlasts_the_retries_is_a_503_to_retry_and_the_retry_su
     status, answer = api.post("/v1/events", ok(id="contended-1"))  # the client retries as told
 
     assert status == 200 and answer["results"][0]["subscriber"] == "created"
+
+
+def _tables() -> list[dict]:
+    return scan_all(MAIN) + scan_all(EVENTS)
+
+
+def test_per_subscriber_limits_hold_on_the_merged_profile_across_requests(api: ApiClient, store) -> None:
+    # Given a subscriber at the limits: 50 attributes (sent over two requests) and 50 tags
+    api.post("/v1/events", ok(attributes={f"a{i}": i for i in range(30)}, tags=[f"t{i}" for i in range(25)]))
+    api.post("/v1/events", ok(attributes={f"b{i}": i for i in range(20)}, tags=[f"u{i}" for i in range(25)]))
+    before = _tables()
+
+    # When one more attribute, or one more tag, arrives in a request of its own
+    attribute = api.post("/v1/events", ok(attributes={"one_more": 1}))
+    tag = api.post("/v1/events", ok(tags=["one-more"]))
+
+    # Then each is refused with a 400 naming its field (one event: the field itself), and nothing changed
+    assert attribute[0] == 400 and attribute[1]["error"]["field"] == "attributes", attribute
+    assert "at most 50 attributes" in attribute[1]["error"]["message"]
+    assert tag[0] == 400 and tag[1]["error"]["field"] == "tags", tag
+    assert _tables() == before
+    # while a change that keeps the profile within its limits passes
+    status, body = api.post("/v1/events", ok(attributes={"a0": None, "one_more": 1}, tags={"remove": ["t0"]}))
+    assert status == 200 and body["results"][0]["subscriber"] == "updated"
+
+
+def test_a_profile_cannot_grow_past_8_kib_and_a_refused_batch_writes_nothing(api: ApiClient, store) -> None:
+    # Given a subscriber grown, request by request, to just under 8 KiB of attributes
+    for i in range(8):
+        status, _ = api.post("/v1/events", ok(attributes={f"note{i}": "n" * 990}))
+        assert status == 200
+    before = _tables()
+
+    # When a batch would take it past the limit after writing another subscriber first
+    status, body = api.post(
+        "/v1/events",
+        {"events": [ok("other@example.com", tags=["x"]), ok(attributes={"note8": "n" * 990})]},
+    )
+
+    # Then the whole batch is refused: a 400 naming the event's field, never a 500, nothing written
+    assert status == 400, body
+    assert body["error"]["field"] == "events[1].attributes"
+    assert "8192 bytes" in body["error"]["message"]
+    assert _tables() == before
+    assert store.get_profile("other@example.com") is None
+
+
+def test_a_profile_stored_past_a_limit_can_still_shrink_and_unsubscribe(api: ApiClient, store) -> None:
+    # Given a profile written before the limits held (60 tags, stored as they were)
+    from shared.core.aws import client
+    from shared.store.dynamo import serialize
+    from shared.store.subscribers import Profile
+
+    legacy = Profile(email="ann@example.com", tags=frozenset(f"t{i}" for i in range(60)), version=1)
+    client("dynamodb").put_item(TableName=MAIN, Item=serialize(legacy.to_item()))
+
+    # When a change would grow it, it is refused; one that does not grow it passes
+    grow = api.post("/v1/events", ok(tags=["t60"]))
+    shrink = api.post("/v1/events", ok(tags={"remove": ["t0", "t1"]}))
+    leave = api.post("/v1/events", {"type": "subscriber.unsubscribed", "email": "ann@example.com"})
+
+    assert grow[0] == 400 and grow[1]["error"]["field"] == "tags"
+    assert shrink[0] == 200 and leave[0] == 200
+    profile = store.get_profile("ann@example.com")
+    assert profile.status == "unsubscribed" and len(profile.tags) == 58
+
+
+def test_a_concurrent_write_between_the_check_and_the_write_refuses_that_event_alone(
+    api: ApiClient, store
+) -> None:
+    """The batch check reads every profile first; a writer that fills a profile's tags after that
+    read makes the store refuse the event at write time. Events already written stay written and
+    are reported; the refused one names its field in its result, never a 400 that wrote."""
+    from shared.core.aws import register_hook, unregister_hook
+
+    writer = {"done": False}
+
+    def concurrent_writer(model: object, **_: object) -> None:  # after the batch's first write
+        if getattr(model, "name", "") == "TransactWriteItems" and not writer["done"]:
+            writer["done"] = True
+            store.upsert("b@example.com", add_tags=[f"t{i}" for i in range(50)])
+
+    register_hook("after-call", concurrent_writer)
+    try:
+        status, body = api.post(
+            "/v1/events", {"events": [ok("a@example.com"), ok("b@example.com", tags=["late"])]}
+        )
+    finally:
+        unregister_hook("after-call", concurrent_writer)
+
+    assert status == 200, body
+    first, second = body["results"]
+    assert first["subscriber"] == "created"
+    assert second["error"] == {
+        "code": "invalid_request",
+        "message": "a subscriber holds at most 50 tags (this makes 51)",
+        "field": "events[1].tags",
+    }
+    assert "late" not in store.get_profile("b@example.com").tags
+    assert [e["type"] for e in store.list_events("b@example.com")] == []

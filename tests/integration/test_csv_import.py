@@ -206,3 +206,31 @@ def test_a_file_without_an_email_column_is_refused_before_any_write(
 
     with pytest.raises(InvalidInput, match="email"):
         import_csv(source, store)
+
+
+def test_a_row_that_would_take_a_profile_past_a_limit_is_rejected_and_writes_nothing(
+    tmp_path: Path, store: SubscriberStore, resources: Any
+) -> None:
+    # Given subscribers at the limits: 45 tags, 50 attributes, 8 KiB of attributes nearly
+    store.upsert("tags@example.com", add_tags=[f"t{i}" for i in range(45)])
+    store.upsert("attrs@example.com", attributes={f"a{i}": i for i in range(50)})
+    store.upsert("big@example.com", attributes={f"n{i}": "n" * 990 for i in range(8)})
+    before = scan_all(resources.tables["table_name"])
+    source = tmp_path / "limits.csv"
+    with source.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["email", "tags", "attributes"])
+        writer.writerow(["tags@example.com", ";".join(f"u{i}" for i in range(10)), ""])
+        writer.writerow(["attrs@example.com", "", '{"one_more": 1}'])
+        writer.writerow(["big@example.com", "", json.dumps({"n8": "n" * 990})])
+
+    # When the file is imported
+    report = import_csv(source, store)
+
+    # Then each row is rejected with the limit it breaks, and no item changed
+    assert report.created == report.updated == 0
+    reasons = {r.line: r.reason for r in report.rejected}
+    assert reasons[2] == "bad tag: a subscriber holds at most 50 tags (this makes 55)"
+    assert reasons[3] == "bad attribute: a subscriber holds at most 50 attributes (this makes 51)"
+    assert reasons[4].startswith("bad attribute: a subscriber's attributes hold at most 8192 bytes")
+    assert scan_all(resources.tables["table_name"]) == before

@@ -25,20 +25,26 @@ def sender(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: A
     return importlib.reload(importlib.import_module("functions.sender.handler"))
 
 
-def _mail_to(api: ApiClient, sender: Any, outbox: list[Any], first_name: str) -> tuple[str, str, str]:
-    """Subscribe ``first_name`` through the API, send onboarding/welcome (a Markdown body that
-    shows the name in its heading and subject) through the sender Lambda: (subject, text, html)."""
+def _send(api: ApiClient, sender: Any, outbox: list[Any], email: str, first_name: str) -> Any:
+    """Subscribe ``email`` as ``first_name`` through the API, send it onboarding/welcome (a
+    Markdown body that shows the name in its heading and subject) through the sender Lambda,
+    addressed as the API stored it: the parsed mail."""
     status, answer = api.post(
-        "/v1/events",
-        {"type": "subscriber.subscribed", "email": "reader@example.com", "first_name": first_name},
+        "/v1/events", {"type": "subscriber.subscribed", "email": email, "first_name": first_name}
     )
     assert status == 200, answer
-    job = SendJob(email="reader@example.com", template="onboarding/welcome", source="onboarding", step="w")
+    (stored,) = [profile.email for profile, _ in api.module.store.iter_profiles()]
+    job = SendJob(email=stored, template="onboarding/welcome", source="onboarding", step="w")
     result = sender.handler(
         {"Records": [sqs_record(to_message(job), "mailstep-send")]}, LambdaContext("sender", timeout_s=60)
     )
     assert result["batchItemFailures"] == [] and len(outbox) == 1
-    msg = BytesParser(policy=policy.default).parsebytes(outbox[0].raw_data.encode())
+    return BytesParser(policy=policy.default).parsebytes(outbox[0].raw_data.encode())
+
+
+def _mail_to(api: ApiClient, sender: Any, outbox: list[Any], first_name: str) -> tuple[str, str, str]:
+    """(subject, text, html) of the welcome mail of a reader named ``first_name``."""
+    msg = _send(api, sender, outbox, "reader@example.com", first_name)
     return str(msg["Subject"]), msg.get_body(("plain",)).get_content(), msg.get_body(("html",)).get_content()
 
 
@@ -66,3 +72,13 @@ def test_markup_and_template_syntax_in_a_name_stay_literal(
     assert "<b>" not in html and "&lt;b&gt;" in html
     assert "<em>" not in html and 'href="https://evil.test"' not in html
     assert "&amp;#" not in html
+
+
+def test_an_international_domain_is_stored_and_mailed_as_idna_2008_encodes_it(
+    api: ApiClient, sender: Any, outbox: list[Any]
+) -> None:
+    msg = _send(api, sender, outbox, "ann@Straße.de", "Ann")
+
+    # IDNA 2008 keeps the sharp s: xn--strae-oqa.de; IDNA 2003 folded it to strasse.de, another domain
+    assert msg["To"].addresses[0].addr_spec == "ann@xn--strae-oqa.de"
+    assert "strasse" not in outbox[0].raw_data.lower()
