@@ -152,6 +152,7 @@ def decode_json_body(body: str | None, max_bytes: int) -> Any:
 
 URLENCODED, MULTIPART = "application/x-www-form-urlencoded", "multipart/form-data"
 MAX_FORM_FIELDS = 50
+MAX_FORM_BYTES = 8 * 1024  # the pages' forms send a few hundred bytes
 
 
 def media_type(content_type: str | None) -> str:
@@ -160,14 +161,21 @@ def media_type(content_type: str | None) -> str:
 
 
 def form_fields(
-    body: str | None, content_type: str | None, *, max_fields: int = MAX_FORM_FIELDS
+    body: str | None,
+    content_type: str | None,
+    *,
+    max_fields: int = MAX_FORM_FIELDS,
+    max_bytes: int = MAX_FORM_BYTES,
 ) -> dict[str, list[str]]:
     """The fields of a form post, in either encoding an HTML form (and RFC 8058's one-click)
     uses: ``application/x-www-form-urlencoded`` (also assumed without a content type) or
     ``multipart/form-data``. Each name maps to its values in order; blank values are kept.
-    Any other content type, a malformed multipart body or too many fields is a 400."""
+    Any other content type, a malformed multipart body or too many fields is a 400; a body
+    over ``max_bytes`` a 413."""
     media = media_type(content_type)
     text = body or ""
+    if len(text.encode()) > max_bytes:
+        raise PayloadTooLarge(f"request body exceeds {max_bytes} bytes")
     if media in ("", URLENCODED):
         try:
             return parse_qs(text, keep_blank_values=True, max_num_fields=max_fields)

@@ -178,6 +178,10 @@ def test_a_post_that_names_no_choice_changes_nothing_and_names_the_field(
         assert status == 400 and problem in html and "could not find you" not in html, (body, html)
     status, html, _ = call(handlers["unsubscribe"], "POST", f"/u/{token}", "{}", "application/json")
     assert status == 400 and "content-type" in html, html
+    status, html, _ = call(
+        handlers["unsubscribe"], "POST", f"/u/{token}", "unsubscribe=everything&x=" + "y" * 9000
+    )
+    assert status == 413 and "more data than a form" in html, html
     assert tables() == before
 
 
