@@ -217,14 +217,18 @@ def chapter_state(demo: Demo) -> None:
     table_name = demo.runtime.resources.tables["table_name"]
     items = [deserialize(i) for i in demo.ddb().scan(TableName=table_name)["Items"]]
     profiles = sorted((i for i in items if i["SK"] == "PROFILE"), key=lambda i: i["email"])
-    subscribers = Table(title=f"Subscribers ({table_name}, SK = PROFILE)")
+    # why an address receives nothing: its SUPPRESSION item (a bounce or complaint), an address fact
+    reasons = {
+        i["PK"].removeprefix("SUB#"): str(i.get("reason", "")) for i in items if i["SK"] == "SUPPRESSION"
+    }
+    subscribers = Table(title=f"Subscribers ({table_name}, SK = PROFILE; SUPPRESSION items)")
     for column in ("email", "first name", "status", "tags", "attributes"):
         subscribers.add_column(column)
     for item in profiles:
         subscribers.add_row(
             item["email"],
             item.get("first_name") or "",
-            item["status"],
+            _status(item, reasons.get(item["email"])),
             ", ".join(sorted(item.get("tags", set()))),
             json.dumps({k: str(v) for k, v in item.get("attributes", {}).items()}),
         )
@@ -249,6 +253,15 @@ def chapter_state(demo: Demo) -> None:
         demo.console.print(
             f"Outbox {demo.runtime.outbox}: empty (no capability has sent mail in this story yet)"
         )
+
+
+def _status(profile: dict[str, Any], suppression: str | None) -> str:
+    """A profile's status as its reader gets mail: a suppression (why nothing is sent, whatever
+    the opt-in says) first, then an opt-out; else ``subscribed``."""
+    if suppression is None and not profile.get("suppressed"):
+        return str(profile["status"])
+    said = f"[yellow]suppressed ({suppression or 'flagged'})[/yellow]"
+    return said if profile["status"] == "subscribed" else f"{said}, {profile['status']}"
 
 
 def chapter_sending(demo: Demo) -> None:

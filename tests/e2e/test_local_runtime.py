@@ -446,7 +446,7 @@ def test_mailstep_demo_exits_0() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "cli.main", "demo"],
         cwd=ROOT,
-        env=subprocess_env(),
+        env={**subprocess_env(), "COLUMNS": "220"},  # one table row per line
         capture_output=True,
         text=True,
         timeout=120,
@@ -454,6 +454,11 @@ def test_mailstep_demo_exits_0() -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Subscribers" in result.stdout and "TAG# index" in result.stdout
     assert "demo finished" in result.stdout
+    # the subscriber table shows why the simulator's bounce and complaint addresses get no mail
+    table = result.stdout.split("Subscribers (", 1)[1].split("TAG# index", 1)[0]
+    rows = {line.split()[1]: line for line in table.splitlines() if "@simulator.amazonses.com" in line}
+    assert "suppressed (bounce)" in rows["bounce@simulator.amazonses.com"], table
+    assert "suppressed (complaint)" in rows["complaint@simulator.amazonses.com"], table
 
 
 def free_port() -> int:
