@@ -233,10 +233,10 @@ class PendingSignups(TableAdapter):
         the pending item is the one ``state`` read (or none), the mailbox's last confirmation
         mail is older than the cooldown, the domain's mails this hour are under the cap, the
         address has no ``SUPPRESSION`` item, its profile (if any) is neither subscribed nor
-        suppressed, and (without a profile) no erase tombstone. Every sign-up sends this same
-        request (the answer takes the same time whatever the address's state); a refused one
-        writes nothing. ``"new"`` (no live sign-up before: counted when mailed) or
-        ``"renewed"``; None: refused."""
+        suppressed, and no erase tombstone holds it back (one older than its profile does
+        not). Every sign-up sends this same request (the answer takes the same time whatever
+        the address's state); a refused one writes nothing. ``"new"`` (no live sign-up
+        before: counted when mailed) or ``"renewed"``; None: refused."""
         claimed: Claimed = NEW if state.pending is None else RENEWED
         pk, sk = keys.pending_key(pending.email)
         sub = keys.sub_pk(pending.email)
@@ -307,16 +307,18 @@ class PendingSignups(TableAdapter):
                 },
             ),
         ]
-        if state.profile is None:
-            # Without a profile the erase tombstone holds the address back; with one (it came
-            # back through the events API after the erase), the profile's own state decides.
-            tombstone = key(keys.erased_pk(pending.email), keys.ERASED)
-            check: ConditionCheckTypeDef = {
-                "TableName": self.table,
-                "Key": tombstone,
-                "ConditionExpression": "attribute_not_exists(PK)",
-            }
-            actions.append(Action("erased", {"ConditionCheck": check}))
+        # The erase tombstone holds the address back unless a profile came back after the
+        # erase (through the events API: the profile, created after the tombstone, decides).
+        tombstone: ConditionCheckTypeDef = {
+            "TableName": self.table,
+            "Key": key(keys.erased_pk(pending.email), keys.ERASED),
+            "ConditionExpression": "attribute_not_exists(PK)",
+        }
+        if state.profile is not None and state.profile.created_at:
+            tombstone["ConditionExpression"] = "attribute_not_exists(PK) OR #at < :created"
+            tombstone["ExpressionAttributeNames"] = {"#at": "at"}
+            tombstone["ExpressionAttributeValues"] = values(created=state.profile.created_at)
+        actions.append(Action("erased", {"ConditionCheck": tombstone}))
         try:
             retry_contended(lambda: transact(self.client, actions), sleep=self._sleep)
         except TransactionConflict:

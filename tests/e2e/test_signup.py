@@ -121,6 +121,12 @@ def test_a_form_post_makes_a_pending_sign_up_and_one_mail_and_the_cooldown_holds
         "\nper new sign-up (signup function requests):",
         difference(iam_calls(local, "mailstep-signup"), before),
     )
+    # the sender marks the sign-up mailed once its mail went out (a redelivered job sends nothing)
+    pending = wait_for(
+        lambda: (found := item(local, f"SUB#{email}", "PENDING")) and "mailed" in found and found,
+        30,
+        "the sign-up marked mailed",
+    )
 
     # When the same address signs up 5 more times within the cooldown (JSON and form)
     middle = iam_calls(local, "mailstep-signup")
