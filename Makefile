@@ -13,7 +13,7 @@ PYTEST := $(PY) -m pytest
 # (tests/e2e/conftest.py); it needs the whole e2e tier in one session.
 GRANTS_CHECK := MAILSTEP_GRANTS_CHECK=1
 
-.PHONY: setup lambda-python lock test test-unit test-integration test-infra test-e2e lint format synth \
+.PHONY: setup lambda-python chromium lock test test-unit test-integration test-infra test-e2e lint format synth \
 	demo dev bench clean
 
 setup: $(VENV)/.installed lambda-python
@@ -41,8 +41,23 @@ lambda-python: $(VENV)/.installed
 	@$(PY) -c "from cli.local.artifact import lambda_python; lambda_python()" 2>/dev/null \
 		|| pyenv install --skip-existing 3.12
 
+# The browser test (tests/e2e/test_signup_browser.py) drives Debian's headless Chromium. It is
+# installed with apt when missing: as root, or through sudo; otherwise this stops and says how.
+CHROMIUM ?= /usr/bin/chromium
+export MAILSTEP_CHROMIUM := $(CHROMIUM)
+chromium:
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo"; \
+	  else echo "make: $(CHROMIUM) is missing and neither root nor sudo is available to install it;" \
+	    "run 'sudo apt-get install -y chromium' (Debian/Ubuntu), or set CHROMIUM=/path/to/chromium" >&2; exit 1; fi; \
+	  command -v apt-get >/dev/null || { echo "make: no apt-get here; install Chromium and set CHROMIUM=/path/to/it" >&2; exit 1; }; \
+	  echo "installing Debian's chromium (for the browser test) ..."; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@test -x $(CHROMIUM)
+
 # Everything, as CI runs it (unit, integration, infra, e2e with the grants check).
-test: setup
+test: setup chromium
 	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" --durations=15
 
 # One tier at a time (tests/<tier>; docs/testing.md).
@@ -55,7 +70,7 @@ test-integration: setup
 test-infra: setup
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/infra
 
-test-e2e: setup
+test-e2e: setup chromium
 	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/e2e
 
 lint: setup

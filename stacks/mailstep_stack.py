@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from aws_cdk import App, CfnOutput, Stack, Tags, Validations
+from aws_cdk import App, CfnOutput, CfnResource, Stack, Tags, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
@@ -97,9 +100,26 @@ class MailstepStack(Stack):
         if unbound:
             raise ValueError(f"granted resources with no ARN in the stack: {sorted(unbound)}")
 
+        _depend_on_role_policies_only(self)
         CfnOutput(self, specs.API_URL_OUTPUT, value=api.url, description="Base URL of the mailstep HTTP API")
         for key, setting in specs.stack_outputs().items():
             CfnOutput(self, key, value=settings[setting], description=f"settings field {setting}")
+
+
+def _depend_on_role_policies_only(stack: Stack) -> None:
+    """A function or state machine must wait for its role's policy (CloudFormation cannot see that
+    it needs it); CDK also lists the role, which its GetAtt already orders (cfn-lint W3005). Each
+    one's DependsOn becomes its role's DefaultPolicy alone."""
+    for construct in stack.node.find_all():
+        if not isinstance(construct, lambda_.Function | sfn.StateMachine):
+            continue
+        role = construct.role
+        policy = role.node.try_find_child("DefaultPolicy") if role is not None else None
+        resource = construct.node.default_child
+        if isinstance(policy, iam.Policy) and isinstance(resource, CfnResource):
+            resource.add_override(
+                "DependsOn", [stack.get_logical_id(cast(CfnResource, policy.node.default_child))]
+            )
 
 
 def cdk_json_context(root: Path = PROJECT_ROOT) -> dict[str, Any]:

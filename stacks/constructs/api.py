@@ -4,6 +4,8 @@ configured sign-up origins."""
 
 from __future__ import annotations
 
+import json
+
 import jsii
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
@@ -15,6 +17,21 @@ from constructs import Construct
 
 from shared.core import specs
 from stacks.config import MailstepConfig
+
+# One JSON line per request, in HTTP API access log variables (REST API variables such as
+# $context.resourcePath are empty in an HTTP API). The route key ("POST /u/{token}"), never the
+# path: paths carry unsubscribe and confirm tokens.
+ACCESS_LOG_FIELDS = {
+    "requestId": "$context.requestId",
+    "requestTime": "$context.requestTime",
+    "httpMethod": "$context.httpMethod",
+    "routeKey": "$context.routeKey",
+    "status": "$context.status",
+    "protocol": "$context.protocol",
+    "responseLength": "$context.responseLength",
+    "ip": "$context.identity.sourceIp",
+    "integrationError": "$context.integrationErrorMessage",
+}
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)
@@ -28,17 +45,7 @@ class _AccessLogSettings:
 
     @property
     def format(self) -> apigw.AccessLogFormat:
-        return apigw.AccessLogFormat.json_with_standard_fields(
-            caller=False,
-            http_method=True,
-            ip=True,
-            protocol=True,
-            request_time=True,
-            resource_path=True,
-            response_length=True,
-            status=True,
-            user=False,
-        )
+        return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS, separators=(",", ":")))
 
 
 class Api(Construct):

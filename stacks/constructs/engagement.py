@@ -136,6 +136,13 @@ class Engagement(Construct):
                 },
             )
         )
+        # SES checks that it may publish to the topic when the rule is created: the rule waits
+        # for the topic policy (as CDK's S3 action makes it wait for the bucket policy).
+        policy = topic.node.try_find_child("Policy")
+        assert policy is not None, "the inbound topic's resource policy was not created"
+        for rule in self.receipt_rules.node.children:
+            if isinstance(rule, ses.ReceiptRule):
+                rule.node.add_dependency(policy)
         # Objects only: GetObject on received mail (no List, no other prefixes).
         bucket_id = stack.get_logical_id(cast(CfnResource, bucket.node.default_child))
         functions.grant(

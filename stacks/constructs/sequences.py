@@ -163,7 +163,8 @@ class Sequences(Construct):
             ),
             tracing_configuration=sfn.CfnStateMachine.TracingConfigurationProperty(enabled=True),
         )
-        machine.node.add_dependency(role)
+        # The machine must wait for its role's policy (its RoleArn GetAtt already orders the role).
+        machine.node.add_dependency(role.node.find_child("DefaultPolicy"))
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=[

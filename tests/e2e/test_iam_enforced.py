@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shared.core import specs
-from tests.e2e.conftest import post_events, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import ROOT, post_events, start_dev, stop_dev, subprocess_env, wait_for_state
+from tests.e2e.helpers import wait_for
 
 
 def without_action(template: dict[str, Any], handler: str, action: str) -> dict[str, Any]:
@@ -37,10 +42,15 @@ def without_action(template: dict[str, Any], handler: str, action: str) -> dict[
     return changed
 
 
-def test_a_missing_grant_fails_the_flow_with_access_denied(tmp_path: Path, artifact: Any) -> None:
+# SES authorizes mailstep's raw v2 SendEmail as ses:SendRawEmail (what AWS names when it refuses;
+# the local runtime requires ses:SendEmail as well): removing either stops the mail.
+@pytest.mark.parametrize("action", ["ses:SendRawEmail", "ses:SendEmail"])
+def test_a_missing_grant_fails_the_flow_with_access_denied(
+    tmp_path: Path, artifact: Any, action: str
+) -> None:
     handler = specs.SEQUENCE_STEP_FUNCTION.handler
     template = tmp_path / "template.json"
-    template.write_text(json.dumps(without_action(artifact.template, handler, "ses:SendEmail")))
+    template.write_text(json.dumps(without_action(artifact.template, handler, action)))
     state_dir = tmp_path / "dev"
     process = start_dev(state_dir, "--template", str(template))
     try:
@@ -54,11 +64,54 @@ def test_a_missing_grant_fails_the_flow_with_access_denied(tmp_path: Path, artif
         ):
             time.sleep(0.2)
         text = log.read_text()
-        assert "AccessDeniedException" in text and "ses:SendEmail" in text
+        assert "AccessDeniedException" in text and action in text
         with urllib.request.urlopen(state["api_url"] + "/_local/iam", timeout=10) as answer:
             calls = json.loads(answer.read())["calls"]
         denied = {(c["function"], c["action"]) for c in calls if not c["allowed"]}
-        assert denied == {("mailstep-sequence-step", "ses:SendEmail")}
+        assert denied == {("mailstep-sequence-step", action)}
         assert not list(Path(state["outbox"]).glob("*.eml"))  # nothing was sent
+    finally:
+        stop_dev(process)
+
+
+def local_verify(state_dir: Path, identity: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cli.main", "local", "verify", identity, "--state-dir", str(state_dir)]
+    return subprocess.run(  # noqa: S603 - this interpreter, the project's CLI
+        command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_in_the_ses_sandbox_only_verified_recipients_get_mail(tmp_path: Path, artifact: Any) -> None:
+    # Given `mailstep dev --ses-sandbox` (the template as synthesized, IAM enforced)
+    state_dir = tmp_path / "dev"
+    process = start_dev(state_dir, "--ses-sandbox")
+    try:
+        state = wait_for_state(state_dir, process, 60)
+        outbox = Path(state["outbox"])
+        # when a subscriber who is no verified identity starts onboarding,
+        post_events(state, {"type": "subscriber.subscribed", "email": "unverified@example.org"})
+        log = Path(state["logs"]) / "mailstep-sequence-step.log"
+        wait_for(lambda: "MessageRejected" in (log.read_text() if log.exists() else ""), 30, "the refusal")
+        # then SES refuses the send as it does in the sandbox, and nothing is delivered;
+        assert '"error_code":"MessageRejected"' in log.read_text()
+        assert not list(outbox.glob("*.eml"))
+        # after `mailstep local verify`, mail to that address is delivered,
+        verify = local_verify(state_dir, "reader@example.net")
+        assert verify.returncode == 0, verify.stderr
+        post_events(state, {"type": "subscriber.subscribed", "email": "reader@example.net"})
+        mails = wait_for(lambda: list(outbox.glob("*.json")), 30, "the verified reader's mail")
+        assert [json.loads(m.read_text())["destination"] for m in mails] == [["reader@example.net"]]
+
+        # and the sender's role was checked on the recipient's identity too (the sandbox's rule).
+        def checked() -> set[str]:
+            """The identities the sends were authorized on (recorded when the invocation ends)."""
+            with urllib.request.urlopen(state["api_url"] + "/_local/iam", timeout=10) as answer:
+                calls = json.loads(answer.read())["calls"]
+            return {c["resource"].rsplit(":", 1)[-1] for c in calls if c["action"] == "ses:SendRawEmail"}
+
+        wanted = {"identity/example.com", "identity/example.org", "identity/example.net"}
+        wait_for(lambda: wanted <= checked(), 30, "sender and recipient identities authorized")
+        bad = local_verify(state_dir, "not an address")
+        assert bad.returncode == 2 and "neither an address nor a domain" in bad.stderr
     finally:
         stop_dev(process)

@@ -1,6 +1,6 @@
 """A real browser through sign-up, confirmation and the preference centre.
 
-Headless Chromium (Debian's ``chromium`` package; `.ci/run` installs it) is driven over the
+Headless Chromium (Debian's ``chromium`` package; `make test` installs it) is driven over the
 Chrome DevTools Protocol on ``--remote-debugging-pipe`` (NUL-separated JSON on file
 descriptors 3 and 4: no websocket library, no driver binary). The page it loads is the HTML
 form snippet of ``docs/signup.md``, served by a small static server, pointing at the local
@@ -52,7 +52,7 @@ class Browser:
         if not Path(CHROMIUM).exists():
             pytest.fail(
                 f"{CHROMIUM} is missing: the browser test needs Debian's chromium "
-                "(`sudo apt-get install -y chromium`; .ci/run installs it)"
+                "(`make test` installs it; or `sudo apt-get install -y chromium`)"
             )
         commands_read, self._commands = os.pipe()
         self._answers, answers_write = os.pipe()

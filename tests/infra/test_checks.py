@@ -12,9 +12,23 @@ from aws_cdk.assertions import Annotations, Match
 from cfnlint.api import ManualArgs, lint
 
 from stacks.mailstep_stack import TEST_CONTEXT, build_app
-from tests.infra.cfn import Synth
+from tests.infra.cfn import Synth, synthesize
 
 NAG = Match.string_like_regexp("AwsSolutions-.*")
+ALL_OPTIONS = {  # every optional capability on
+    "mailstep:sesDomain": "mail.example.com",
+    "mailstep:fromAddress": "Acme <hello@mail.example.com>",
+    "mailstep:mailFromSubdomain": "bounce",
+    "mailstep:inboundDomain": "reply.example.com",
+    "mailstep:replyForwardTo": "owner@example.com",
+    "mailstep:alarmEmail": "ops@example.com",
+    "mailstep:signupAllowedOrigins": "https://www.example.com",
+}
+
+
+@pytest.fixture(scope="module")
+def full_options(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    return synthesize(tmp_path_factory.mktemp("cdk.out.all"), ALL_OPTIONS)
 
 
 def test_cdk_nag_reports_no_unacknowledged_finding(synth: Synth) -> None:
@@ -63,11 +77,10 @@ def test_every_acknowledgment_carries_a_real_reason(synth: Synth) -> None:
         assert len(reason) >= 60 and "todo" not in reason.lower(), (path, rule, reason)
 
 
-def test_cfn_lint_reports_no_errors(synth: Synth) -> None:
-    matches = lint(
-        json.dumps(synth.json),
-        config=ManualArgs(regions=["us-east-1", "eu-west-1"], ignore_checks=["W3005"]),
-    )
+@pytest.mark.parametrize("template", ["default", "all-options"])
+def test_cfn_lint_reports_no_errors_and_no_warnings(synth: Synth, full_options: Synth, template: str) -> None:
+    chosen = synth if template == "default" else full_options
+    matches = lint(json.dumps(chosen.json), config=ManualArgs(regions=["us-east-1", "eu-west-1"]))
 
     assert [str(m) for m in matches if m.rule.id.startswith("E")] == []
     assert [str(m) for m in matches] == []  # and no warnings either

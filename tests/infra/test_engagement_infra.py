@@ -137,6 +137,15 @@ def test_inbound_rule_stores_mail_in_s3_and_notifies_the_inbound_topic(built: Bu
     bucket_id, bucket = built.one("AWS::S3::Bucket", "Engagement")
     assert bucket["DeletionPolicy"] == "Retain"
     assert action["S3Action"]["BucketName"] == {"Ref": bucket_id}
+    # SES checks it may publish and write when the rule is created: the rule waits for both policies
+    topic_policies = [
+        k
+        for k, r in built.resources("AWS::SNS::TopicPolicy").items()
+        if {"Ref": specs.INBOUND_TOPIC.id} in r["Properties"]["Topics"]
+    ]
+    (bucket_policy, _) = built.one("AWS::S3::BucketPolicy", "Engagement")
+    assert len(topic_policies) == 1
+    assert {topic_policies[0], bucket_policy} <= set(rule.get("DependsOn", []))
     built.template.has_resource_properties(
         "AWS::S3::BucketPolicy",
         {

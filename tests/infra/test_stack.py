@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -151,7 +153,11 @@ def test_stage_has_access_logging_and_throttling(synth: Synth) -> None:
     assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 100, "ThrottlingRateLimit": 50}
     log_group = props["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0]
     assert synth.json["Resources"][log_group]["Type"] == "AWS::Logs::LogGroup"
-    assert "$context.requestId" in props["AccessLogSettings"]["Format"]
+    access_log = json.loads(props["AccessLogSettings"]["Format"])
+    assert access_log["requestId"] == "$context.requestId"
+    assert access_log["routeKey"] == "$context.routeKey"  # the HTTP API variable
+    # no REST API variable (empty in an HTTP API), and no path (it carries link tokens)
+    assert not {"$context.resourcePath", "$context.path"} & set(access_log.values())
 
 
 # -- IAM: least privilege --------------------------------------------------------------------------
