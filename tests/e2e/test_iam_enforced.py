@@ -114,6 +114,7 @@ def test_in_the_ses_sandbox_only_verified_recipients_get_mail(tmp_path: Path, ar
         wait_for(lambda: wanted <= checked(), 30, "sender and recipient identities authorized")
         bad = local_verify(state_dir, "not an address")
         assert bad.returncode == 2  # a usage error, the message in typer's box:
-        assert "neither an email address nor a domain" in " ".join(re.sub(r"[│╭╮╰╯─]", " ", bad.stderr).split())
+        message = " ".join(re.sub(r"[│╭╮╰╯─]", " ", bad.stderr).split())
+        assert "neither an email address nor a domain" in message
     finally:
         stop_dev(process)
