@@ -37,7 +37,7 @@ def post_signup() -> Response[str]:
         return pages.signup_error(exc, content_type)
     metrics.add_metric(name="SignupsAccepted", unit="Count", value=1)
     if outcome.action == "pending":
-        metrics.add_metric(name="ConfirmationMailsSent", unit="Count", value=1)
+        metrics.add_metric(name="ConfirmationMailsQueued", unit="Count", value=1)
     return response
 
 

@@ -1,16 +1,19 @@
 """Public sign-up (``POST /v1/signup``): parse and validate the request, then do the one
-thing its address calls for, with the same answer whatever that was.
+thing its address calls for, with the same answer AND the same work whatever that was
+(one read, one conditional transaction, one send job: its time tells nothing either).
 
-- honeypot field filled -> nothing is written, nothing is sent;
-- already subscribed (or suppressed) -> no mail, no change;
+- honeypot field filled -> nothing is read, written or sent;
+- suppressed (its ``SUPPRESSION`` item, profile or not), erased (its erase tombstone, no
+  profile), already subscribed, its mailbox within the cooldown, its domain over the hourly
+  cap -> no mail, no change (the admission transaction's conditions refuse it);
 - single opt-in form -> subscribed at once, consent recorded with method ``single``;
 - otherwise -> a pending sign-up (``shared.store.pending``) and ONE transactional
-  confirmation mail through the send pipeline, at most one per address per cooldown window
-  (one conditional write decides).
+  confirmation mail, queued for the sender function (never sent inside the request): the
+  send pipeline mails only the live sign-up its job names.
 
 Counted (``shared.store.stats``): a NEW pending sign-up once its confirmation mail went out
-(``signup``; a live sign-up mailed again after the cooldown is the same sign-up), and a
-single opt-in (``single_opt_in``, in the profile's transaction).
+(``signup``, by the send pipeline; a live sign-up mailed again after the cooldown is the
+same sign-up), and a single opt-in (``single_opt_in``, in the profile's transaction).
 
 The body is JSON or ``application/x-www-form-urlencoded`` (a plain HTML form), bounded in
 size; every problem names its field (:class:`InvalidInput`, a 400).
