@@ -1,10 +1,15 @@
-"""``python -m bench [scenario ...]``: run scenarios on a fresh local runtime, print tables."""
+"""``python -m bench [scenario ...]``: run scenarios on a fresh local runtime, print tables.
+``python -m bench capacity [--json] [scenario ...]``: the capacity model (docs/bench.md)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 # Before anything imports shared.core.observability: the bench prints tables, not handler logs.
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
@@ -57,8 +62,84 @@ def cost_table(measurements: list[Measurement]) -> Table:
     return table
 
 
+def capacity_table(results: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title="Capacity model (per mail; subscribe and import: per subscriber)")
+    for column in ("scenario", "ceiling /s", "limited by", "hottest key (WCU per mail)", "tx per item",
+                   "CPU ms per mail (function)"):  # fmt: skip
+        table.add_column(column, justify="right" if column in ("ceiling /s", "tx per item") else "left")
+    for name, r in results.items():
+        table.add_row(
+            name,
+            f"{r['ceiling_per_s']:,.0f}",
+            r["limited_by"],
+            f"{r['hottest_key_wcu_per_mail']:.3f} {r['hottest_key']}",
+            f"{r['max_tx_per_item_per_mail']:.3f}",
+            ", ".join(f"{f} {ms:.2f}" for f, ms in r["cpu_ms_per_mail"].items()) or "(operator's CLI)",
+        )
+    return table
+
+
+def capacity(argv: list[str]) -> int:
+    """``python -m bench capacity [--json] [--ses-rate N] [scenario ...]``."""
+    from bench import capacity_runs
+    from bench.capacity import DEFAULT_SES_RATE
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench capacity",
+        description="The capacity model: ceilings in mails per second and what sets them (docs/bench.md).",
+    )
+    parser.add_argument("scenarios", nargs="*", metavar="scenario",
+                        help=f"of {list(capacity_runs.SCENARIOS)}; default: all")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print one JSON object keyed by scenario")
+    parser.add_argument("--ses-rate", type=float, default=DEFAULT_SES_RATE,
+                        help="the account's SES MaxSendRate assumed (mails/s)")  # fmt: skip
+    args = parser.parse_args(argv)
+    names = args.scenarios or list(capacity_runs.SCENARIOS)
+    unknown = [n for n in names if n not in capacity_runs.SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {unknown}; known: {list(capacity_runs.SCENARIOS)}")
+    if "engagement" in names and "broadcast" not in names:
+        names.insert(names.index("engagement"), "broadcast")  # the events of its mails
+    console = Console(stderr=args.json)
+    results: dict[str, dict[str, Any]] = {}
+    with _runtime() as bench:
+        for name in names:
+            console.rule(f"[bold]capacity: {name}")
+            results[name] = capacity_runs.derive(capacity_runs.SCENARIOS[name](bench), args.ses_rate)
+    wanted = {n: results[n] for n in (args.scenarios or names)}
+    if args.json:
+        print(json.dumps(wanted, indent=2))
+    else:
+        console.print(capacity_table(wanted))
+    return 0
+
+
+@contextlib.contextmanager
+def _runtime() -> Iterator[Any]:
+    """A fresh local runtime in the deployed shape, its requests metered: a :class:`Bench`."""
+    from bench.harness import Bench
+    from bench.meter import Meter
+    from cli.local import LocalRuntime, RuntimeConfig
+
+    meter = Meter()
+    meter.install()
+    try:
+        # The deployed shape: every function from the artifact in its own execution environments,
+        # which report each request to the meter; the runtime's own requests reach its hooks.
+        with LocalRuntime(RuntimeConfig(max_send_rate=10_000)) as runtime:
+            assert runtime.environments is not None
+            runtime.environments.on_request = meter.record
+            yield Bench(runtime=runtime, meter=meter)
+    finally:
+        meter.uninstall()
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench.scenarios import SCENARIOS
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["capacity"]:
+        return capacity(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
@@ -66,30 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from bench.harness import Bench
-    from bench.meter import Meter
-    from cli.local import LocalRuntime, RuntimeConfig
-
     console = Console()
-    meter = Meter()
-    meter.install()
     names = args.scenarios or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; known: {sorted(SCENARIOS)}")
-    # The deployed shape: every function from the artifact in its own execution environments,
-    # which report each request to the meter; the runtime's own requests reach its hooks.
-    with LocalRuntime(RuntimeConfig(max_send_rate=10_000)) as runtime:
-        assert runtime.environments is not None
-        runtime.environments.on_request = meter.record
-        bench = Bench(runtime=runtime, meter=meter)
+    with _runtime() as bench:
         for name in names:
             scenario = SCENARIOS[name]
             console.rule(f"[bold]{name}[/bold]: {scenario.DESCRIPTION}")
             measurements = scenario.run(bench)
             console.print(requests_table(measurements))
             console.print(cost_table(measurements))
-    meter.uninstall()
     console.print(f"Prices: {', '.join(f'{k}={v:.10g}' for k, v in PRICES.items())}")
     return 0
 

@@ -16,9 +16,11 @@ missing item at the minimum): moto's ``ConsumedCapacity`` answers are constants.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,12 +83,55 @@ class Usage:
         return Usage(Counter(self.requests), self.wru, self.rru)
 
 
+# Requests the capacity model reads (bench.capacity): DynamoDB's, and Step Functions starts.
+LOGGED = frozenset({"dynamodb"})
+LOGGED_OPERATIONS = frozenset({("stepfunctions", "StartExecution")})
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as sent: who sent it (``function``: a function's execution environment, or
+    ``runtime``: the CLI code and the runtime in this process), its parameters and its answer."""
+
+    origin: str
+    service: str
+    operation: str
+    params: dict[str, Any]
+    parsed: dict[str, Any]
+
+
 class Meter:
-    """Install once; take :meth:`snapshot` before and after a scenario step."""
+    """Install once; take :meth:`snapshot` before and after a scenario step.
+
+    :meth:`start_log` / :meth:`take_log`: also keep the DynamoDB requests (and Step Functions
+    starts) with their parameters, for the capacity model. Requests made in :meth:`quiet`
+    (the bench watching a step: polling a record, a queue) on this thread are left out of
+    the log.
+    """
 
     def __init__(self) -> None:
         self.usage = Usage()
         self._lock = threading.Lock()
+        self._log: list[Request] | None = None
+        self._local = threading.local()
+
+    def start_log(self) -> None:
+        with self._lock:
+            self._log = []
+
+    def take_log(self) -> list[Request]:
+        with self._lock:
+            log, self._log = self._log or [], None
+        return log
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Requests made by this thread inside the block are counted but not logged."""
+        self._local.quiet = True
+        try:
+            yield
+        finally:
+            self._local.quiet = False
 
     def install(self) -> None:
         register_hook("before-parameter-build", self._remember_params)
@@ -101,18 +146,31 @@ class Meter:
         context["bench_params"] = dict(params)
 
     def _after_call(self, model: Any, context: dict[str, Any], parsed: dict[str, Any], **_: Any) -> None:
-        self.record(model.service_model.service_name, model.name, context.get("bench_params", {}), parsed)
+        params = context.get("bench_params", {})
+        self.record(model.service_model.service_name, model.name, params, parsed, origin="runtime")
 
-    def record(self, service: str, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
-        """One request: in this process (botocore hooks) or reported by a function's execution
-        environment (``LocalRuntime.environments.on_request``)."""
+    def record(
+        self,
+        service: str,
+        operation: str,
+        params: dict[str, Any],
+        parsed: dict[str, Any],
+        origin: str = "function",
+    ) -> None:
+        """One request: in this process (botocore hooks, ``origin="runtime"``) or reported by a
+        function's execution environment (``LocalRuntime.environments.on_request``)."""
         wru = rru = 0.0
         if service == "dynamodb":
             wru, rru = dynamodb_capacity(operation, params, parsed)
+        logged = (service in LOGGED or (service, operation) in LOGGED_OPERATIONS) and not getattr(
+            self._local, "quiet", False
+        )
         with self._lock:
             self.usage.requests[(service, operation)] += 1
             self.usage.wru += wru
             self.usage.rru += rru
+            if logged and self._log is not None:
+                self._log.append(Request(origin, service, operation, params, parsed))
 
     def snapshot(self) -> Usage:
         with self._lock:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.harness import Bench
@@ -28,7 +29,7 @@ from shared.sequences import SEQUENCES_DIR
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import require_catalog
-from shared.store.subscribers import SubscriberStore
+from shared.store.subscribers import Profile, SubscriberStore
 
 NAME = "sequences"
 DESCRIPTION = "emails sent by sequence state machines: a linear 5-mail drip and the onboarding example"
@@ -53,7 +54,39 @@ def _wait_all(aws: ClientFactory, machine_arns: list[str], expected: int, timeou
     raise TimeoutError("sequence executions did not finish")
 
 
-def run(bench: Bench) -> list[Measurement]:
+@dataclass
+class Deployed:
+    """The shipped sequences and the bench's linear drip, deployed as state machines."""
+
+    aws: ClientFactory
+    store: SubscriberStore
+    engine: SequenceEngine
+    machines: dict[str, str]  # sequence id -> state machine ARN
+
+    def subscribers(self, sequence_id: str, count: int, *, tag_half: bool, prefix: str = "") -> list[Profile]:
+        """``count`` new profiles (every other one tagged ``pro`` with ``tag_half``)."""
+        profiles = []
+        for i in range(count):
+            tags = ["pro"] if tag_half and i % 2 else []
+            email = f"{prefix}{sequence_id}-{i}@example.com"
+            change = self.store.upsert(email, first_name=f"Reader {i}", add_tags=tags)
+            assert change.profile is not None
+            profiles.append(change.profile)
+        return profiles
+
+    def start_and_wait(self, sequence_id: str, profiles: list[Profile]) -> None:
+        """Start ``sequence_id`` for each profile as the events dispatch does, and wait until
+        every execution of its machine has ended."""
+        sequence = self.engine.catalog.sequences[sequence_id]
+        expected = len(self.aws.client("stepfunctions").list_executions(
+            stateMachineArn=self.machines[sequence_id])["executions"]) + len(profiles)  # fmt: skip
+        for profile in profiles:
+            event = InboundEvent(type=sequence.trigger_event, email=profile.email)
+            self.engine.start(sequence, profile, event)
+        _wait_all(self.aws, [self.machines[sequence_id]], expected)
+
+
+def deploy(bench: Bench) -> Deployed:
     runtime = bench.runtime
     region = runtime.config.region
     aws = bench.aws
@@ -77,26 +110,20 @@ def run(bench: Bench) -> list[Measurement]:
         for path in SEQUENCES_DIR.glob("*.yaml"):
             (drip / path.name).write_text(path.read_text())
         templates = SEQUENCES_DIR.parent / "templates"
-        deployed = deploy_state_machines(step_arn, role, drip, templates, sfn=sfn)
+        machines = deploy_state_machines(step_arn, role, drip, templates, sfn=sfn)
         catalog = require_catalog(drip, templates)
     engine = SequenceEngine(catalog=catalog, arn_prefix=prefix, store=store, sfn=sfn)
+    return Deployed(aws=aws, store=store, engine=engine, machines=dict(machines))
+
+
+def run(bench: Bench) -> list[Measurement]:
+    deployed = deploy(bench)
 
     def walk(sequence_id: str, label: str, mails: int, tag_half: bool) -> Measurement:
-        sequence = catalog.sequences[sequence_id]
-        profiles = []
-        for i in range(SUBSCRIBERS):
-            tags = ["pro"] if tag_half and i % 2 else []
-            change = store.upsert(f"{sequence_id}-{i}@example.com", first_name=f"Reader {i}", add_tags=tags)
-            assert change.profile is not None
-            profiles.append(change.profile)
-
-        def step() -> None:
-            for profile in profiles:
-                event = InboundEvent(type=sequence.trigger_event, email=profile.email)
-                engine.start(sequence, profile, event)
-            _wait_all(aws, [deployed[sequence_id]], SUBSCRIBERS)
-
-        return bench.measure(label, SUBSCRIBERS * mails, "email", step)
+        profiles = deployed.subscribers(sequence_id, SUBSCRIBERS, tag_half=tag_half)
+        return bench.measure(
+            label, SUBSCRIBERS * mails, "email", lambda: deployed.start_and_wait(sequence_id, profiles)
+        )
 
     return [
         walk("bench-linear", f"linear 5-mail drip x {SUBSCRIBERS}", 5, tag_half=False),

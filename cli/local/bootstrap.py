@@ -435,8 +435,11 @@ def serve(requests: Any, replies: Any) -> None:
             reply = {"payload": json.dumps(init_error), "errored": True, "calls": []}
         else:
             context = LambdaContext(**request["context"])
+            cpu_started = time.process_time()
             payload, errored = call_handler(handler, request["event"], context)
             reply = {"payload": payload, "errored": errored, "calls": guard.calls if guard else []}
+            # The process's CPU time (all its threads) spent in this invocation (the bench).
+            reply["cpu_s"] = time.process_time() - cpu_started
             if guard:
                 if guard.meter:
                     reply["metered"] = guard.metered

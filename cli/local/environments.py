@@ -253,6 +253,10 @@ class Environments:
     ses_sandbox: bool = False
     pools: dict[str, FunctionPool] = field(default_factory=dict)
     calls: Counter[tuple[str, str, str, bool]] = field(default_factory=Counter)
+    # CPU seconds of each function's environments in its invocations (process time, all
+    # threads; the init phase excluded), as the environments report them: the bench's
+    # capacity model divides it by the mails sent.
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def pool(self, function: Any) -> FunctionPool:
@@ -295,6 +299,9 @@ class Environments:
             reply = environment.invoke(request)
             payload, errored = str(reply["payload"]), bool(reply["errored"])
             self._record(function.function_name, reply.get("calls") or [])
+            with self._lock:
+                name, cpu_s = function.function_name, float(reply.get("cpu_s") or 0.0)
+                self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + cpu_s
             if self.on_request is not None:
                 for request_made in reply.get("metered") or []:
                     self.on_request(
