@@ -106,11 +106,15 @@ def capacity(argv: list[str]) -> int:
         for name in names:
             console.rule(f"[bold]capacity: {name}")
             results[name] = capacity_runs.derive(capacity_runs.SCENARIOS[name](bench), args.ses_rate)
+    if "broadcast" in results:
+        results["broadcast"]["at_a_million"] = capacity_runs.at_a_million(results)
     wanted = {n: results[n] for n in (args.scenarios or names)}
     if args.json:
         print(json.dumps(wanted, indent=2))
     else:
         console.print(capacity_table(wanted))
+        if "at_a_million" in results.get("broadcast", {}):
+            console.print("A broadcast to a million recipients:", results["broadcast"]["at_a_million"])
     return 0
 
 

@@ -40,33 +40,50 @@ class Run:
     measurement: Measurement
     log: list[Request]
     cpu_seconds: Mapping[str, float]  # function spec name -> CPU seconds in the step
+    # function spec name -> invocations and cold starts (environments started) in the step
+    invocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     names: Mapping[str, str] = field(default_factory=dict)  # key parts -> placeholder
     ses_share: float = 1.0
 
 
-def _cpu(bench: Bench) -> dict[str, float]:
-    """CPU seconds so far per function (spec name), as the execution environments report it."""
+def _per_function(bench: Bench) -> dict[str, dict[str, float]]:
+    """Per function (spec name), so far: CPU seconds as its execution environments report it,
+    invocations, and cold starts (environments started)."""
+    from cli.local.lambdas import STATS
+
     physical = {f.name: name for name, f in bench.runtime.resources.functions.items()}
     environments = bench.runtime.environments
-    found: dict[str, float] = {}
     with environments._lock:
-        for name, seconds in environments.cpu_seconds.items():
-            spec_name = physical.get(name, name)
-            found[spec_name] = found.get(spec_name, 0.0) + seconds
+        cpu = dict(environments.cpu_seconds)
+    found: dict[str, dict[str, float]] = {}
+    for name, spec_name in physical.items():
+        pool = environments.pools.get(name)
+        found[spec_name] = {
+            "cpu_s": cpu.get(name, 0.0),
+            "invocations": float(STATS.invocations.get(name, 0)),
+            "cold_starts": float(pool.started if pool else 0),
+        }
     return found
 
 
 def capture(bench: Bench, name: str, description: str, units: int, unit: str, step: Callable[[], None],
             **extra: Any) -> Run:  # fmt: skip
-    before = _cpu(bench)
+    before = _per_function(bench)
     bench.meter.start_log()
     try:
         measurement = bench.measure(name, units, unit, step)
     finally:
         log = bench.meter.take_log()
-    after = _cpu(bench)
-    cpu = {f: s - before.get(f, 0.0) for f, s in after.items() if s > before.get(f, 0.0)}
-    return Run(name, description, unit, measurement, log, cpu, **extra)
+    after = _per_function(bench)
+    used = {
+        f: {k: v - before.get(f, {}).get(k, 0.0) for k, v in counts.items()}
+        for f, counts in after.items()
+        if counts["invocations"] > before.get(f, {}).get("invocations", 0.0)
+    }
+    cpu = {f: counts["cpu_s"] for f, counts in used.items()}
+    invocations = {f: {"invocations": int(c["invocations"]), "cold_starts": int(c["cold_starts"])}
+                   for f, c in used.items()}  # fmt: skip
+    return Run(name, description, unit, measurement, log, cpu, invocations=invocations, **extra)
 
 
 def _drain(bench: Bench, queue: specs.QueueSpec, timeout_s: float = 600) -> None:
@@ -101,7 +118,9 @@ def sequences(bench: Bench) -> Run:
 
     deployed = deploy(bench)
     sequence = "bench-linear"
-    deployed.start_and_wait(sequence, deployed.subscribers(sequence, 2, tag_half=False, prefix="warm-"))
+    # As many executions at once as measured: every environment the step uses is warm.
+    warm = deployed.subscribers(sequence, DRIP_SUBSCRIBERS, tag_half=False, prefix="warm-")
+    deployed.start_and_wait(sequence, warm)
     profiles = deployed.subscribers(sequence, DRIP_SUBSCRIBERS, tag_half=False)
     return capture(
         bench, "sequences", f"a linear 5-mail drip x {DRIP_SUBSCRIBERS} subscribers (Step Functions)",
@@ -263,6 +282,7 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
                 "vcpu": round(shapes[f].vcpu, 3),
                 "concurrency": shapes[f].concurrency,
                 "concurrency_from": shapes[f].concurrency_from,
+                **run.invocations.get(f, {}),
             }
             for f in cpu_ms
             if f in shapes
@@ -278,3 +298,26 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
         },
         "ceilings_per_s": {name: round(v, 1) for name, v in sorted(limits.items(), key=lambda kv: kv[1])},
     }
+
+
+def at_a_million(results: Mapping[str, Mapping[str, Any]], subscribers: int = 1_000_000) -> dict[str, Any]:
+    """A broadcast to ``subscribers`` recipients from the measured scenarios: time to resolve
+    (the resolver's CPU, one page after another: a lower bound without request latency), to
+    send (at the broadcast ceiling), to absorb the events (Deliveries are in the broadcast's
+    numbers; Opens and Clicks at the engagement ceiling) and the cost (measured cost per mail)."""
+    found: dict[str, Any] = {"recipients": subscribers}
+    broadcast = results.get("broadcast")
+    if broadcast:
+        resolver = broadcast["functions"].get("broadcast-resolver")
+        if resolver:
+            cpu_ms = broadcast["cpu_ms_per_mail"]["broadcast-resolver"]
+            found["resolve_s_cpu_bound"] = round(subscribers * cpu_ms / 1000 / resolver["vcpu"])
+        found["send_s"] = round(subscribers / broadcast["ceiling_per_s"])
+        found["send_limited_by"] = broadcast["limited_by"]
+        found["cost_usd"] = round(subscribers * broadcast["per_mail"]["cost_usd_per_1000"] / 1000, 2)
+    engagement = results.get("engagement")
+    if engagement:
+        found["events_s"] = round(subscribers / engagement["ceiling_per_s"])
+        found["events_limited_by"] = engagement["limited_by"]
+        found["events_cost_usd"] = round(subscribers * engagement["per_mail"]["cost_usd_per_1000"] / 1000, 2)
+    return found
