@@ -30,6 +30,8 @@ from cli.local.ses import read_outbox
 from shared.core.specs import STATE_MACHINE_PREFIX
 from shared.sending.jobs import SendJob, to_message
 from shared.sending.sender import decode_tag_value
+from shared.store import keys
+from shared.store.pending import mailbox_key
 from tests.e2e.conftest import ROOT, Local, subprocess_env
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
@@ -214,6 +216,17 @@ def item(local: Local, pk: str, sk: str, table: str = MAIN) -> dict[str, Any] | 
     key = {"PK": {"S": pk}, "SK": {"S": sk}}
     found = local.client("dynamodb").get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
     return None if found is None else dict(found)
+
+
+def age_signup_cooldown(local: Local, email: str, seconds: int = 7200) -> None:
+    """The cooldown of ``email``'s mailbox passed: its last confirmation mail ``seconds`` back
+    (the sign-up cooldown is per mailbox: ``shared.store.pending.mailbox_key``)."""
+    local.client("dynamodb").update_item(
+        TableName=MAIN,
+        Key={"PK": {"S": keys.signup_mailbox_pk(mailbox_key(email))}, "SK": {"S": keys.COOLDOWN}},
+        UpdateExpression="SET last_mail_at = last_mail_at - :seconds",
+        ExpressionAttributeValues={":seconds": {"N": str(seconds)}},
+    )
 
 
 def partition(local: Local, pk: str, table: str = MAIN) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from shared.store.pending import mailbox_key
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     EVENTS,
+    age_signup_cooldown,
     item,
     link,
     mails,
@@ -67,19 +68,6 @@ def everything_of(local: Local, email: str) -> list[dict[str, Any]]:
     return partition(local, f"SUB#{email}") + partition(local, f"SUB#{email}", EVENTS)
 
 
-def age_cooldown(local: Local, email: str) -> None:
-    """The mailbox's cooldown window passed: its last confirmation mail two hours back."""
-    local.client("dynamodb").update_item(
-        TableName=local.state["tables"]["table_name"],
-        Key={
-            "PK": {"S": keys.signup_mailbox_pk(mailbox_key(email))},
-            "SK": {"S": keys.COOLDOWN},
-        },
-        UpdateExpression="SET last_mail_at = last_mail_at - :two_hours",
-        ExpressionAttributeValues={":two_hours": {"N": "7200"}},
-    )
-
-
 # ----- a suppressed address ---------------------------------------------------------------------
 def test_a_bounced_address_signed_up_again_gets_the_usual_answer_and_no_mail(local: Local) -> None:
     # Given an address whose only record is its SUPPRESSION item (its mail bounced)
@@ -110,7 +98,7 @@ def test_an_old_confirm_link_does_not_confirm_a_bots_newer_sign_up(local: Local)
     assert request(local.api_url + path, "POST", "", "application/x-www-form-urlencoded")[0] == 200
     post(local, {"type": "subscriber.unsubscribed", "email": email})
     # and a bot that signs the address up again with another name after the cooldown
-    age_cooldown(local, email)
+    age_signup_cooldown(local, email)
     assert sign_up(local, email, first_name="Bot")[0] == 200
     wait_for(lambda: len(confirmation_mails(local, email)) == 2, 30, "the bot's confirmation mail")
     settle(local)
