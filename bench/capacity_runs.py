@@ -11,6 +11,7 @@ import (a new subscriber).
 from __future__ import annotations
 
 import csv
+import math
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -271,7 +272,7 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
         "description": run.description,
         "unit": run.unit,
         "units": m.units,
-        "ceiling_per_s": round(rate, 1),
+        "ceiling_per_s": round(rate, 1) if math.isfinite(rate) else None,
         "limited_by": limited_by,
         "hottest_key_wcu_per_mail": round(hot_write.per_mail, 4) if hot_write else 0.0,
         "hottest_key": f"{hot_write.where}: {hot_write.pattern}" if hot_write else "",
@@ -318,11 +319,12 @@ def at_a_million(results: Mapping[str, Mapping[str, Any]], subscribers: int = 1_
         if resolver:
             cpu_ms = broadcast["cpu_ms_per_mail"]["broadcast-resolver"]
             found["resolve_s_cpu_bound"] = round(subscribers * cpu_ms / 1000 / resolver["vcpu"])
-        found["send_s"] = round(subscribers / broadcast["ceiling_per_s"])
-        found["send_limited_by"] = broadcast["limited_by"]
+        if broadcast["ceiling_per_s"]:
+            found["send_s"] = round(subscribers / broadcast["ceiling_per_s"])
+            found["send_limited_by"] = broadcast["limited_by"]
         found["cost_usd"] = round(subscribers * broadcast["per_mail"]["cost_usd_per_1000"] / 1000, 2)
     engagement = results.get("engagement")
-    if engagement:
+    if engagement and engagement["ceiling_per_s"]:
         found["events_s"] = round(subscribers / engagement["ceiling_per_s"])
         found["events_limited_by"] = engagement["limited_by"]
         found["events_cost_usd"] = round(subscribers * engagement["per_mail"]["cost_usd_per_1000"] / 1000, 2)

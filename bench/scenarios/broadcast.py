@@ -21,8 +21,9 @@ from shared.core import specs
 from shared.core.aws import ClientFactory
 from shared.core.settings import Settings
 from shared.sending.sender import decode_tag_value
+from shared.store import keys
 from shared.store.dynamo import serialize
-from shared.store.subscribers import Profile, keys
+from shared.store.subscribers import Profile
 
 NAME = "broadcast"
 DESCRIPTION = "a broadcast to a tag audience: requests per recipient, overhead vs SES, rate vs MaxSendRate"

@@ -170,10 +170,16 @@ def test_transactions_per_item_counts_each_transaction_once_per_item() -> None:
 
 
 def test_function_shapes_come_from_the_specs() -> None:
-    worker = function_shape(specs.BROADCAST_WORKER_FUNCTION)
+    def spec(**values: object) -> specs.FunctionSpec:
+        return specs.FunctionSpec(name="f", handler="functions.f.handler.handler", description="", **values)  # type: ignore[arg-type]
+
+    source = specs.EventSourceSpec(queue=specs.BROADCAST_QUEUE, batch_size=1, max_concurrency=3)
+    worker = function_shape(spec(memory_mb=256, event_sources=(source,)))
     assert (worker.memory_mb, worker.concurrency, worker.concurrency_from) == (256, 3, "event source maximum")
     assert worker.vcpu == pytest.approx(256 / 1769)
-    api = function_shape(specs.API_FUNCTION)
+    reserved = function_shape(spec(reserved_concurrency=20, event_sources=(source,)))
+    assert (reserved.concurrency, reserved.concurrency_from) == (20, "reserved")
+    api = function_shape(spec())
     assert (api.concurrency, api.concurrency_from) == (1000, "account default")
     big = FunctionShape("big", memory_mb=3538, concurrency=1, concurrency_from="reserved")
     assert big.vcpu == 1.0  # one Python process uses one vCPU at most
