@@ -81,6 +81,7 @@ KEYS: dict[str, str] = {
     "signup_single_opt_in_forms": "signupSingleOptInForms",
     "signup_pending_days": "signupPendingDays",
     "signup_cooldown_seconds": "signupCooldownSeconds",
+    "signup_domain_cap_per_hour": "signupDomainCapPerHour",
     "signup_max_body_bytes": "signupMaxBodyBytes",
     "signup_throttle_rate": "signupThrottleRate",
     "signup_throttle_burst": "signupThrottleBurst",
@@ -93,6 +94,7 @@ SIGNUP_SETTINGS = (
     "signup_single_opt_in_forms",
     "signup_pending_days",
     "signup_cooldown_seconds",
+    "signup_domain_cap_per_hour",
     "signup_max_body_bytes",
 )
 ORIGIN_RE = re.compile(r"^https?://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
@@ -205,6 +207,7 @@ class MailstepConfig(BaseModel):
     signup_single_opt_in_forms: FormIds = ()
     signup_pending_days: int = Field(default=7, ge=1, le=60)
     signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
+    signup_domain_cap_per_hour: int = Field(default=1000, ge=1, le=1_000_000)
     signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)

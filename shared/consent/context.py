@@ -79,6 +79,7 @@ class ConsentConfig:
             origins=parse_origins(settings.signup_allowed_origins),
             pending_days=settings.signup_pending_days,
             cooldown_seconds=settings.signup_cooldown_seconds,
+            domain_cap_per_hour=settings.signup_domain_cap_per_hour,
             max_body_bytes=settings.signup_max_body_bytes,
             data_ttl_days=settings.data_ttl_days,
         )

@@ -56,6 +56,8 @@ class Settings(BaseModel):
     signup_allowed_origins: str = ""  # comma-separated origins (https://acme.test) for redirects and CORS
     signup_pending_days: int = Field(default=7, ge=1, le=60)  # a sign-up not confirmed by then is gone
     signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)  # one confirmation mail per window
+    # confirmation mails per recipient domain per UTC hour (shared.store.pending.DOMAIN_CAP_PER_HOUR)
+    signup_domain_cap_per_hour: int = Field(default=1000, ge=1, le=1_000_000)
     signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
 
     @classmethod

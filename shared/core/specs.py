@@ -646,6 +646,7 @@ SIGNUP_SETTINGS = (
     "signup_allowed_origins",
     "signup_pending_days",
     "signup_cooldown_seconds",
+    "signup_domain_cap_per_hour",
     "signup_max_body_bytes",
 )
 ENV |= {field: field.upper() for field in SIGNUP_SETTINGS}

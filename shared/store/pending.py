@@ -63,7 +63,7 @@ UNCOUNTED = "uncounted"  # on a pending item whose sign-up is new and not counte
 MAILED = "mailed"  # on a pending item whose confirmation mail went out
 # Confirmation mails to one recipient domain per hour: above this, sign-ups of the domain answer
 # as usual and mail nothing until the next hour (list bombing spread over many mailboxes).
-DOMAIN_CAP_PER_HOUR = 100
+DOMAIN_CAP_PER_HOUR = 1000
 # What an admission wrote: a NEW sign-up (no live one before), or a live one RENEWED after the
 # cooldown (a new sign-up id: the earlier link no longer confirms).
 Claimed = Literal["new", "renewed"]

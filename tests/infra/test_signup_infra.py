@@ -25,6 +25,7 @@ def configured(tmp_path_factory: pytest.TempPathFactory) -> Synth:
             "mailstep:signupThrottleRate": "2",
             "mailstep:signupThrottleBurst": "4",
             "mailstep:signupPendingDays": "3",
+            "mailstep:signupDomainCapPerHour": "250",
             "mailstep:signupSingleOptInForms": ["app"],
         },
     )
@@ -79,6 +80,7 @@ def test_configured_origins_throttle_and_settings_reach_the_template(configured:
     env = fn["Properties"]["Environment"]["Variables"]
     assert env["SIGNUP_ALLOWED_ORIGINS"] == "https://www.acme.test,https://acme.test:8443"
     assert env["SIGNUP_PENDING_DAYS"] == "3" and env["SIGNUP_SINGLE_OPT_IN_FORMS"] == "app"
+    assert env["SIGNUP_DOMAIN_CAP_PER_HOUR"] == "250"
     assert env["SIGNUP_DOUBLE_OPT_IN"] == "true"
     # only the sign-up function gets the sign-up settings
     for logical_id, other in configured.resources("AWS::Lambda::Function").items():

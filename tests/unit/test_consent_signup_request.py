@@ -163,6 +163,9 @@ def test_origins_are_parsed_strictly_from_the_settings() -> None:
         )
     )
     assert config.origins == ("https://acme.test",)
+    assert config.domain_cap_per_hour == 1000  # the default
+    capped = ConsentConfig.from_settings(Settings(table_name="t", signup_domain_cap_per_hour=250))
+    assert capped.domain_cap_per_hour == 250
     assert config.single_opt_in("app") and not config.single_opt_in("footer")
     assert ConsentConfig.from_settings(Settings(table_name="t", signup_double_opt_in=False)).single_opt_in(
         "footer"

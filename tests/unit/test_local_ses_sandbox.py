@@ -11,7 +11,6 @@ import pytest
 from cli.local.ses import LocalSes, SesError
 
 
-
 def local_ses(tmp_path: Path, *, sandbox: bool) -> LocalSes:
     return LocalSes(
         tmp_path, account_id="123456789012", region="eu-west-1", publish=lambda _t, _m: None, sandbox=sandbox
