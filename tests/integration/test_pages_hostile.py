@@ -111,9 +111,9 @@ def test_a_body_that_is_not_utf8_is_a_400_naming_the_body_and_writes_nothing(
     ("route", "body", "key"),
     [
         ("/v1/events", '{"type": "t.x", "email": "a@example.com", "email": "b@example.com"}', "email"),
-        ("/v1/events", '{"events": [{"type": "t.x", "email": "a@x.test", "tags": [], "tags": ["v"]}]}', "tags"),
+        ("/v1/events", '{"events": [{"type": "t.x", "email": "a@x.t", "tags": [], "tags": []}]}', "tags"),
         ("/v1/events", '{"events": [], "events": [{"type": "t.x", "email": "a@example.com"}]}', "events"),
-        ("/v1/events", '{"type": "t.x", "email": "a@x.test", "attributes": {"plan": "a", "plan": "b"}}', "plan"),
+        ("/v1/events", '{"type": "t.x", "email": "a@x.t", "attributes": {"plan": 1, "plan": 2}}', "plan"),
         ("/v1/signup", '{"email": "a@example.com", "email": "victim@example.com"}', "email"),
         ("/v1/signup", '{"email": "a@example.com", "topics": [], "topics": ["newsletter"]}', "topics"),
     ],
