@@ -1,0 +1,84 @@
+"""The CPU time the capacity model divides by the mails: each execution environment reports the
+process CPU time of every invocation (not its wall time), and ``Environments.cpu_seconds`` sums
+it per function. Starts Python 3.12 child processes, so it runs with the bench (``make bench``),
+not in the unit tier of ``make test``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cli.local.artifact import lambda_python
+from cli.local.environments import Environments, EnvironmentSpec
+
+pytestmark = pytest.mark.bench
+
+HANDLERS = """
+import time
+
+
+def burn(event, context):
+    started = time.process_time()
+    while time.process_time() - started < event["cpu_s"]:
+        pass
+    return {}
+
+
+def wait(event, context):
+    time.sleep(event["wall_s"])
+    return {}
+"""
+
+
+def spec(code: Path, handler: str) -> EnvironmentSpec:
+    return EnvironmentSpec(
+        function_name=handler,
+        handler=f"handlers.{handler}",
+        python=lambda_python(),
+        import_path=[str(code)],
+        environment={},
+        policy=None,
+        role_arn="arn:aws:iam::123456789012:role/test",
+        region="us-east-1",
+        account="123456789012",
+        timeout_s=30,
+        memory_mb=256,
+        log_file=code / "logs" / f"{handler}.log",
+    )
+
+
+def function(name: str) -> SimpleNamespace:
+    """The attributes of a moto LambdaFunction that ``Environments.invoke`` reads."""
+    arn = f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+    return SimpleNamespace(
+        function_name=name, version="$LATEST", function_arn=arn, memory_size=256, timeout=30
+    )
+
+
+@pytest.fixture
+def environments(tmp_path: Path) -> Iterator[Environments]:
+    (tmp_path / "handlers.py").write_text(HANDLERS)
+    made = Environments(specs={name: spec(tmp_path, name) for name in ("burn", "wait")})
+    yield made
+    made.close()
+
+
+def test_an_invocation_reports_its_cpu_time_not_its_wall_time(environments: Environments) -> None:
+    # Given a function that computes for 0.2 s of CPU and one that waits 0.5 s
+    environments.invoke(function("burn"), {"cpu_s": 0.0})  # the first invocation of each
+    environments.invoke(function("wait"), {"wall_s": 0.0})
+    before = dict(environments.cpu_seconds)
+
+    # When each is invoked twice
+    for _ in range(2):
+        environments.invoke(function("burn"), {"cpu_s": 0.2})
+        environments.invoke(function("wait"), {"wall_s": 0.5})
+
+    # Then the computing one is charged its CPU time and the waiting one almost nothing
+    burned = environments.cpu_seconds["burn"] - before["burn"]
+    waited = environments.cpu_seconds["wait"] - before["wait"]
+    assert 0.4 <= burned < 0.6
+    assert waited < 0.05
