@@ -62,6 +62,12 @@ def cost_table(measurements: list[Measurement]) -> Table:
     return table
 
 
+def _rate(per_s: float | None) -> str:
+    if per_s is None:
+        return "no limit"
+    return f"{per_s:,.1f}" if per_s < 100 else f"{per_s:,.0f}"
+
+
 def capacity_table(results: dict[str, dict[str, Any]]) -> Table:
     table = Table(title="Capacity model (per mail; subscribe and import: per subscriber)")
     for column in ("scenario", "ceiling /s", "limited by", "hottest key (WCU per mail)", "tx per item",
@@ -70,7 +76,7 @@ def capacity_table(results: dict[str, dict[str, Any]]) -> Table:
     for name, r in results.items():
         table.add_row(
             name,
-            f"{r['ceiling_per_s']:,.0f}",
+            _rate(r["ceiling_per_s"]),
             r["limited_by"],
             f"{r['hottest_key_wcu_per_mail']:.3f} {r['hottest_key']}",
             f"{r['max_tx_per_item_per_mail']:.3f}",
