@@ -1,4 +1,5 @@
-"""``mailstep doctor``: SES identity and DKIM, sandbox, quota, configuration set, alarms, DLQs."""
+"""``mailstep doctor``: SES identity and DKIM, sandbox, quota, configuration set, alarms, DLQs,
+open Step Functions executions against their quota."""
 
 from __future__ import annotations
 
@@ -14,12 +15,26 @@ if TYPE_CHECKING:
     from ops.targets import Target
 
 console = Console()
-STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
 @targeted
 def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    executions_quota: int = typer.Option(
+        1_000_000,
+        "--executions-quota",
+        min=1,
+        help="The account's open Step Functions executions quota in this region (1,000,000 unless raised).",
+    ),
+    executions_counted: int = typer.Option(
+        20_000,
+        "--executions-counted",
+        min=1,
+        max=10_000_000,
+        help="Count at most this many open executions (ListExecutions: one call per 1,000); past it "
+        "doctor says 'at least N'.",
+    ),
     *,
     target: Target,
 ) -> None:
@@ -27,7 +42,7 @@ def doctor(
     from ops import doctor as checks
 
     with errors_to_exit():
-        report = checks.run(target)
+        report = checks.run(target, executions_quota=executions_quota, executions_counted=executions_counted)
     if as_json:
         print_json(report.public())
     else:

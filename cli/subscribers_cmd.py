@@ -232,6 +232,15 @@ def import_(
     trigger: bool = typer.Option(
         False, "--trigger", help="Start the sequences triggered by subscriber.subscribed."
     ),
+    start_rate: float = typer.Option(
+        100.0,
+        "--start-rate",
+        min=0.1,
+        max=10000.0,
+        help="With --trigger: at most this many StartExecution calls a second. The regional quota "
+        "refills 300/s in us-east-1, us-west-2 and eu-west-1 and 150/s elsewhere, shared with the "
+        "events API (docs/sequences.md).",
+    ),
     workers: int | None = typer.Option(
         None, min=1, max=64, help="Concurrent writes (default: 8 against a stack, 1 locally)."
     ),
@@ -253,7 +262,9 @@ def import_(
         workers = workers or (1 if target.kind == "local" else 8)
         store = target.subscriber_store()
         starter = (
-            SequenceTrigger.load(store, target.settings.state_machine_arn_prefix, sequences_dir, sfn)
+            SequenceTrigger.load(
+                store, target.settings.state_machine_arn_prefix, sequences_dir, sfn, start_rate=start_rate
+            )
             if trigger
             else None
         )
@@ -286,7 +297,7 @@ def import_(
         print_json(data)
     else:
         _import_summary(report)
-    if report.rejected:
+    if report.rejected or report.starts_failed:
         raise typer.Exit(1)
 
 
@@ -308,6 +319,15 @@ def _import_summary(report: Any) -> None:
         for rejected in report.rejected:
             table.add_row(str(rejected.line), rejected.reason)
         console.print(table)
+    if report.starts_failed:
+        table = Table(title=f"Rows written whose sequence did not start ({len(report.starts_failed)})")
+        table.add_column("line", justify="right")
+        table.add_column("sequences")
+        table.add_column("reason")
+        for failed in report.starts_failed:
+            table.add_row(str(failed.line), ", ".join(failed.sequences), failed.reason)
+        console.print(table)
+        console.print("run the same command again to start them (the checkpoint keeps these lines)")
 
 
 @app.command()

@@ -27,9 +27,14 @@ Guarantees:
 - it starts no sequence unless ``trigger`` is given (then the sequences triggered by
   ``subscriber.subscribed`` start through the sequence engine, with execution names derived
   from the address, so a re-run starts nothing twice);
+- starts are paced under the StartExecution quota (``start_rate`` a second, default
+  ``DEFAULT_START_RATE``) and a throttled start is retried (``shared.sequences.sfn``); a start
+  still refused after that is never dropped: its row is listed in ``starts_failed`` (its
+  profile is written) and the checkpoint keeps its line, so the next run starts it;
 - resumable: after each window the checkpoint file records the last line whose rows are all
-  written; a run that finds a checkpoint for the same file skips the writes up to that line
-  (a plain re-run from the start is just as correct, only slower).
+  written, and the lines whose start failed; a run that finds a checkpoint for the same file
+  skips the writes up to that line except those lines (a plain re-run from the start is just
+  as correct, only slower). A run that ends with starts failed keeps its checkpoint.
 """
 
 from __future__ import annotations
@@ -51,12 +56,12 @@ from typing import IO, Any, BinaryIO, TextIO
 from pydantic import ValidationError
 
 from ops.admin import SubscriberAdmin
-from shared.core.errors import FieldProblem, InvalidInput
+from shared.core.errors import FieldProblem, InvalidInput, QuotaExceeded
 from shared.core.models import SUBSCRIBE_EVENT, SUBSCRIBED, UNSUBSCRIBED, InboundEvent, problems_from
 from shared.core.observability import logger
 from shared.core.public import public_fields
 from shared.sequences.engine import SequenceEngine
-from shared.sequences.sfn import StepFunctions
+from shared.sequences.sfn import StartPolicy, StepFunctions
 from shared.sequences.validate import Catalog
 from shared.store.subscribers import Known, Profile, SubscriberStore, merged, same
 
@@ -75,6 +80,12 @@ KNOWN_COLUMNS = frozenset({"email", "first_name", "tags", "attributes", "status"
 TAG_SPLIT = re.compile(r"[;,\s]+")
 WINDOW = 256
 DEFAULT_WORKERS = 8
+# StartExecution calls a second with --trigger: two thirds of the smallest regional refill
+# (150/s outside us-east-1, us-west-2 and eu-west-1), leaving the rest of the account's
+# bucket to the events API and sign-ups that start executions meanwhile (docs/sequences.md).
+DEFAULT_START_RATE = 100.0
+# How long one start may keep retrying a throttled StartExecution before its row is reported.
+IMPORT_START_PATIENCE_S = 60.0
 
 REASONS = {
     "email": "bad email",
@@ -97,10 +108,32 @@ class Rejected:
     reason: str
 
 
+@dataclass(frozen=True)
+class StartFailed:
+    """A written row whose sequence start was refused by a quota past the retries: the next
+    run (same file, its checkpoint) starts it."""
+
+    line: int
+    sequences: tuple[str, ...]
+    reason: str
+
+    def public(self) -> dict[str, Any]:
+        return {"line": self.line, "sequences": list(self.sequences), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Triggered:
+    """What a trigger did for one subscriber: starts made, and the sequences whose start failed."""
+
+    started: int = 0
+    failed: tuple[str, ...] = ()
+    reason: str = ""
+
+
 # ImportReport.public(): its keys, in order.
 _REPORT_KEYS = (
     "file dry_run rows valid created updated unchanged skipped_before_checkpoint"
-    " resumed_after_line sequences_started rejected seconds rows_per_second"
+    " resumed_after_line sequences_started starts_failed rejected seconds rows_per_second"
 )
 
 
@@ -116,6 +149,7 @@ class ImportReport:
     skipped_before_checkpoint: int = 0
     resumed_after_line: int = 0
     sequences_started: int = 0
+    starts_failed: list[StartFailed] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -132,6 +166,7 @@ class ImportReport:
             self,
             _REPORT_KEYS,
             rejected=[{"line": r.line, "reason": r.reason} for r in self.rejected],
+            starts_failed=[f.public() for f in self.starts_failed],
             seconds=round(self.seconds, 3),
             rows_per_second=round(self.rows_per_second, 1),
         )
@@ -216,6 +251,16 @@ def parse_rows(text: TextIO, extra_tags: tuple[str, ...] = ()) -> Iterator[Row |
         yield Row(line, event, unsubscribed=status == UNSUBSCRIBED)
 
 
+def import_starts(start_rate: float = DEFAULT_START_RATE) -> StartPolicy:
+    """The start policy of an import: paced to ``start_rate`` a second, patient with throttling."""
+    if not start_rate > 0:
+        raise InvalidInput(
+            "the start rate must be a positive number of starts a second",
+            [FieldProblem("start_rate", "must be > 0")],
+        )
+    return StartPolicy(rate_per_s=start_rate, patience_s=IMPORT_START_PATIENCE_S, max_delay_s=8.0)
+
+
 class SequenceTrigger:
     """Starts the sequences triggered by ``subscriber.subscribed`` for an imported subscriber,
     through the sequence engine (eligibility, one active execution, idempotent names)."""
@@ -226,38 +271,57 @@ class SequenceTrigger:
 
     @classmethod
     def load(
-        cls, store: SubscriberStore, arn_prefix: str, sequences_dir: Path, sfn: StepFunctions | None = None
+        cls,
+        store: SubscriberStore,
+        arn_prefix: str,
+        sequences_dir: Path,
+        sfn: StepFunctions | None = None,
+        *,
+        start_rate: float = DEFAULT_START_RATE,
     ) -> SequenceTrigger:
+        """The trigger of an import: its starts paced to ``start_rate`` a second (one pace for
+        all the import's workers) on ``sfn``'s client."""
         from shared.sequences.validate import require_catalog
 
         catalog: Catalog = require_catalog(sequences_dir)
-        engine = SequenceEngine(
-            catalog=catalog, arn_prefix=arn_prefix, store=store, sfn=sfn or StepFunctions()
-        )
+        paced = (sfn or StepFunctions()).with_starts(import_starts(start_rate))
+        engine = SequenceEngine(catalog=catalog, arn_prefix=arn_prefix, store=store, sfn=paced)
         return cls(engine)
 
-    def __call__(self, profile: Profile) -> int:
+    def __call__(self, profile: Profile) -> Triggered:
+        """Start each triggered sequence; one refused by a quota does not stop the others."""
         event_id = "import-" + hashlib.sha256(profile.email.encode()).hexdigest()[:32]
         event = InboundEvent(type=SUBSCRIBE_EVENT, email=profile.email, id=event_id)
-        return sum(1 for s in self.sequences if self.engine.start(s, profile, event))
+        started, failed, reason = 0, [], ""
+        for sequence in self.sequences:
+            try:
+                started += self.engine.start(sequence, profile, event)
+            except QuotaExceeded as exc:
+                failed.append(sequence.id)
+                reason = str(exc)
+        return Triggered(started, tuple(failed), reason)
 
 
 Progress = Callable[[int, int], None]  # (bytes read, rows read)
 
 
-def _checkpoint_read(path: Path, source: Path) -> int:
+def _checkpoint_read(path: Path, source: Path) -> tuple[int, frozenset[int]]:
+    """(last line written, lines whose sequence start is still to make) of a checkpoint."""
     if not path.exists():
-        return 0
+        return 0, frozenset()
     data = json.loads(path.read_text())
     stat = source.stat()
     if data.get("file") != str(source.resolve()) or data.get("size") != stat.st_size:
-        return 0  # a checkpoint of another file (or the file changed): start over
-    return int(data.get("line", 0))
+        return 0, frozenset()  # a checkpoint of another file (or the file changed): start over
+    return int(data.get("line", 0)), frozenset(int(n) for n in data.get("starts_failed", ()))
 
 
-def _checkpoint_write(path: Path, source: Path, line: int) -> None:
+def _checkpoint_write(path: Path, source: Path, line: int, starts_failed: list[int]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"file": str(source.resolve()), "size": source.stat().st_size, "line": line}))
+    record: dict[str, Any] = {"file": str(source.resolve()), "size": source.stat().st_size, "line": line}
+    if starts_failed:
+        record["starts_failed"] = sorted(starts_failed)
+    tmp.write_text(json.dumps(record))
     os.replace(tmp, path)
 
 
@@ -265,14 +329,18 @@ def checkpoint_path(source: Path) -> Path:
     return source.with_name(source.name + ".checkpoint")
 
 
+Trigger = Callable[[Profile], Triggered]
+_NOTHING = Triggered()
+
+
 def _write(
     row: Row,
     store: SubscriberStore,
-    trigger: Callable[[Profile], int] | None,
+    trigger: Trigger | None,
     known: Mapping[str, Known],
-) -> tuple[Row, str, int]:
+) -> tuple[Row, str, Triggered]:
     """Upsert one row: the row, its outcome (``created``, ``updated``, ``unchanged`` or
-    ``rejected: <why>``) and how many sequences it started. ``known`` holds the window's
+    ``rejected: <why>``) and what its trigger did (starts made and failed). ``known`` holds the window's
     addresses read just before (profile and suppression, consistent BatchGetItem, 50 rows a
     request): a row that would change nothing of its known profile is ``unchanged`` without a
     request; every other row is one ``upsert`` transaction started from what was read, and
@@ -292,7 +360,7 @@ def _write(
             unsubscribe=row.unsubscribed,
         ),
     ):
-        return row, "unchanged", trigger(current) if trigger else 0
+        return row, "unchanged", trigger(current) if trigger else _NOTHING
     try:
         change = store.upsert(
             event.email,
@@ -305,20 +373,22 @@ def _write(
     except InvalidInput as exc:  # a per-subscriber limit, checked by the store on the merged profile
         problem = exc.problems[0] if exc.problems else FieldProblem("row", exc.message)
         head = problem.field.split(".", 1)[0]
-        return row, f"rejected: {REASONS.get(head, 'bad ' + head)}: {problem.message}", 0
+        return row, f"rejected: {REASONS.get(head, 'bad ' + head)}: {problem.message}", _NOTHING
     outcome = "created" if change.created else "updated" if change.changed else "unchanged"
-    started_count = trigger(change.profile) if trigger and change.profile else 0
-    return row, outcome, started_count
+    triggered = trigger(change.profile) if trigger and change.profile else _NOTHING
+    return row, outcome, triggered
 
 
-def _tally(report: ImportReport, row: Row, outcome: str, started_count: int) -> None:
+def _tally(report: ImportReport, row: Row, outcome: str, triggered: Triggered) -> None:
     """Count one written row (see :func:`_write`) in ``report``."""
     if outcome.startswith("rejected: "):
         report.rejected.append(Rejected(row.line, outcome.removeprefix("rejected: ")))
         report.valid -= 1
     else:
         setattr(report, outcome, getattr(report, outcome) + 1)
-        report.sequences_started += started_count
+        report.sequences_started += triggered.started
+        if triggered.failed:
+            report.starts_failed.append(StartFailed(row.line, triggered.failed, triggered.reason))
 
 
 def import_csv(
@@ -327,7 +397,7 @@ def import_csv(
     *,
     extra_tags: tuple[str, ...] = (),
     dry_run: bool = False,
-    trigger: Callable[[Profile], int] | None = None,
+    trigger: Trigger | None = None,
     workers: int = DEFAULT_WORKERS,
     checkpoint: Path | None = None,
     progress: Progress | None = None,
@@ -335,7 +405,11 @@ def import_csv(
     """Import ``source`` (rules in the module docstring). ``checkpoint=None`` disables resuming."""
     started = time.perf_counter()
     report = ImportReport(file=str(source), dry_run=dry_run)
-    resume_after = 0 if dry_run or checkpoint is None else _checkpoint_read(checkpoint, source)
+    resume_after, retry_starts = (
+        (0, frozenset()) if dry_run or checkpoint is None else _checkpoint_read(checkpoint, source)
+    )
+    if trigger is None:
+        retry_starts = frozenset()  # without --trigger the rows done before need nothing more
     report.resumed_after_line = resume_after
 
     write = partial(_write, store=store, trigger=trigger)
@@ -348,11 +422,12 @@ def import_csv(
         def flush() -> None:
             nonlocal window
             known = store.known(row.event.email for row in window)
-            for row, outcome, started_count in pool.map(partial(write, known=known), window):
-                _tally(report, row, outcome, started_count)
+            for row, outcome, triggered in pool.map(partial(write, known=known), window):
+                _tally(report, row, outcome, triggered)
             window = []
             if checkpoint is not None and not dry_run:
-                _checkpoint_write(checkpoint, source, last_line)
+                pending = [f.line for f in report.starts_failed]
+                _checkpoint_write(checkpoint, source, max(last_line, resume_after), pending)
 
         for item in parse_rows(text, extra_tags):
             report.rows += 1
@@ -363,7 +438,7 @@ def import_csv(
                 report.valid += 1
                 if dry_run:
                     pass
-                elif item.line <= resume_after:
+                elif item.line <= resume_after and item.line not in retry_starts:
                     report.skipped_before_checkpoint += 1
                 else:
                     window.append(item)
@@ -375,7 +450,7 @@ def import_csv(
             flush()
         if progress:
             progress(counter.count, report.rows)
-    if checkpoint is not None and not dry_run and checkpoint.exists():
+    if checkpoint is not None and not dry_run and checkpoint.exists() and not report.starts_failed:
         checkpoint.unlink()  # complete: nothing to resume
     report.rejected.sort(key=lambda r: r.line)
     report.seconds = time.perf_counter() - started
@@ -386,6 +461,7 @@ def import_csv(
         rows_updated=report.updated,
         rows_unchanged=report.unchanged,
         rows_rejected=len(report.rejected),
+        starts_failed=len(report.starts_failed),
         dry_run=dry_run,
         rows_per_second=round(report.rows_per_second, 1),
     )

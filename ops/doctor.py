@@ -13,6 +13,13 @@ Each check reports pass, fail or skip with a detail and, when it fails, a hint.
   DELIVERY. Local: meaningful.
 - alarms: the stack's CloudWatch alarms exist and none is in ALARM. Local: skip (none).
 - dlqs: every queue's dead-letter queue is empty. Local: meaningful.
+- open-executions: RUNNING executions of the sequence state machines against the
+  account's open-executions quota (1,000,000 per region by default; ``executions_quota`` for
+  a raised one), counted with ListExecutions up to ``executions_counted`` (then "at least
+  N": a million executions are a thousand calls of a 2-5/s quota). Fails at 80 % of the
+  quota, warns at 50 % or when the count stopped early. Local: meaningful.
+
+Statuses: pass, warn (look soon; does not fail the report), fail, skip.
 """
 
 from __future__ import annotations
@@ -25,11 +32,26 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ops.targets import LOCAL, Target
+from ops.targets import LOCAL, Target, sequence_state_machines
+from shared.sequences.sfn import OPEN_EXECUTIONS_QUOTA, StepFunctions
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 REQUIRED_EVENTS = ("BOUNCE", "COMPLAINT", "DELIVERY")
 QUOTA_WARN = 0.9
+# Open executions: fail at 80 % of the quota (a drip keeps a subscriber open for its whole
+# length, so the count only falls as drips end), warn from 50 %.
+EXECUTIONS_FAIL = 0.8
+EXECUTIONS_WARN = 0.5
+# How many open executions doctor counts at most: 20 ListExecutions pages of 1,000, within the
+# call's smallest burst (100 tokens, refilled at 2/s outside the three largest regions).
+EXECUTIONS_COUNTED = 20_000
+EXECUTIONS_GUIDANCE = (
+    "the quota is per account and region, shared with every other workflow; at it StartExecution"
+    " fails (ExecutionLimitExceeded) and new subscribers enter no sequence (the events API answers"
+    " 503, an import lists the rows). Request a higher open-executions quota for Step Functions"
+    " (Service Quotas console, or Support Center), or shorten long drips: each subscriber in a"
+    " drip is one open execution for the drip's whole length"
+)
 
 
 @dataclass(frozen=True)
@@ -249,6 +271,43 @@ def check_dlqs(target: Target, queue_urls: tuple[str, ...]) -> Check:
     return Check("dlqs", PASS, f"{len(dlqs)} dead-letter queues, all empty")
 
 
+def check_open_executions(
+    target: Target, quota: int = OPEN_EXECUTIONS_QUOTA, at_most: int = EXECUTIONS_COUNTED
+) -> Check:
+    """Open (RUNNING) executions of the target's sequence state machines against ``quota``,
+    counted up to ``at_most`` in all."""
+    machines = sequence_state_machines(target.settings.state_machine_arn_prefix, target.aws)
+    if not machines:
+        return Check("open-executions", SKIP, "no sequence state machine deployed")
+    sfn = StepFunctions(target.client("stepfunctions"))
+    parts: list[str] = []
+    total, complete = 0, True
+    for sequence_id, arn in sorted(machines.items()):
+        left = at_most - total
+        if left <= 0:
+            parts.append(f"{sequence_id}: not counted")
+            complete = False
+            continue
+        count, whole = sfn.count_running(arn, left)
+        total += count
+        complete = complete and whole
+        parts.append(f"{sequence_id}: {count:,}" if whole else f"{sequence_id}: at least {count:,}")
+    share = total / quota if quota > 0 else 1.0
+    counted = f"{total:,}" if complete else f"at least {total:,}"
+    detail = f"{counted} open of the {quota:,} quota ({share:.0%}; " + ", ".join(parts) + ")"
+    if share >= EXECUTIONS_FAIL:
+        return Check("open-executions", FAIL, detail, EXECUTIONS_GUIDANCE)
+    if share >= EXECUTIONS_WARN:
+        return Check("open-executions", WARN, detail, EXECUTIONS_GUIDANCE)
+    if not complete:
+        hint = (
+            f"counting stopped at {at_most:,}: `mailstep doctor --executions-counted N` counts"
+            " further (one ListExecutions call per 1,000)"
+        )
+        return Check("open-executions", WARN, detail, hint)
+    return Check("open-executions", PASS, detail)
+
+
 def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
     """A check whose API call fails reports that failure instead of stopping the others."""
     try:
@@ -262,7 +321,12 @@ def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
         ]
 
 
-def run(target: Target) -> Report:
+def run(
+    target: Target,
+    *,
+    executions_quota: int = OPEN_EXECUTIONS_QUOTA,
+    executions_counted: int = EXECUTIONS_COUNTED,
+) -> Report:
     checks: list[Check] = []
     checks += _guard("ses-identity", lambda: check_identity(target, sender_of(target)))
     checks += _guard("ses-account", lambda: check_account(target))
@@ -272,4 +336,8 @@ def run(target: Target) -> Report:
     checks += _guard("configuration-set", lambda: [check_configuration_sets(target, configuration_sets)])
     checks += _guard("alarms", lambda: [check_alarms(target)])
     checks += _guard("dlqs", lambda: [check_dlqs(target, tuple(target.resources.get("queues", ())))])
+    checks += _guard(
+        "open-executions",
+        lambda: [check_open_executions(target, executions_quota, executions_counted)],
+    )
     return Report(target=target.label, checks=tuple(checks))

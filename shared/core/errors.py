@@ -56,3 +56,9 @@ class AlreadyEntered(Conflict):
 class ConcurrentModification(MailstepError):
     """Optimistic concurrency gave up after several retries: answered 503 with Retry-After
     (``shared/web/http.py``); the same request succeeds when retried."""
+
+
+class QuotaExceeded(MailstepError):
+    """An AWS quota refused a request past its retries (a throttled StartExecution, the open
+    Step Functions executions): answered 503 with Retry-After (``shared/web/http.py``). The
+    caller undid its own writes, so the same request succeeds once the quota allows it."""

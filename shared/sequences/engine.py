@@ -9,6 +9,11 @@ Ordering, and why no crash leaves a lasting mismatch (docs/sequences.md, "Guaran
   the same event (same name: the pair is recognised as ours and the start completes),
   (b) the next trigger (a pair whose execution is not RUNNING is replaced), (c)
   ``mailstep sequences reconcile``. A failed StartExecution removes the pair it wrote.
+- A start the StartExecution quota still refuses after the adapter's retries
+  (``QuotaExceeded``, ``shared.sequences.sfn``) is such a failed start: the pair (and a
+  once-only entry marker) is removed and the error goes to the caller, who reports it instead
+  of dropping it: the events API answers 503 to retry, the CSV import lists the row and its
+  checkpoint brings the row back to the next run. The retry uses the same execution name.
 - Stop: StopExecution FIRST, then the pair is removed (conditioned on the ARN). A crash in
   between leaves a pair naming an aborted execution; the cloud cleanup rule (execution
   status change -> cleanup function) and the healing above remove it.

@@ -25,6 +25,7 @@ from shared.core.errors import (
     MailstepError,
     NotFound,
     PayloadTooLarge,
+    QuotaExceeded,
     Unauthorized,
 )
 from shared.core.json_input import loads_strict
@@ -39,8 +40,15 @@ STATUS: dict[type[MailstepError], tuple[int, str]] = {
     # Contention on one subscriber outlasted the store's retries: not the client's fault and
     # not a server fault either; the same request (same event ``id``) succeeds when retried.
     ConcurrentModification: (503, "busy"),
+    # An AWS quota (StartExecution's rate, the open executions) outlasted the retries; the
+    # start was undone, so the same request (same event ``id``) succeeds when retried.
+    QuotaExceeded: (503, "throttled"),
 }
-RETRY_AFTER_S = 1  # the Retry-After of a 503 "busy"
+RETRY_AFTER_S = 1  # the Retry-After of a 503 "busy" or "throttled"
+RETRY_MESSAGES = {
+    "busy": "the subscriber is busy with concurrent changes: retry",
+    "throttled": "a service quota is reached for the moment: retry",
+}
 
 E = TypeVar("E", bound=Exception)
 
@@ -91,8 +99,8 @@ def register_error_handlers(app: APIGatewayHttpResolver) -> None:
     def _domain(exc: MailstepError) -> Response[str]:
         status, code = status_for(exc)
         if status == 503:
-            logger.warning("request gave up under contention", error=type(exc).__name__)
-            return error_response(503, code, "the subscriber is busy with concurrent changes: retry")
+            logger.warning("request gave up: retryable", error=type(exc).__name__, code=code)
+            return error_response(503, code, RETRY_MESSAGES[code])
         if status >= 500:
             logger.exception("unexpected domain error")
             return error_response(500, code, "internal error")

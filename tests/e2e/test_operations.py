@@ -154,11 +154,14 @@ def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> N
         "configuration-set",
         "alarms",
         "dlqs",
+        "open-executions",
     ]
     assert all(c["status"] in ("pass", "fail", "skip") for c in report["checks"])
     statuses = {c["name"]: c["status"] for c in report["checks"]}
     assert statuses["ses-identity"] == statuses["alarms"] == "skip"  # not emulated locally
     assert statuses["ses-production"] == statuses["ses-quota"] == statuses["configuration-set"] == "pass"
+    # the local sequences' RUNNING executions, far from the open-executions quota
+    assert statuses["open-executions"] == "pass"
     assert healthy.returncode == (1 if "fail" in statuses.values() else 0)
 
     sqs = local.client("sqs")
