@@ -93,6 +93,7 @@ dev: setup
 
 bench: setup
 	$(PY) -m bench
+	$(PY) -m bench capacity
 	$(PYTEST) -p no:xdist -m bench -q
 
 clean:
