@@ -7,6 +7,8 @@
     BROADCAST#<id>     / BATCH#<round>#<p>#<i>  "this batch was counted" marker
     BROADCAST#<id>     / DEAD#<round>#<p>#<i>   "this batch went to the dead-letter queue"
                                                 marker (removed when the batch is counted)
+    STATS#<id>         / UNCOUNTED#<template>   sends whose ``send`` counts wait for busy
+                                                counters items (``shared.store.stats``)
 
 Every counter change is an atomic ADD; every status change is conditioned on the status it
 leaves, so concurrent workers, the resolver and the CLI never overwrite each other.
@@ -35,6 +37,7 @@ from shared.broadcasts.model import (
     BroadcastRequest,
 )
 from shared.core import clock
+from shared.core.observability import logger
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
@@ -46,7 +49,14 @@ from shared.store.dynamo import (
     transact,
     values,
 )
-from shared.store.stats import send_counters
+from shared.store.stats import (
+    busy,
+    retry_contended,
+    send_counters,
+    settle_soon,
+    settle_uncounted,
+    uncounted_add,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -380,7 +390,9 @@ class BroadcastStore(TableAdapter):
         """Add one batch's outcomes (``processed``, ``sent``, ``failed``, ``skipped_<reason>``)
         exactly once: the batch marker and the ADDs (the record's counts, and ``send`` of the
         broadcast's and its template's engagement counters) are one transaction. False: counted before
-        (a redelivered batch) or the round moved on (resumed)."""
+        (a redelivered batch) or the round moved on (resumed). Engagement counters that are
+        busy do not fail it: the batch is recorded with its sends in a ledger, counted from
+        there (:meth:`_count_uncounted`)."""
         adds = {name: int(n) for name, n in counts.items() if n}
         marker = {
             "PK": keys.broadcast_pk(record.id),
@@ -425,6 +437,31 @@ class BroadcastStore(TableAdapter):
             transact(self.client, actions)
         except TransactionConflict:
             return False
+        except ClientError as exc:
+            if not counters or not busy(exc):
+                raise
+            # A counters item is busy (engagement writes, sequence sends): the batch is recorded
+            # with its sends in the (source, template) ledger instead, then counted from there.
+            return self._count_uncounted(record, actions[:2], adds["sent"])
+        return True
+
+    def _count_uncounted(self, record: Broadcast, recorded: builtins.list[Action], sent: int) -> bool:
+        """The batch's marker and record update with ``sent`` ADDed to its ledger of sends
+        still to be counted, in one transaction (retried while the record is busy with other
+        workers' batches); then those sends move to the counters (:func:`settle_uncounted`,
+        retried). A move still busy after the retries is made by the engagement consumer when
+        these mails' SES events arrive (``SendLog.record_evidence``)."""
+        at = _now()
+        ledger = Action("uncounted", uncounted_add(self.table, record.id, record.template, sent, at=at))
+        try:
+            retry_contended(lambda: transact(self.client, [*recorded, ledger]), retryable=busy)
+        except TransactionConflict:
+            return False
+        moved = settle_soon(
+            lambda: settle_uncounted(self.client, self.table, record.id, record.template, sent, at=at)
+        )
+        if moved is None:
+            logger.warning("broadcast sends left uncounted: counters busy", broadcast=record.id, sends=sent)
         return True
 
     def mark_dead_lettered(self, record: Broadcast, page: int, index: int, recipients: int) -> bool:

@@ -13,7 +13,8 @@ Per batch:
    fails the SQS record: it comes back after the visibility timeout, never counted as failed;
 4. all recipients settled: the batch's outcomes are added to the record with the batch
    marker in one transaction (a redelivered batch adds nothing), then ``done`` is set once
-   every resolved recipient was counted.
+   every resolved recipient was counted. A busy engagement counters item never fails the
+   batch: its ``send`` count goes through a ledger instead (``BroadcastStore.count_batch``).
 
 ``already_sent`` counts as sent: only this broadcast uses its send-once keys, so it means
 an earlier delivery of this batch (or an earlier round) sent the mail, or that SES's event

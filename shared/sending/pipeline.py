@@ -30,6 +30,9 @@ later than the lease. A send whose ``SENT#`` exists is never sent again
 
 Counting: ``send`` is added to the source and template counters with the ``SENT#`` write
 (``count_sends``); a broadcast worker turns that off and counts each batch once instead.
+Counters are off the critical path: once SES accepted the mail, a busy counters item (a
+concurrent transaction, throttling) never turns ``sent`` into an error; ``SENT#`` is written
+and its count follows (``SendLog.complete``, docs/sending.md).
 """
 
 from __future__ import annotations

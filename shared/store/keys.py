@@ -120,6 +120,15 @@ def template_stats_key(template: str) -> tuple[str, str]:
     return stats_pk(template), TEMPLATE_COUNTERS
 
 
+UNCOUNTED = "UNCOUNTED"
+
+
+def uncounted_key(source: str, template: str) -> tuple[str, str]:
+    """(PK, SK) of the broadcast sends of (source, template) whose ``send`` counters are still
+    to be added: ``STATS#<source>`` / ``UNCOUNTED#<template>`` (``shared.store.stats``)."""
+    return stats_pk(source), f"{UNCOUNTED}{SEP}{_part(template, 'template')}"
+
+
 def unique_marker_sk(metric: str, scope: str, value: str) -> str:
     """``UNIQ#<metric>#<scope>#<source or template>``: the subscriber already counted once."""
     return f"{UNIQUE}{SEP}{_part(metric, 'metric')}{SEP}{_part(scope, 'scope')}{SEP}{_part(value, scope)}"

@@ -11,7 +11,10 @@ One claim item per (subscriber, source, step): ``SK = SEND#<source>#<step>``.
   ``SENT#`` item is what says "sent": the claim is not written a second time, so a send
   costs 2 writes (claim, log). A single send also ADDs 1 to ``send`` of its source and
   template counters in the same transaction (``count=True``); a broadcast worker counts a
-  whole batch at once instead (``shared.broadcasts.records``).
+  whole batch at once instead (``shared.broadcasts.records``). When DynamoDB refuses that
+  transaction only because a counters item is busy (``stats.busy``), ``SENT#`` is written
+  alone with ``count_pending`` and the count follows in its own transaction
+  (``stats.settle_send``): the log of a mail SES accepted never waits for a counter.
 - When a claim is found taken (a redelivered job) or is taken over after its lease
   (``ReturnValues=ALL_OLD`` shows a previous claim), the subscriber's ``SENT#`` log is read
   for that (source, step): found -> ``already_sent``. Only these rare paths read.
@@ -33,6 +36,10 @@ The SES message id of a send that returned is not written to the claim: that wou
 third write per send, and the window it would close (SES answered, ``SENT#`` not yet
 written) is the one the event covers.
 
+The same read settles send counts the send path left pending: a ``SENT#`` entry's
+``count_pending`` and, for sends a batch counts (the claim's ``count`` is false), the
+``STATS#<source>`` / ``UNCOUNTED#<template>`` ledger (read in the same BatchGetItem).
+
 ``SENT#`` items expire after ``DATA_TTL_DAYS``: a claim taken over after its log could have
 expired (``log_until`` passed) counts as sent, so an expired log never turns into a second
 send.
@@ -53,6 +60,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 
 from shared.core import clock
+from shared.core.errors import ConcurrentModification
+from shared.core.observability import logger
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
@@ -66,7 +75,14 @@ from shared.store.dynamo import (
     transact,
     values,
 )
-from shared.store.stats import send_counters
+from shared.store.stats import (
+    COUNT_PENDING,
+    busy,
+    send_counters,
+    settle_send,
+    settle_soon,
+    settle_uncounted,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import PutTypeDef
@@ -234,22 +250,21 @@ class SendLog(TableAdapter):
             yield deserialize(raw)
 
     def complete(self, record: SentRecord, *, count: bool = True) -> bool:
-        """Write ``SENT#`` unless it exists; with ``count``, ADD 1 to ``send`` of the source
-        and template counters in the same transaction (the count and the log never
-        disagree). False: the entry was written before (by a recovery from an SES event)."""
+        """Write ``SENT#`` unless it exists. False: the entry was written before (by a recovery
+        from an SES event). With ``count``, ADD 1 to ``send`` of the source and template
+        counters in the same transaction; when DynamoDB refuses that transaction only because
+        a counters item is busy (a concurrent transaction, throttling: :func:`stats.busy`), the
+        entry is written alone with ``count_pending`` and counted right after in its own
+        transaction (:func:`stats.settle_send`, retried): a counter never fails, blocks or
+        loses the record of a mail SES accepted. A count still pending after the retries is
+        added by the engagement consumer from the mail's SES event (:meth:`record_evidence`)."""
         put: PutTypeDef = {
             "TableName": self.table,
             "Item": serialize(sent_item(record)),
             "ConditionExpression": "attribute_not_exists(PK)",
         }
         if not count:
-            try:
-                self.client.put_item(**put)
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                    raise
-                return False
-            return True
+            return self._put_new(put)
         counters = send_counters(self.table, {(record.source, record.template): 1}, at=record.sent_at)
         try:
             transact(
@@ -260,13 +275,45 @@ class SendLog(TableAdapter):
             if exc.failed("sent"):
                 return False
             raise
+        except ClientError as exc:
+            if not busy(exc):
+                raise
+            pending: PutTypeDef = {**put, "Item": serialize({**sent_item(record), COUNT_PENDING: True})}
+            if not self._put_new(pending):
+                return False
+            settled = settle_soon(lambda: self._settle(record))
+            if settled is None:
+                logger.warning(
+                    "send count left pending: counters busy",
+                    source=record.source,
+                    template=record.template,
+                    send_id=record.send_id,
+                )
         return True
+
+    def _put_new(self, put: PutTypeDef) -> bool:
+        try:
+            self.client.put_item(**put)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def _settle(self, record: SentRecord) -> bool:
+        sent_key = key(keys.sub_pk(record.email), keys.sent_sk(record.sent_at, record.source, record.send_id))
+        return settle_send(
+            self.client, self.table, sent_key, record.source, record.template, at=record.sent_at
+        )
 
     def record_evidence(self, evidence: list[SendEvidence], *, ttl_days: int) -> list[SendEvidence]:
         """Write the ``SENT#`` entry of every send that ``evidence`` proves SES accepted and
         whose claim is still ``sending`` for that send id with no entry (its worker died
-        between SES and the log). One BatchGetItem reads the claims and, where the claim
-        knows it, the entry's key. Returns the evidence that wrote an entry."""
+        between SES and the log), and add the send counts its sends left pending (busy
+        counters: a ``SENT#`` entry's ``count_pending``, a broadcast's ``UNCOUNTED#`` ledger).
+        Two BatchGetItems read the claims, then the entries' keys and the ledgers. Returns the
+        evidence that wrote an entry; raises when a pending count stayed busy (the caller's
+        records are delivered again)."""
         wanted: dict[tuple[str, str, str], SendEvidence] = {}
         for found in evidence:
             wanted.setdefault((found.email, found.source, found.step), found)
@@ -284,28 +331,15 @@ class SendLog(TableAdapter):
         }
         if not orphans:
             return []
-        logged = {
-            (keys.email_from_sub(item["PK"]), str(item["SK"]))
-            for item in map(
-                deserialize,
-                batch_get(
-                    self.client,
-                    self.table,
-                    [
-                        key(keys.sub_pk(e.email), keys.sent_sk(c["sent_at"], e.source, e.send_id))
-                        for e, c in orphans.values()
-                        if c.get("sent_at")
-                    ],
-                    ConsistentRead=True,
-                    ProjectionExpression="PK, SK",
-                ),
-            )
-        }
+        logged, pending_ledgers = self._logs_and_ledgers(list(orphans.values()))
         written = []
         for found, claim in orphans.values():
             sent_at = str(claim.get("sent_at") or "")
             if sent_at:
-                if (found.email, keys.sent_sk(sent_at, found.source, found.send_id)) in logged:
+                entry = logged.get((found.email, keys.sent_sk(sent_at, found.source, found.send_id)))
+                if entry is not None:
+                    if entry.get(COUNT_PENDING):
+                        self._settle_pending(found, claim, entry)
                     continue
             elif self.sent(found.email, found.source, found.step) is not None:  # an older claim
                 continue
@@ -324,7 +358,70 @@ class SendLog(TableAdapter):
             )
             if self.complete(record, count=bool(claim.get("count", True))):
                 written.append(found)
+        self._settle_ledgers(pending_ledgers)
         return written
+
+    def _logs_and_ledgers(
+        self, orphans: list[tuple[SendEvidence, dict[str, Any]]]
+    ) -> tuple[dict[tuple[str, str], dict[str, Any]], list[dict[str, Any]]]:
+        """One BatchGetItem: the ``SENT#`` entries the claims name (key and ``count_pending``)
+        and, for sends a caller counts (a broadcast batch: the claim's ``count`` is false),
+        their (source, template) ledger of sends still to be counted, when it holds some."""
+        ledgers = {
+            keys.uncounted_key(e.source, str(c.get("template") or e.template))
+            for e, c in orphans
+            if not c.get("count", True)
+        }
+        read = [
+            key(keys.sub_pk(e.email), keys.sent_sk(c["sent_at"], e.source, e.send_id))
+            for e, c in orphans
+            if c.get("sent_at")
+        ]
+        logged: dict[tuple[str, str], dict[str, Any]] = {}
+        pending: list[dict[str, Any]] = []
+        for item in map(
+            deserialize,
+            batch_get(
+                self.client,
+                self.table,
+                [*read, *(key(pk, sk) for pk, sk in sorted(ledgers))],
+                ConsistentRead=True,
+                ProjectionExpression="PK, SK, #pending, #send, #source, #template",
+                ExpressionAttributeNames={
+                    "#pending": COUNT_PENDING,
+                    "#send": "send",
+                    "#source": "source",
+                    "#template": "template",
+                },
+            ),
+        ):
+            if str(item["PK"]).startswith(f"{keys.SUB}{keys.SEP}"):
+                logged[(keys.email_from_sub(item["PK"]), str(item["SK"]))] = item
+            elif int(item.get("send", 0)) > 0:
+                pending.append(item)
+        return logged, pending
+
+    def _settle_ledgers(self, ledgers: list[dict[str, Any]]) -> None:
+        for ledger in ledgers:
+            source, template, n = str(ledger["source"]), str(ledger["template"]), int(ledger["send"])
+
+            def move(source: str = source, template: str = template, n: int = n) -> bool:
+                return settle_uncounted(self.client, self.table, source, template, n, at=clock.iso())
+
+            moved = settle_soon(move)
+            if moved is None:
+                raise ConcurrentModification("a broadcast's uncounted sends stayed busy: retry")
+            logger.info("uncounted sends counted", source=source, template=template, sends=n, moved=moved)
+
+    def _settle_pending(self, found: SendEvidence, claim: dict[str, Any], entry: dict[str, Any]) -> None:
+        template = str(claim.get("template") or found.template)
+        sent_key = key(str(entry["PK"]), str(entry["SK"]))
+        settled = settle_soon(
+            lambda: settle_send(self.client, self.table, sent_key, found.source, template, at=clock.iso())
+        )
+        if settled is None:
+            raise ConcurrentModification("a pending send count stayed busy: retry")
+        logger.info("pending send count added", source=found.source, send_id=found.send_id, added=settled)
 
     def release(
         self, email: str, source: str, step: str, claim_id: str, *, restore: dict[str, Any] | None = None

@@ -10,7 +10,12 @@
   complaint happen at most once per mail; ``unsubscribe`` is counted once per real change
   (``shared.web.unsubscribe``), so their totals are their unique counts.
 - ``send`` is counted by the send path (:func:`send_counters`: with a single send's
-  ``SENT#`` write, or once per broadcast batch); SES Send events are not published.
+  ``SENT#`` write, or once per broadcast batch); SES Send events are not published. A
+  counters item that is busy (:func:`busy`) never holds up the send's record: the send is
+  marked ``count_pending`` on its ``SENT#`` item, or a batch's sends go to the ledger
+  ``STATS#<source>`` / ``UNCOUNTED#<template>``, and they are added once by
+  :func:`settle_send` / :func:`settle_uncounted` (right after, retried; or by the engagement
+  consumer from the mails' SES events). docs/sending.md, "Counters are off the critical path".
 - The event metrics can be recomputed from the events table (GSIs ``SequenceIndex`` and
   ``TemplateIndex``): :meth:`StatsStore.recompute`. They agree while no event has expired
   (``DATA_TTL_DAYS``); ``--since`` reports are always computed from the events, so they have
@@ -43,7 +48,18 @@ from shared.core.public import public_fields
 from shared.core.retry import Backoff
 from shared.core.specs import EVENTS_TABLE
 from shared.store import keys
-from shared.store.dynamo import TableAdapter, deserialize, from_dynamo, key, page_start, query_all, values
+from shared.store.dynamo import (
+    Action,
+    TableAdapter,
+    TransactionConflict,
+    deserialize,
+    from_dynamo,
+    key,
+    page_start,
+    query_all,
+    transact,
+    values,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -93,6 +109,13 @@ SIGNUP_METRICS = (SIGNUP, CONFIRM, SINGLE_OPT_IN)
 # pauses of up to 5 ms, 10 ms, ... 200 ms (full jitter).
 CONTENDED_RETRY = Backoff(attempts=8, base=0.005, cap=0.2)
 TRANSACTION_CONFLICT = "TransactionConflict"
+# Why DynamoDB may refuse a counter ADD for the moment (the counters item is hot): cancellation
+# reasons of a transaction, and the codes of a request throttled as a whole.
+BUSY_REASONS = frozenset({TRANSACTION_CONFLICT, "ThrottlingError", "ProvisionedThroughputExceeded"})
+THROTTLED = frozenset(
+    {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"}
+)
+COUNT_PENDING = "count_pending"  # on a SENT# item: its send is not in the counters yet
 T = TypeVar("T")
 
 
@@ -258,17 +281,120 @@ def contended(exc: ClientError) -> bool:
     return TRANSACTION_CONFLICT in codes and codes <= {TRANSACTION_CONFLICT, "None"}
 
 
-def retry_contended(write: Callable[[], T], *, sleep: Callable[[float], None] = time.sleep) -> T:
+def busy(exc: ClientError) -> bool:
+    """Whether DynamoDB refused ``exc``'s request only because an item was busy: a transaction
+    cancelled by concurrent transactions or by throttling on its items (no condition failed,
+    nothing invalid), or a request throttled as a whole after botocore's own retries. Nothing
+    was written: the same writes may succeed a moment later."""
+    code = exc.response.get("Error", {}).get("Code")
+    if code in THROTTLED:
+        return True
+    if code != "TransactionCanceledException":
+        return False
+    codes = {str(r.get("Code")) for r in exc.response.get("CancellationReasons") or []}
+    return bool(codes & BUSY_REASONS) and codes <= BUSY_REASONS | {"None"}
+
+
+def retry_contended(
+    write: Callable[[], T],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    retryable: Callable[[ClientError], bool] = contended,
+) -> T:
     """``write()`` (a transaction holding a counter ADD), run again while a concurrent
-    transaction on its counters item cancels it (:data:`CONTENDED_RETRY`); then
-    :class:`ConcurrentModification` (a 503: the same request succeeds when retried)."""
+    transaction on its counters item cancels it (:data:`CONTENDED_RETRY`; ``retryable=busy``:
+    also while its items are throttled); then :class:`ConcurrentModification` (a 503: the
+    same request succeeds when retried)."""
     for _ in CONTENDED_RETRY.tries(sleep=sleep):
         try:
             return write()
         except ClientError as exc:
-            if not contended(exc):
+            if not retryable(exc):
                 raise
     raise ConcurrentModification("a counters item stayed contended: retry")
+
+
+# ----- send counts that could not be added with their send (counters off the send path) ------
+def settle_send(
+    client: DynamoDBClient, table: str, sent_key: Mapping[str, Any], source: str, template: str, *, at: str
+) -> bool:
+    """ADD 1 to ``send`` of ``source``'s and ``template``'s counters for the ``SENT#`` item at
+    ``sent_key`` that carries :data:`COUNT_PENDING`, and remove that mark, in one transaction:
+    the mark is the send's "not counted yet", so the send is counted once however many callers
+    settle it. True: counted now; False: the mark was gone (counted before). Busy counters
+    raise the ``ClientError`` (:func:`busy`)."""
+    unmark: TransactWriteItemTypeDef = {
+        "Update": {
+            "TableName": table,
+            "Key": dict(sent_key),
+            "UpdateExpression": "REMOVE #pending",
+            "ConditionExpression": "attribute_exists(#pending)",
+            "ExpressionAttributeNames": {"#pending": COUNT_PENDING},
+        }
+    }
+    return _settle(client, unmark, send_counters(table, {(source, template): 1}, at=at))
+
+
+def uncounted_add(table: str, source: str, template: str, n: int, *, at: str) -> TransactWriteItemTypeDef:
+    """An ``Update`` that ADDs ``n`` sends of (source, template) to its ledger of sends still to
+    be counted (``STATS#<source>`` / ``UNCOUNTED#<template>``): it joins the transaction that
+    records the sends (a broadcast batch's marker), so they are in the ledger exactly once."""
+    pk, sk = keys.uncounted_key(source, template)
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": key(pk, sk),
+            "UpdateExpression": "ADD #send :n SET #source = :source, #template = :template, updated_at = :at",
+            "ExpressionAttributeNames": {"#send": "send", "#source": "source", "#template": "template"},
+            "ExpressionAttributeValues": values(n=int(n), source=source, template=template, at=at),
+        }
+    }
+
+
+def settle_uncounted(
+    client: DynamoDBClient, table: str, source: str, template: str, n: int, *, at: str
+) -> bool:
+    """Move ``n`` sends from the (source, template) ledger to the counters in one transaction,
+    conditioned on the ledger holding at least ``n``: ledger + counters stay equal to the sends
+    whoever settles, and however often. True: moved; False: fewer than ``n`` left (another
+    caller settled them). Busy counters raise the ``ClientError`` (:func:`busy`)."""
+    if n <= 0:
+        return False
+    pk, sk = keys.uncounted_key(source, template)
+    take: TransactWriteItemTypeDef = {
+        "Update": {
+            "TableName": table,
+            "Key": key(pk, sk),
+            "UpdateExpression": "ADD #send :minus SET updated_at = :at",
+            "ConditionExpression": "#send >= :n",
+            "ExpressionAttributeNames": {"#send": "send"},
+            "ExpressionAttributeValues": values(minus=-int(n), n=int(n), at=at),
+        }
+    }
+    return _settle(client, take, send_counters(table, {(source, template): n}, at=at))
+
+
+def _settle(
+    client: DynamoDBClient, guard: TransactWriteItemTypeDef, counters: list[TransactWriteItemTypeDef]
+) -> bool:
+    try:
+        transact(client, [Action("guard", guard), *(Action("counters", c) for c in counters)])
+    except TransactionConflict as exc:
+        if exc.failed("guard"):
+            return False
+        raise
+    return True
+
+
+def settle_soon(settle: Callable[[], bool], *, sleep: Callable[[float], None] = time.sleep) -> bool | None:
+    """Run ``settle`` (:func:`settle_send` / :func:`settle_uncounted`) again while its counters
+    are :func:`busy` (:data:`CONTENDED_RETRY`). None: still busy after the retries; the count
+    stays pending and the engagement consumer settles it from the mail's SES event
+    (``SendLog.record_evidence``)."""
+    try:
+        return retry_contended(settle, sleep=sleep, retryable=busy)
+    except ConcurrentModification:
+        return None
 
 
 class StatsStore(TableAdapter):

@@ -1,0 +1,309 @@
+"""Counters are off the critical path of a send (moto, through the real handlers).
+
+A ``TransactionConflict`` is injected on every transaction that ADDs to a counters item
+(``STATS#...`` / ``COUNTERS`` or ``TEMPLATE_COUNTERS``) right after SES accepted the mail,
+the way DynamoDB answers when a concurrent transaction (engagement writes, other sends)
+holds that item: a ``TransactionCanceledException`` whose reason for the counters action is
+``TransactionConflict``. The botocore client itself raises it (a ``before-call`` hook), so
+the store's real transaction path handles it.
+
+Then: exactly one mail, the sender Lambda acknowledges its record, the sequence execution
+succeeds, the broadcast batch succeeds; the record of the send is written (with its count
+pending), and once the mails' SES events reach the engagement consumer the counts equal the
+mails, however often a job, a batch or an event is delivered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse
+
+from cli.local.apigw import LambdaContext
+from cli.local.provision import LocalResources
+from shared.broadcasts.model import STEP, parse_batch, parse_request
+from shared.core.aws import client, register_hook, unregister_hook
+from shared.core.retry import Backoff
+from shared.engagement.consumer import EngagementContext, process_body
+from shared.engagement.suppression import Suppressions
+from shared.sending.jobs import SendJob, to_message
+from shared.sending.pipeline import send
+from shared.store import keys, stats
+from shared.store.dynamo import key
+from shared.store.stats import COUNT_PENDING, StatsStore
+from shared.store.subscribers import SubscriberStore
+from tests.integration import test_claim_recovery, test_sequence_execution
+from tests.integration.broadcast_support import Env
+from tests.integration.conftest import scan_all, sqs_record
+from tests.integration.test_claim_recovery import ses_event
+from tests.integration.test_sequence_execution import Harness, sequence_from, start
+
+# fixtures of those modules: broadcast queues and service, Step Functions on moto
+env = test_claim_recovery.env
+harness = test_sequence_execution.harness
+
+COUNTER_SKS = frozenset({keys.COUNTERS, keys.TEMPLATE_COUNTERS})
+
+
+class CounterConflicts:
+    """Cancels the next ``remaining`` TransactWriteItems that ADD to a counters item, as
+    DynamoDB does when another transaction holds it; other requests go to moto."""
+
+    def __init__(self) -> None:
+        self.remaining = 0
+        self.injected = 0
+
+    def __call__(self, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        items = json.loads(params["body"]).get("TransactItems", [])  # the serialized request
+        hot = [a.get("Update", {}).get("Key", {}).get("SK", {}).get("S") in COUNTER_SKS for a in items]
+        if not self.remaining or not any(hot):
+            return None
+        self.remaining -= 1
+        self.injected += 1
+        reasons = [
+            {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
+            if h
+            else {"Code": "None"}
+            for h in hot
+        ]
+        error = {
+            "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+            "CancellationReasons": reasons,
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
+        return AWSResponse("https://dynamodb.us-east-1.amazonaws.com/", 400, {}, None), error
+
+
+@pytest.fixture
+def conflicts(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[CounterConflicts]:
+    monkeypatch.setattr(stats, "CONTENDED_RETRY", Backoff(attempts=8, base=0.0, cap=0.0))
+    injector = CounterConflicts()
+    register_hook("before-call.dynamodb.TransactWriteItems", injector)
+    yield injector
+    unregister_hook("before-call.dynamodb.TransactWriteItems", injector)
+
+
+@pytest.fixture
+def engagement(store: SubscriberStore) -> EngagementContext:
+    return EngagementContext(store=store, suppressions=Suppressions(store), data_ttl_days=30)
+
+
+def counts(resources: LocalResources, source: str, template: str) -> tuple[int, int]:
+    stats_store = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
+    return stats_store.source(source).total("send"), stats_store.template(template).total("send")
+
+
+def sent_items(table: str, source: str) -> list[dict[str, Any]]:
+    return [i for i in scan_all(table) if i["SK"].startswith(keys.SENT_PREFIX) and i.get("source") == source]
+
+
+def deliver_events(items: list[dict[str, Any]], template: str, engagement: EngagementContext) -> None:
+    """SES's Delivery event of each logged mail reaches the engagement consumer."""
+    for item in items:
+        job = SendJob(email=item["email"], template=template, source=item["source"], step=item["step"])
+        process_body(ses_event("delivery", job, item["ses_message_id"]), engagement)
+
+
+# ----- the sender Lambda (send queue) ----------------------------------------------------------
+@pytest.fixture
+def sender(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
+    for name, value in resources.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DEFAULT_FROM", "Acme <hello@acme.test>")
+    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
+    return importlib.reload(importlib.import_module("functions.sender.handler"))
+
+
+def run_sender(module: Any, job: SendJob) -> list[Any]:
+    result = module.handler(
+        {"Records": [sqs_record(to_message(job), "mailstep-send")]}, LambdaContext("sender", timeout_s=60)
+    )
+    return list(result["batchItemFailures"])
+
+
+@pytest.mark.parametrize("injected", [1, 1000], ids=["passing", "lasting"])
+def test_a_counter_conflict_after_ses_neither_fails_the_send_job_nor_loses_a_count(
+    sender, conflicts, store, resources, outbox, engagement, injected
+) -> None:
+    # Given a subscriber, and counters items that another transaction holds after SES answers
+    table = resources.tables["table_name"]
+    store.upsert("jane@example.com", first_name="Jane")
+    job = SendJob(email="jane@example.com", template="onboarding/welcome", source="onboarding", step="w")
+    conflicts.remaining = injected
+
+    # When the send job is delivered, and delivered again (at least once)
+    failures = [run_sender(sender, job), run_sender(sender, job)]
+
+    # Then one mail went out, both deliveries are acknowledged, and its send is logged once
+    assert failures == [[], []]
+    assert len(outbox) == 1 and conflicts.injected >= 1
+    (item,) = sent_items(table, "onboarding")
+    if injected == 1:  # the count's own transaction went through right after
+        assert COUNT_PENDING not in item and counts(resources, "onboarding", "onboarding/welcome") == (1, 1)
+        return
+    assert item[COUNT_PENDING] is True and counts(resources, "onboarding", "onboarding/welcome") == (0, 0)
+
+    # When the conflict is over and the mail's SES event reaches the engagement consumer, twice
+    conflicts.remaining = 0
+    deliver_events([item], "onboarding/welcome", engagement)
+    deliver_events([item], "onboarding/welcome", engagement)
+
+    # Then the count converged, exactly once
+    assert counts(resources, "onboarding", "onboarding/welcome") == (1, 1)
+    (item,) = sent_items(table, "onboarding")
+    assert COUNT_PENDING not in item
+    assert len(outbox) == 1
+
+
+# ----- a sequence step (Step Functions on moto) --------------------------------------------------
+def test_a_counter_conflict_after_ses_does_not_fail_the_sequence_execution(
+    harness: Harness, conflicts, resources, outbox, engagement
+) -> None:
+    sequence = sequence_from(
+        "trigger: go\nsteps:\n  - send: onboarding/tips\n    subject: Hi\n  - tag: {add: [tipped]}\n", "tips"
+    )
+    harness.deploy(sequence)
+    conflicts.remaining = 1000  # every counters transaction of the step is refused
+
+    result = start(harness, sequence, "ada@example.com")
+
+    # the execution went on past the send (the tag step ran) and succeeded; one mail
+    assert result["status"] == "SUCCEEDED"
+    assert harness.sent("ada@example.com") == ["onboarding/tips"]
+    profile = harness.store.get_profile("ada@example.com")
+    assert profile is not None and "tipped" in profile.tags
+    assert len(outbox) == 1 and conflicts.injected >= 1
+    assert harness.exec_items() == []
+    table = resources.tables["table_name"]
+    (item,) = sent_items(table, "tips")
+    assert item[COUNT_PENDING] is True and counts(resources, "tips", "onboarding/tips") == (0, 0)
+
+    conflicts.remaining = 0
+    deliver_events([item], "onboarding/tips", engagement)
+    deliver_events([item], "onboarding/tips", engagement)
+    assert counts(resources, "tips", "onboarding/tips") == (1, 1)
+
+
+# ----- a broadcast worker batch -----------------------------------------------------------------
+@pytest.fixture
+def worker(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
+    for name, value in resources.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DEFAULT_FROM", "Acme <news@acme.test>")
+    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
+    monkeypatch.setenv("BROADCAST_WORKER_THREADS", "1")  # in-process moto: one request at a time
+    return importlib.reload(importlib.import_module("functions.broadcast_worker.handler"))
+
+
+def run_worker(module: Any, body: str) -> dict[str, Any]:
+    result = module.handler(
+        {"Records": [sqs_record(body, "mailstep-broadcast")]},
+        LambdaContext("broadcast-worker", timeout_s=120),
+    )
+    return dict(result)
+
+
+def test_a_counter_conflict_after_ses_does_not_hold_the_broadcast_batch(
+    worker, env: Env, store, conflicts, resources, outbox, engagement
+) -> None:
+    # Given a broadcast to 6 subscribers, resolved into one batch
+    for i in range(6):
+        store.upsert(f"reader{i}@example.com", add_tags=["news"])
+    env.service.send(parse_request(id="nl", template="newsletter/monthly", audience={"tags": ["news"]}))
+    env.resolve_all()
+    (message,) = env.batches()
+    batch = parse_batch(message["Body"])
+    assert len(batch.emails) == 6
+    conflicts.remaining = 1000  # the counters stay held by other transactions
+
+    # When the worker Lambda gets the batch, and SQS delivers it again
+    first = run_worker(worker, message["Body"])
+    again = run_worker(worker, message["Body"])
+
+    # Then no record failed (nothing waits for a visibility timeout), each reader got one mail,
+    # and the broadcast is counted and done
+    assert first == {"batchItemFailures": []} and again == {"batchItemFailures": []}
+    assert len(outbox) == 6
+    assert all(sum(any(e in d for d in m.destinations) for m in outbox) == 1 for e in batch.emails)
+    assert conflicts.injected >= 1
+    record = env.service.get("nl")
+    assert record is not None and (record.status, record.sent, record.processed) == ("done", 6, 6)
+    assert counts(resources, "nl", "newsletter/monthly") == (0, 0)
+    table = resources.tables["table_name"]
+    ledger_key = keys.uncounted_key("nl", "newsletter/monthly")
+    (ledger,) = [i for i in scan_all(table) if (i["PK"], i["SK"]) == ledger_key]
+    assert ledger["send"] == 6
+
+    # When the conflict is over and the mails' SES events arrive (each twice)
+    conflicts.remaining = 0
+    items = sent_items(table, "nl")
+    assert len(items) == 6 and {i["step"] for i in items} == {STEP}
+    deliver_events(items, "newsletter/monthly", engagement)
+    deliver_events(items, "newsletter/monthly", engagement)
+
+    # Then the counts equal the mails, exactly once
+    assert counts(resources, "nl", "newsletter/monthly") == (6, 6)
+    (ledger,) = [i for i in scan_all(table) if (i["PK"], i["SK"]) == ledger_key]
+    assert ledger["send"] == 0
+    assert len(outbox) == 6
+
+
+def test_a_passing_counter_conflict_counts_the_batch_at_once(
+    worker, env: Env, store, conflicts, resources, outbox
+) -> None:
+    for i in range(3):
+        store.upsert(f"reader{i}@example.com", add_tags=["news"])
+    env.service.send(parse_request(id="nl2", template="newsletter/monthly", audience={"tags": ["news"]}))
+    env.resolve_all()
+    (message,) = env.batches()
+    conflicts.remaining = 1  # the batch's own transaction is refused once
+
+    assert run_worker(worker, message["Body"]) == {"batchItemFailures": []}
+
+    assert len(outbox) == 3 and conflicts.injected == 1
+    assert counts(resources, "nl2", "newsletter/monthly") == (3, 3)
+    record = env.service.get("nl2")
+    assert record is not None and (record.status, record.sent) == ("done", 3)
+
+
+# ----- settling a pending count is exactly once, whoever settles it and however often ----------
+def test_two_callers_that_read_the_same_pending_count_add_it_once(
+    send_ctx, store, conflicts, resources
+) -> None:
+    # Given a send whose count was left pending, as two consumers both read it
+    table = resources.tables["table_name"]
+    store.upsert("eve@example.com")
+    job = SendJob(email="eve@example.com", template="welcome", source="onboarding", step="e")
+    conflicts.remaining = 1000
+    assert send(job, send_ctx).status == "sent"
+    conflicts.remaining = 0
+    (item,) = sent_items(table, "onboarding")
+    assert item[COUNT_PENDING] is True
+    sent_key = key(item["PK"], item["SK"])
+
+    # When both settle it: the first adds it, the second finds it added
+    settled = [
+        stats.settle_send(client("dynamodb"), table, sent_key, "onboarding", "welcome", at="t") for _ in "ab"
+    ]
+    assert settled == [True, False]
+    assert counts(resources, "onboarding", "welcome") == (1, 1)
+
+
+def test_a_ledger_moves_no_more_than_it_holds(resources) -> None:
+    # Given 5 broadcast sends in a ledger, read by two callers
+    table = resources.tables["table_name"]
+    ddb = client("dynamodb")
+    ddb.transact_write_items(TransactItems=[stats.uncounted_add(table, "bc", "news/june", 5, at="t")])
+
+    # When both move the 5 they read, and one moves more than is left
+    moved = [stats.settle_uncounted(ddb, table, "bc", "news/june", n, at="t") for n in (5, 5, 1)]
+
+    # Then the sends are counted once: the ledger plus the counters always equal the sends
+    assert moved == [True, False, False]
+    assert counts(resources, "bc", "news/june") == (5, 5)
+    (ledger,) = [i for i in scan_all(table) if (i["PK"], i["SK"]) == keys.uncounted_key("bc", "news/june")]
+    assert ledger["send"] == 0
