@@ -134,20 +134,27 @@ def send(
     if service.records.get(request.id) is not None:  # an id used before: say so, send nothing new
         _report_existing(service.send(request))
         return
-    size, sample = service.preview(request)
-    console.print(
-        f"audience: [bold]{size}[/bold] subscriber(s) ({request.audience.describe()}) on {target.label}",
-        highlight=False,
-    )
-    if sample:
-        console.print("sample: " + ", ".join(sample))
-    if dry_run:
+    described = request.audience.describe()
+    if dry_run:  # the whole audience, read now: its exact size
+        size, sample = service.preview(request)
+        _audience(f"[bold]{size}[/bold] subscriber(s) ({described}) on {target.label}", sample)
         return
     when = f" at {request.at.isoformat()}" if request.at else " now"
-    if not yes and not typer.confirm(
-        f"Send {request.template} to {size} subscriber(s) on {target.label}{when}?"
-    ):
-        raise typer.Exit(1)
+    if yes:  # no read here: the resolver reads the audience once and counts it as it goes
+        _audience(f"{described} on {target.label} (the resolver counts it as it sends)", [])
+    else:  # the first page only: a lower bound, exact when the audience fits one page
+        glance = service.glance(request)
+        counted = (
+            "" if glance.complete else " (the first page; the resolver counts the rest, --dry-run counts all)"
+        )
+        _audience(
+            f"[bold]{glance.describe()}[/bold] subscriber(s) ({described}) on {target.label}{counted}",
+            glance.sample,
+        )
+        if not typer.confirm(
+            f"Send {request.template} to {glance.describe()} subscriber(s) on {target.label}{when}?"
+        ):
+            raise typer.Exit(1)
     answer = service.send(request)
     record = answer.record
     if not answer.created:
@@ -159,6 +166,12 @@ def send(
     if no_wait or record.at:
         return
     _follow(service, record.id)
+
+
+def _audience(line: str, sample: list[str]) -> None:
+    console.print(f"audience: {line}", highlight=False, soft_wrap=True)
+    if sample:
+        console.print("sample: " + ", ".join(sample))
 
 
 def _report_existing(answer: Any) -> None:

@@ -31,6 +31,19 @@ class BroadcastMissing(NotFound):
 
 
 @dataclass(frozen=True)
+class Glance:
+    """The start of an audience: ``size`` recipients found on its first page, the exact size
+    when ``complete`` (the audience fits one page), else a lower bound."""
+
+    size: int
+    sample: list[str]
+    complete: bool
+
+    def describe(self) -> str:
+        return f"{self.size}" if self.complete else f"at least {self.size}"
+
+
+@dataclass(frozen=True)
 class SendAnswer:
     record: Broadcast
     created: bool  # False: the id existed; nothing new was sent
@@ -73,10 +86,18 @@ class Broadcasts:
 
     # ----- preview and send ---------------------------------------------------------------------
     def preview(self, request: BroadcastRequest, sample: int = SAMPLE) -> tuple[int, list[str]]:
-        """(audience size, the first ``sample`` recipients), resolved now without sending."""
+        """(audience size, the first ``sample`` recipients), resolved now without sending: the
+        whole audience is read (``--dry-run``)."""
         found = self.resolver.iterate(request.audience)
         first = list(islice(found, sample))
         return len(first) + sum(1 for _ in found), first
+
+    def glance(self, request: BroadcastRequest, sample: int = SAMPLE) -> Glance:
+        """The audience's first page only (at most one resolver page of reads, whatever the
+        audience's size): what the confirmation of ``send`` shows. The resolver counts the
+        whole audience once, when it runs; reading all of it here too would double the reads."""
+        page = self.resolver.page(request.audience, None)
+        return Glance(len(page.emails), page.emails[:sample], complete=page.exhausted)
 
     def check(self, request: BroadcastRequest, now: datetime | None = None) -> None:
         request.check_future(now or datetime.now(UTC))

@@ -5,25 +5,32 @@ The driving read depends on the filter:
 - ``--tag`` (all of): the first tag's ``TAG#`` partition (Query, keys only);
 - only ``--any-tag``: each any-tag partition in turn; a member already found under an
   earlier any-tag is skipped, so everyone comes up once;
-- no tag filter ("everyone"): a paged Scan of the main table with ``SK = PROFILE`` as the
-  filter. A Scan reads (and bills) every item of the table, send claims and ``SENT#`` logs
-  included, not only profiles: about 0.5 RRU per 4 KB of table, e.g. ~$0.02 for a table of
-  100k subscribers with 20 sends each, once per broadcast (docs/broadcasts.md). Events live
-  in the events table and are never read.
+- no tag filter ("everyone"): a parallel Scan of the main table (``SCAN_SEGMENTS`` segments,
+  ``Segment``/``TotalSegments``) with ``SK = PROFILE`` as the filter, every open segment read
+  at once (one thread each) in each round of a page. A Scan reads (and bills) every item of
+  the table, send claims and ``SENT#`` logs included, not only profiles: about 0.5 RRU per
+  4 KB of table, e.g. ~$0.02 for a table of 100k subscribers with 20 sends each, once per
+  broadcast (docs/broadcasts.md). Events live in the events table and are never read.
 
 Candidates from a ``TAG#`` partition are checked against their profile (BatchGetItem, 100
 per call): every other tag condition, the ``--where`` conditions, eligibility (subscribed,
 not suppressed) and, for a topic broadcast, whether the reader receives the topic
 (``TopicCatalog.receives``: their choice, else the topic's default).
-The position between pages is a small JSON cursor
-(``part`` = which driving read, ``key`` = DynamoDB's LastEvaluatedKey), so a page is
-resolved in one short Lambda invocation and the next one continues where it stopped.
+The position between pages is a small JSON cursor, so a page is resolved in one short
+Lambda invocation and the next one continues where it stopped: ``part`` = which driving
+read and ``key`` = DynamoDB's LastEvaluatedKey for the tag reads; for the Scan,
+``segments`` (TotalSegments) and ``open``, each segment not yet exhausted with the key it
+continues after (null: not started). A page ends inside a segment's answer when it is full:
+that segment continues after the last item taken, so a page never holds more than
+``page_size`` recipients and no item is taken twice or skipped.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +46,15 @@ if TYPE_CHECKING:
 
 PAGE_SIZE = 1000  # recipients per page (a page is split into batches for the workers)
 CHUNK = 100  # keys per Query/BatchGetItem round trip
-SCAN_CHUNK = 500  # items evaluated per Scan call
+SCAN_CHUNK = 1000  # items evaluated per Scan call at most (a segment's share of a page, usually less)
+# Segments of the "everyone" Scan, read concurrently: fixed, not derived from the table's size
+# (DescribeTable's ItemCount is refreshed about every six hours, so a table just imported
+# would read as empty). 16 keeps a round of a page to one Scan latency whatever the table's
+# size; on a small table the extra segments cost a Scan call each (0.5 RRU) per page.
+SCAN_SEGMENTS = 16
 MAX_EVALUATED = 5000  # candidates looked at per page at most (bounds a page's run time)
 _PROJECTION = "email, tags, attributes, #status, suppressed, topics_in, topics_out"
+_SCAN_PROJECTION = "PK, SK, " + _PROJECTION  # the Scan also needs where a page may stop
 
 
 @dataclass(frozen=True)
@@ -53,11 +66,13 @@ class Candidate:
     suppressed: bool
     topics_in: frozenset[str] = frozenset()
     topics_out: frozenset[str] = frozenset()
+    key: dict[str, Any] | None = None  # the item's key (Scan): a page may stop after it
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Candidate:
         data = deserialize(item)
         return cls(
+            key={"PK": item["PK"], "SK": item["SK"]} if "PK" in item and "SK" in item else None,
             email=data["email"],
             tags=frozenset(data.get("tags", set())),
             attributes=from_dynamo(data.get("attributes", {})),
@@ -92,11 +107,13 @@ class AudienceResolver(TableAdapter):
         page_size: int = PAGE_SIZE,
         max_evaluated: int = MAX_EVALUATED,
         topics: TopicCatalog | None = None,
+        segments: int = SCAN_SEGMENTS,
     ) -> None:
         super().__init__(table_name, client)
         self.topics = topics or TopicCatalog()
         self.page_size = page_size
         self.max_evaluated = max_evaluated
+        self.segments = segments
 
     @staticmethod
     def parts(audience: Audience) -> list[str | None]:
@@ -111,6 +128,8 @@ class AudienceResolver(TableAdapter):
         """Resolve from ``cursor`` (None: the start) up to about ``page_size`` recipients."""
         parts = self.parts(audience)
         position: dict[str, Any] = json.loads(cursor) if cursor else {"part": 0, "key": None}
+        if parts == [None]:
+            return self._scan_page(audience, position)
         part, start = int(position["part"]), position.get("key")
         emails: list[str] = []
         excluded: dict[str, int] = {}
@@ -120,23 +139,79 @@ class AudienceResolver(TableAdapter):
                 cursor = json.dumps({"part": part, "key": start}, sort_keys=True)
                 return Page(emails, cursor, evaluated, excluded)
             tag = parts[part]
-            if tag is None:
-                candidates, start = self._scan_chunk(start)
-            else:
-                candidates, start = self._tag_chunk(tag, start)
+            assert tag is not None  # the Scan is _scan_page's
+            candidates, start = self._tag_chunk(tag, start)
             evaluated += len(candidates)
             earlier = set(parts[:part]) if audience.any_tags and not audience.tags else set()
             for candidate in candidates:
-                if candidate.tags & earlier or not audience.matches(candidate.tags, candidate.attributes):
-                    continue
-                reason = self._excluded(candidate, audience.topic)
-                if reason is None:
-                    emails.append(candidate.email)
-                else:
-                    excluded[reason] = excluded.get(reason, 0) + 1
+                if not candidate.tags & earlier:
+                    self._take(candidate, audience, emails, excluded)
             if start is None:
                 part += 1
         return Page(emails, None, evaluated, excluded)
+
+    def _take(
+        self, candidate: Candidate, audience: Audience, emails: list[str], excluded: dict[str, int]
+    ) -> None:
+        """Add ``candidate`` to the page's recipients or to its exclusions, if the filters match."""
+        if not audience.matches(candidate.tags, candidate.attributes):
+            return
+        reason = self._excluded(candidate, audience.topic)
+        if reason is None:
+            emails.append(candidate.email)
+        else:
+            excluded[reason] = excluded.get(reason, 0) + 1
+
+    def _scan_page(self, audience: Audience, position: dict[str, Any]) -> Page:
+        """A page of the "everyone" Scan: rounds of one Scan call per open segment, all at once,
+        until the page is full, ``max_evaluated`` candidates were looked at or every segment is
+        exhausted. Each call's ``Limit`` is the segment's share of what the page still lacks,
+        scaled by the share of profiles among the items scanned so far (the Scan reads claims
+        and logs too), at most ``SCAN_CHUNK``."""
+        total, open_ = _scan_position(position, self.segments)
+        emails: list[str] = []
+        excluded: dict[str, int] = {}
+        evaluated = scanned = returned = 0
+        while open_ and len(emails) < self.page_size and evaluated < self.max_evaluated:
+            density = returned / scanned if scanned else 1.0
+            wanted = min(self.page_size - len(emails), self.max_evaluated - evaluated)
+            share = wanted / len(open_) / max(density, 1 / SCAN_CHUNK)
+            limit = max(1, min(SCAN_CHUNK, math.ceil(share)))
+            order = sorted(open_)
+            answers = self._scan_round([(s, open_[s]) for s in order], total, limit)
+            for segment, (candidates, start, count) in zip(order, answers, strict=True):
+                scanned += count
+                returned += len(candidates)
+                stop: dict[str, Any] | None = None
+                for i, candidate in enumerate(candidates):
+                    evaluated += 1
+                    self._take(candidate, audience, emails, excluded)
+                    if len(emails) >= self.page_size and i < len(candidates) - 1:
+                        stop = candidate.key  # full inside this answer: continue after this item
+                        break
+                if stop is not None:
+                    open_[segment] = stop
+                elif start is None:
+                    del open_[segment]
+                else:
+                    open_[segment] = start
+                if len(emails) >= self.page_size:
+                    break  # later segments' answers of this round are read again next page
+        if not open_:
+            return Page(emails, None, evaluated, excluded)
+        cursor = {"part": 0, "segments": total, "open": {str(s): k for s, k in open_.items()}}
+        return Page(emails, json.dumps(cursor, sort_keys=True), evaluated, excluded)
+
+    def _scan_round(
+        self, positions: list[tuple[int, dict[str, Any] | None]], total: int, limit: int
+    ) -> list[tuple[list[Candidate], dict[str, Any] | None, int]]:
+        """One Scan call per (segment, start), concurrently (boto3 clients are thread-safe)."""
+        if len(positions) == 1:
+            segment, start = positions[0]
+            return [self._scan_chunk(start, limit, segment, total)]
+        with ThreadPoolExecutor(max_workers=len(positions), thread_name_prefix="scan") as pool:
+            futures = [pool.submit(self._scan_chunk, start, limit, s, total) for s, start in positions]
+            return [f.result() for f in futures]
 
     def _excluded(self, candidate: Candidate, topic: str | None) -> str | None:
         """Why a matching candidate gets no marketing mail (None: they do)."""
@@ -159,18 +234,23 @@ class AudienceResolver(TableAdapter):
             cursor = page.cursor
 
     # ----- reads ------------------------------------------------------------------------------
-    def _scan_chunk(self, start: dict[str, Any] | None) -> tuple[list[Candidate], dict[str, Any] | None]:
+    def _scan_chunk(
+        self, start: dict[str, Any] | None, limit: int, segment: int, total: int
+    ) -> tuple[list[Candidate], dict[str, Any] | None, int]:
+        """(profiles, where the segment continues or None when exhausted, items scanned)."""
+        segmented: dict[str, int] = {"Segment": segment, "TotalSegments": total} if total > 1 else {}
         response = self.client.scan(
             TableName=self.table,
-            Limit=SCAN_CHUNK,
+            Limit=limit,
             FilterExpression="SK = :profile",
-            ProjectionExpression=_PROJECTION,
+            ProjectionExpression=_SCAN_PROJECTION,
             ExpressionAttributeNames={"#status": "status"},
             ExpressionAttributeValues=values(profile=keys.PROFILE),
+            **segmented,  # type: ignore[arg-type]
             **page_start(start),
         )
         items = [Candidate.from_item(i) for i in response.get("Items", []) if "email" in i]
-        return items, response.get("LastEvaluatedKey")
+        return items, response.get("LastEvaluatedKey"), int(response.get("ScannedCount", len(items)))
 
     def _tag_chunk(
         self, tag: str, start: dict[str, Any] | None
@@ -199,3 +279,13 @@ class AudienceResolver(TableAdapter):
             found[candidate.email] = candidate
         # TAG# order (the partition's sort order) keeps pages deterministic.
         return [found[e] for e in emails if e in found]
+
+
+def _scan_position(position: dict[str, Any], segments: int) -> tuple[int, dict[int, dict[str, Any] | None]]:
+    """(TotalSegments, open segment -> the key it continues after) of a Scan cursor. A cursor
+    written before the Scan was segmented (``key`` only) goes on as one sequential Scan."""
+    if "open" in position:
+        return int(position["segments"]), {int(s): k for s, k in position["open"].items()}
+    if position.get("key"):
+        return 1, {0: position["key"]}
+    return segments, dict.fromkeys(range(segments))

@@ -6,15 +6,20 @@ time limit can cut a large audience short and a crash loses at most the page in 
 
 1. a message of another round, or for a broadcast that is no longer active, is dropped;
    ``scheduled`` becomes ``resolving`` (the schedule fired);
-2. page ``p`` is resolved from the record's cursor and checkpointed ONCE: the PAGE item and
-   the record's next page, cursor and ``ADD audience_size`` in one transaction conditioned
-   on the record expecting page ``p``. A redelivered message finds the PAGE item and reuses
-   it, so the batches of a page never change and the audience is never counted twice;
+2. page ``p`` is resolved from the record's cursor (an "everyone" audience: its Scan
+   segments read at once, ``shared.broadcasts.audience``) and checkpointed ONCE: the PAGE
+   item and the record's next page, cursor (every open segment's position) and ``ADD
+   audience_size`` in one transaction conditioned on the record expecting page ``p``. A
+   redelivered message finds the PAGE item and reuses it, so the batches of a page never
+   change and the audience is never counted twice;
 3. the page's recipients go to the broadcast queue as ``broadcast.batch`` envelopes of
    ``batch_size`` emails (deterministic (round, page, index) names; a duplicate batch is
    harmless: send-once claims and the batch marker);
 4. then either ``broadcast.resolve`` for page ``p+1`` or, after the last page, ``resolved``
-   (and ``sending``; ``done`` right away when nothing is left to count).
+   (and ``sending``; ``done`` right away when nothing is left to count);
+5. the PAGE item is marked ``handed_off``: a delivery of page ``p``'s message after that
+   does nothing, so a redelivery does not replay the rest of the chain (only a crash
+   between 3-4 and 5 sends that page's batches and its successor's message again).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from shared.broadcasts.model import (
     ResolveMessage,
     to_body,
 )
-from shared.broadcasts.records import BroadcastStore
+from shared.broadcasts.records import BroadcastStore, StoredPage
 from shared.broadcasts.worker import BroadcastNotFound
 from shared.core.aws import client as aws_client
 from shared.core.observability import logger
@@ -139,12 +144,15 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
         if ctx.records.save_page(
             record, message.page, page.emails, page.cursor, page.exhausted, excluded=page.excluded
         ):
-            stored = (page.emails, page.exhausted)
+            stored = StoredPage(page.emails, page.exhausted)
         else:  # another delivery of this message checkpointed it first
             stored = ctx.records.get_page(record.id, record.round, message.page)
             if stored is None:
                 raise RuntimeError("page checkpoint conflict without a page: retry")
-    emails, exhausted = stored
+    if stored.handed_off:  # a redelivery after the page was handed off: nothing left to do
+        logger.info("broadcast page handed off before", **log)
+        return StepResult("stale", message.page)
+    emails, exhausted, _ = stored
     batches = [
         BatchMessage(
             broadcast_id=record.id, round=record.round, page=message.page, index=i, emails=tuple(chunk)
@@ -158,6 +166,7 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
         ctx.queues.send_resolve(
             ResolveMessage(broadcast_id=record.id, round=record.round, page=message.page + 1)
         )
+    ctx.records.mark_handed_off(record, message.page)
     logger.info(
         "broadcast page resolved", recipients=len(emails), batches=len(batches), last=exhausted, **log
     )

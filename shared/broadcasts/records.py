@@ -3,7 +3,8 @@
     BROADCAST          / <iso ts>#<id>          the record (definition, status, checkpoint, counters)
     BROADCAST#<id>     / POINTER                its SK; written with the record in one transaction,
                                                 conditioned on not existing: the --id guard
-    BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once
+    BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once;
+                                                ``handed_off`` once its batches and successor went out
     BROADCAST#<id>     / BATCH#<round>#<p>#<i>  "this batch was counted" marker
     BROADCAST#<id>     / DEAD#<round>#<p>#<i>   "this batch went to the dead-letter queue"
                                                 marker (removed when the batch is counted)
@@ -20,7 +21,7 @@ import builtins
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -87,6 +88,15 @@ NAMES = {
         "dead_lettered_recipients",
     )
 }
+
+
+class StoredPage(NamedTuple):
+    """A resolved page as checkpointed: its recipients, whether it was the last, and whether
+    its hand-off (batches, then the next page's message or ``resolved``) completed."""
+
+    emails: builtins.list[str]
+    exhausted: bool
+    handed_off: bool = False
 
 
 def dead_letter_sk(round_: int, page: int, index: int) -> str:
@@ -289,7 +299,7 @@ class BroadcastStore(TableAdapter):
         )
 
     # ----- resolution checkpoint ------------------------------------------------------------
-    def get_page(self, broadcast_id: str, round_: int, page: int) -> tuple[builtins.list[str], bool] | None:
+    def get_page(self, broadcast_id: str, round_: int, page: int) -> StoredPage | None:
         response = self.client.get_item(
             TableName=self.table,
             Key=key(keys.broadcast_pk(broadcast_id), keys.broadcast_page_sk(round_, page)),
@@ -299,7 +309,20 @@ class BroadcastStore(TableAdapter):
         if not item:
             return None
         data = deserialize(item)
-        return list(json.loads(data["emails"])), bool(data["exhausted"])
+        return StoredPage(
+            list(json.loads(data["emails"])), bool(data["exhausted"]), bool(data.get("handed_off", False))
+        )
+
+    def mark_handed_off(self, record: Broadcast, page: int) -> None:
+        """The page's batches and what follows it (the next page's message, or ``resolved``)
+        were sent: a later delivery of its message has nothing left to do."""
+        self.client.update_item(
+            TableName=self.table,
+            Key=key(keys.broadcast_pk(record.id), keys.broadcast_page_sk(record.round, page)),
+            UpdateExpression="SET handed_off = :true",
+            ConditionExpression="attribute_exists(PK)",
+            ExpressionAttributeValues=values(true=True),
+        )
 
     def save_page(
         self,

@@ -608,10 +608,15 @@ BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
     name="broadcast-resolver",
     handler="functions.broadcast_resolver.handler.handler",
     description="Broadcast audience: resolves one page per message, hands batches to the workers",
+    # A full vCPU (1,769 MB): parsing Scan pages is CPU work (about 0.1-0.15 ms per profile
+    # measured, 0.35 ms per recipient for the whole step), and a page's 16 Scan segments are
+    # read at once; at 512 MB (0.29 vCPU) a million recipients took over 10 minutes of CPU
+    # alone (docs/broadcasts.md, "Resolving a million").
+    memory_mb=1769,
     timeout_s=120,
     grants=(
         # the broadcast record and page checkpoints (GetItem, UpdateItem, Put + Update
-        # transaction), the audience (Scan of profiles, Query of TAG#, BatchGetItem profiles)
+        # transaction), the audience (parallel Scan of profiles, Query of TAG#, BatchGetItem profiles)
         Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "Scan")),
         Grant(BROADCAST_QUEUE, ("sqs:SendMessage",)),  # SendMessageBatch: the batches
         Grant(BROADCAST_CONTROL_QUEUE, ("sqs:SendMessage",)),  # the next page
