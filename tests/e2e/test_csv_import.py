@@ -37,13 +37,16 @@ def import_file(runtime: Local, source: Path) -> tuple[dict[str, Any], float]:
     started = time.monotonic()
     result = runtime.cli(
         "subscribers", "import", str(source), "--tag", TAG, "--json", "--state-dir", str(runtime.state_dir),
-        timeout=240,
+        timeout=400,
     )  # fmt: skip
     took = time.monotonic() - started
     assert result.returncode == 1, f"exit {result.returncode}: {result.stderr[-2000:]}"
     return as_json(result), took
 
 
+# Two imports of 10,000 rows and a scan: 219 s in the last CI run on 2 cores (the import's
+# speed is measured by `make bench`, not bounded here).
+@pytest.mark.timeout(900)
 def test_ten_thousand_rows_import_with_their_tag_partners_and_a_rerun_writes_nothing(
     runtime: Local, tmp_path: Path
 ) -> None:
