@@ -3,16 +3,18 @@ MaxSendRate token bucket, seeded subscribers, and a driver that plays the Lambda
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from cli.local.provision import LocalResources, create_queue
 from ops.broadcasts import Broadcasts
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, FanoutContext, resolve_step
@@ -20,6 +22,7 @@ from shared.broadcasts.model import parse_batch, parse_resolve
 from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.worker import BatchIncomplete, TokenPools, WorkerContext, process_batch
 from shared.core.aws import client
+from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
 from shared.sending.pipeline import MailIdentity, SendContext
 from shared.sending.sender import SesSender
 from shared.store.send_log import SendLog
@@ -203,3 +206,26 @@ class Env:
                 continue
             self.delete(self.queues.batch_url, message)
         return results
+
+
+@contextlib.contextmanager
+def broadcast_env(resources: LocalResources) -> Iterator[Env]:
+    """The broadcast queues (deleted afterwards), the tables and the broadcast service, sending
+    at ``Env.rate[0]`` mails a second (1,000 until a test changes it)."""
+    created = [create_queue(BROADCAST_QUEUE), create_queue(BROADCAST_CONTROL_QUEUE)]
+    table = resources.tables["table_name"]
+    queues = BroadcastQueues(created[0].url, created[1].url)
+    rate = [1000.0]
+    service = Broadcasts(
+        records=BroadcastStore(table),
+        resolver=AudienceResolver(table),
+        queues=queues,
+        send_rate=lambda: rate[0],
+    )
+    try:
+        yield Env(table, resources.tables["events_table_name"], queues, FakeSes(), service, rate)
+    finally:
+        sqs = client("sqs")
+        for queue in created:
+            sqs.delete_queue(QueueUrl=queue.url)
+            sqs.delete_queue(QueueUrl=queue.dlq_url)

@@ -17,18 +17,15 @@ from botocore.stub import Stubber
 from typer.testing import CliRunner
 
 from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources, create_queue
-from ops.broadcasts import Broadcasts
+from cli.local.provision import LocalResources
 from ops.targets import LOCAL, Target
 from shared.broadcasts.audience import AudienceResolver
-from shared.broadcasts.fanout import BroadcastQueues
 from shared.broadcasts.model import DONE, Audience, parse_batch, parse_request
-from shared.broadcasts.records import BroadcastStore
 from shared.core.aws import client, register_hook, unregister_hook
 from shared.core.settings import Settings
-from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE, ENV
+from shared.core.specs import BROADCAST_CONTROL_QUEUE, ENV
 from shared.store.subscribers import SubscriberStore
-from tests.integration.broadcast_support import Env, FakeSes, eligible, seed
+from tests.integration.broadcast_support import Env, broadcast_env, eligible, seed
 from tests.integration.conftest import sqs_record
 
 TEMPLATE = "newsletter/monthly"
@@ -38,17 +35,8 @@ PAGE = 13  # recipients per page: ~270 recipients in 4 segments take ~20 pages, 
 
 @pytest.fixture
 def env(resources: LocalResources) -> Iterator[Env]:
-    queues = [create_queue(BROADCAST_QUEUE), create_queue(BROADCAST_CONTROL_QUEUE)]
-    table = resources.tables["table_name"]
-    bq = BroadcastQueues(queues[0].url, queues[1].url)
-    service = Broadcasts(
-        records=BroadcastStore(table), resolver=AudienceResolver(table), queues=bq, send_rate=lambda: 1000.0
-    )
-    yield Env(table, resources.tables["events_table_name"], bq, FakeSes(), service, [1000.0])
-    sqs = client("sqs")
-    for queue in queues:
-        sqs.delete_queue(QueueUrl=queue.url)
-        sqs.delete_queue(QueueUrl=queue.dlq_url)
+    with broadcast_env(resources) as built:
+        yield built
 
 
 @pytest.fixture

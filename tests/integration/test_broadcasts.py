@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.provision import LocalResources, create_queue
-from ops.broadcasts import Broadcasts
+from cli.local.provision import LocalResources
 from shared.broadcasts.audience import AudienceResolver
-from shared.broadcasts.fanout import BroadcastQueues
 from shared.broadcasts.model import (
     CANCELLED,
     DONE,
@@ -26,37 +24,22 @@ from shared.broadcasts.model import (
     parse_batch,
     parse_request,
 )
-from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.worker import BatchIncomplete, process_batch
 from shared.core.aws import client
 from shared.core.errors import InvalidInput
-from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, send, send_id_for
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore
-from tests.integration.broadcast_support import Env, FakeSes, eligible, seed
+from tests.integration.broadcast_support import Env, broadcast_env, eligible, seed
 
 TEMPLATE = "newsletter/monthly"
 
 
 @pytest.fixture
 def env(resources: LocalResources) -> Iterator[Env]:
-    queues = [create_queue(BROADCAST_QUEUE), create_queue(BROADCAST_CONTROL_QUEUE)]
-    table = resources.tables["table_name"]
-    bq = BroadcastQueues(queues[0].url, queues[1].url)
-    rate = [1000.0]
-    service = Broadcasts(
-        records=BroadcastStore(table),
-        resolver=AudienceResolver(table),
-        queues=bq,
-        send_rate=lambda: rate[0],
-    )
-    yield Env(table, resources.tables["events_table_name"], bq, FakeSes(), service, rate)
-    sqs = client("sqs")
-    for queue in queues:
-        sqs.delete_queue(QueueUrl=queue.url)
-        sqs.delete_queue(QueueUrl=queue.dlq_url)
+    with broadcast_env(resources) as built:
+        yield built
 
 
 @pytest.fixture

@@ -22,15 +22,10 @@ from typing import Any
 
 import pytest
 
-from cli.local.provision import LocalResources, create_queue
-from ops.broadcasts import Broadcasts
-from shared.broadcasts.audience import AudienceResolver
-from shared.broadcasts.fanout import BroadcastQueues
+from cli.local.provision import LocalResources
 from shared.broadcasts.model import parse_batch, parse_request
-from shared.broadcasts.records import BroadcastStore, dead_letter_sk
+from shared.broadcasts.records import dead_letter_sk
 from shared.broadcasts.worker import BatchIncomplete, process_batch
-from shared.core.aws import client
-from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE
 from shared.engagement.consumer import EngagementContext, process_body
 from shared.engagement.suppression import Suppressions
 from shared.sending.jobs import SendJob
@@ -39,7 +34,7 @@ from shared.sending.sender import encode_tag_value
 from shared.store.send_log import RECOVERED_FROM_EVENT, SendLog, SentRecord
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore, keys
-from tests.integration.broadcast_support import Env, FakeSes, seed
+from tests.integration.broadcast_support import Env, broadcast_env, seed
 from tests.integration.conftest import operations, scan_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
@@ -193,17 +188,8 @@ def test_events_of_completed_or_unknown_sends_write_no_log(store, table, send_ct
 # ----- dead-lettered broadcast batches ---------------------------------------------------------
 @pytest.fixture
 def env(resources: LocalResources) -> Iterator[Env]:
-    queues = [create_queue(BROADCAST_QUEUE), create_queue(BROADCAST_CONTROL_QUEUE)]
-    table = resources.tables["table_name"]
-    bq = BroadcastQueues(queues[0].url, queues[1].url)
-    service = Broadcasts(
-        records=BroadcastStore(table), resolver=AudienceResolver(table), queues=bq, send_rate=lambda: 1000.0
-    )
-    yield Env(table, resources.tables["events_table_name"], bq, FakeSes(), service, [1000.0])
-    sqs = client("sqs")
-    for queue in queues:
-        sqs.delete_queue(QueueUrl=queue.url)
-        sqs.delete_queue(QueueUrl=queue.dlq_url)
+    with broadcast_env(resources) as built:
+        yield built
 
 
 def in_flight(job: SendJob, ctx: SendContext) -> SendOutcome:
