@@ -41,9 +41,13 @@ def _confirm_path(bench: Bench, email: str) -> str:
     """The /c/<token> path of the newest confirmation mail to ``email`` in the outbox."""
     from cli.local.ses import read_outbox
 
-    found = [m for m in read_outbox(bench.runtime.outbox) if email in m["destination"]]
-    if not found:
-        raise RuntimeError(f"no confirmation mail for {email}")
+    # The confirmation goes out through the send queue (the sender function), not inside the
+    # sign-up request: wait for it.
+    deadline = time.monotonic() + 30
+    while not (found := [m for m in read_outbox(bench.runtime.outbox) if email in m["destination"]]):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no confirmation mail for {email} within 30 s")
+        time.sleep(0.05)
     raw = (bench.runtime.outbox / f"{found[-1]['message_id']}.eml").read_bytes()
     message = BytesParser(policy=policy.default).parsebytes(raw)
     html = message.get_body(("html",))
