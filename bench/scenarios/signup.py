@@ -89,8 +89,10 @@ def run(bench: Bench) -> list[Measurement]:
     emails = [f"signup{i}@example.com" for i in range(SIGNUPS)]
 
     def new_addresses() -> None:
+        expected = bench.runtime.ses.sends + SIGNUPS  # the confirmations, sent by the sender function
         for email in emails:
             _signup(bench, email)
+        _wait_for_sends(bench, expected)
 
     def repeats() -> None:
         for email in emails:
