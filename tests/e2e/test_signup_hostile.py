@@ -68,6 +68,15 @@ def everything_of(local: Local, email: str) -> list[dict[str, Any]]:
     return partition(local, f"SUB#{email}") + partition(local, f"SUB#{email}", EVENTS)
 
 
+def confirmation_deliveries(local: Local, email: str) -> list[dict[str, Any]]:
+    """The delivery events of the address's confirmation mails."""
+    return [
+        i
+        for i in partition(local, f"SUB#{email}", EVENTS)
+        if i.get("type", {}).get("S") == "delivery" and i.get("template", {}).get("S") == CONFIRM_TEMPLATE
+    ]
+
+
 # ----- a suppressed address ---------------------------------------------------------------------
 def test_a_bounced_address_signed_up_again_gets_the_usual_answer_and_no_mail(local: Local) -> None:
     # Given an address whose only record is its SUPPRESSION item (its mail bounced)
@@ -108,6 +117,10 @@ def test_an_old_confirm_link_does_not_confirm_a_bots_newer_sign_up(local: Local)
         "the bot's sign-up marked mailed",
     )
     assert pending["first_name"]["S"] == "Bot"
+    # and both confirmation mails' delivery events recorded (they arrive through SNS/SQS)
+    wait_for(
+        lambda: len(confirmation_deliveries(local, email)) == 2, 30, "both confirmation mails' delivery events"
+    )
     before = everything_of(local, email)
 
     # When the old link is shown and posted
