@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
@@ -72,10 +70,6 @@ def _on_broadcast(target: Target, call: Callable[[Broadcasts], T], *errors: type
         _fail(str(exc), 1)
 
 
-def _new_id() -> str:
-    return f"bc-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
 @app.command()
 @targeted
 def send(
@@ -109,22 +103,20 @@ def send(
     target: Target,
 ) -> None:
     """Send (or schedule) a broadcast and follow its progress."""
-    from shared.broadcasts.model import parse_request
+    from ops.broadcast_requests import broadcast_request
     from shared.core.errors import InvalidInput
 
     try:
-        request = parse_request(
-            id=broadcast_id or _new_id(),
+        request = broadcast_request(
             template=template,
             subject=subject,
-            audience={
-                "tags": tag,
-                "any_tags": any_tag,
-                "exclude_tags": exclude_tag,
-                "where": where,
-                "topic": topic,
-            },
+            tags=tag,
+            any_tags=any_tag,
+            exclude_tags=exclude_tag,
+            where=where,
+            topic=topic,
             at=at,
+            broadcast_id=broadcast_id,
         )
         service = _service(target)
         service.check(request)

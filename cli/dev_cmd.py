@@ -35,6 +35,9 @@ def dev(
         help="Emulate an SES account in the sandbox: mail only to verified identities "
         "(`mailstep local verify ADDRESS`) and the mailbox simulator.",
     ),
+    console_port: int = typer.Option(
+        8790, "--console-port", help="Port of the web console on 127.0.0.1 (another free one when taken)."
+    ),
     template: Path | None = typer.Option(
         None,
         "--template",
@@ -69,8 +72,13 @@ def dev(
     try:
         with LocalRuntime(config) as runtime:
             console.print(_banner(runtime), soft_wrap=True)
+            served = _console(state_dir.resolve(), console_port)
+            if served is not None:
+                console.print(f"console: {served.url}", soft_wrap=True, highlight=False)
             while not stop.wait(0.5):
                 pass
+            if served is not None:
+                served.stop()
             console.print("[bold]stopping[/bold] ...")
     except ArtifactError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -79,6 +87,23 @@ def dev(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     console.print("stopped.")
+
+
+def _console(state_dir: Path, port: int) -> Any:
+    """``mailstep console`` for this runtime on a thread (None, with a warning, when it
+    cannot start: the runtime runs without it)."""
+    from cli.console.server import local_outbox, serve
+    from cli.target import TargetError, resolve
+    from shared.core.errors import MailstepError
+
+    try:
+        target = resolve("local", None, state_dir)
+        served = serve(target, port, fallback=True, outbox=local_outbox(target))
+    except (TargetError, MailstepError, OSError) as exc:
+        typer.echo(f"warning: no web console: {exc}", err=True)
+        return None
+    served.start()
+    return served
 
 
 def _banner(runtime: Any) -> Panel:

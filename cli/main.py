@@ -6,6 +6,7 @@ import typer
 
 from cli import (
     broadcast_cmd,
+    console_cmd,
     demo,
     dev_cmd,
     doctor_cmd,
@@ -41,6 +42,7 @@ app.add_typer(signups_cmd.app, name="signups")
 app.add_typer(executions_cmd.app, name="executions")
 app.command("doctor", help=doctor_cmd.doctor.__doc__)(doctor_cmd.doctor)
 app.command("mcp", help=mcp_cmd.mcp.__doc__)(mcp_cmd.mcp)
+app.command("console", help=console_cmd.console.__doc__)(console_cmd.console)
 app.add_typer(templates_cmd.app, name="templates")
 app.command("send-test", help=send_cmd.send_test.__doc__)(send_cmd.send_test)
 app.add_typer(sequences_cmd.app, name="sequences")

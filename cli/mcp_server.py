@@ -9,14 +9,15 @@ then returns plain JSON:
   ``ops.topics.TopicAdmin`` (``mailstep topics list``, ``mailstep subscribers topics``,
   ``mailstep signups pending``);
 - sequences_list, sequence_subscribers: ``shared.sequences.validate.load_catalog`` and
-  ``SubscriberStore.sequence_members`` (``mailstep sequences list|subscribers``);
+  ``ops.sequence_view.members`` (``mailstep sequences list|subscribers``);
 - failed_sequence_executions: ``ops.admin.failed_executions`` (``mailstep executions failed``);
 - events_by_subscriber: ``SubscriberStore.list_events`` (``mailstep events``);
   events_by_template, events_by_sequence: ``StatsStore.events`` (the events table GSIs
   TemplateIndex and SequenceIndex, as ``mailstep stats --since`` reads them);
 - stats: ``shared.store.stats.report``, ``StatsStore.sources`` and ``StatsStore.signups``
   (``mailstep stats [--signups]``);
-- templates_list/validate/preview: ``shared.sending.rendering.Renderer`` (``mailstep templates``);
+- templates_list/validate/preview: ``ops.templates.rows`` and ``shared.sending.rendering.Renderer``
+  (``mailstep templates``);
 - suppression_list/remove: ``shared.engagement.suppression.Suppressions`` (``mailstep suppression``);
 - broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send:
   ``ops.broadcasts.Broadcasts`` list/details/check+preview/send with
@@ -209,19 +210,9 @@ def _sequence_tools(
     @tool
     def sequence_subscribers(sequence_id: str) -> list[dict[str, Any]]:
         """Subscribers with an active execution of the sequence, with start time and execution."""
-        sequence_id = _sequence_arg(sequence_id)
-        found = []
-        for email in store.sequence_members(sequence_id):
-            execution = next((e for e in store.list_executions(email) if e.sequence_id == sequence_id), None)
-            if execution is not None:
-                found.append(
-                    {
-                        "email": email,
-                        "started_at": execution.started_at,
-                        "execution_arn": execution.execution_arn,
-                    }
-                )
-        return found
+        from ops.sequence_view import members
+
+        return [m.public() for m in members(store, sequence_id)]
 
     @tool
     def failed_sequence_executions(sequence_id: str | None = None) -> list[dict[str, Any]]:
@@ -280,18 +271,9 @@ def _template_tools(tool: Register[Any], templates_dir: Path) -> None:
     @tool
     def templates_list() -> list[dict[str, Any]]:
         """Template keys with their subject and layout."""
-        engine = Renderer(templates_dir)
-        rows = []
-        for key in engine.keys():  # noqa: SIM118 - Renderer, not dict
-            source = engine.source(key)
-            rows.append(
-                {
-                    "key": key,
-                    "subject": str(source.front_matter.get("subject", "")),
-                    "layout": str(source.front_matter.get("layout", "default")),
-                }
-            )
-        return rows
+        from ops.templates import rows
+
+        return [{k: row[k] for k in ("key", "subject", "layout")} for row in rows(Renderer(templates_dir))]
 
     @tool
     def templates_validate() -> dict[str, Any]:
@@ -349,20 +331,18 @@ def _broadcast_tool(fn: F) -> F:
 
 
 def _broadcast_request(arguments: dict[str, Any], broadcast_id: str | None = None) -> Any:
-    from shared.broadcasts.model import parse_request
+    from ops.broadcast_requests import broadcast_request
 
-    return parse_request(
-        id=broadcast_id or _new_broadcast_id(),
+    return broadcast_request(
         template=arguments["template"],
         subject=arguments.get("subject"),
-        audience={
-            "tags": arguments.get("tags") or [],
-            "any_tags": arguments.get("any_tags") or [],
-            "exclude_tags": arguments.get("exclude_tags") or [],
-            "where": arguments.get("where") or [],
-            "topic": arguments.get("topic"),
-        },
+        tags=arguments.get("tags") or [],
+        any_tags=arguments.get("any_tags") or [],
+        exclude_tags=arguments.get("exclude_tags") or [],
+        where=arguments.get("where") or [],
+        topic=arguments.get("topic"),
         at=arguments.get("at"),
+        broadcast_id=broadcast_id,
     )
 
 
@@ -429,14 +409,6 @@ def _health_tools(tool: Register[Any], target: Target, suppressions: Suppression
         from ops.doctor import run
 
         return run(target).public()
-
-
-def _new_broadcast_id() -> str:
-    """The same form ``mailstep broadcast send`` gives a broadcast without ``--id``."""
-    import secrets
-    from datetime import UTC, datetime
-
-    return f"bc-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def _sequence_arg(value: str) -> str:

@@ -1,15 +1,15 @@
 """``mailstep send-test <key> --to ADDRESS``: one real send through the send pipeline.
 
-It runs the pipeline the Lambdas run (eligibility, send-once claim, render, SES, SENT#)
-against the local runtime or a deployed stack (``cli.target.targeted``), with source ``test`` and
-a fresh step id, so every invocation sends once. Suppressed and unsubscribed addresses
-are still skipped; an address without a profile gets the mail.
+It runs ``ops.templates.send_test``: the pipeline the Lambdas run (eligibility, send-once
+claim, render, SES, SENT#) against the local runtime or a deployed stack
+(``cli.target.targeted``), with source ``test`` and a fresh step id, so every invocation sends
+once. Suppressed and unsubscribed addresses are still skipped; an address without a profile
+gets the mail.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING
 
 import typer
@@ -33,24 +33,22 @@ def send_test(
     target: Target,
 ) -> None:
     """Send one template to one address through the real pipeline (local runtime or stack)."""
-    from shared.sending.jobs import SendJob
-    from shared.sending.pipeline import TEST_SOURCE, outcome_dict, send
+    from ops.templates import send_test as send_one
+    from shared.sending.pipeline import outcome_dict
 
     try:
         values = json.loads(data)
     except ValueError as exc:
         raise typer.BadParameter(f"--data: {exc}") from None
     with errors_to_exit():
-        job = SendJob(
-            email=to,
-            template=key,
-            source=TEST_SOURCE,
-            step=f"t{time.time_ns()}",
+        outcome = send_one(
+            target,
+            key,
+            to,
+            data=values if isinstance(values, dict) else {},
             subject=subject,
             transactional=transactional,
-            data=values if isinstance(values, dict) else {},
         )
-        outcome = send(job, target.send_context())
     typer.echo(json.dumps({"target": target.label, **outcome_dict(outcome)}, indent=2))
     if outcome.status != "sent":
         raise typer.Exit(1)

@@ -147,17 +147,16 @@ def subscribers(
     target: Target,
 ) -> None:
     """Subscribers with an active execution of the sequence (its EXEC pairs)."""
+    from ops.sequence_view import members
+
     sequence_id = name_param(sequence_id, "sequence id")
     with errors_to_exit():
-        store = target.subscriber_store()
-        members = store.sequence_members(sequence_id)
-        table = Table(title=f"Active in {sequence_id} ({len(members)}) - {target.label}")
+        found = members(target.subscriber_store(), sequence_id)
+        table = Table(title=f"Active in {sequence_id} ({len(found)}) - {target.label}")
         for column in ("email", "started", "execution"):
             table.add_column(column)
-        for email in members:
-            execution = next((e for e in store.list_executions(email) if e.sequence_id == sequence_id), None)
-            if execution is not None:
-                table.add_row(email, execution.started_at, execution.execution_arn.rsplit(":", 1)[-1])
+        for member in found:
+            table.add_row(member.email, member.started_at, member.execution_arn.rsplit(":", 1)[-1])
         console.print(table)
 
 

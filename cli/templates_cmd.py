@@ -51,18 +51,14 @@ def identity_from_env() -> Any:
 @app.command("list")
 def list_templates(directory: Path | None = DIR) -> None:
     """List template keys with their subject and layout."""
+    from ops.templates import rows
+
     engine = _renderer(directory)
     table = Table(title=f"templates in {engine.root}")
     for column in ("key", "file", "subject", "layout"):
         table.add_column(column)
-    for key in engine.keys():  # noqa: SIM118 - Renderer, not dict
-        source = engine.source(key)
-        table.add_row(
-            key,
-            source.path.relative_to(engine.root).as_posix(),
-            str(source.front_matter.get("subject", "")),
-            str(source.front_matter.get("layout", "default")),
-        )
+    for row in rows(engine):
+        table.add_row(row["key"], row["file"], row["subject"], row["layout"])
     console.print(table)
 
 

@@ -1,0 +1,165 @@
+"""The console's Starlette application: the routes, each a thin call into ``ops`` (or a
+``shared`` adapter the target builds) and one server-rendered Jinja2 page.
+
+Reads are GET; every change is a POST (a form carrying the CSRF token, or a script's request
+with the ``X-CSRF-Token`` header), answered with a redirect to the page that shows the result.
+The ``/api/...`` routes answer JSON to the console's own script (the live audience count and
+a broadcast's progress). :mod:`cli.console.guard` wraps all of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from cli.console.guard import CSRF_FIELD, Guard, Secrets
+from shared.core.errors import Conflict, InvalidInput, MailstepError, NotFound
+
+if TYPE_CHECKING:
+    from ops.broadcasts import Broadcasts
+    from ops.targets import Target
+    from shared.core.topics import TopicCatalog
+    from shared.sending.rendering import Renderer
+    from shared.sequences.validate import Catalog
+
+HERE = Path(__file__).parent
+T = TypeVar("T")
+PAGE = 50
+OUTBOX_PAGE = 50
+
+
+@dataclass
+class Console:
+    """What every route needs: the target, the project's files and this start's secrets."""
+
+    target: Target
+    secrets: Secrets
+    sequences_dir: Path | None = None
+    templates_dir: Path | None = None
+    topics_file: Path | None = None
+    outbox: Path | None = None  # the local runtime's outbox (None: a deployed stack)
+    env: Environment = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.env = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
+        self.env.filters["when"] = lambda iso: str(iso or "")[:19].replace("T", " ")
+        self.env.filters["pct"] = lambda rate: "-" if rate is None else f"{rate * 100:.2f}%"
+        self.env.filters["q"] = lambda value: quote(str(value), safe="")
+        self.env.filters["json"] = lambda value: json.dumps(value, default=str, sort_keys=True)
+
+    # ----- the adapters (built once per start) ----------------------------------------------
+    @cached_property
+    def admin(self) -> Any:
+        from ops.admin import SubscriberAdmin
+
+        return SubscriberAdmin.of(self.target)
+
+    @cached_property
+    def topic_admin(self) -> Any:
+        from ops.topics import TopicAdmin
+
+        return (
+            TopicAdmin.of(self.target, self.topics_file) if self.topics_file else TopicAdmin.of(self.target)
+        )
+
+    @property
+    def topics(self) -> TopicCatalog:
+        return self.topic_admin.catalog  # type: ignore[no-any-return]
+
+    @cached_property
+    def stats(self) -> Any:
+        return self.target.stats_store()
+
+    @cached_property
+    def broadcasts(self) -> Broadcasts:
+        from ops.broadcasts import Broadcasts
+
+        return Broadcasts.from_settings(self.target.settings, self.target.aws)
+
+    @cached_property
+    def renderer(self) -> Renderer:
+        from shared.sending.rendering import TEMPLATES_DIR, Renderer
+
+        return Renderer(self.templates_dir or TEMPLATES_DIR)
+
+    def catalog(self) -> Catalog:
+        """The project's sequences (read each time: the files may change while it runs)."""
+        from shared.sequences import SEQUENCES_DIR
+        from shared.sequences.validate import load_catalog
+
+        catalog, _ = load_catalog(self.sequences_dir or SEQUENCES_DIR, self.templates_dir)
+        return catalog
+
+    # ----- responses ---------------------------------------------------------------------------
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.env.get_template(name).render(
+            csrf=self.secrets.csrf,
+            csrf_field=CSRF_FIELD,
+            label=self.target.label,
+            local=self.outbox is not None,
+            path=request.url.path,
+            msg=request.query_params.get("msg", ""),
+            error=request.query_params.get("error", ""),
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def problem(self, request: Request, exc: Exception) -> HTMLResponse:
+        status = 404 if isinstance(exc, NotFound) else 409 if isinstance(exc, Conflict) else 400
+        return self.page(request, "problem.html", status=status, problem=str(exc))
+
+
+def back(url: str, **params: str) -> RedirectResponse:
+    """A 303 to ``url`` with ``params`` (msg=..., error=...) in the query."""
+    sep = "&" if "?" in url else "?"
+    return RedirectResponse(url + (sep + urlencode(params) if params else ""), status_code=303)
+
+
+async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A blocking ops call, off the event loop."""
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def routes(console: Console) -> list[Route | Mount]:
+    from cli.console import pages
+
+    return [
+        *pages.routes(console),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+
+
+def build(console: Console, port: int) -> Guard:
+    """The ASGI application (the guard around Starlette) for a console on ``port``."""
+
+    async def failed(request: Request, exc: Exception) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return console.problem(request, exc)
+
+    app = Starlette(routes=routes(console), exception_handlers={MailstepError: failed, ValueError: failed})
+    return Guard(app, console.secrets, port)
+
+
+def chart_data(value: Any) -> str:
+    """JSON for a ``<script type="application/json">`` block (no ``</`` can end it early)."""
+    return json.dumps(value).replace("</", "<\\/")
+
+
+__all__ = ["Console", "InvalidInput", "back", "build", "call", "chart_data"]

@@ -1,0 +1,462 @@
+"""The console's pages and actions: parse the request, call ``ops``, render or redirect."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from cli.console.app import Console, back, call, chart_data
+from shared.core.errors import InvalidInput, MailstepError, NotFound
+
+if TYPE_CHECKING:
+    from starlette.datastructures import FormData
+
+
+def _lines(value: str) -> list[str]:
+    """Comma- or newline-separated words of a form field."""
+    return [w.strip() for part in value.splitlines() for w in part.split(",") if w.strip()]
+
+
+def _subscriber_url(email: str) -> str:
+    return "/subscribers/" + quote(email, safe="@")
+
+
+def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, each small
+    # ----- overview ------------------------------------------------------------------------------
+    async def overview(request: Request) -> Response:
+        from ops.overview import overview as build
+
+        days = int(request.query_params.get("days", "30") or 30)
+        catalog = c.catalog()
+        records = await call(c.broadcasts.list, 50)
+        data = await call(build, c.stats, c.admin.store, catalog, [r.id for r in records], days=days)
+        return c.page(request, "overview.html", o=data, chart=chart_data(data.public()), title="Overview")
+
+    async def count_subscribers(request: Request) -> Response:
+        from ops.overview import count_by_status
+
+        counts = await call(lambda: count_by_status(c.admin.iter()))
+        return c.page(request, "counted.html", counts=counts, title="Subscribers by status")
+
+    # ----- subscribers ---------------------------------------------------------------------------
+    async def subscribers(request: Request) -> Response:
+        from ops.search import Search, search
+
+        q = request.query_params
+        query = Search.of(q.get("q", ""), q.get("tag", ""), q.get("status", ""), q.get("topic", ""), c.topics)
+        found = await call(search, c.admin, query, c.topics, limit=PAGE, cursor=q.get("cursor") or None)
+        more = None
+        if found.cursor:
+            more = "?" + "&".join(
+                f"{k}={quote(v, safe='')}" for k, v in {**dict(q), "cursor": found.cursor}.items() if v
+            )
+        return c.page(
+            request,
+            "subscribers.html",
+            found=found,
+            query=query,
+            more=more,
+            topics=c.topics,
+            title="Subscribers",
+        )
+
+    async def subscriber(request: Request) -> Response:
+        email = request.path_params["email"]
+        detail = await call(c.admin.get, email)
+        topics = await call(c.topic_admin.subscriber, email)
+        events = await call(c.admin.store.list_events, detail.profile.email)
+        return c.page(
+            request,
+            "subscriber.html",
+            d=detail,
+            p=detail.profile,
+            topics=topics,
+            events=list(reversed(events)),
+            attributes=chart_data(detail.profile.attributes),
+            title=detail.profile.email,
+        )
+
+    async def subscriber_action(request: Request) -> Response:
+        email = request.path_params["email"]
+        action = request.path_params["action"]
+        form = await request.form()
+        handler = SUBSCRIBER_ACTIONS.get(action)
+        if handler is None:
+            raise NotFound(f"no action {action!r}")
+        try:
+            message, url = await call(handler, c, email, form)
+        except MailstepError as exc:
+            return back(_subscriber_url(email), error=str(exc))
+        return back(url or _subscriber_url(email), msg=message)
+
+    # ----- broadcasts ----------------------------------------------------------------------------
+    async def broadcasts(request: Request) -> Response:
+        records = await call(c.broadcasts.list, PAGE)
+        return c.page(request, "broadcasts.html", records=records, title="Broadcasts")
+
+    async def broadcast_new(request: Request) -> Response:
+        from ops.templates import rows
+
+        return c.page(
+            request, "broadcast_new.html", templates=rows(c.renderer), topics=c.topics, title="New broadcast"
+        )
+
+    async def audience(request: Request) -> Response:
+        form = await request.form()
+        built = _request(form)
+        size, sample = await call(c.broadcasts.preview, built)
+        return JSONResponse({"size": size, "sample": sample, "audience": built.audience.describe()})
+
+    async def broadcast_send(request: Request) -> Response:
+        form = await request.form()
+        try:
+            built = _request(form)
+            if form.get("confirm") != "yes":
+                raise InvalidInput("tick the box that confirms the audience before sending")
+            answer = await call(c.broadcasts.send, built)
+        except MailstepError as exc:
+            return back("/broadcasts/new", error=str(exc))
+        word = "sent" if answer.created else "exists already: nothing new was sent for"
+        return back(f"/broadcasts/{quote(answer.record.id)}", msg=f"broadcast {word} {answer.record.id}")
+
+    async def broadcast(request: Request) -> Response:
+        from ops.engaged import engaged
+
+        broadcast_id = request.path_params["id"]
+        details = await call(c.broadcasts.details, broadcast_id)
+        people = await call(engaged, c.stats, broadcast_id)
+        return c.page(
+            request,
+            "broadcast.html",
+            b=details,
+            engaged=people.public(),
+            progress=chart_data(_progress(details)),
+            title=broadcast_id,
+        )
+
+    async def broadcast_json(request: Request) -> Response:
+        record = await call(c.broadcasts.get, request.path_params["id"])
+        return JSONResponse(_progress(record.public()))
+
+    async def broadcast_csv(request: Request) -> Response:
+        from ops.engaged import engaged
+
+        broadcast_id = request.path_params["id"]
+        people = await call(engaged, c.stats, broadcast_id)
+        disposition = f'attachment; filename="{broadcast_id}-engaged.csv"'
+        return PlainTextResponse(
+            people.csv(), media_type="text/csv", headers={"content-disposition": disposition}
+        )
+
+    async def broadcast_control(request: Request) -> Response:
+        broadcast_id = request.path_params["id"]
+        url = f"/broadcasts/{quote(broadcast_id)}"
+        try:
+            if request.path_params["action"] == "cancel":
+                record, changed = await call(c.broadcasts.cancel, broadcast_id)
+                message = "cancelled" if changed else f"is {record.status}: nothing to cancel"
+            else:
+                record = await call(c.broadcasts.resume, broadcast_id)
+                message = f"resumed (round {record.round})"
+        except MailstepError as exc:
+            return back(url, error=str(exc))
+        return back(url, msg=f"broadcast {broadcast_id} {message}")
+
+    # ----- templates -----------------------------------------------------------------------------
+    async def templates(request: Request) -> Response:
+        from ops.templates import rows
+
+        return c.page(request, "templates.html", templates=rows(c.renderer), title="Templates")
+
+    async def template(request: Request) -> Response:
+        key = request.query_params.get("key", "")
+        rendered = await call(_render, c, key)
+        return c.page(request, "template.html", key=key, r=rendered, title=key)
+
+    async def template_render(request: Request) -> Response:
+        rendered = await call(_render, c, request.path_params["key"])
+        return HTMLResponse(rendered.html)
+
+    async def test_send(request: Request) -> Response:
+        from ops.templates import send_test
+
+        form = await request.form()
+        key = str(form.get("key", ""))
+        url = "/templates/view?key=" + quote(key, safe="")
+        try:
+            outcome = await call(send_test, c.target, key, str(form.get("to", "")))
+        except (MailstepError, ValueError) as exc:
+            return back(url, error=str(exc))
+        if outcome.status != "sent":
+            return back(url, error=f"not sent: {outcome.reason or outcome.status}")
+        return back(url, msg=f"test mail sent to {form.get('to')}")
+
+    # ----- sequences -----------------------------------------------------------------------------
+    async def sequences(request: Request) -> Response:
+        catalog = c.catalog()
+        active = await call(lambda: {s.id: len(c.admin.store.sequence_members(s.id)) for s in catalog})
+        return c.page(request, "sequences.html", sequences=list(catalog), active=active, title="Sequences")
+
+    async def sequence(request: Request) -> Response:
+        sequence_id = request.path_params["id"]
+        found = c.catalog().get(sequence_id)
+        if found is None:
+            raise NotFound(f"no sequence {sequence_id!r} in the sequences folder")
+        view = await call(_sequence_view, c, found)
+        return c.page(request, "sequence.html", s=found, **view, title=sequence_id)
+
+    # ----- topics, suppression, sign-ups, outbox -------------------------------------------------
+    async def topics(request: Request) -> Response:
+        return c.page(request, "topics.html", topics=c.topics, counts=None, title="Topics")
+
+    async def topics_count(request: Request) -> Response:
+        counts = await call(c.topic_admin.counts)
+        return c.page(request, "topics.html", topics=c.topics, counts=counts, title="Topics")
+
+    async def suppression(request: Request) -> Response:
+        from shared.engagement.suppression import Suppressions
+
+        q = request.query_params.get("q", "").strip()
+        found = None
+        if q:
+            found = await call(Suppressions(c.admin.store).get, _email(q))
+        return c.page(request, "suppression.html", q=q, found=found, listed=None, title="Suppression")
+
+    async def suppression_list(request: Request) -> Response:
+        from shared.engagement.suppression import Suppressions
+
+        listed = await call(Suppressions(c.admin.store).list)
+        return c.page(request, "suppression.html", q="", found=None, listed=listed, title="Suppression")
+
+    async def suppression_remove(request: Request) -> Response:
+        from ops.suppression import lift
+        from shared.engagement.suppression import Suppressions
+
+        form = await request.form()
+        email = str(form.get("email", ""))
+        try:
+            address = _email(email)
+            removed = await call(
+                lift,
+                Suppressions(c.admin.store, c.admin.engine),
+                address,
+                str(form.get("reason", "")),
+                data_ttl_days=c.target.settings.data_ttl_days,
+            )
+        except MailstepError as exc:
+            return back("/suppression?q=" + quote(email, safe=""), error=str(exc))
+        message = f"{address} is no longer suppressed" if removed else f"{address} was not suppressed"
+        return back("/suppression", msg=message)
+
+    async def signups(request: Request) -> Response:
+        q = request.query_params.get("q", "").strip()
+        found = None
+        if q:
+            now = datetime.now(UTC).timestamp()
+            found = await call(lambda: c.topic_admin.pending_signups.get(_email(q), now=now))
+        return c.page(request, "signups.html", q=q, found=found, listed=None, title="Pending sign-ups")
+
+    async def signups_list(request: Request) -> Response:
+        page = await call(c.topic_admin.pending, limit=200)
+        return c.page(request, "signups.html", q="", found=None, listed=page, title="Pending sign-ups")
+
+    async def outbox(request: Request) -> Response:
+        from cli.local.ses import read_outbox
+
+        if c.outbox is None:
+            raise NotFound("the outbox exists on the local runtime only")
+        messages = await call(read_outbox, c.outbox)
+        return c.page(request, "outbox.html", messages=list(reversed(messages))[:OUTBOX_PAGE], title="Outbox")
+
+    async def outbox_message(request: Request) -> Response:
+        meta, message = await call(_outbox_message, c, request.path_params["id"])
+        text = message.get_body(("plain",))
+        return c.page(
+            request,
+            "outbox_message.html",
+            meta=meta,
+            headers=list(message.items()),
+            text=text.get_content() if text is not None else "",
+            title=str(message["Subject"] or meta["message_id"]),
+        )
+
+    async def outbox_render(request: Request) -> Response:
+        _, message = await call(_outbox_message, c, request.path_params["id"])
+        html = message.get_body(("html",))
+        return HTMLResponse(html.get_content() if html is not None else "")
+
+    return [
+        Route("/", overview),
+        Route("/overview/subscribers", count_subscribers, methods=["POST"]),
+        Route("/subscribers", subscribers),
+        Route("/subscribers/{email}", subscriber),
+        Route("/subscribers/{email}/{action}", subscriber_action, methods=["POST"]),
+        Route("/broadcasts", broadcasts),
+        Route("/broadcasts", broadcast_send, methods=["POST"]),
+        Route("/broadcasts/new", broadcast_new),
+        Route("/api/audience", audience, methods=["POST"]),
+        Route("/api/broadcasts/{id}", broadcast_json),
+        Route("/broadcasts/{id}", broadcast),
+        Route("/broadcasts/{id}/engaged.csv", broadcast_csv),
+        Route("/broadcasts/{id}/{action:str}", broadcast_control, methods=["POST"]),
+        Route("/templates", templates),
+        Route("/templates/view", template),
+        Route("/templates/render/{key:path}", template_render),
+        Route("/templates/test-send", test_send, methods=["POST"]),
+        Route("/sequences", sequences),
+        Route("/sequences/{id}", sequence),
+        Route("/topics", topics),
+        Route("/topics/count", topics_count, methods=["POST"]),
+        Route("/suppression", suppression),
+        Route("/suppression/all", suppression_list, methods=["POST"]),
+        Route("/suppression/remove", suppression_remove, methods=["POST"]),
+        Route("/signups", signups),
+        Route("/signups/all", signups_list, methods=["POST"]),
+        Route("/outbox", outbox),
+        Route("/outbox/{id}", outbox_message),
+        Route("/outbox/render/{id}", outbox_render),
+    ]
+
+
+PAGE = 50
+OUTBOX_PAGE = 50
+
+
+def _email(raw: str) -> str:
+    from ops.admin import email_arg
+
+    return email_arg(raw)
+
+
+def _request(form: FormData) -> Any:
+    from ops.broadcast_requests import broadcast_request
+
+    def text(name: str) -> str:
+        return str(form.get(name, "") or "").strip()
+
+    return broadcast_request(
+        template=text("template"),
+        subject=text("subject") or None,
+        tags=_lines(text("tags")),
+        any_tags=_lines(text("any_tags")),
+        exclude_tags=_lines(text("exclude_tags")),
+        where=[w.strip() for w in text("where").splitlines() if w.strip()],
+        topic=text("topic") or None,
+        at=text("at") or None,
+    )
+
+
+def _progress(record: dict[str, Any]) -> dict[str, Any]:
+    keys = ("id", "status", "resolved", "audience", "processed", "sent", "failed", "skipped")
+    return {k: record.get(k) for k in keys}
+
+
+def _render(c: Console, key: str) -> Any:
+    from shared.sending.pipeline import MailIdentity
+
+    identity = MailIdentity.from_settings(c.target.settings)
+    context = identity.preview_context(
+        email="preview@example.com", first_name="Ada", data={}, transactional=False
+    )
+    return c.renderer.render(key, context)
+
+
+def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
+    from ops.admin import failed_executions
+    from ops.sequence_view import MAX_MEMBERS, graph, members, waiting_at
+    from shared.sequences.sfn import StepFunctions
+
+    shown = members(c.admin.store, sequence.id, limit=MAX_MEMBERS)
+    total = len(c.admin.store.sequence_members(sequence.id))
+    sfn = StepFunctions(c.target.client("stepfunctions"))
+    waiting = waiting_at(sfn, (m.execution_arn for m in shown))
+    try:
+        failed = failed_executions(
+            sequence.id, sfn=sfn, arn_prefix=c.target.settings.state_machine_arn_prefix, aws=c.target.aws
+        )
+    except NotFound:  # not deployed yet
+        failed = []
+    return {
+        "nodes": graph(sequence, c.stats, waiting),
+        "members": shown,
+        "total": total,
+        "failed": failed[:50],
+    }
+
+
+def _outbox_message(c: Console, message_id: str) -> tuple[dict[str, Any], Any]:
+    import json
+    from email import policy
+    from email.parser import BytesParser
+
+    if c.outbox is None or not message_id.replace("-", "").replace("_", "").isalnum():
+        raise NotFound("no such message")
+    meta_path, eml_path = c.outbox / f"{message_id}.json", c.outbox / f"{message_id}.eml"
+    if not meta_path.exists() or not eml_path.exists():
+        raise NotFound("no such message")
+    meta = json.loads(meta_path.read_text())
+    return meta, BytesParser(policy=policy.default).parsebytes(eml_path.read_bytes())
+
+
+# ----- subscriber actions: (console, email, form) -> (message, url to show or None) ------------
+def _tags(c: Console, email: str, form: FormData) -> tuple[str, str | None]:
+    from ops.admin import make_update
+
+    change = make_update(_lines(str(form.get("add", ""))), _lines(str(form.get("remove", ""))))
+    result = c.admin.update(email, change)
+    return ("tags changed" if result.changed else "no change"), None
+
+
+def _attribute(c: Console, email: str, form: FormData) -> tuple[str, str | None]:
+    from ops.admin import parse_update
+
+    name = str(form.get("name", "")).strip()
+    change = parse_update(attributes=[f"{name}={form.get('value', '')}"])
+    result = c.admin.update(email, change)
+    return ("attribute changed" if result.changed else "no change"), None
+
+
+def _topics(c: Console, email: str, form: FormData) -> tuple[str, str | None]:
+    chosen = set(form.getlist("topic"))
+    now = {t.topic.id for t in c.topic_admin.subscriber(email).topics if t.receives}
+    on = [t.id for t in c.topics if t.id in chosen - now]  # only what the operator changed:
+    off = [t.id for t in c.topics if t.id in now - chosen]  # defaults stay defaults
+    shown = c.topic_admin.change(email, on, off)
+    return ("topics changed" if shown.changed else "no change"), None
+
+
+def _unsubscribe(c: Console, email: str, form: FormData) -> tuple[str, str | None]:
+    result = c.admin.unsubscribe(email)
+    stopped = f"; stopped {', '.join(result.sequences_stopped)}" if result.sequences_stopped else ""
+    return ("unsubscribed" if result.changed else "was unsubscribed already") + stopped, None
+
+
+def _resubscribe(c: Console, email: str, form: FormData) -> tuple[str, str | None]:
+    result = c.admin.resubscribe(email)
+    return ("resubscribed" if result.changed else "was subscribed already"), None
+
+
+def _erase(c: Console, email: str, form: FormData) -> tuple[str, str | None]:
+    typed = str(form.get("confirm", "")).strip()
+    address = _email(email)
+    if typed != address:
+        raise InvalidInput(f"type the address ({address}) to confirm the erase")
+    result = c.admin.delete(address)
+    return f"{address} erased: {result.main_items} items, {result.event_items} events", "/subscribers"
+
+
+SUBSCRIBER_ACTIONS = {
+    "tags": _tags,
+    "attributes": _attribute,
+    "topics": _topics,
+    "unsubscribe": _unsubscribe,
+    "resubscribe": _resubscribe,
+    "erase": _erase,
+}
+
+__all__ = ["RedirectResponse", "routes"]

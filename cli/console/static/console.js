@@ -1,0 +1,117 @@
+// mailstep console: charts, the live audience count, broadcast progress, the erase guard.
+// Served from 127.0.0.1 with a strict CSP (no inline script): everything is wired here.
+"use strict";
+(function () {
+  const csrf = document.querySelector('meta[name="csrf"]').content;
+  const COLORS = ["#2563eb", "#16a34a", "#9333ea", "#ea580c", "#dc2626", "#0891b2", "#854d0e"];
+
+  function width(el) { return Math.max(280, el.clientWidth || 600); }
+
+  function dailyChart(el, data) {
+    const xs = data.dates.map(d => Date.parse(d + "T00:00:00Z") / 1000);
+    const metrics = Object.keys(data.daily);
+    const series = [{}].concat(metrics.map((m, i) => ({ label: m, stroke: COLORS[i % COLORS.length], width: 2 })));
+    const values = [xs].concat(metrics.map(m => data.daily[m]));
+    return new uPlot({ width: width(el), height: 260, series: series, scales: { x: { time: true } } }, values, el);
+  }
+
+  function rateChart(el, data, metric) {
+    const xs = data.dates.map(d => Date.parse(d + "T00:00:00Z") / 1000);
+    const t = data.thresholds[metric];
+    const pct = v => (v == null ? null : v * 100);
+    const series = [{}, { label: metric + " rate %", stroke: "#dc2626", width: 2 },
+      { label: "review " + (t.review * 100) + "%", stroke: "#f59e0b", dash: [6, 4] },
+      { label: "pause " + (t.pause * 100) + "%", stroke: "#7f1d1d", dash: [2, 4] }];
+    const values = [xs, data.daily_rates[metric].map(pct), xs.map(() => t.review * 100), xs.map(() => t.pause * 100)];
+    return new uPlot({ width: width(el), height: 200, series: series, scales: { x: { time: true } } }, values, el);
+  }
+
+  function charts() {
+    const source = document.getElementById("overview-data");
+    if (!source || typeof uPlot === "undefined") return;
+    const data = JSON.parse(source.textContent);
+    document.querySelectorAll("[data-chart]").forEach(el => {
+      if (el.dataset.chart === "daily") dailyChart(el, data);
+      else rateChart(el, data, el.dataset.metric);
+      el.dataset.drawn = "yes";
+    });
+  }
+
+  function post(url, form) {
+    return fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "X-CSRF-Token": csrf, "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(new FormData(form)),
+    }).then(r => r.json().then(body => ({ ok: r.ok, body: body })));
+  }
+
+  function audience() {
+    const form = document.getElementById("broadcast-form");
+    if (!form) return;
+    const out = document.getElementById("audience");
+    const sample = document.getElementById("sample");
+    let timer = null;
+    let asked = 0;
+    function count() {
+      const mine = ++asked;
+      out.dataset.state = "counting";
+      out.textContent = "Audience: counting ...";
+      post("/api/audience", form).then(({ ok, body }) => {
+        if (mine !== asked) return;
+        sample.textContent = "";
+        if (!ok) {
+          out.dataset.state = "error";
+          out.textContent = "Audience: " + body.error;
+          return;
+        }
+        out.dataset.state = "counted";
+        out.dataset.size = String(body.size);
+        out.textContent = "Audience: " + body.size + " subscriber(s), " + body.audience;
+        body.sample.forEach(email => {
+          const li = document.createElement("li");
+          li.textContent = email;
+          sample.appendChild(li);
+        });
+      }).catch(() => { if (mine === asked) { out.dataset.state = "error"; out.textContent = "Audience: cannot count"; } });
+    }
+    form.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
+    form.addEventListener("change", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
+    count();
+  }
+
+  function progress() {
+    const box = document.getElementById("broadcast-progress");
+    if (!box) return;
+    const id = box.dataset.id;
+    const final = ["done", "cancelled", "failed"];
+    function show(p) {
+      document.getElementById("b-status").textContent = p.status;
+      const bar = document.getElementById("b-bar");
+      bar.max = p.audience || 1;
+      bar.value = p.processed || 0;
+      document.getElementById("b-count").textContent = p.processed + " / " + p.audience + (p.resolved ? "" : " (resolving)");
+      document.getElementById("b-sent").textContent = p.sent;
+      document.getElementById("b-failed").textContent = p.failed;
+      const skipped = Object.entries(p.skipped || {}).map(([k, v]) => k + ": " + v).join(" ");
+      document.getElementById("b-skipped").textContent = skipped || "none";
+    }
+    function poll() {
+      fetch("/api/broadcasts/" + encodeURIComponent(id), { credentials: "same-origin" })
+        .then(r => r.json())
+        .then(p => { show(p); if (!final.includes(p.status)) setTimeout(poll, 1000); })
+        .catch(() => setTimeout(poll, 3000));
+    }
+    const first = JSON.parse(document.getElementById("progress-data").textContent);
+    if (!final.includes(first.status)) setTimeout(poll, 1000);
+  }
+
+  function eraseGuard() {
+    const input = document.getElementById("erase-confirm");
+    if (!input) return;
+    const button = document.getElementById("erase");
+    input.addEventListener("input", () => { button.disabled = input.value.trim() !== input.dataset.expect; });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => { charts(); audience(); progress(); eraseGuard(); });
+})();

@@ -1,0 +1,140 @@
+"""The numbers of the console's overview: engagement per day, totals with the bounce and
+complaint rates against SES's thresholds, and active executions per sequence.
+
+What it reads, and why no table is scanned:
+- totals: one counters item per source (``StatsStore.source``): every sequence of the catalog,
+  the newest broadcasts, sign-up confirmations and test sends;
+- per day: the events of those sources from the first day of the window on (a Query of the
+  events table's ``SequenceIndex`` per source, ``StatsStore.events(since=...)``). Sends are not
+  events (SES Send events are not published), so "sent" is a total only; sign-ups are a
+  total (``StatsStore.signups``);
+- active executions: each sequence's ``EXEC#`` partition (``SubscriberStore.sequence_members``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from shared.core.errors import FieldProblem, InvalidInput
+from shared.sequences.validate import Catalog
+from shared.store.stats import Counters, StatsStore, metric_of
+from shared.store.subscribers import SubscriberStore
+
+WINDOWS = (7, 30, 90)
+# SES puts an account under review, then may pause its sending, at these rates
+# (bounces per send, complaints per send): docs/console.md.
+THRESHOLDS = {"bounce": {"review": 0.05, "pause": 0.10}, "complaint": {"review": 0.001, "pause": 0.005}}
+DAILY = ("delivery", "open", "click", "bounce", "complaint", "unsubscribe")
+EXTRA_SOURCES = ("signup", "test")
+MAX_BROADCASTS = 50
+
+
+@dataclass(frozen=True)
+class Overview:
+    days: int
+    dates: tuple[str, ...]
+    daily: dict[str, list[int]]  # metric -> one value per date (opens and clicks: unique per day)
+    daily_rates: dict[str, list[float | None]]  # bounce and complaint rate per date
+    totals: Counters
+    sources: tuple[str, ...]
+    signups: dict[str, Any]
+    active: dict[str, int]  # sequence id -> active executions
+    thresholds: dict[str, dict[str, float]] = field(default_factory=lambda: THRESHOLDS)
+
+    def rate(self, metric: str) -> float | None:
+        sent = self.totals.total("send")
+        return self.totals.total(metric) / sent if sent else None
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "days": self.days,
+            "dates": list(self.dates),
+            "daily": self.daily,
+            "daily_rates": self.daily_rates,
+            "totals": {row["metric"]: row for row in self.totals.rows()},
+            "rates": {m: self.rate(m) for m in THRESHOLDS},
+            "thresholds": self.thresholds,
+            "sources": list(self.sources),
+            "signups": self.signups,
+            "active_executions": self.active,
+        }
+
+
+def window_arg(days: int) -> int:
+    if days not in WINDOWS:
+        raise InvalidInput(f"days must be one of {WINDOWS}", [FieldProblem("days", str(days))])
+    return days
+
+
+def _sum(counters: Iterable[Counters]) -> Counters:
+    totals: Counter[str] = Counter()
+    uniques: Counter[str] = Counter()
+    for c in counters:
+        totals.update(c.totals)
+        uniques.update(c.uniques)
+    return Counters(totals=dict(totals), uniques=dict(uniques))
+
+
+def overview(
+    stats: StatsStore,
+    store: SubscriberStore,
+    catalog: Catalog,
+    broadcast_ids: Iterable[str],
+    *,
+    days: int = 30,
+    today: date | None = None,
+) -> Overview:
+    """The overview over the last ``days`` days (7, 30 or 90) up to ``today`` (UTC)."""
+    days = window_arg(days)
+    today = today or datetime.now(UTC).date()
+    first = today - timedelta(days=days - 1)
+    dates = tuple((first + timedelta(days=i)).isoformat() for i in range(days))
+    index = {d: i for i, d in enumerate(dates)}
+    sources = tuple(
+        dict.fromkeys([*(s.id for s in catalog), *list(broadcast_ids)[:MAX_BROADCASTS], *EXTRA_SOURCES])
+    )
+    counts: dict[str, list[int]] = {m: [0] * days for m in DAILY}
+    seen: dict[str, set[tuple[str, str]]] = defaultdict(set)  # unique opens/clicks per day
+    for source in sources:
+        for item in stats.events(source=source, since=f"{first.isoformat()}T00:00:00"):
+            metric = metric_of(item)
+            day = str(item.get("at", ""))[:10]
+            if metric not in counts or day not in index:
+                continue
+            if metric in ("open", "click"):
+                who = (day, str(item.get("PK")))
+                if who in seen[metric]:
+                    continue
+                seen[metric].add(who)
+            counts[metric][index[day]] += 1
+    rates: dict[str, list[float | None]] = {"bounce": [], "complaint": []}
+    for i in range(days):
+        delivered, bounced = counts["delivery"][i], counts["bounce"][i]
+        attempted = delivered + bounced  # mails SES answered for that day
+        rates["bounce"].append(bounced / attempted if attempted else None)
+        rates["complaint"].append(counts["complaint"][i] / attempted if attempted else None)
+    return Overview(
+        days=days,
+        dates=dates,
+        daily=counts,
+        daily_rates=rates,
+        totals=_sum(stats.source(s) for s in sources),
+        sources=sources,
+        signups=stats.signups().public(),
+        active={s.id: len(store.sequence_members(s.id)) for s in catalog},
+    )
+
+
+def count_by_status(profiles: Iterable[Any]) -> dict[str, int]:
+    """Subscribers by status (subscribed, unsubscribed) and how many are suppressed, from
+    ``profiles`` (``SubscriberAdmin.iter()``: a read of the whole table, so the console runs it
+    only when the operator asks)."""
+    found: Counter[str] = Counter()
+    for profile in profiles:
+        found[profile.status] += 1
+        found["suppressed"] += bool(profile.suppressed)
+    return dict(found)

@@ -1,0 +1,166 @@
+"""A sequence as operators look at it: its step graph with per-step counts, its members and
+where their executions wait now (``mailstep sequences subscribers``, the MCP tool
+``sequence_subscribers`` and the console's sequence page).
+
+Costs: the graph reads one counters item per send template (``StatsStore.template``: the
+template's totals over every source that sends it); members are the sequence's ``EXEC#``
+partition (a Query) and one Query of each shown member's executions; "waiting here" asks Step
+Functions for the last events of at most :data:`MAX_LOCATED` executions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.core.errors import FieldProblem, InvalidInput
+from shared.sequences.compiler import duration_label, step_code
+from shared.sequences.model import ExitStep, IfStep, SendStep, Sequence, TagStep, WaitStep, condition_to_data
+from shared.sequences.sfn import StepFunctions
+from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore
+
+MAX_MEMBERS = 100  # members listed on one page
+MAX_LOCATED = 200  # executions whose current step is looked up
+
+
+@dataclass(frozen=True)
+class StepNode:
+    code: str  # S1, S3T1 ...: the prefix of the step's state names
+    kind: str  # send | wait | if | tag | exit | then | else
+    label: str
+    depth: int
+    templates: tuple[str, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)  # sent, opened, clicked, waiting
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "kind": self.kind,
+            "label": self.label,
+            "depth": self.depth,
+            "templates": list(self.templates),
+            "counts": dict(self.counts),
+        }
+
+
+@dataclass(frozen=True)
+class Member:
+    email: str
+    started_at: str
+    execution_arn: str
+
+    def public(self) -> dict[str, Any]:
+        return {"email": self.email, "started_at": self.started_at, "execution_arn": self.execution_arn}
+
+
+def sequence_arg(value: str) -> str:
+    from shared.core.models import validate_name
+
+    try:
+        return validate_name(value, "sequence id")
+    except ValueError as exc:
+        raise InvalidInput(str(exc), [FieldProblem("sequence", str(exc))]) from None
+
+
+def members(store: SubscriberStore, sequence_id: str, limit: int | None = None) -> list[Member]:
+    """Subscribers with an active execution of the sequence (its ``EXEC#`` pairs), with the
+    execution's start and ARN; the first ``limit`` of them when given."""
+    sequence_id = sequence_arg(sequence_id)
+    emails = store.sequence_members(sequence_id)
+    found = []
+    for email in emails[:limit] if limit is not None else emails:
+        execution = next((e for e in store.list_executions(email) if e.sequence_id == sequence_id), None)
+        if execution is not None:
+            found.append(Member(email, execution.started_at, execution.execution_arn))
+    return found
+
+
+def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
+    """The name of the state the execution entered last (None: unknown or ended)."""
+    page = sfn.client.get_execution_history(executionArn=execution_arn, reverseOrder=True, maxResults=20)
+    for event in page["events"]:
+        if event["type"].endswith("ExecutionSucceeded") or event["type"].endswith("ExecutionFailed"):
+            return None
+        details = event.get("stateEnteredEventDetails")
+        if details:
+            return str(details["name"])
+    return None
+
+
+def waiting_at(sfn: StepFunctions, executions: Iterable[str]) -> Counter[str]:
+    """How many of ``executions`` are in each step now (by step code), looked up for at most
+    :data:`MAX_LOCATED` of them."""
+    found: Counter[str] = Counter()
+    for index, arn in enumerate(executions):
+        if index >= MAX_LOCATED:
+            break
+        state = current_state(sfn, arn)
+        if state:
+            found[state.split("_", 1)[0]] += 1
+    return found
+
+
+def graph(
+    sequence: Sequence, stats: StatsStore | None = None, waiting: Counter[str] | None = None
+) -> list[StepNode]:
+    """The steps depth first (branches indented), each with its counts: sent, opened (unique)
+    and clicked (unique) of its templates, and how many executions are in it now."""
+    waiting = waiting or Counter()
+    nodes: list[StepNode] = []
+
+    def counts(code: str, templates: tuple[str, ...]) -> dict[str, int]:
+        out = {"waiting": waiting.get(code, 0)}
+        if stats is not None and templates:
+            totals = [stats.template(t) for t in templates]
+            out["sent"] = sum(c.total("send") for c in totals)
+            out["opened"] = sum(c.uniques.get("open", 0) for c in totals)
+            out["clicked"] = sum(c.uniques.get("click", 0) for c in totals)
+        return out
+
+    def add(steps: list[Any], path: tuple[Any, ...], depth: int) -> None:
+        for index, step in enumerate(steps):
+            here = (*path, index)
+            code = step_code(here)
+            if isinstance(step, SendStep):
+                templates = tuple(dict.fromkeys([step.send, *(v.send or step.send for v in step.variants)]))
+                label = f"send {step.send}" + (
+                    f" (A/B: {len(step.variants) + 1} variants)" if step.variants else ""
+                )
+                nodes.append(StepNode(code, "send", label, depth, templates, counts(code, templates)))
+            elif isinstance(step, WaitStep):
+                nodes.append(
+                    StepNode(code, "wait", f"wait {duration_label(step.wait)}", depth, (), counts(code, ()))
+                )
+            elif isinstance(step, TagStep):
+                label = f"tag +{','.join(step.tag.add) or '-'} -{','.join(step.tag.remove) or '-'}"
+                nodes.append(StepNode(code, "tag", label, depth, (), counts(code, ())))
+            elif isinstance(step, ExitStep):
+                nodes.append(StepNode(code, "exit", "exit", depth, (), counts(code, ())))
+            elif isinstance(step, IfStep):
+                label = f"if {json.dumps(condition_to_data(step.if_))}"
+                nodes.append(StepNode(code, "if", label, depth, (), counts(code, ())))
+                nodes.append(StepNode(f"{code}T", "then", "then", depth + 1))
+                add(step.then, (*here, "then"), depth + 2)
+                if step.else_:
+                    nodes.append(StepNode(f"{code}E", "else", "else", depth + 1))
+                    add(step.else_, (*here, "else"), depth + 2)
+
+    if sequence.on is not None:
+        templates = (sequence.on.send,)
+        nodes.append(
+            StepNode(
+                "S1",
+                "send",
+                f"on {sequence.on.event}: send {sequence.on.send}",
+                0,
+                templates,
+                counts("S1", templates),
+            )
+        )
+        return nodes
+    add(sequence.steps, ("steps",), 0)
+    return nodes
