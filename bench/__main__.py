@@ -1,5 +1,6 @@
 """``python -m bench [scenario ...]``: run scenarios on a fresh local runtime, print tables.
-``python -m bench capacity [--json] [scenario ...]``: the capacity model (docs/bench.md)."""
+``python -m bench capacity [--json] [scenario ...]``: the capacity model (docs/bench.md).
+``python -m bench scale [--subscribers N] [--json]``: the scale tier (docs/bench-scale.md)."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def capacity(argv: list[str]) -> int:
         names.insert(names.index("engagement"), "broadcast")  # the events of its mails
     console = Console(stderr=args.json)
     results: dict[str, dict[str, Any]] = {}
-    with _runtime() as bench:
+    # The template a deployment for that account rate gets (the broadcast workers are sized by it).
+    with _runtime({"mailstep:sesMaxSendRate": args.ses_rate}) as bench:
         for name in names:
             console.rule(f"[bold]capacity: {name}")
             results[name] = capacity_runs.derive(capacity_runs.SCENARIOS[name](bench), args.ses_rate)
@@ -125,7 +127,7 @@ def capacity(argv: list[str]) -> int:
 
 
 @contextlib.contextmanager
-def _runtime() -> Iterator[Any]:
+def _runtime(context: dict[str, Any] | None = None) -> Iterator[Any]:
     """A fresh local runtime in the deployed shape, its requests metered: a :class:`Bench`."""
     from bench.harness import Bench
     from bench.meter import Meter
@@ -136,7 +138,7 @@ def _runtime() -> Iterator[Any]:
     try:
         # The deployed shape: every function from the artifact in its own execution environments,
         # which report each request to the meter; the runtime's own requests reach its hooks.
-        with LocalRuntime(RuntimeConfig(max_send_rate=10_000)) as runtime:
+        with LocalRuntime(RuntimeConfig(max_send_rate=10_000, context=context)) as runtime:
             assert runtime.environments is not None
             runtime.environments.on_request = meter.record
             yield Bench(runtime=runtime, meter=meter)
@@ -150,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["capacity"]:
         return capacity(argv[1:])
+    if argv[:1] == ["scale"]:
+        from bench import scale
+
+        return scale.main(argv[1:], _runtime)
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(

@@ -45,6 +45,35 @@ class Run:
     invocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     names: Mapping[str, str] = field(default_factory=dict)  # key parts -> placeholder
     ses_share: float = 1.0
+    # function spec name -> memory and concurrency, as the runtime's template deploys them
+    shapes: Mapping[str, model.FunctionShape] = field(default_factory=dict)
+
+
+def template_shapes(bench: Bench) -> dict[str, model.FunctionShape]:
+    """Each function's memory and concurrency from the template the runtime deployed (what
+    ``cdk deploy`` would deploy with the same context): its reserved concurrency, else the
+    smallest maximum concurrency of its event source mappings, else the account's default."""
+    deployment = bench.runtime.deployment
+    assert deployment is not None
+    template = deployment.template
+    configs = template.functions()
+    mappings = template.event_source_mappings()
+    shapes = {}
+    for spec in specs.FUNCTIONS:
+        config = configs[spec.handler]
+        limits = [
+            m.max_concurrency
+            for m in mappings
+            if m.function_logical_id == config.logical_id and m.max_concurrency
+        ]
+        if config.reserved_concurrency:
+            concurrency, source = config.reserved_concurrency, "reserved"
+        elif limits:
+            concurrency, source = min(limits), "event source maximum"
+        else:
+            concurrency, source = model.ACCOUNT_CONCURRENCY, "account default"
+        shapes[spec.name] = model.FunctionShape(spec.name, config.memory_mb, concurrency, source)
+    return shapes
 
 
 def _per_function(bench: Bench) -> dict[str, dict[str, float]]:
@@ -84,7 +113,8 @@ def capture(bench: Bench, name: str, description: str, units: int, unit: str, st
     cpu = {f: counts["cpu_s"] for f, counts in used.items()}
     invocations = {f: {"invocations": int(c["invocations"]), "cold_starts": int(c["cold_starts"])}
                    for f, c in used.items()}  # fmt: skip
-    return Run(name, description, unit, measurement, log, cpu, invocations=invocations, **extra)
+    return Run(name, description, unit, measurement, log, cpu, invocations=invocations,
+               shapes=template_shapes(bench), **extra)  # fmt: skip
 
 
 def _drain(bench: Bench, queue: specs.QueueSpec, timeout_s: float = 600) -> None:
@@ -265,7 +295,7 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
         ses_rate=ses_rate,
         ses_share=run.ses_share if m.ses_sends else 1.0,
     )
-    shapes = {f.name: model.function_shape(f) for f in specs.FUNCTIONS}
+    shapes = dict(run.shapes) or {f.name: model.function_shape(f) for f in specs.FUNCTIONS}
     limits = model.ceilings(inputs, shapes)
     rate, limited_by = model.ceiling(limits)
     return {

@@ -33,6 +33,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ops.targets import LOCAL, Target, sequence_state_machines
+from shared.core.specs import broadcast_workers
 from shared.sequences.sfn import OPEN_EXECUTIONS_QUOTA, StepFunctions
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
@@ -308,6 +309,37 @@ def check_open_executions(
     return Check("open-executions", PASS, detail)
 
 
+def check_broadcast_workers(target: Target, account_rate: float | None = None) -> Check:
+    """The broadcast workers' maximum concurrency (the template's, from
+    ``mailstep:sesMaxSendRate``) against what the account's SES rate needs
+    (``shared.core.specs.broadcast_workers``): too few and a broadcast sends slower than SES
+    allows."""
+    queue_url = target.settings.broadcast_queue_url
+    if not queue_url:
+        return Check("broadcast-workers", SKIP, "no broadcast queue deployed")
+    if account_rate is None:
+        quota = target.client("sesv2").get_account().get("SendQuota", {})
+        account_rate = float(quota.get("MaxSendRate", 0))
+    arn = target.client("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    mappings = target.client("lambda").list_event_source_mappings(
+        EventSourceArn=arn["Attributes"]["QueueArn"]
+    )["EventSourceMappings"]
+    if not mappings:
+        return Check(
+            "broadcast-workers", FAIL, "the broadcast queue has no worker", "deploy the stack (cdk deploy)"
+        )
+    workers = int((mappings[0].get("ScalingConfig") or {}).get("MaximumConcurrency") or 0)
+    needed = broadcast_workers(account_rate)
+    detail = f"{workers} workers; the account's {account_rate:g} mails/s needs {needed}"
+    if workers >= needed:
+        return Check("broadcast-workers", PASS, detail)
+    hint = (
+        f"deploy with the account's rate: cdk deploy -c mailstep:sesMaxSendRate={account_rate:g} "
+        "(docs/broadcasts.md, Sizing)"
+    )
+    return Check("broadcast-workers", WARN, detail, hint)
+
+
 def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
     """A check whose API call fails reports that failure instead of stopping the others."""
     try:
@@ -336,6 +368,7 @@ def run(
     checks += _guard("configuration-set", lambda: [check_configuration_sets(target, configuration_sets)])
     checks += _guard("alarms", lambda: [check_alarms(target)])
     checks += _guard("dlqs", lambda: [check_dlqs(target, tuple(target.resources.get("queues", ())))])
+    checks += _guard("broadcast-workers", lambda: [check_broadcast_workers(target)])
     checks += _guard(
         "open-executions",
         lambda: [check_open_executions(target, executions_quota, executions_counted)],

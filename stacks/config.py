@@ -85,6 +85,7 @@ KEYS: dict[str, str] = {
     "signup_max_body_bytes": "signupMaxBodyBytes",
     "signup_throttle_rate": "signupThrottleRate",
     "signup_throttle_burst": "signupThrottleBurst",
+    "ses_max_send_rate": "sesMaxSendRate",
     "local": "local",
 }
 # Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
@@ -212,6 +213,10 @@ class MailstepConfig(BaseModel):
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
     signup_throttle_burst: int = Field(default=10, ge=1, le=5000)
+    # Used by broadcasts: the account's SES maximum send rate (mails/s) the broadcast workers are
+    # sized for (their concurrency: shared.core.specs.broadcast_workers). `mailstep doctor`
+    # compares it with the account's; a higher rate needs a deploy with the new value.
+    ses_max_send_rate: float = Field(default=14.0, ge=1, le=100_000)
     # Synthesized for the local runtime and the tests (cli.local.artifact sets it), not for a
     # deployment: the sending identity may stay unset (the built-in default sender is used).
     local: bool = False

@@ -83,6 +83,9 @@ class RuntimeConfig:
     # Emulate an account in the SES sandbox: mail only to verified identities (`mailstep local
     # verify`) and the mailbox simulator; sends authorized on the recipients' identities too.
     ses_sandbox: bool = False
+    # Context for synthesizing the template (added to cdk.json's and mailstep:local), e.g.
+    # {"mailstep:sesMaxSendRate": 1000}: the bench runs the template a deployment would get.
+    context: dict[str, Any] | None = None
 
 
 @dataclass
@@ -156,7 +159,7 @@ class LocalRuntime:
 
         started = time.perf_counter()
         config = self.config
-        self.artifact = build()  # first: a fresh checkout synthesizes and bundles (pip) here
+        self.artifact = build(context=config.context)  # first: a fresh checkout synthesizes and bundles
         if config.template_override is not None:
             self.artifact = dataclasses.replace(self.artifact, template=config.template_override)
         config.port = config.port or free_port()

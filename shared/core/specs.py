@@ -7,6 +7,7 @@ synthesized template and these specs agree.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -80,9 +81,12 @@ EVENTS_TABLE = TableSpec(
     id="EventsTable",
     local_name="mailstep-events",
     setting="events_table_name",
+    # Keyed by ``<template>#<shard>`` and ``<source>#<shard>`` (shared.store.events,
+    # shared.store.keys.index_key): every event of a broadcast on one key would cap it at
+    # 1,000 events/s; over 16 shards picked by the subscriber's address, 16,000/s.
     gsis=(
-        GsiSpec(name="TemplateIndex", partition_key="template", sort_key=SK),
-        GsiSpec(name="SequenceIndex", partition_key="source", sort_key=SK),
+        GsiSpec(name="TemplateIndex", partition_key="template_key", sort_key=SK),
+        GsiSpec(name="SequenceIndex", partition_key="source_key", sort_key=SK),
     ),
 )
 TABLES = (MAIN_TABLE, EVENTS_TABLE)
@@ -155,6 +159,8 @@ class EventSourceSpec:
     max_concurrency: int | None = None
     # Wait up to this long to fill a batch (required by Lambda when batch_size > 10).
     max_batching_window_s: int = 0
+    # The stack sets max_concurrency from the account's SES rate (broadcast_workers).
+    sized_by_send_rate: bool = False
 
 
 @dataclass(frozen=True)
@@ -623,18 +629,44 @@ BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
     ),
     event_sources=(EventSourceSpec(queue=BROADCAST_CONTROL_QUEUE, batch_size=1, max_concurrency=2),),
 )
+# Broadcast workers are sized from the account's SES rate (docs/broadcasts.md, "Sizing"): each
+# has a full vCPU (1,769 MB; a Python process uses at most one), and as many run at once as
+# the broadcasts' share of the rate needs at WORKER_CPU_MS_PER_MAIL each, with headroom. A
+# CPU-bound function costs the same per mail at any memory (GB x seconds: less CPU, longer).
+WORKER_CPU_MS_PER_MAIL = 40.0  # budget; python -m bench capacity measures 30-45 ms
+WORKER_HEADROOM = 1.5  # for slower CPUs, cold starts and the rate limiter's waits
+MIN_BROADCAST_WORKERS = 3
+MAX_BROADCAST_WORKERS = 1000  # SQS event source maximum concurrency (and the account's default)
+DEFAULT_BROADCAST_RATE_SHARE = 0.95  # shared.core.settings.Settings.broadcast_rate_share
+
+
+def broadcast_workers(ses_max_send_rate: float, share: float = DEFAULT_BROADCAST_RATE_SHARE) -> int:
+    """How many broadcast workers (the broadcast queue's maximum concurrency) keep up with
+    ``share`` of an account's SES rate: 14/s -> 3, 200/s -> 12, 1,000/s -> 57."""
+    needed = ses_max_send_rate * share * WORKER_CPU_MS_PER_MAIL / 1000.0 * WORKER_HEADROOM
+    return max(MIN_BROADCAST_WORKERS, min(MAX_BROADCAST_WORKERS, math.ceil(needed)))
+
+
 BROADCAST_WORKER_FUNCTION = FunctionSpec(
     name="broadcast-worker",
     handler="functions.broadcast_worker.handler.handler",
     description="Broadcast batches: rate-limited sends through the send pipeline, counted once",
-    memory_mb=256,
+    memory_mb=1769,
     timeout_s=300,
     # the send pipeline (sends are counted per batch: marker Put + Update transaction), the
     # shared rate limiter (UpdateItem ADD)
     grants=SEND_PIPELINE_GRANTS,
     # One batch (50 recipients) per invocation: the last batches of a broadcast still run
-    # on every worker, so the tail of a send keeps the rate.
-    event_sources=(EventSourceSpec(queue=BROADCAST_QUEUE, batch_size=1, max_concurrency=3),),
+    # on every worker, so the tail of a send keeps the rate. The maximum concurrency here is
+    # the smallest; the stack sets broadcast_workers(mailstep:sesMaxSendRate).
+    event_sources=(
+        EventSourceSpec(
+            queue=BROADCAST_QUEUE,
+            batch_size=1,
+            max_concurrency=MIN_BROADCAST_WORKERS,
+            sized_by_send_rate=True,
+        ),
+    ),
     mail_settings=True,
 )
 QUEUES = (*QUEUES, BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE)

@@ -10,7 +10,8 @@ workers stays at the rate while it is achievable.
 How: time is cut into windows of ``window_s`` (about 10 mails' worth, 0.1-1 s). Window
 ``w`` holds ``floor((w+1)·rate·window_s) - floor(w·rate·window_s)`` tokens, so the average
 is exactly ``rate`` even when it is not a whole number per window. A worker asks for up to
-that many tokens with ONE UpdateItem: ``ADD used :n`` on ``RATE#<scope>`` / ``<w>``
+that many tokens with ONE UpdateItem: ``ADD used :n`` on ``RATE#<scope>#<w>`` / ``<w>``
+(a partition key per window, so no key takes more than one window's requests)
 (ReturnValues UPDATED_NEW); it was granted ``min(n, cap - (used - n))`` (never negative).
 Over-asking only raises the recorded count of a window that is already full. No
 conditional write, no retry loop, no clock coordination beyond NTP-synchronised hosts.
@@ -89,7 +90,7 @@ class WindowLimiter:
             return 0, left
         response = self._ddb.update_item(
             TableName=self.table,
-            Key=key(keys.rate_pk(self.scope), str(index)),
+            Key=key(*keys.rate_window_key(self.scope, index)),
             UpdateExpression="ADD used :n SET #ttl = if_not_exists(#ttl, :ttl)",
             ExpressionAttributeNames={"#ttl": "ttl"},
             ExpressionAttributeValues=values(n=want, ttl=int(now) + WINDOW_TTL_S),

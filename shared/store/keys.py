@@ -7,6 +7,8 @@ caller can forge another key by accident.
 
 from __future__ import annotations
 
+import zlib
+
 SEP = "#"
 
 SUB = "SUB"
@@ -120,6 +122,49 @@ def template_stats_key(template: str) -> tuple[str, str]:
     return stats_pk(template), TEMPLATE_COUNTERS
 
 
+# ----- keys spread over shards (docs/data-model.md, "Keys that would be hot") -------------------
+# DynamoDB gives one partition key at most 1,000 WCU/s: an item every send adds to (a counters
+# item) or an index key every event of a broadcast lands on would cap the send rate. Such keys
+# are split into shards that writes pick and reads sum or merge.
+COUNTER_SHARDS = 16  # a counters item is 16 items; a write ADDs to one of them (random)
+INDEX_SHARDS = 16  # an events-index key is 16 keys; the subscriber's address picks one
+
+
+def counter_shard_pk(pk: str, shard: int) -> str:
+    """The partition key of shard ``shard`` of the counters item under ``pk``: shard 0 is
+    ``pk`` itself (``STATS#<scope>``), shard n > 0 ``STATS#<scope>#<n>``."""
+    if not 0 <= shard < COUNTER_SHARDS:
+        raise KeyError_(f"counter shard out of range: {shard}")
+    return pk if shard == 0 else f"{pk}{SEP}{shard}"
+
+
+def counter_shard_pks(pk: str) -> list[str]:
+    """Every shard's partition key of the counters item under ``pk`` (what a read sums)."""
+    return [counter_shard_pk(pk, n) for n in range(COUNTER_SHARDS)]
+
+
+def counter_scope(pk: str) -> tuple[str, int]:
+    """(scope, shard) of a counters shard's partition key: ``STATS#b1#7`` -> ("b1", 7)."""
+    _, rest = pk.split(SEP, 1)
+    scope, _, shard = rest.partition(SEP)
+    return scope, int(shard) if shard else 0
+
+
+def index_shard(email: str) -> int:
+    """The events-index shard of a subscriber's events: stable per address (CRC-32)."""
+    return zlib.crc32(email.encode("utf-8")) % INDEX_SHARDS
+
+
+def index_key(value: str, shard: int) -> str:
+    """An events-index partition key: ``<source or template>#<shard>`` (``b1#07``)."""
+    return f"{_part(value, 'index key')}{SEP}{shard:02d}"
+
+
+def index_keys(value: str) -> list[str]:
+    """Every shard's index key of ``value`` (what a read queries and merges)."""
+    return [index_key(value, n) for n in range(INDEX_SHARDS)]
+
+
 UNCOUNTED = "UNCOUNTED"
 
 
@@ -159,6 +204,13 @@ RATE = "RATE"
 
 def rate_pk(scope: str) -> str:
     return f"{RATE}{SEP}{_part(scope, 'rate scope')}"
+
+
+def rate_window_key(scope: str, window: int) -> tuple[str, str]:
+    """(PK, SK) of one window of the shared send-rate limiter: ``RATE#<scope>#<window>`` /
+    ``<window>``. A key per window: every worker writes the current window many times a
+    second at a high rate, and one key for all windows would take all of it."""
+    return f"{rate_pk(scope)}{SEP}{int(window)}", str(int(window))
 
 
 # Consent (shared/consent): a sign-up waiting for its confirmation lives beside the profile and

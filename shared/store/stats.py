@@ -16,10 +16,14 @@
   ``STATS#<source>`` / ``UNCOUNTED#<template>``, and they are added once by
   :func:`settle_send` / :func:`settle_uncounted` (right after, retried; or by the engagement
   consumer from the mails' SES events). docs/sending.md, "Counters are off the critical path".
-- The event metrics can be recomputed from the events table (GSIs ``SequenceIndex`` and
-  ``TemplateIndex``): :meth:`StatsStore.recompute`. They agree while no event has expired
-  (``DATA_TTL_DAYS``); ``--since`` reports are always computed from the events, so they have
-  no ``send`` (shown as not available, with the rates that divide by it).
+- Sharded: a counters item is 16 items (``keys.counter_shard_pk``); an ADD goes to one at
+  random, a read sums them (:func:`sum_shards`).
+- The event metrics but ``delivery`` can be recomputed from the events table (GSIs
+  ``SequenceIndex`` and ``TemplateIndex``, 16 shards each, merged): :meth:`StatsStore.recompute`.
+  They agree while no event has expired (``DATA_TTL_DAYS``); ``--since`` reports are always
+  computed from the events, so they have no ``send`` and no ``delivery`` (a Delivery is not
+  indexed: ``shared.store.events.UNINDEXED_TYPES``), shown as not available, with the rates
+  that divide by them.
 
 Rates: delivered and bounced per send; complained, opened (unique), clicked (unique) and
 unsubscribed per delivery.
@@ -34,10 +38,14 @@ transaction of the effect it counts (:func:`signup_counter`), so it happens once
 
 from __future__ import annotations
 
+import heapq
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -60,14 +68,15 @@ from shared.store.dynamo import (
     transact,
     values,
 )
+from shared.store.events import INDEXED, UNINDEXED_TYPES
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 
-SOURCE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "source")
-TEMPLATE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "template")
+SOURCE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == INDEXED["source"])
+TEMPLATE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == INDEXED["template"])
 
 PERMANENT = "Permanent"
 # Event-item type -> counter attribute (a transient/undetermined bounce counts apart).
@@ -87,6 +96,9 @@ METRICS = (
 )
 UNIQUE_METRICS = ("open", "click")
 SEND_PATH_METRICS = frozenset({"send"})  # counted by the send path, not from events
+# What the events indexes cannot recount: sends (not events) and deliveries (not indexed:
+# shared.store.events.UNINDEXED_TYPES); the counters have them.
+NOT_RECOUNTED = SEND_PATH_METRICS | UNINDEXED_TYPES
 SOURCE_SCOPE, TEMPLATE_SCOPE = "source", "template"
 # Rows of a report: (label, metric, rate numerator, rate denominator metric).
 REPORT_ROWS = (
@@ -116,6 +128,7 @@ THROTTLED = frozenset(
     {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"}
 )
 COUNT_PENDING = "count_pending"  # on a SENT# item: its send is not in the counters yet
+_shards = random.Random()  # which counters shard an ADD goes to (spreading, not secrecy)
 T = TypeVar("T")
 
 
@@ -143,9 +156,10 @@ class Counters:
         return self.totals.get(metric, 0)
 
     def event_metrics(self) -> Counters:
-        """The part of these counters the events table can recompute (no ``send``)."""
-        totals = {m: n for m, n in self.totals.items() if m not in SEND_PATH_METRICS}
-        return Counters(totals=totals, uniques=dict(self.uniques), unavailable=SEND_PATH_METRICS)
+        """The part of these counters the events indexes can recompute (no ``send``, no
+        ``delivery``)."""
+        totals = {m: n for m, n in self.totals.items() if m not in NOT_RECOUNTED}
+        return Counters(totals=totals, uniques=dict(self.uniques), unavailable=NOT_RECOUNTED)
 
     def unique(self, metric: str) -> int | None:
         """Distinct subscribers for open/click; at-most-once metrics are their own uniques."""
@@ -189,7 +203,11 @@ class Counters:
             if metric in openers:
                 openers[metric].add(str(item["PK"]))
         uniques = {m: len(s) for m, s in openers.items() if s}
-        return cls(totals=dict(totals), uniques=uniques, unavailable=SEND_PATH_METRICS)
+        return cls(
+            totals={m: n for m, n in totals.items() if m not in NOT_RECOUNTED},
+            uniques=uniques,
+            unavailable=NOT_RECOUNTED,
+        )
 
 
 def counter_update(
@@ -205,10 +223,14 @@ def counter_adds(
 ) -> TransactWriteItemTypeDef:
     """A TransactWriteItems ``Update`` that ADDs several amounts to one counters item
     (``{"delivery": 7, "open": 3, "open_unique": 2}``): a transaction may touch an item once,
-    so a batch folds all its changes to one counters item into one action."""
+    so a batch folds all its changes to one counters item into one action. The ADD goes to one
+    of the item's :data:`~shared.store.keys.COUNTER_SHARDS` shards, picked at random (a retry
+    may pick another): concurrent counting spreads over 16 items and 16 partition keys, and a
+    read sums them (:meth:`StatsStore.source`)."""
     amounts = {name: int(n) for name, n in adds.items() if n}
     if not amounts:
         raise ValueError("nothing to add")
+    pk = keys.counter_shard_pk(pk, _shards.randrange(keys.COUNTER_SHARDS))
     names = {f"#c{i}": name for i, name in enumerate(amounts)}
     vals: dict[str, Any] = {f"c{i}": n for i, n in enumerate(amounts.values())}
     expression = "ADD " + ", ".join(f"#c{i} :c{i}" for i in range(len(amounts)))
@@ -397,6 +419,20 @@ def settle_soon(settle: Callable[[], bool], *, sleep: Callable[[float], None] = 
         return None
 
 
+def sum_shards(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One counters item from its shards: every number summed, other fields of the latest."""
+    total: dict[str, Any] = {}
+    for item in sorted(items, key=lambda i: str(i.get("updated_at", ""))):
+        for name, value in item.items():
+            if name in ("PK", "SK"):
+                continue
+            if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+                total[name] = total.get(name, 0) + value
+            else:
+                total[name] = value
+    return total
+
+
 class StatsStore(TableAdapter):
     def __init__(self, table_name: str, events_table_name: str, client: DynamoDBClient | None = None) -> None:
         super().__init__(table_name, client)
@@ -413,8 +449,20 @@ class StatsStore(TableAdapter):
         return Counters.from_item(self._item(pk, sk))
 
     def _item(self, pk: str, sk: str) -> dict[str, Any] | None:
-        item = self.client.get_item(TableName=self.table, Key=key(pk, sk), ConsistentRead=True).get("Item")
-        return deserialize(item) if item else None
+        """The counters item at (pk, sk): its shards read at once (one BatchGetItem, strongly
+        consistent) and summed (None: no shard exists)."""
+        wanted: list[Any] = [key(shard, sk) for shard in keys.counter_shard_pks(pk)]
+        found: list[dict[str, Any]] = []
+        while wanted:
+            answer = self.client.batch_get_item(
+                RequestItems={self.table: {"Keys": wanted, "ConsistentRead": True}}
+            )
+            found += [deserialize(i) for i in answer.get("Responses", {}).get(self.table, [])]
+            unread: Any = answer.get("UnprocessedKeys", {}).get(self.table, {})
+            wanted = list(unread.get("Keys", []))
+            if wanted:
+                time.sleep(0.05)
+        return sum_shards(found) if found else None
 
     def signups(self) -> SignupCounts:
         """The sign-up counters (one GetItem of ``STATS#signup`` / ``COUNTERS``)."""
@@ -422,7 +470,7 @@ class StatsStore(TableAdapter):
 
     def sources(self) -> dict[str, Counters]:
         """Every source's counters (a filtered scan: an operator command, not a hot path)."""
-        found: dict[str, Counters] = {}
+        shards: dict[str, list[dict[str, Any]]] = {}
         start: dict[str, Any] | None = None
         while True:
             page = self.client.scan(
@@ -433,18 +481,24 @@ class StatsStore(TableAdapter):
             )
             for raw in page.get("Items", []):
                 item = deserialize(raw)
-                found[str(item["PK"]).split(keys.SEP, 1)[1]] = Counters.from_item(item)
+                scope, _ = keys.counter_scope(str(item["PK"]))
+                shards.setdefault(scope, []).append(item)
             start = page.get("LastEvaluatedKey")
             if not start:
-                return dict(sorted(found.items()))
+                return {
+                    scope: Counters.from_item(sum_shards(found)) for scope, found in sorted(shards.items())
+                }
 
     # ----- recomputed from the events table ------------------------------------------------
     def events(self, *, source: str | None = None, template: str | None = None, since: str | None = None):  # type: ignore[no-untyped-def]
-        """Events-table items of one source or template (optionally from ``since`` on)."""
+        """Events-table items of one source or template (optionally from ``since`` on), in
+        time order: the index's shards queried at once and merged."""
         if (source is None) == (template is None):
             raise ValueError("name exactly one of source or template")
         index, attribute, value = (
-            (SOURCE_INDEX, "source", source) if source is not None else (TEMPLATE_INDEX, "template", template)
+            (SOURCE_INDEX, INDEXED["source"], source)
+            if source is not None
+            else (TEMPLATE_INDEX, INDEXED["template"], template)
         )
         condition = "#k = :v AND begins_with(SK, :evt)"
         params: dict[str, Any] = {"v": value, "evt": f"{keys.EVT}{keys.SEP}"}
@@ -452,15 +506,24 @@ class StatsStore(TableAdapter):
             condition = "#k = :v AND SK BETWEEN :from AND :to"
             params = {"v": value, "from": f"{keys.EVT}{keys.SEP}{since}", "to": f"{keys.EVT}{keys.SEP}\uffff"}
             params.pop("evt", None)
-        for raw in query_all(
-            self.client,
-            TableName=self.events_table,
-            IndexName=index,
-            KeyConditionExpression=condition,
-            ExpressionAttributeNames={"#k": attribute},
-            ExpressionAttributeValues=values(**params),
-        ):
-            yield deserialize(raw)
+        assert value is not None
+
+        def shard(index_key: str) -> list[dict[str, Any]]:
+            return [
+                deserialize(raw)
+                for raw in query_all(
+                    self.client,
+                    TableName=self.events_table,
+                    IndexName=index,
+                    KeyConditionExpression=condition,
+                    ExpressionAttributeNames={"#k": attribute},
+                    ExpressionAttributeValues=values(**{**params, "v": index_key}),
+                )
+            ]
+
+        with ThreadPoolExecutor(max_workers=keys.INDEX_SHARDS) as pool:
+            pages = list(pool.map(shard, keys.index_keys(value)))
+        yield from heapq.merge(*pages, key=lambda item: str(item["SK"]))
 
     def recompute(
         self, *, source: str | None = None, template: str | None = None, since: str | None = None

@@ -374,7 +374,9 @@ def _python_function(
             event_source_arn=resources.queues[source.queue].queue_arn,
             batch_size=source.batch_size,
             report_batch_item_failures=True,
-            max_concurrency=source.max_concurrency,
+            max_concurrency=specs.broadcast_workers(config.ses_max_send_rate)
+            if source.sized_by_send_rate
+            else source.max_concurrency,
             max_batching_window=Duration.seconds(source.max_batching_window_s)
             if source.max_batching_window_s
             else None,

@@ -154,6 +154,7 @@ def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> N
         "configuration-set",
         "alarms",
         "dlqs",
+        "broadcast-workers",
         "open-executions",
     ]
     assert all(c["status"] in ("pass", "fail", "skip") for c in report["checks"])
@@ -162,6 +163,10 @@ def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> N
     assert statuses["ses-production"] == statuses["ses-quota"] == statuses["configuration-set"] == "pass"
     # the local sequences' RUNNING executions, far from the open-executions quota
     assert statuses["open-executions"] == "pass"
+    # the template's workers (sized for mailstep:sesMaxSendRate, 14/s by default) and the local
+    # account's 14/s
+    workers = next(c for c in report["checks"] if c["name"] == "broadcast-workers")
+    assert workers["status"] == "pass" and workers["detail"] == "3 workers; the account's 14 mails/s needs 3"
     assert healthy.returncode == (1 if "fail" in statuses.values() else 0)
 
     sqs = local.client("sqs")

@@ -119,7 +119,9 @@ def test_an_old_confirm_link_does_not_confirm_a_bots_newer_sign_up(local: Local)
     assert pending["first_name"]["S"] == "Bot"
     # and both confirmation mails' delivery events recorded (they arrive through SNS/SQS)
     wait_for(
-        lambda: len(confirmation_deliveries(local, email)) == 2, 30, "both confirmation mails' delivery events"
+        lambda: len(confirmation_deliveries(local, email)) == 2,
+        30,
+        "both confirmation mails' delivery events",
     )
     before = everything_of(local, email)
 

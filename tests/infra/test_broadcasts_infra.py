@@ -85,3 +85,24 @@ def test_broadcast_workers_have_their_own_queue_and_a_visibility_of_6x_their_tim
     assert specs.BROADCAST_CONTROL_QUEUE.visibility_timeout_s >= 6 * resolver.timeout_s
     assert worker.event_sources[0].max_concurrency is not None  # bounded: the rate is shared anyway
     assert set(resolver.send_queues) == {specs.BROADCAST_QUEUE, specs.BROADCAST_CONTROL_QUEUE}
+
+
+@pytest.mark.parametrize(("rate", "workers"), [(None, 3), (200, 12), (1000, 57)])
+def test_broadcast_workers_get_a_full_vcpu_and_a_concurrency_sized_by_the_accounts_rate(
+    tmp_path_factory: pytest.TempPathFactory, rate: int | None, workers: int
+) -> None:
+    context = {**TEST_CONTEXT, **({"mailstep:sesMaxSendRate": rate} if rate else {})}
+    _, stack = build_app(context, outdir=str(tmp_path_factory.mktemp("cdk.out")))
+    template = Template.from_stack(stack)
+    (fn_id,) = [
+        k
+        for k, f in template.find_resources("AWS::Lambda::Function").items()
+        if f["Properties"]["Handler"] == specs.BROADCAST_WORKER_FUNCTION.handler
+    ]
+    assert template.find_resources("AWS::Lambda::Function")[fn_id]["Properties"]["MemorySize"] == 1769
+    (mapping,) = [
+        m
+        for m in template.find_resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == {"Ref": fn_id}
+    ]
+    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == workers

@@ -53,15 +53,15 @@ def test_events_table_has_template_and_sequence_indexes(synth: Synth) -> None:
 
     assert set(indexes) == {"TemplateIndex", "SequenceIndex"}
     assert indexes["TemplateIndex"]["KeySchema"] == [
-        {"AttributeName": "template", "KeyType": "HASH"},
+        {"AttributeName": "template_key", "KeyType": "HASH"},
         {"AttributeName": "SK", "KeyType": "RANGE"},
     ]
     assert indexes["SequenceIndex"]["KeySchema"] == [
-        {"AttributeName": "source", "KeyType": "HASH"},
+        {"AttributeName": "source_key", "KeyType": "HASH"},
         {"AttributeName": "SK", "KeyType": "RANGE"},
     ]
     assert all(g["Projection"] == {"ProjectionType": "ALL"} for g in indexes.values())
-    for attribute in ("template", "source"):
+    for attribute in ("template_key", "source_key"):
         assert {"AttributeName": attribute, "AttributeType": "S"} in props["AttributeDefinitions"]
 
 

@@ -45,7 +45,7 @@ def stats_update(source: str) -> dict:
 
 def event_put(email: str, template: str, source: str, blob: int = 0) -> dict:
     item = {"PK": S(f"SUB#{email}"), "SK": S("EVT#2026-11-25T10:00:00.000Z#delivery#ab12"),
-            "template": S(template), "source": S(source), "blob": S("x" * blob)}  # fmt: skip
+            "template_key": S(template), "source_key": S(source), "blob": S("x" * blob)}  # fmt: skip
     return {"Put": {"TableName": EVENTS, "Item": item}}
 
 
@@ -101,7 +101,7 @@ def test_batch_writes_count_processed_items_and_an_item_is_only_in_the_indexes_w
     put = {"PutRequest": {"Item": {"PK": S("TAG#news"), "SK": S("SUB#a@x.io")}}}
     left = {"PutRequest": {"Item": {"PK": S("TAG#news"), "SK": S("SUB#b@x.io")}}}
     gone = {"DeleteRequest": {"Key": {"PK": S("SUB#c@x.io"), "SK": S("PROFILE")}}}
-    no_template = {"PutRequest": {"Item": {"PK": S("SUB#a@x.io"), "SK": S("EVT#1"), "source": S("b1")}}}
+    no_template = {"PutRequest": {"Item": {"PK": S("SUB#a@x.io"), "SK": S("EVT#1"), "source_key": S("b1")}}}
     batch = request(
         "BatchWriteItem",
         {"RequestItems": {MAIN: [put, left, gone], EVENTS: [no_template]}},
@@ -138,8 +138,9 @@ def test_the_hottest_key_is_the_largest_sum_on_one_key_value_per_mail() -> None:
 def test_reads_land_on_the_queried_key_at_half_a_unit_eventually_consistent() -> None:
     query = request(
         "Query",
-        {"TableName": EVENTS, "IndexName": "TemplateIndex", "KeyConditionExpression": "#t = :t AND SK > :s",
-         "ExpressionAttributeNames": {"#t": "template"},
+        {"TableName": EVENTS, "IndexName": "TemplateIndex",
+         "KeyConditionExpression": "#t = :t AND SK > :s",
+         "ExpressionAttributeNames": {"#t": "template_key"},
          "ExpressionAttributeValues": {":t": S("t/one"), ":s": S("EVT#")}},
         {"Items": [{"PK": S("SUB#a@x.io"), "blob": S("x" * 5000)}]},
     )  # fmt: skip

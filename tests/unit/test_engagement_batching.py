@@ -29,14 +29,16 @@ def write(
 
 
 def updates(actions: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, int]]:
-    """Counters updates as {(PK, SK): {attribute: amount}}."""
+    """Counters updates as {(PK, SK): {attribute: amount}}, PK the counters item's (whichever
+    of its shards the update went to)."""
     out = {}
     for action in actions:
         if "Update" in action:
             update = action["Update"]
             names, vals = update["ExpressionAttributeNames"], update["ExpressionAttributeValues"]
             adds = {names[f"#c{i}"]: int(vals[f":c{i}"]["N"]) for i in range(len(names))}
-            out[(update["Key"]["PK"]["S"], update["Key"]["SK"]["S"])] = adds
+            scope, _ = keys.counter_scope(update["Key"]["PK"]["S"])
+            out[(keys.stats_pk(scope), update["Key"]["SK"]["S"])] = adds
     return out
 
 

@@ -28,3 +28,20 @@ def test_parsers_round_trip() -> None:
     assert keys.sequence_from_exec(keys.exec_sk("trial")) == "trial"
     with pytest.raises(ValueError):
         keys.email_from_sub("TAG#x")
+
+
+def test_counter_shards_keep_shard_zero_on_the_plain_key_and_parse_back() -> None:
+    pks = keys.counter_shard_pks(keys.stats_pk("b1"))
+    assert pks[0] == "STATS#b1" and pks[7] == "STATS#b1#7" and len(set(pks)) == keys.COUNTER_SHARDS
+    assert [keys.counter_scope(pk) for pk in pks] == [("b1", n) for n in range(keys.COUNTER_SHARDS)]
+    with pytest.raises(ValueError):
+        keys.counter_shard_pk("STATS#b1", keys.COUNTER_SHARDS)
+
+
+def test_an_address_keeps_its_index_shard_and_addresses_spread_over_all_shards() -> None:
+    shards = {keys.index_shard(f"reader{i}@example.com") for i in range(400)}
+    assert shards == set(range(keys.INDEX_SHARDS))
+    assert keys.index_shard("ann@example.com") == keys.index_shard("ann@example.com")
+    assert keys.index_key("b1", 3) == "b1#03" and len(set(keys.index_keys("b1"))) == keys.INDEX_SHARDS
+    with pytest.raises(ValueError):
+        keys.index_key("b#1", 0)
