@@ -307,3 +307,33 @@ def test_a_ledger_moves_no_more_than_it_holds(resources) -> None:
     assert counts(resources, "bc", "news/june") == (5, 5)
     (ledger,) = [i for i in scan_all(table) if (i["PK"], i["SK"]) == keys.uncounted_key("bc", "news/june")]
     assert ledger["send"] == 0
+
+
+# ----- sharded counters ------------------------------------------------------------------------
+def test_concurrent_counting_spreads_over_the_shards_and_reads_sum_them(resources) -> None:
+    # Given 200 sends counted from 8 threads, each its own transaction (as workers and the
+    # engagement consumer do), and a count written before the counters were sharded
+    from concurrent.futures import ThreadPoolExecutor
+
+    table = resources.tables["table_name"]
+    ddb = client("dynamodb")
+    ddb.put_item(
+        TableName=table,
+        Item={"PK": {"S": keys.stats_pk("bc")}, "SK": {"S": keys.COUNTERS}, "send": {"N": "7"}},
+    )
+
+    def count(_: int) -> None:
+        actions = stats.send_counters(table, {("bc", "news/june"): 1}, at="t")
+        ddb.transact_write_items(TransactItems=actions)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(count, range(200)))
+
+    # Then the counts went to many items under many partition keys, and a read sums them all
+    shards = {i["PK"] for i in scan_all(table) if i["SK"] == keys.COUNTERS and i["PK"].startswith("STATS#bc")}
+    assert len(shards) > keys.COUNTER_SHARDS // 2 and shards <= set(
+        keys.counter_shard_pks(keys.stats_pk("bc"))
+    )
+    assert counts(resources, "bc", "news/june") == (207, 200)
+    listed = StatsStore(table, resources.tables["events_table_name"]).sources()
+    assert set(listed) == {"bc"} and listed["bc"].total("send") == 207
