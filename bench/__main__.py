@@ -46,7 +46,12 @@ def requests_table(measurements: list[Measurement]) -> Table:
     table.add_row("[bold]DynamoDB WRU", *[f"{m.wru / m.units:.2f}" for m in measurements])
     table.add_row("[bold]DynamoDB RRU", *[f"{m.rru / m.units:.2f}" for m in measurements])
     table.add_row(
-        "[bold]Lambda GB-s (local wall time)", *[f"{m.lambda_gb_s / m.units:.4f}" for m in measurements]
+        "[bold]Lambda GB-s (CPU time at the vCPU share)",
+        *[f"{m.lambda_gb_s / m.units:.4f}" for m in measurements],
+    )
+    table.add_row(
+        "Lambda GB-s (local wall time, upper bound)",
+        *[f"{m.lambda_gb_s_wall / m.units:.4f}" for m in measurements],
     )
     return table
 
@@ -71,14 +76,17 @@ def _rate(per_s: float | None) -> str:
 
 def capacity_table(results: dict[str, dict[str, Any]]) -> Table:
     table = Table(title="Capacity model (per mail; subscribe and import: per subscriber)")
-    for column in ("scenario", "ceiling /s", "limited by", "hottest key (WCU per mail)", "tx per item",
-                   "CPU ms per mail (function)"):  # fmt: skip
-        table.add_column(column, justify="right" if column in ("ceiling /s", "tx per item") else "left")
+    for column in ("scenario", "ceiling /s", "limited by", "without SES /s", "hottest key (WCU per mail)",
+                   "tx per item", "CPU ms per mail (function)"):  # fmt: skip
+        table.add_column(
+            column, justify="right" if column.endswith("/s") or column == "tx per item" else "left"
+        )
     for name, r in results.items():
         table.add_row(
             name,
             _rate(r["ceiling_per_s"]),
             r["limited_by"],
+            f"{_rate(r['ceiling_without_ses_per_s'])} ({r['limited_without_ses_by']})",
             f"{r['hottest_key_wcu_per_mail']:.3f} {r['hottest_key']}",
             f"{r['max_tx_per_item_per_mail']:.3f}",
             ", ".join(f"{f} {ms:.2f}" for f, ms in r["cpu_ms_per_mail"].items()) or "(operator's CLI)",

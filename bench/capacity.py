@@ -37,6 +37,7 @@ SFN_START_PER_S = 300.0  # StartExecution refill rate (us-east-1, us-west-2, eu-
 SFN_TRANSITIONS_PER_S = 5000.0  # StateTransition refill rate (same regions; 800 elsewhere)
 HTTP_API_PER_S = 10000.0  # API Gateway account-level throttle per region
 DEFAULT_SES_RATE = 1000.0  # the account's MaxSendRate assumed (mails per second)
+SES_LIMIT = "SES rate"  # how the SES limit's name starts
 
 _TABLES = {t.local_name: t for t in specs.TABLES}
 
@@ -328,7 +329,7 @@ def ceilings(inputs: Inputs, shapes: Mapping[str, FunctionShape]) -> dict[str, f
             found[f"Lambda CPU of {name} ({what})"] = cpu_ceiling(shape, cpu_ms)
     share = f" x {inputs.ses_share:g} share" if inputs.ses_share != 1 else ""
     limit(
-        f"SES rate ({inputs.ses_rate:g}/s{share})",
+        f"{SES_LIMIT} ({inputs.ses_rate:g}/s{share})",
         inputs.ses_rate * inputs.ses_share,
         inputs.ses_sends_per_mail,
     )

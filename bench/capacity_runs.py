@@ -298,12 +298,18 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
     shapes = dict(run.shapes) or {f.name: model.function_shape(f) for f in specs.FUNCTIONS}
     limits = model.ceilings(inputs, shapes)
     rate, limited_by = model.ceiling(limits)
+    # mailstep's own parts: every limit but the account's SES rate (which AWS raises on request)
+    own_rate, own_limited_by = model.ceiling(
+        {n: v for n, v in limits.items() if not n.startswith(model.SES_LIMIT)}
+    )
     return {
         "description": run.description,
         "unit": run.unit,
         "units": m.units,
         "ceiling_per_s": round(rate, 1) if math.isfinite(rate) else None,
         "limited_by": limited_by,
+        "ceiling_without_ses_per_s": round(own_rate, 1) if math.isfinite(own_rate) else None,
+        "limited_without_ses_by": own_limited_by,
         "hottest_key_wcu_per_mail": round(hot_write.per_mail, 4) if hot_write else 0.0,
         "hottest_key": f"{hot_write.where}: {hot_write.pattern}" if hot_write else "",
         "hottest_key_rcu_per_mail": round(hot_read.per_mail, 4) if hot_read else 0.0,

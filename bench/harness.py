@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.capacity import LAMBDA_MB_PER_VCPU
 from bench.meter import Measurement, Meter
 from cli.local.lambdas import STATS
 from shared.core.aws import ClientFactory
@@ -51,12 +52,33 @@ class Bench:
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"null")
 
+    def _cpu_gb_seconds(self) -> float:
+        """GB-s as Lambda would bill the CPU work done so far: each function's CPU seconds
+        (its execution environments' process time) divided by the vCPU share its memory buys
+        (memory / 1,769 MB, at most 1), times its memory. A CPU-bound function is billed this;
+        one that waits on requests is billed its waits too (local wall time, the upper bound,
+        includes the emulator's own latency)."""
+        environments = self.runtime.environments
+        deployment = self.runtime.deployment
+        if environments is None or deployment is None:
+            return 0.0
+        configs = deployment.template.functions()
+        with environments._lock:
+            cpu = dict(environments.cpu_seconds)
+        total = 0.0
+        for function in self.runtime.resources.functions.values():
+            memory_mb = configs[function.spec.handler].memory_mb
+            vcpu = min(1.0, memory_mb / LAMBDA_MB_PER_VCPU)
+            total += cpu.get(function.name, 0.0) / vcpu * memory_mb / 1024
+        return total
+
     def _totals(self) -> dict[str, Any]:
         usage = self.meter.snapshot()
         return {
             "usage": usage,
             "invocations": sum(STATS.invocations.values()),
-            "gb_s": STATS.gb_seconds,
+            "gb_s": self._cpu_gb_seconds(),
+            "gb_s_wall": STATS.gb_seconds,
             "sends": self.runtime.ses.sends,
             "http": self.runtime.front.stats.requests,
             "polls": self.runtime.poller_counts.receives + self.runtime.poller_counts.deletes,
@@ -81,6 +103,7 @@ class Bench:
             rru=after["usage"].rru - before["usage"].rru,
             lambda_invocations=after["invocations"] - before["invocations"],
             lambda_gb_s=after["gb_s"] - before["gb_s"],
+            lambda_gb_s_wall=after["gb_s_wall"] - before["gb_s_wall"],
             sfn_transitions=transitions,
             ses_sends=after["sends"] - before["sends"],
             http_requests=after["http"] - before["http"],

@@ -240,11 +240,12 @@ class Measurement:
     wru: float
     rru: float
     lambda_invocations: int
-    lambda_gb_s: float
+    lambda_gb_s: float  # the CPU work at each function's vCPU share (bench.harness)
     sfn_transitions: int
     ses_sends: int
     http_requests: int
     sqs_platform_requests: int  # event source polls and deletes made by the Lambda service
+    lambda_gb_s_wall: float = 0.0  # local wall time x memory: an upper bound
 
     def sqs_requests(self) -> int:
         return (

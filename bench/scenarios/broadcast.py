@@ -29,7 +29,9 @@ NAME = "broadcast"
 DESCRIPTION = "a broadcast to a tag audience: requests per recipient, overhead vs SES, rate vs MaxSendRate"
 RECIPIENTS = 300
 RATE = 50.0
-WARM_RECIPIENTS = 150  # 3 batches of 50: one per worker (the mapping's MaximumConcurrency)
+# 8 batches of 50: one per worker environment the step may use (the local runtime runs at most
+# 8 execution environments of a function, fewer when the mapping's MaximumConcurrency is lower)
+WARM_RECIPIENTS = 400
 TEMPLATE = "newsletter/monthly"
 
 

@@ -41,7 +41,7 @@ from cli.local.artifact import Artifact, build
 from cli.local.cfn_stack import register_stack
 from cli.local.clock import VirtualClock
 from cli.local.deployment import Deployment, bind, deploy, uploaded_function
-from cli.local.environments import Environments
+from cli.local.environments import DEFAULT_CONCURRENCY, Environments
 from cli.local.eventbridge import ExecutionStatusRules, rules_of
 from cli.local.http_front import Cors, HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
@@ -344,12 +344,17 @@ class LocalRuntime:
 
     def _start_poller(self, esm: Any, queue: Any) -> None:
         """Like Lambda's SQS poller: as many batches in flight as the mapping's
-        MaximumConcurrency (LOCAL_MAPPING_CONCURRENCY when it sets none). Pollers share a
+        MaximumConcurrency (LOCAL_MAPPING_CONCURRENCY when it sets none), at most the
+        function's execution environments. Pollers share a
         receive lock, and a received message stays hidden until its batch is processed."""
         function = self._backend("lambda").get_function(esm.function_arn)
         receive_lock = threading.Lock()
         scaling = esm.scaling_config or {}
         concurrency = int(scaling.get("MaximumConcurrency") or LOCAL_MAPPING_CONCURRENCY)
+        # no more batches in flight than a function has execution environments (no spec'd
+        # function reserves concurrency, so each has DEFAULT_CONCURRENCY): a poller beyond that
+        # would only wait for one (docs/broadcasts.md, "Sizing the workers")
+        concurrency = min(concurrency, DEFAULT_CONCURRENCY)
         for _ in range(concurrency):
             poller = SqsPoller(
                 sqs_backend=self._backend("sqs"),
