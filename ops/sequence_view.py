@@ -80,10 +80,21 @@ def members(store: SubscriberStore, sequence_id: str, limit: int | None = None) 
 
 
 def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
-    """The name of the state the execution entered last (None: unknown or ended)."""
+    """The name of the state the execution entered last (None: ended, or not known).
+
+    Newest events first (``reverseOrder``, one short page); an endpoint that answers oldest
+    first (the local runtime's emulation) is read to its end instead."""
     page = sfn.client.get_execution_history(executionArn=execution_arn, reverseOrder=True, maxResults=20)
-    for event in page["events"]:
-        if event["type"].endswith("ExecutionSucceeded") or event["type"].endswith("ExecutionFailed"):
+    events: list[Any] = list(page["events"])
+    if len(events) > 1 and events[0]["id"] < events[-1]["id"]:
+        events = list(reversed(sfn.history(execution_arn)))
+    for event in events:
+        if event["type"] in (
+            "ExecutionSucceeded",
+            "ExecutionFailed",
+            "ExecutionAborted",
+            "ExecutionTimedOut",
+        ):
             return None
         details = event.get("stateEnteredEventDetails")
         if details:

@@ -10,7 +10,7 @@
   form field ``csrf`` (urlencoded forms) or the header ``X-CSRF-Token`` (the console's scripts),
   or is refused (403) before any route runs; its ``Origin``, when sent, must be the console's.
 - **Headers**: a strict Content-Security-Policy (nothing from another origin, no inline script),
-  ``no-store``, ``nosniff``, no referrer, no framing (the template preview, framed by the
+  ``no-store``, ``nosniff``, no referrer to other origins, no framing (the template preview, framed by the
   console itself, gets a sandboxed policy of its own).
 """
 
@@ -35,6 +35,7 @@ CSRF_HEADER = b"x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 MAX_BODY = 1_000_000
 PUBLIC_PREFIX = "/static/"
+FAVICON = "/favicon.ico"  # asked for by browsers on any page; answered empty
 PREVIEW_PREFIXES = ("/templates/render/", "/outbox/render/")  # mails, framed by the console
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -87,7 +88,7 @@ def _security_headers(path: str) -> list[tuple[bytes, bytes]]:
         (b"content-security-policy", (PREVIEW_CSP if preview else CSP).encode()),
         (b"x-frame-options", b"SAMEORIGIN" if preview else b"DENY"),
         (b"x-content-type-options", b"nosniff"),
-        (b"referrer-policy", b"no-referrer"),
+        (b"referrer-policy", b"same-origin"),  # no-referrer would make forms send "Origin: null"
         (b"cache-control", b"no-store"),
         (b"cross-origin-opener-policy", b"same-origin"),
         (b"cross-origin-resource-policy", b"same-origin"),
@@ -115,7 +116,7 @@ class Guard:
             return
         path = str(scope.get("path", ""))
         method = str(scope.get("method", "GET")).upper()
-        if path.startswith(PUBLIC_PREFIX) and method in SAFE_METHODS:
+        if (path.startswith(PUBLIC_PREFIX) or path == FAVICON) and method in SAFE_METHODS:
             await self.app(scope, receive, self._with_headers(send, path))
             return
         if method == "GET" and path == "/" and self._login(scope):

@@ -290,7 +290,11 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         html = message.get_body(("html",))
         return HTMLResponse(html.get_content() if html is not None else "")
 
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)
+
     return [
+        Route("/favicon.ico", favicon),
         Route("/", overview),
         Route("/overview/subscribers", count_subscribers, methods=["POST"]),
         Route("/subscribers", subscribers),

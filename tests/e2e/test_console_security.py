@@ -188,6 +188,9 @@ def test_a_change_without_the_csrf_token_is_refused_and_changes_nothing(
     add_contact(local, email, tags=["keep"])
     cookie = signed_in(console)
     token = csrf_of(console, cookie)
+    # the page's forms carry it (what a browser posts)
+    status, _, page = send(console.base + f"/subscribers/{quote(email)}", headers={"cookie": cookie})
+    assert status == 200 and page.count(f'name="csrf" value="{token}"') >= 5
     before = item(local, f"SUB#{email}", "PROFILE")
     unsubscribe = console.base + f"/subscribers/{quote(email)}/unsubscribe"
     tags = console.base + f"/subscribers/{quote(email)}/tags"

@@ -1,0 +1,281 @@
+"""`mailstep console` in a real browser (Debian's headless Chromium over the DevTools pipe, as
+``test_signup_browser.py`` drives it) against the session's local runtime.
+
+- every page loads without a console error (a script error, a failed request, a Content-
+  Security-Policy violation), with screenshots at 1280 and 390 px wide kept in
+  ``tests/artifacts/screenshots/console-*.png``;
+- three flows through the UI: find a subscriber and erase them; build an audience, see its
+  dry-run count, send a broadcast and watch its progress; open a sequence and see its counts
+  move after virtual time runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.e2e.conftest import Local
+from tests.e2e.helpers import add_contact, item, mails, paused_clock, sent_by, subscribe, unique, wait_for
+from tests.e2e.test_console_security import Console, start_console, stop_console
+from tests.e2e.test_signup_browser import SCREENSHOTS, Browser
+
+WIDTHS = (1280, 390)
+
+
+class ConsoleBrowser(Browser):
+    """The signup test's browser, also collecting what the page reports as errors: uncaught
+    exceptions, ``console.error`` and log entries of level error (failed loads, CSP)."""
+
+    def __init__(self, profile_dir: Path) -> None:
+        self.errors: list[str] = []
+        super().__init__(profile_dir)
+        self.call("Runtime.enable")
+        self.call("Log.enable")
+
+    def _read(self) -> None:
+        buffer = b""
+        while chunk := os.read(self._answers, 65536):
+            buffer += chunk
+            while b"\0" in buffer:
+                raw, buffer = buffer.split(b"\0", 1)
+                message = json.loads(raw)
+                self._note(message)
+                waiting = self._waiting.get(message.get("id", -1))
+                if waiting is not None:
+                    waiting.put(message)
+
+    def _note(self, message: dict[str, Any]) -> None:
+        method, params = message.get("method"), message.get("params", {})
+        if method == "Runtime.exceptionThrown":
+            self.errors.append(f"exception: {params['exceptionDetails'].get('text')}")
+        elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+            self.errors.append(f"console.error: {params.get('args')}")
+        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+            entry = params["entry"]
+            self.errors.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}")
+
+    def width(self, pixels: int) -> None:
+        self.call(
+            "Emulation.setDeviceMetricsOverride", width=pixels, height=900, deviceScaleFactor=1, mobile=False
+        )
+
+    def shot(self, name: str) -> Path:
+        """A full-page screenshot at the current width."""
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        self.wait_for_page(lambda: True, f"the page before the screenshot {name}")
+
+        def capture() -> str | None:  # a page still laying out has no size yet: try again
+            try:
+                return str(
+                    self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+                )
+            except AssertionError as exc:
+                if "0 width" in str(exc) or "0 height" in str(exc):
+                    return None
+                raise
+
+        path.write_bytes(base64.b64decode(wait_for(capture, 30, f"the screenshot {name}", interval_s=0.3)))
+        return path
+
+    def wait_text(self, selector: str, check: Any, what: str, timeout_s: float = 60) -> str:
+        def read() -> str | None:
+            try:
+                text = self.evaluate(
+                    f"(document.querySelector({json.dumps(selector)}) || {{}}).textContent || ''"
+                )
+            except AssertionError:
+                return None
+            return text if check(text) else None
+
+        try:
+            return str(wait_for(read, timeout_s, what, interval_s=0.3))
+        except AssertionError as exc:
+            where = self.evaluate("location.href + ': ' + document.body.innerText.slice(0, 600)")
+            raise AssertionError(f"{exc}; the page: {where}; errors: {self.errors}") from None
+
+
+@pytest.fixture(scope="module")
+def console(local: Local, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    running = start_console(local, tmp_path_factory.mktemp("console-browser") / "console.log")
+    try:
+        yield running
+    finally:
+        stop_console(running)
+
+
+@pytest.fixture
+def browser(console: Console) -> Iterator[ConsoleBrowser]:
+    profile = Path(tempfile.mkdtemp(prefix="mailstep-console-chromium-"))
+    chromium = ConsoleBrowser(profile)
+    try:
+        chromium.width(1280)
+        chromium.call("Page.navigate", url=console.url)  # signs in: the cookie, then /
+        chromium.wait_for_page(
+            lambda: chromium.evaluate("location.pathname") == "/", "the signed-in overview"
+        )
+        yield chromium
+    finally:
+        chromium.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_every_page_loads_without_console_errors_at_both_widths(
+    local: Local, console: Console, browser: ConsoleBrowser
+) -> None:
+    email = unique("console-pages") + "@example.com"
+    add_contact(local, email, first_name="Ada", tags=["console-pages"], attributes={"plan": "pro"})
+    result = local.cli("send-test", "newsletter/monthly", "--to", email, "--state-dir", str(local.state_dir))
+    assert result.returncode == 0, result.stderr
+    message = wait_for(lambda: mails(local, {email})[email], 60, "the test mail in the outbox")[0]
+    pages = {
+        "overview": "/",
+        "overview-90": "/?days=90",
+        "subscribers": "/subscribers?tag=console-pages",
+        "subscriber": f"/subscribers/{quote(email)}",
+        "broadcasts": "/broadcasts",
+        "broadcast-new": "/broadcasts/new",
+        "templates": "/templates",
+        "template": "/templates/view?key=newsletter/monthly",
+        "sequences": "/sequences",
+        "sequence": "/sequences/onboarding",
+        "topics": "/topics",
+        "suppression": "/suppression",
+        "signups": "/signups",
+        "outbox": "/outbox",
+        "outbox-message": f"/outbox/{message['message_id']}",
+    }
+    print(f"\nscreenshots: {SCREENSHOTS}")
+    for name, path in pages.items():
+        browser.width(WIDTHS[0])
+        browser.open(console.base + path)
+        assert browser.evaluate("document.querySelector('main h1') !== null"), name
+        if name.startswith("overview"):  # the charts drew (uPlot ran under the CSP)
+            browser.wait_for_page(
+                lambda: browser.evaluate("document.querySelectorAll('.uplot').length") == 3, "charts"
+            )
+        if name == "broadcast-new":
+            browser.wait_text("#audience", lambda t: "subscriber(s)" in t, "the audience count")
+        for width in WIDTHS:
+            browser.width(width)
+            browser.shot(f"console-{name}-{width}")
+        assert browser.errors == [], (name, browser.errors)
+    shots = {p.name for p in SCREENSHOTS.glob("console-*.png")}
+    assert {f"console-{n}-{w}.png" for n in pages for w in WIDTHS} <= shots
+
+
+def test_find_a_subscriber_and_erase_them(local: Local, console: Console, browser: ConsoleBrowser) -> None:
+    email = unique("console-erase") + "@example.com"
+    add_contact(local, email, first_name="Grace", tags=["console-erase"])
+    assert item(local, f"SUB#{email}", "PROFILE") is not None
+
+    browser.open(console.base + "/subscribers")
+    browser.type("#q", email.split("@")[0])
+    browser.click("#search")
+    browser.wait_text("#results", lambda t: email in t, "the subscriber among the results")
+    browser.shot("console-flow-erase-1-found")
+    browser.click(f"#results a[href='/subscribers/{quote(email, safe='')}']")
+    browser.wait_text("h1", lambda t: t == email, "the subscriber's page")
+    assert "Grace" in browser.text()
+    # the button stays disabled until the address is typed
+    assert browser.evaluate("document.getElementById('erase').disabled") is True
+    browser.type("#erase-confirm", email)
+    assert browser.evaluate("document.getElementById('erase').disabled") is False
+    browser.shot("console-flow-erase-2-confirm")
+    browser.click("#erase")
+    browser.wait_text(".flash.ok", lambda t: f"{email} erased" in t, "the erase confirmation")
+    browser.shot("console-flow-erase-3-erased")
+    assert browser.errors == []
+
+    # Then nothing of them is left
+    assert item(local, f"SUB#{email}", "PROFILE") is None
+    assert item(local, "TAG#console-erase", f"SUB#{email}") is None
+
+
+def test_build_an_audience_see_its_count_send_and_watch_progress(
+    local: Local, console: Console, browser: ConsoleBrowser
+) -> None:
+    tag = unique("console-aud")
+    readers = [f"{tag}-{i}@example.com" for i in range(3)]
+    for reader in readers:
+        add_contact(local, reader, tags=[tag])
+    add_contact(local, f"{tag}-out@example.com", tags=[tag, "console-excluded"])
+
+    browser.open(console.base + "/broadcasts/new")
+    browser.evaluate("document.getElementById('template').value = 'newsletter/monthly'")
+    browser.type("#tags", tag)
+    browser.type("#exclude_tags", "console-excluded")
+    count = browser.wait_text("#audience", lambda t: "3 subscriber(s)" in t, "the dry-run count of 3")
+    assert f"all of {tag}" in count and "none of console-excluded" in count
+    sample = browser.evaluate("[...document.querySelectorAll('#sample li')].map(li => li.textContent)")
+    assert sorted(sample) == sorted(readers)
+    browser.shot("console-flow-broadcast-1-audience")
+    browser.click("#confirm")
+    browser.click("#send")
+    browser.wait_for_page(
+        lambda: "/broadcasts/bc-" in browser.evaluate("location.pathname"), "the broadcast page"
+    )
+    broadcast_id = browser.evaluate("document.getElementById('broadcast-progress').dataset.id")
+    # the page follows the broadcast by itself (no reload) until it is done
+    browser.wait_text("#b-status", lambda t: t == "done", "the broadcast to be done", timeout_s=120)
+    assert browser.evaluate("document.getElementById('b-sent').textContent") == "3"
+    assert browser.evaluate("document.getElementById('b-count').textContent").startswith("3 / 3")
+    browser.shot("console-flow-broadcast-2-done")
+    assert browser.errors == []
+
+    # Then the three readers, and nobody else, got it
+    got = wait_for(
+        lambda: sent_by(local, broadcast_id) if len(sent_by(local, broadcast_id)) == 3 else None, 60
+    )
+    assert sorted(to for m in got for to in m["destination"]) == sorted(readers)
+
+
+def test_a_sequences_counts_move_after_virtual_time_runs(
+    local: Local, console: Console, browser: ConsoleBrowser
+) -> None:
+    def counts() -> dict[str, dict[str, int]]:
+        return dict(
+            browser.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('#graph .node')].map(n => [n.dataset.code,"
+                " Object.fromEntries([...n.querySelectorAll('.counts > span')].map(s =>"
+                " [s.firstChild.textContent.trim(), Number(s.querySelector('b').textContent)]))]))"
+            )
+        )
+
+    email = unique("console-seq") + "@example.com"
+    with paused_clock(local):  # onboarding stops at its first wait (1d) after the welcome mail
+        subscribe(local, email)
+        wait_for(
+            lambda: [m for m in mails(local, {email})[email] if m["template"] == "onboarding/welcome"], 60
+        )
+        browser.open(console.base + "/sequences/onboarding")
+
+        def held() -> dict[str, dict[str, int]] | None:
+            browser.open(console.base + "/sequences/onboarding")
+            now = counts()
+            return now if now["S2"]["waiting"] >= 1 else None
+
+        before = wait_for(held, 60, "an execution waiting at the 1d wait", interval_s=1)
+        assert email in browser.text()  # a member
+        browser.shot("console-flow-sequence-1-waiting")
+    # virtual time runs: the wait ends, the tips mail goes out
+    wait_for(lambda: [m for m in mails(local, {email})[email] if m["template"] == "onboarding/tips"], 60)
+
+    def moved() -> dict[str, dict[str, int]] | None:
+        browser.open(console.base + "/sequences/onboarding")
+        now = counts()
+        return now if now["S3"]["sent"] > before["S3"]["sent"] else None
+
+    after = wait_for(moved, 60, "the tips step's sent count to grow", interval_s=1)
+    assert after["S1"]["sent"] >= before["S1"]["sent"]
+    browser.shot("console-flow-sequence-2-moved")
+    assert browser.errors == []
