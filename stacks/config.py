@@ -115,7 +115,7 @@ def _describe(err: dict[str, Any]) -> str:
 
 def _optional_email(value: str) -> str:
     value = value.strip()
-    if value and not EMAIL_RE.match(value):
+    if value and not EMAIL_RE.fullmatch(value):
         raise ValueError("must be an email address")
     return value
 
@@ -131,7 +131,7 @@ def _each_matching(pattern: re.Pattern[str], problem: str) -> AfterValidator:
 
     def check(value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
-            if not pattern.match(item):
+            if not pattern.fullmatch(item):
                 raise ValueError(f"{item!r} {problem}")
         return tuple(dict.fromkeys(value))
 
@@ -148,7 +148,7 @@ def _sender(value: str) -> str:
 
 def _domain(value: str) -> str:
     domain = value.strip().lower()
-    if not DOMAIN_RE.match(domain):
+    if not DOMAIN_RE.fullmatch(domain):
         raise ValueError("must be a domain name such as mail.example.com")
     return domain
 

@@ -27,7 +27,7 @@ from shared.core.models import CONTROL_RE, SUBSCRIBED, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.core.topics import choices_from
 from shared.store.pending import DOUBLE, PendingSignup
-from shared.store.stats import CONFIRM, SINGLE_OPT_IN, retry_contended, signup_counter
+from shared.store.stats import CONFIRM, SINGLE_OPT_IN, retry_contended, signup_counters
 from shared.store.subscribers import Change, Profile
 
 if TYPE_CHECKING:
@@ -105,10 +105,10 @@ def opt_in(
             topics_out=topics_out,
         )
 
-    counter = signup_counter(
+    counters = signup_counters(
         ctx.store.table, CONFIRM if method == DOUBLE else SINGLE_OPT_IN, at=clock.iso(moment)
     )
-    change = retry_contended(lambda: ctx.store.mutate(signup.email, apply, extra=[*extra, counter]))
+    change = retry_contended(lambda: ctx.store.mutate(signup.email, apply, extra=[*extra, *counters]))
     started = announce(ctx, signup, change, method=method, moment=moment) if change.changed else []
     logger.info(
         "opt-in recorded",

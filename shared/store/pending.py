@@ -44,7 +44,7 @@ from shared.store.dynamo import (
     transact,
     values,
 )
-from shared.store.stats import SIGNUP, retry_contended, signup_counter
+from shared.store.stats import SIGNUP, retry_contended, signup_counters
 from shared.store.subscribers import Profile
 
 if TYPE_CHECKING:
@@ -361,7 +361,7 @@ class PendingSignups(TableAdapter):
         }
         actions = [
             Action("pending", {"Update": mark}),
-            Action("counters", signup_counter(self.table, SIGNUP, at=at)),
+            *(Action("counters", c) for c in signup_counters(self.table, SIGNUP, at=at)),
         ]
         try:
             retry_contended(lambda: transact(self.client, actions), sleep=self._sleep)

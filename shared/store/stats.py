@@ -32,7 +32,7 @@ Sign-ups (``shared.consent``) are counted on the sign-up source's item ``STATS#s
 ``COUNTERS`` (the item that also counts its confirmation mails): ``signup`` (a new double
 opt-in sign-up whose confirmation mail went out), ``confirm`` (one confirmed) and
 ``single_opt_in`` (subscribed at once by a single opt-in form). Each ADD joins the
-transaction of the effect it counts (:func:`signup_counter`), so it happens once per effect;
+transaction of the effect it counts (:func:`signup_counters`), so it happens once per effect;
 :class:`SignupCounts` reads them back with the confirmation rate.
 """
 
@@ -45,6 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -245,6 +246,23 @@ def counter_adds(
     }
 
 
+# Every source's counts per UTC day (the console's overview): ``STATS#~all`` / ``DAY#<date>``,
+# sharded like every counters item. "~" is not allowed in a source id, so no source meets it.
+DAILY_SCOPE = "~all"
+DAY = "DAY"
+
+
+def day_key(at: str) -> tuple[str, str]:
+    """(PK, SK) of the day counters item of the UTC day of ``at`` (an ISO time)."""
+    return keys.stats_pk(DAILY_SCOPE), f"{DAY}{keys.SEP}{clock.iso(clock.parse_iso(at))[:10]}"
+
+
+def day_adds(table: str, adds: Mapping[str, int], *, at: str) -> TransactWriteItemTypeDef:
+    """A TransactWriteItems ``Update`` that ADDs ``adds`` to the day counters of ``at``: it joins
+    the transaction of the counts it repeats, so the days always sum to the sources' counts."""
+    return counter_adds(table, *day_key(at), adds, at=at)
+
+
 def send_counters(
     table: str, sends: Mapping[tuple[str, str], int], *, at: str
 ) -> list[TransactWriteItemTypeDef]:
@@ -256,16 +274,20 @@ def send_counters(
     for (source, template), n in sends.items():
         per_item[(keys.stats_pk(source), keys.COUNTERS)] += n
         per_item[keys.template_stats_key(template)] += n
+    per_item[day_key(at)] += sum(sends.values())
     return [counter_adds(table, pk, sk, {"send": n}, at=at) for (pk, sk), n in per_item.items() if n]
 
 
-def signup_counter(table: str, metric: str, *, at: str) -> TransactWriteItemTypeDef:
-    """A TransactWriteItems ``Update`` that ADDs 1 to the sign-up metric ``metric``; it joins
-    the transaction of the effect it counts (the pending item's mail, the confirmation, the
-    single opt-in), so the count and the effect never disagree."""
+def signup_counters(table: str, metric: str, *, at: str) -> list[TransactWriteItemTypeDef]:
+    """TransactWriteItems ``Update``s that ADD 1 to the sign-up metric ``metric`` (and to its
+    day); they join the transaction of the effect they count (the pending item's mail, the
+    confirmation, the single opt-in), so the count and the effect never disagree."""
     if metric not in SIGNUP_METRICS:
         raise ValueError(f"not a sign-up metric: {metric!r}")
-    return counter_adds(table, keys.stats_pk(SIGNUP_SOURCE), keys.COUNTERS, {metric: 1}, at=at)
+    return [
+        counter_adds(table, keys.stats_pk(SIGNUP_SOURCE), keys.COUNTERS, {metric: 1}, at=at),
+        day_adds(table, {metric: 1}, at=at),
+    ]
 
 
 @dataclass(frozen=True)
@@ -451,18 +473,38 @@ class StatsStore(TableAdapter):
     def _item(self, pk: str, sk: str) -> dict[str, Any] | None:
         """The counters item at (pk, sk): its shards read at once (one BatchGetItem, strongly
         consistent) and summed (None: no shard exists)."""
-        wanted: list[Any] = [key(shard, sk) for shard in keys.counter_shard_pks(pk)]
+        found = self._read_all([key(shard, sk) for shard in keys.counter_shard_pks(pk)])
+        return sum_shards(found) if found else None
+
+    def _read_all(self, wanted: list[Any]) -> list[dict[str, Any]]:
+        """Every item of ``wanted`` (at most 100 keys) that exists, strongly consistent."""
         found: list[dict[str, Any]] = []
         while wanted:
-            answer = self.client.batch_get_item(
-                RequestItems={self.table: {"Keys": wanted, "ConsistentRead": True}}
-            )
+            request: Any = {self.table: {"Keys": wanted, "ConsistentRead": True}}
+            answer = self.client.batch_get_item(RequestItems=request)
             found += [deserialize(i) for i in answer.get("Responses", {}).get(self.table, [])]
             unread: Any = answer.get("UnprocessedKeys", {}).get(self.table, {})
             wanted = list(unread.get("Keys", []))
             if wanted:
                 time.sleep(0.05)
-        return sum_shards(found) if found else None
+        return found
+
+    def daily(self, first: date, days: int) -> list[dict[str, int]]:
+        """Every source's counts per UTC day from ``first`` on, ``days`` of them (one dict of
+        metric -> count per day; uniques as ``open_unique``/``click_unique``): the day items'
+        shards, 100 keys per BatchGetItem, read at once."""
+        dates = [(first + timedelta(days=n)).isoformat() for n in range(days)]
+        pk = keys.stats_pk(DAILY_SCOPE)
+        wanted = [key(shard, f"{DAY}{keys.SEP}{d}") for d in dates for shard in keys.counter_shard_pks(pk)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            pages = list(pool.map(self._read_all, [wanted[i : i + 100] for i in range(0, len(wanted), 100)]))
+        per_day: dict[str, list[dict[str, Any]]] = {d: [] for d in dates}
+        for item in (item for page in pages for item in page):
+            per_day.setdefault(str(item["SK"]).split(keys.SEP, 1)[1], []).append(item)
+        return [
+            {name: int(v) for name, v in sum_shards(per_day[d]).items() if isinstance(v, (int, Decimal))}
+            for d in dates
+        ]
 
     def signups(self) -> SignupCounts:
         """The sign-up counters (one GetItem of ``STATS#signup`` / ``COUNTERS``)."""

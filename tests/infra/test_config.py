@@ -122,6 +122,8 @@ def test_mail_settings_come_from_context() -> None:
         ("stackName", "1stack"),
         ("stackName", "my_stack"),
         ("useExistingIdentity", "maybe"),
+        ("sesMaxSendRate", 0),
+        ("sesMaxSendRate", "fast"),
     ],
 )
 def test_bad_values_fail_naming_the_key(key: str, value: object) -> None:

@@ -287,7 +287,10 @@ def test_two_callers_that_read_the_same_pending_count_add_it_once(
 
     # When both settle it: the first adds it, the second finds it added
     settled = [
-        stats.settle_send(client("dynamodb"), table, sent_key, "onboarding", "welcome", at="t") for _ in "ab"
+        stats.settle_send(
+            client("dynamodb"), table, sent_key, "onboarding", "welcome", at="2026-11-26T10:00:00.000Z"
+        )
+        for _ in "ab"
     ]
     assert settled == [True, False]
     assert counts(resources, "onboarding", "welcome") == (1, 1)
@@ -297,10 +300,15 @@ def test_a_ledger_moves_no_more_than_it_holds(resources) -> None:
     # Given 5 broadcast sends in a ledger, read by two callers
     table = resources.tables["table_name"]
     ddb = client("dynamodb")
-    ddb.transact_write_items(TransactItems=[stats.uncounted_add(table, "bc", "news/june", 5, at="t")])
+    ddb.transact_write_items(
+        TransactItems=[stats.uncounted_add(table, "bc", "news/june", 5, at="2026-11-26T10:00:00.000Z")]
+    )
 
     # When both move the 5 they read, and one moves more than is left
-    moved = [stats.settle_uncounted(ddb, table, "bc", "news/june", n, at="t") for n in (5, 5, 1)]
+    moved = [
+        stats.settle_uncounted(ddb, table, "bc", "news/june", n, at="2026-11-26T10:00:00.000Z")
+        for n in (5, 5, 1)
+    ]
 
     # Then the sends are counted once: the ledger plus the counters always equal the sends
     assert moved == [True, False, False]
@@ -323,7 +331,7 @@ def test_concurrent_counting_spreads_over_the_shards_and_reads_sum_them(resource
     )
 
     def count(_: int) -> None:
-        actions = stats.send_counters(table, {("bc", "news/june"): 1}, at="t")
+        actions = stats.send_counters(table, {("bc", "news/june"): 1}, at="2026-11-26T10:00:00.000Z")
         ddb.transact_write_items(TransactItems=actions)
 
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -10,11 +10,10 @@ import pytest
 
 from cli.local.apigw import LambdaContext, http_api_event
 from cli.local.provision import LocalResources
-from shared.core.aws import client
 from shared.core.secrets import get_secret
 from shared.sending.tokens import TokenClaims, issue
-from shared.store.dynamo import deserialize, key
-from shared.store.subscribers import SubscriberStore, keys
+from shared.store.stats import StatsStore
+from shared.store.subscribers import SubscriberStore
 
 EMAIL = "jane@example.com"
 
@@ -56,14 +55,8 @@ def _call(
 
 def _state(store: SubscriberStore, resources: LocalResources) -> tuple[str, int, int]:
     profile = store.get_profile(EMAIL)
-    counter = (
-        client("dynamodb")
-        .get_item(
-            TableName=resources.tables["table_name"], Key=key(keys.stats_pk("onboarding"), keys.COUNTERS)
-        )
-        .get("Item")
-    )
-    count = int(deserialize(counter).get("unsubscribe", 0)) if counter else 0
+    stats = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
+    count = stats.source("onboarding").total("unsubscribe")
     events = [e for e in store.list_events(EMAIL) if e["type"] == "unsubscribe"]
     return (profile.status if profile else "none"), len(events), count
 
