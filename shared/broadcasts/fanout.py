@@ -5,6 +5,8 @@ queue, one page per invocation, and re-enqueues itself for the next page, so no 
 time limit can cut a large audience short and a crash loses at most the page in hand:
 
 1. a message of another round, or for a broadcast that is no longer active, is dropped;
+   so is one after the broadcast's send window (an unfinished broadcast is marked failed:
+   ``BroadcastStore.close_window``; its PAGE items expire after the window);
    ``scheduled`` becomes ``resolving`` (the schedule fired);
 2. page ``p`` is resolved from the record's cursor (an "everyone" audience: its Scan
    segments read at once, ``shared.broadcasts.audience``) and checkpointed ONCE: the PAGE
@@ -40,7 +42,7 @@ from shared.broadcasts.model import (
     ResolveMessage,
     to_body,
 )
-from shared.broadcasts.records import BroadcastStore, StoredPage
+from shared.broadcasts.records import BroadcastStore, StoredPage, window_closed
 from shared.broadcasts.worker import BroadcastNotFound
 from shared.core.aws import client as aws_client
 from shared.core.observability import logger
@@ -129,6 +131,10 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
     log: dict[str, Any] = {"broadcast": record.id, "round": message.round, "page": message.page}
     if message.round != record.round:
         return StepResult("stale", message.page)
+    if window_closed(record):  # its PAGE items may be gone: resolve and hand off nothing
+        closed = ctx.records.close_window(record)
+        logger.warning("broadcast resolution after the send window stopped", failed=closed is not None, **log)
+        return StepResult("stopped", message.page)
     if record.status == SCHEDULED:
         record = ctx.records.start_resolving(record) or ctx.records.get(record.id) or record
     if record.status not in (RESOLVING, SENDING):

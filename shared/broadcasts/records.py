@@ -13,6 +13,15 @@
 
 Every counter change is an atomic ADD; every status change is conditioned on the status it
 leaves, so concurrent workers, the resolver and the CLI never overwrite each other.
+
+The send window: a broadcast sends, resolves and resumes only during :data:`SEND_WINDOW_DAYS`
+from its start (``at``, or its creation). After it, a batch or a page message that still
+arrives (SQS retention, a dead-letter redrive: a redriven message is a new message with a
+retention of its own) sends nothing, and an unfinished broadcast is marked ``failed``
+(:meth:`BroadcastStore.close_window`). So its send-once claims and its ``PAGE#``, ``BATCH#``
+and ``DEAD#`` items protect nothing after the window: they expire a margin later
+(:func:`items_until`, docs/data-model.md "What expires, and when"). The record, its pointer
+and its counters never expire.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
@@ -38,7 +47,9 @@ from shared.broadcasts.model import (
     BroadcastRequest,
 )
 from shared.core import clock
+from shared.core.errors import Conflict
 from shared.core.observability import logger
+from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
@@ -65,6 +76,13 @@ if TYPE_CHECKING:
 
 
 LIST_LIMIT = 50
+# A broadcast sends, resolves and resumes only this long after its start: time to send a
+# large audience, to inspect and redrive a dead-lettered batch (the dead-letter queues keep
+# 14 days, the SQS maximum) and to resume a cancelled or failed broadcast.
+SEND_WINDOW_DAYS = 30
+# Its claims and markers outlive the window by this much: a worker that started a batch just
+# before the window's end (300 s at most) and clock skew between writers.
+EXPIRY_MARGIN_DAYS = 1
 
 
 NAMES = {
@@ -102,6 +120,29 @@ class StoredPage(NamedTuple):
 def dead_letter_sk(round_: int, page: int, index: int) -> str:
     """Marker: this batch was marked dead-lettered on its final receive."""
     return "DEAD" + keys.broadcast_batch_sk(round_, page, index).removeprefix("BATCH")
+
+
+class SendWindowClosed(Conflict):
+    """The broadcast's send window ended: it can no longer resume."""
+
+
+def window_end(record: Broadcast) -> datetime:
+    """The end of ``record``'s send window: :data:`SEND_WINDOW_DAYS` after its start (its
+    ``at`` when scheduled, else its creation)."""
+    start = clock.parse_iso(record.created_at)
+    if record.at:
+        start = max(start, clock.parse_iso(record.at))
+    return start + timedelta(days=SEND_WINDOW_DAYS)
+
+
+def window_closed(record: Broadcast, now: datetime | None = None) -> bool:
+    return (now or clock.utc_now()) >= window_end(record)
+
+
+def items_until(record: Broadcast) -> int:
+    """The ``ttl`` of ``record``'s send-once claims and its ``PAGE#``/``BATCH#``/``DEAD#``
+    items: the end of its send window plus :data:`EXPIRY_MARGIN_DAYS`."""
+    return clock.ttl_after(EXPIRY_MARGIN_DAYS, window_end(record))
 
 
 def _used(names: dict[str, str], *expressions: str | None) -> dict[str, str]:
@@ -264,6 +305,17 @@ class BroadcastStore(TableAdapter):
     def cancel(self, record: Broadcast) -> Broadcast | None:
         return self.set_status(record, CANCELLED, leaving=ACTIVE)
 
+    def close_window(self, record: Broadcast) -> Broadcast | None:
+        """An active broadcast whose send window ended -> ``failed``, naming why; None when it
+        was not active (done, cancelled, failed: nothing to change)."""
+        return self.set_status(
+            record,
+            FAILED,
+            leaving=ACTIVE,
+            error=f"send window ended {clock.iso(window_end(record))}: "
+            f"what was not sent by then is not sent ({SEND_WINDOW_DAYS} days after its start)",
+        )
+
     def start_resolving(self, record: Broadcast) -> Broadcast | None:
         """scheduled -> resolving (the schedule fired); a resolving record is returned as is."""
         if record.status == RESOLVING:
@@ -276,7 +328,13 @@ class BroadcastStore(TableAdapter):
     def new_round(self, record: Broadcast, send_rate: float) -> Broadcast | None:
         """Resume: a fresh resolution of the whole audience in round ``round + 1`` with the
         counters of the new round at zero. Mails sent in earlier rounds are not sent again
-        (send-once) and are counted as sent when their recipient comes up again."""
+        (send-once) and are counted as sent when their recipient comes up again. Raises
+        :class:`SendWindowClosed` after the send window: those claims are expiring."""
+        if window_closed(record):
+            raise SendWindowClosed(
+                f"broadcast {record.id!r} can no longer resume: its send window ended "
+                f"{clock.iso(window_end(record))} ({SEND_WINDOW_DAYS} days after its start)"
+            )
         resets = ", ".join(f"skipped_{r} = :zero" for r in SKIP_REASONS)
         return self._update(
             record,
@@ -341,6 +399,7 @@ class BroadcastStore(TableAdapter):
             "SK": keys.broadcast_page_sk(record.round, page),
             "emails": json.dumps(emails, separators=(",", ":")),
             "exhausted": exhausted,
+            TTL_ATTRIBUTE: items_until(record),
         }
         vals: dict[str, Any] = {
             "next": page + 1,
@@ -421,6 +480,7 @@ class BroadcastStore(TableAdapter):
             "PK": keys.broadcast_pk(record.id),
             "SK": keys.broadcast_batch_sk(record.round, page, index),
             "counted_at": _now(),
+            TTL_ATTRIBUTE: items_until(record),
             **adds,
         }
         names = {
@@ -497,6 +557,7 @@ class BroadcastStore(TableAdapter):
             "SK": dead_letter_sk(record.round, page, index),
             "recipients": recipients,
             "marked_at": _now(),
+            TTL_ATTRIBUTE: items_until(record),
         }
         return self._dead_letter(record, marker, +1, recipients, "attribute_not_exists(PK)", put=True)
 

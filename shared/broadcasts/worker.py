@@ -3,10 +3,14 @@ pipeline, within the shared send rate, counted exactly once.
 
 Per batch:
 1. load the record; a batch of an earlier round (the broadcast was resumed) is dropped; a
-   cancelled broadcast's batch is counted as ``skipped_cancelled`` and nothing is sent;
+   batch after the broadcast's send window is dropped too, unsent and uncounted, and an
+   unfinished broadcast is marked failed (``records.close_window``: its claims and markers
+   expire after the window); a cancelled broadcast's batch is counted as
+   ``skipped_cancelled`` and nothing is sent;
 2. every recipient: a token from the shared window limiter (``shared.sending.rate``), then
    ``send_pipeline.send`` with source = broadcast id and step ``broadcast`` (send-once key
-   (broadcast, subscriber)); up to ``threads`` sends in flight;
+   (broadcast, subscriber), its claim expiring a day after the send window:
+   ``records.items_until``); up to ``threads`` sends in flight;
 3. SES throttling (a reserved share used by other mail, a burst elsewhere) is retried here
    with exponential backoff and a fresh token; what is still retryable at the end
    (throttled for long, another worker's claim in flight, account paused, time running out)
@@ -40,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from shared.broadcasts.model import CANCELLED, FAILED, STEP, BatchMessage, Broadcast
-from shared.broadcasts.records import BroadcastStore
+from shared.broadcasts.records import BroadcastStore, items_until, window_closed
 from shared.core import clock
 from shared.core.errors import NotFound
 from shared.core.observability import logger
@@ -80,7 +84,7 @@ class BatchIncomplete(Exception):
 
 @dataclass(frozen=True)
 class BatchResult:
-    status: str  # counted | duplicate | stale | cancelled
+    status: str  # counted | duplicate | stale | cancelled | expired
     counts: dict[str, int] = field(default_factory=dict)
     done: bool = False
 
@@ -180,12 +184,18 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     if message.round != record.round:
         logger.info("stale broadcast batch dropped", current_round=record.round, **log)
         return BatchResult(status="stale")
+    if window_closed(record):  # its claims and BATCH# markers may be gone: send and count nothing
+        closed = ctx.records.close_window(record)
+        logger.warning("broadcast batch after the send window dropped", failed=closed is not None, **log)
+        return BatchResult(status="expired")
     if record.status in (CANCELLED, FAILED):
         skipped = {"processed": len(message.emails), "skipped_cancelled": len(message.emails)}
         counted = ctx.records.count_batch(record, message.page, message.index, skipped)
         logger.info("broadcast batch skipped", status=record.status, counted=counted, **log)
         return BatchResult(status="cancelled" if counted else "duplicate", counts=skipped)
 
+    # this broadcast's claims expire with its markers, after the send window
+    ctx = replace(ctx, send=replace(ctx.send, log=ctx.send.log.expiring_at(items_until(record))))
     outcomes = _send_all(record, message, ctx, deadline)
     counts: Counter[str] = Counter()
     deferred: Counter[str] = Counter()

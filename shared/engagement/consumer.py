@@ -613,7 +613,19 @@ def transaction(
                 claimed[marker] = write.at
                 amounts[counters][unique_name(write.metric)] += 1
     for (pk, sk), at in claimed.items():
-        actions.append(_put(table, serialize({"PK": pk, "SK": sk, "at": at})))
+        actions.append(
+            _put(
+                table,
+                serialize(
+                    {
+                        "PK": pk,
+                        "SK": sk,
+                        "at": at,
+                        "ttl": next(w.item["ttl"] for w in writes if (pk, sk) in w.markers()),
+                    }
+                ),
+            )
+        )
         owners.append(None)
     for (pk, sk), adds in amounts.items():
         actions.append(counter_adds(table, pk, sk, adds, at=latest[(pk, sk)]))

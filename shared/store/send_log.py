@@ -44,6 +44,22 @@ The same read settles send counts the send path left pending: a ``SENT#`` entry'
 expired (``log_until`` passed) counts as sent, so an expired log never turns into a second
 send.
 
+Claims expire too (``ttl``), once nothing can ask for their send again
+(docs/data-model.md, "What expires, and when"):
+
+- by default :data:`CLAIM_DAYS` after the claim: a sequence step is retried only inside its
+  execution, and a Step Functions standard execution runs at most one year, so every retry
+  of a send comes within a year of it (send jobs on the send queue too: SQS keeps a message
+  at most 14 days, and each redrive of a dead letter at most 14 more);
+- a sign-up's confirmation mail: its sign-up's expiry (``log_until``) plus a day: after it
+  the job finds no sign-up and sends nothing, whatever the claim says;
+- a broadcast's mails: the end of the broadcast's send window plus a day, given by the
+  worker (:meth:`SendLog.expiring_at`): after the window the broadcast sends nothing more
+  (``shared.broadcasts.records``).
+
+A claim whose ``ttl`` passed but that DynamoDB has not deleted yet still blocks (it reads
+as a finished claim): only its deletion frees the key, and by then no retry needs it.
+
 Why not Powertools idempotency: its records are built to expire (``expires_after_seconds``)
 and are deleted when the function raises. Send-once needs a record that never stops
 blocking after success, and a lease that tells "in flight" from "crashed", in one
@@ -52,6 +68,7 @@ conditional write; a plain conditional claim does exactly that with no second re
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,6 +79,7 @@ from botocore.exceptions import ClientError
 from shared.core import clock
 from shared.core.errors import ConcurrentModification
 from shared.core.observability import logger
+from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
 from shared.store.dynamo import (
     Action,
@@ -77,6 +95,7 @@ from shared.store.dynamo import (
 )
 from shared.store.stats import (
     COUNT_PENDING,
+    SIGNUP_SOURCE,
     busy,
     send_counters,
     settle_send,
@@ -85,6 +104,7 @@ from shared.store.stats import (
 )
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import PutTypeDef
 
 
@@ -93,6 +113,11 @@ SENT = "sent"  # claims completed by versions that wrote the claim a second time
 RECOVERED_FROM_EVENT = "ses_event"  # ``recovered`` of a SENT# item written from an SES event
 
 ClaimStatus = Literal["claimed", "already_sent", "in_flight"]
+
+# How long a claim outlives the send it guards (docs/data-model.md, "What expires, and when").
+EXPIRY_MARGIN_DAYS = 1  # clock skew between writers, a Lambda still running at the window's end
+EXECUTION_MAX_DAYS = 366  # a Step Functions standard execution runs at most one year
+CLAIM_DAYS = EXECUTION_MAX_DAYS + EXPIRY_MARGIN_DAYS
 
 
 @dataclass(frozen=True)
@@ -158,6 +183,28 @@ def sent_item(record: SentRecord) -> dict[str, Any]:
 
 
 class SendLog(TableAdapter):
+    def __init__(
+        self, table_name: str, client: DynamoDBClient | None = None, *, claims_until: int | None = None
+    ) -> None:
+        """``claims_until``: the ``ttl`` of every claim this log writes (a broadcast's: the end
+        of its send window plus a margin); None: the rule of :meth:`claim_ttl`."""
+        super().__init__(table_name, client)
+        self.claims_until = claims_until
+
+    def expiring_at(self, until: int) -> SendLog:
+        """A copy of this log (same table and client), its claims expiring at ``until``."""
+        log = copy.copy(self)
+        log.claims_until = until
+        return log
+
+    def claim_ttl(self, source: str, *, now: int, log_until: int) -> int:
+        """The ``ttl`` of a claim taken at ``now`` (see the module doc for each window)."""
+        if self.claims_until is not None:
+            return self.claims_until
+        if source == SIGNUP_SOURCE:  # the sign-up's expiry: later, its job sends nothing
+            return log_until + EXPIRY_MARGIN_DAYS * clock.DAY_SECONDS
+        return now + CLAIM_DAYS * clock.DAY_SECONDS
+
     def claim(
         self,
         email: str,
@@ -189,6 +236,7 @@ class SendLog(TableAdapter):
             "step": step,
             "claimed_at": now,
             "count": count,
+            TTL_ATTRIBUTE: self.claim_ttl(source, now=now, log_until=log_until),
         }
         if sent_at:
             item["sent_at"] = sent_at
