@@ -91,6 +91,7 @@ from shared.store.stats import (
     TEMPLATE_SCOPE,
     UNIQUE_METRICS,
     counter_adds,
+    day_key,
     metric_of,
     unique_name,
 )
@@ -185,7 +186,16 @@ class EventWrite:
         return str(self.item["at"])
 
     def counters(self) -> list[ItemKey]:
-        return [counters for _, _, counters in self.scopes] if self.metric is not None else []
+        """The counters items this write ADDs to: its scopes', and the day's when it has a
+        source (``stats.day_key``: the day counters repeat the sources' counts)."""
+        if self.metric is None:
+            return []
+        found = [counters for _, _, counters in self.scopes]
+        return [*found, day_key(self.at)] if self.has_source else found
+
+    @property
+    def has_source(self) -> bool:
+        return any(scope == SOURCE_SCOPE for scope, _, _ in self.scopes)
 
     def markers(self) -> list[ItemKey]:
         """Keys of the unique markers this write would claim (open/click), one per scope."""
@@ -608,10 +618,12 @@ def transaction(
         for counters in write.counters():
             amounts.setdefault(counters, Counter())[write.metric] += 1
             latest[counters] = max(latest.get(counters, write.at), write.at)
-        for (_, _, counters), marker in zip(write.scopes, write.markers(), strict=False):
+        for (scope, _, counters), marker in zip(write.scopes, write.markers(), strict=False):
             if marker not in present and marker not in claimed:  # the first open/click
                 claimed[marker] = write.at
                 amounts[counters][unique_name(write.metric)] += 1
+                if scope == SOURCE_SCOPE:  # the subscribers who opened a source's mail that day
+                    amounts[day_key(write.at)][unique_name(write.metric)] += 1
     for (pk, sk), at in claimed.items():
         actions.append(
             _put(

@@ -7,6 +7,7 @@ import importlib
 import json
 import random
 import uuid
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,16 @@ def test_stats_equal_counts_recomputed_from_the_events_table(
     assert set(stats.sources()) == {"onboarding", "spring-sale"}
     since = stats.recompute(source="onboarding", since="2026-01-01T10:30")
     assert sum(since.totals.values()) < sum(stats.source("onboarding").totals.values())
+    # the day counters repeat every source's counts: the events fall on 2026-01-01 (but the
+    # Rejects, whose time is their mail's: a Reject object has no timestamp of its own)
+    day_before, day, day_after = stats.daily(date(2025, 12, 31), 3)
+    sources = [stats.source(s) for s in ("onboarding", "spring-sale")]
+    assert day_before == day_after == {}
+    metrics = set().union(*(c.totals for c in sources)) - {"reject"}
+    assert {m: n for m, n in day.items() if not m.endswith("_unique")} == {
+        m: sum(c.total(m) for c in sources) for m in metrics
+    }
+    assert day["open_unique"] == sum(c.uniques.get("open", 0) for c in sources) > 0
 
 
 @pytest.mark.parametrize(("kind", "reason"), [("bounce", "bounce"), ("complaint", "complaint")])
