@@ -19,9 +19,11 @@ Guarantees:
 - each window of rows first reads its addresses' profiles and suppressions (consistent
   BatchGetItem, 50 addresses a request); a row that would change nothing of its profile
   makes no other request, so a re-run reads the file 50 rows at a time and writes nothing;
-- writes go through ``SubscriberStore.upsert`` started from that read (one transaction per
-  subscriber, its TAG# partners included, and no read of its own unless the transaction
-  finds the profile changed meanwhile), ``workers`` at a time;
+- writes go through ``SubscriberStore.upsert_many`` started from that read: the window's rows
+  in ``workers`` runs written at once, each run in shared transactions of whole subscribers
+  (a profile and its TAG# partners always in the same one, at most 100 actions each), and no
+  read of their own unless a transaction finds a profile changed meanwhile (then each of its
+  subscribers is written on its own, the changed one read again);
 - an import never resubscribes an unsubscribed subscriber (upsert never clears the
   opt-out) and never lifts a suppression;
 - it starts no sequence unless ``trigger`` is given (then the sequences triggered by
@@ -63,7 +65,7 @@ from shared.core.public import public_fields
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StartPolicy, StepFunctions
 from shared.sequences.validate import Catalog
-from shared.store.subscribers import Known, Profile, SubscriberStore, merged, same
+from shared.store.subscribers import Change, Known, Profile, ProfileChange, SubscriberStore, Upsert
 
 EXPORT_COLUMNS = (
     "email",
@@ -333,50 +335,54 @@ Trigger = Callable[[Profile], Triggered]
 _NOTHING = Triggered()
 
 
-def _write(
-    row: Row,
-    store: SubscriberStore,
-    trigger: Trigger | None,
-    known: Mapping[str, Known],
-) -> tuple[Row, str, Triggered]:
-    """Upsert one row: the row, its outcome (``created``, ``updated``, ``unchanged`` or
-    ``rejected: <why>``) and what its trigger did (starts made and failed). ``known`` holds the window's
-    addresses read just before (profile and suppression, consistent BatchGetItem, 50 rows a
-    request): a row that would change nothing of its known profile is ``unchanged`` without a
-    request; every other row is one ``upsert`` transaction started from what was read, and
-    conditioned on it, so a profile changed meanwhile is read again, never overwritten."""
-    event = row.event
-    tags = event.tags.add if event.tags else ()
-    state = known.get(event.email)
-    current = state.profile if state else None
-    if current is not None and same(
-        current,
-        merged(
-            current,
-            event.email,
-            first_name=event.first_name,
-            attributes=event.attributes,
-            add_tags=tags,
-            unsubscribe=row.unsubscribed,
-        ),
-    ):
-        return row, "unchanged", trigger(current) if trigger else _NOTHING
-    try:
-        change = store.upsert(
-            event.email,
-            known=state,
-            first_name=event.first_name,
-            attributes=event.attributes,
-            add_tags=tags,
-            unsubscribe=row.unsubscribed,
-        )
-    except InvalidInput as exc:  # a per-subscriber limit, checked by the store on the merged profile
-        problem = exc.problems[0] if exc.problems else FieldProblem("row", exc.message)
+def _written(change: Change | InvalidInput) -> tuple[str, Profile | None]:
+    """A row's outcome (``created``, ``updated``, ``unchanged`` or ``rejected: <why>``) from
+    what ``SubscriberStore.upsert_many`` answered for it, and the profile it has now."""
+    if isinstance(change, InvalidInput):  # a per-subscriber limit, checked on the merged profile
+        problem = change.problems[0] if change.problems else FieldProblem("row", change.message)
         head = problem.field.split(".", 1)[0]
-        return row, f"rejected: {REASONS.get(head, 'bad ' + head)}: {problem.message}", _NOTHING
-    outcome = "created" if change.created else "updated" if change.changed else "unchanged"
-    triggered = trigger(change.profile) if trigger and change.profile else _NOTHING
-    return row, outcome, triggered
+        return f"rejected: {REASONS.get(head, 'bad ' + head)}: {problem.message}", None
+    return "created" if change.created else "updated" if change.changed else "unchanged", change.profile
+
+
+def _write_window(
+    window: list[Row],
+    store: SubscriberStore,
+    known: Mapping[str, Known],
+    pool: ThreadPoolExecutor,
+    workers: int,
+) -> list[tuple[Row, str, Profile | None]]:
+    """Upsert the rows of one window: each row, its outcome (see :func:`_written`) and its
+    profile now. ``known`` holds the window's addresses read just before (profile and
+    suppression, consistent BatchGetItem, 50 rows a request). The rows are split into
+    ``workers`` runs of consecutive rows written at once, each with
+    ``SubscriberStore.upsert_many``: a row that would change nothing of its known profile
+    makes no request, the others go in shared transactions of whole subscribers (about 30
+    new subscribers with a few tags each per TransactWriteItems) conditioned on what was read,
+    so a profile changed meanwhile is read again, never overwritten."""
+    upserts = [
+        Upsert(
+            row.event.email,
+            known.get(row.event.email) or Known(profile=None),
+            ProfileChange(
+                first_name=row.event.first_name,
+                attributes=row.event.attributes,
+                add_tags=row.event.tags.add if row.event.tags else (),
+                unsubscribe=row.unsubscribed,
+            ),
+        )
+        for row in window
+    ]
+    size = -(-len(window) // max(1, workers))
+    runs = [upserts[i : i + size] for i in range(0, len(upserts), size)]
+    changes = [change for answered in pool.map(store.upsert_many, runs) for change in answered]
+    return [(row, *_written(change)) for row, change in zip(window, changes, strict=True)]
+
+
+def _triggered(trigger: Trigger, written: tuple[Row, str, Profile | None]) -> Triggered:
+    """What ``trigger`` did for one written row (nothing for a rejected one)."""
+    _, outcome, profile = written
+    return trigger(profile) if profile is not None and not outcome.startswith("rejected: ") else _NOTHING
 
 
 def _tally(report: ImportReport, row: Row, outcome: str, triggered: Triggered) -> None:
@@ -412,7 +418,6 @@ def import_csv(
         retry_starts = frozenset()  # without --trigger the rows done before need nothing more
     report.resumed_after_line = resume_after
 
-    write = partial(_write, store=store, trigger=trigger)
     with source.open("rb") as raw, ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         counter = _CountingReader(raw)
         text = io.TextIOWrapper(io.BufferedReader(counter), encoding="utf-8-sig", newline="")
@@ -422,7 +427,11 @@ def import_csv(
         def flush() -> None:
             nonlocal window
             known = store.known(row.event.email for row in window)
-            for row, outcome, triggered in pool.map(partial(write, known=known), window):
+            written = _write_window(window, store, known, pool, workers)
+            triggers = (
+                pool.map(partial(_triggered, trigger), written) if trigger else [_NOTHING] * len(written)
+            )
+            for (row, outcome, _), triggered in zip(written, triggers, strict=True):
                 _tally(report, row, outcome, triggered)
             window = []
             if checkpoint is not None and not dry_run:

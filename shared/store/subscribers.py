@@ -50,6 +50,8 @@ from shared.core.specs import TTL_ATTRIBUTE
 from shared.core.topics import TopicCatalog
 from shared.store import keys
 from shared.store.dynamo import (
+    CONDITION_FAILED,
+    TRANSACTION_LIMIT,
     Action,
     Cancellation,
     TableAdapter,
@@ -198,6 +200,16 @@ class Known:
 
     profile: Profile | None
     suppressed: bool | None = None
+
+
+@dataclass(frozen=True)
+class Upsert:
+    """One address of :meth:`SubscriberStore.upsert_many`: its state as just read, and the
+    change (:class:`ProfileChange`) to merge into it."""
+
+    email: str
+    known: Known
+    change: ProfileChange = field(default_factory=lambda: ProfileChange())
 
 
 @dataclass(frozen=True)
@@ -377,27 +389,7 @@ class SubscriberStore(TableAdapter):
             proposed = mutation(current, now)
             if proposed is None or (current is not None and same(current, proposed)):
                 return Change(profile=current)
-            if current is None and not proposed.suppressed and self._suppressed(email, state):
-                # an address suppressed before it was a subscriber (a bounce or complaint of
-                # other mail): the new profile starts suppressed (read with the profile when the
-                # caller passed `known`, else one read per creation)
-                proposed = replace(proposed, suppressed=True)
-            problems = limit_problems(current, proposed)
-            if problems:
-                raise InvalidInput(f"{problems[0].field}: {problems[0].message}", problems)
-            before = current.tags if current else frozenset()
-            added = tuple(sorted(proposed.tags - before))
-            removed = tuple(sorted(before - proposed.tags))
-            new = replace(
-                proposed,
-                email=email,
-                created_at=current.created_at if current else now,
-                updated_at=now,
-                version=(current.version if current else 0) + 1,
-            )
-            actions = [self._put_profile(new, current)]
-            actions += [self._put_tag(tag, email, now) for tag in added]
-            actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
+            change, actions = self._planned(email, state, proposed, now)
             actions += [Action("extra", request) for request in extra]
             try:
                 transact(self.client, actions)
@@ -405,10 +397,89 @@ class SubscriberStore(TableAdapter):
                 if exc.failed("extra"):
                     raise Conflict("a condition of this write no longer holds") from None
                 continue
-            return Change(
-                profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed
-            )
+            return change
         raise ConcurrentModification("profile kept changing under us")
+
+    def _planned(self, email: str, state: Known, proposed: Profile, now: str) -> tuple[Change, list[Action]]:
+        """Writing ``proposed`` over ``state``'s profile: the change it makes and its actions (the
+        profile, conditioned on the version read, and every TAG# partner added or removed).
+        :class:`InvalidInput` when it breaks a per-subscriber limit (:func:`limit_problems`)."""
+        current = state.profile
+        if current is None and not proposed.suppressed and self._suppressed(email, state):
+            # an address suppressed before it was a subscriber (a bounce or complaint of
+            # other mail): the new profile starts suppressed (read with the profile when the
+            # caller passed `known`, else one read per creation)
+            proposed = replace(proposed, suppressed=True)
+        problems = limit_problems(current, proposed)
+        if problems:
+            raise InvalidInput(f"{problems[0].field}: {problems[0].message}", problems)
+        before = current.tags if current else frozenset()
+        added = tuple(sorted(proposed.tags - before))
+        removed = tuple(sorted(before - proposed.tags))
+        new = replace(
+            proposed,
+            email=email,
+            created_at=current.created_at if current else now,
+            updated_at=now,
+            version=(current.version if current else 0) + 1,
+        )
+        actions = [self._put_profile(new, current)]
+        actions += [self._put_tag(tag, email, now) for tag in added]
+        actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
+        change = Change(
+            profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed
+        )
+        return change, actions
+
+    def upsert_many(self, upserts: Sequence[Upsert]) -> list[Change | InvalidInput]:
+        """:meth:`upsert` of several addresses, each started from its ``known`` state (read
+        just before with :meth:`known`), in as few TransactWriteItems as fit: each holds the
+        writes of whole subscribers (a profile and its TAG# partners are never split), at most
+        :data:`TRANSACTION_LIMIT` actions (so at most 100 profiles of about 12 KB at most: far
+        under the 4 MB a transaction may hold). An address that would change nothing writes
+        nothing.
+
+        When DynamoDB cancels a shared transaction (a profile changed since it was read, or a
+        conflicting write), nothing of it was written and each of its addresses is written on
+        its own with :meth:`upsert` (which reads again the one that changed). The answer, in
+        order: each address's :class:`Change`, or the :class:`InvalidInput` of a per-subscriber
+        limit its write would break (nothing written for it)."""
+        results: list[Change | InvalidInput | None] = [None] * len(upserts)
+        group: list[tuple[int, Change, list[Action]]] = []
+
+        def commit() -> None:
+            cancelled = try_transact(self.client, [a for _, _, actions in group for a in actions])
+            for index, change, actions in group:
+                if cancelled is None:
+                    results[index] = change
+                    continue
+                one = upserts[index]
+                # the one whose condition failed changed since it was read: read it again
+                stale = any(cancelled.code_of(a) == CONDITION_FAILED for a in actions)
+                try:
+                    results[index] = self.upsert(one.email, known=None if stale else one.known, **one.change)
+                except InvalidInput as exc:  # the profile changed meanwhile, past a limit
+                    results[index] = exc
+            group.clear()
+
+        now = clock.iso()
+        for index, one in enumerate(upserts):
+            current = one.known.profile
+            proposed = merged(current, one.email, **one.change)
+            if current is not None and same(current, proposed):
+                results[index] = Change(profile=current)
+                continue
+            try:
+                change, actions = self._planned(one.email, one.known, proposed, now)
+            except InvalidInput as exc:
+                results[index] = exc
+                continue
+            if group and sum(len(a) for _, _, a in group) + len(actions) > TRANSACTION_LIMIT:
+                commit()
+            group.append((index, change, actions))
+        if group:
+            commit()
+        return [r for r in results if r is not None]
 
     def upsert(self, email: str, *, known: Known | None = None, **change: Unpack[ProfileChange]) -> Change:
         """Create or merge a profile (rules in the module docstring, :func:`merged`) in one
@@ -835,8 +906,11 @@ class SubscriberStore(TableAdapter):
         return Action("profile", {"Put": put})
 
     def _put_tag(self, tag: str, email: str, now: str) -> Action:
+        # Four strings, written as DynamoDB's JSON directly (what `serialize` makes of them, without
+        # its JSON round trip per value: an import writes one of these per tag per subscriber).
         item = {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email, "created_at": now}
-        return Action("tag", {"Put": {"TableName": self.table, "Item": serialize(item)}})
+        typed = {name: {"S": value} for name, value in item.items()}
+        return Action("tag", {"Put": {"TableName": self.table, "Item": typed}})
 
     def _delete(self, pk: str, sk: str) -> Action:
         return Action("tag", {"Delete": {"TableName": self.table, "Key": key(pk, sk)}})
