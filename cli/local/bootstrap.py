@@ -412,6 +412,26 @@ def _init(request: dict[str, Any]) -> tuple[Any, Guard | None]:
     return getattr(importlib.import_module(module_name), attribute), guard
 
 
+def peak_rss_kb() -> int:
+    """The most memory this process has held resident so far, in KiB, its init phase included
+    (the bench): Linux's ``VmHWM`` of this program, else ``ru_maxrss`` (0 where neither is
+    known). Not ``ru_maxrss`` on Linux: it survives ``execve``, so a child started from a large
+    runtime process would report the runtime's peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])  # "VmHWM:   123456 kB"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak // 1024 if sys.platform == "darwin" else peak)  # bytes on macOS
+
+
 def serve(requests: Any, replies: Any) -> None:
     """One JSON line in, one JSON line out. The first line is ``init``; an import error is
     reported on every invocation (Lambda's ``Runtime.ImportModuleError``)."""
@@ -440,6 +460,7 @@ def serve(requests: Any, replies: Any) -> None:
             reply = {"payload": payload, "errored": errored, "calls": guard.calls if guard else []}
             # The process's CPU time (all its threads) spent in this invocation (the bench).
             reply["cpu_s"] = time.process_time() - cpu_started
+            reply["max_rss_kb"] = peak_rss_kb()
             if guard:
                 if guard.meter:
                     reply["metered"] = guard.metered
