@@ -29,9 +29,9 @@ NAME = "broadcast"
 DESCRIPTION = "a broadcast to a tag audience: requests per recipient, overhead vs SES, rate vs MaxSendRate"
 RECIPIENTS = 300
 RATE = 50.0
-# 8 batches of 50: one per worker environment the step may use (the local runtime runs at most
-# 8 execution environments of a function, fewer when the mapping's MaximumConcurrency is lower)
-WARM_RECIPIENTS = 400
+# as many batches of 100 as the measured step (300 recipients): one warm worker environment per
+# batch the step runs at once
+WARM_RECIPIENTS = 300
 TEMPLATE = "newsletter/monthly"
 
 

@@ -656,7 +656,7 @@ BROADCAST_WORKER_FUNCTION = FunctionSpec(
     # the send pipeline (sends are counted per batch: marker Put + Update transaction), the
     # shared rate limiter (UpdateItem ADD)
     grants=SEND_PIPELINE_GRANTS,
-    # One batch (50 recipients) per invocation: the last batches of a broadcast still run
+    # One batch (100 recipients) per invocation: the last batches of a broadcast still run
     # on every worker, so the tail of a send keeps the rate. The maximum concurrency here is
     # the smallest; the stack sets broadcast_workers(mailstep:sesMaxSendRate).
     event_sources=(
