@@ -10,7 +10,8 @@
   event destinations) -> the local SES (``cli.local.ses``);
 - SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
 - DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
-  :func:`transact_write_items`).
+  :func:`transact_write_items`);
+- a DynamoDB Query on a table's own key reads only its partition (:func:`partition_query`).
 
 :func:`self_check` fails loudly when one of these hooks moved (a moto upgrade): the
 runtime calls it before patching, and a test calls it too.
@@ -98,6 +99,7 @@ def self_check() -> None:
         (SESV2Response, "dispatch"): None,
         (LambdaBackend, "create_event_source_mapping"): ["self", "spec"],
         (dynamodb_models.DynamoDBBackend, "transact_write_items"): ["self", "transact_items"],
+        (dynamodb_models.Table, "all_items"): ["self"],
     }
     for (owner, name), params in expected.items():
         member = getattr(owner, name, None)
@@ -114,6 +116,8 @@ def self_check() -> None:
         problems.append("moto.sesv2.urls.url_paths is no longer a dict")
     if "original_table_state" not in inspect.getsource(_MOTO_TRANSACT_WRITE_ITEMS):
         problems.append("DynamoDB transact_write_items no longer snapshots whole tables: review the override")
+    if "item.hash_key == hash_key" not in inspect.getsource(_MOTO_TABLE_QUERY):
+        problems.append("DynamoDB Table.query no longer keeps a partition's items of all_items")
     if "lambda_event_source_mappings" not in inspect.getsource(Queue.add_message):
         problems.append("SQS Queue.add_message no longer triggers event source mappings")
     from moto.stepfunctions import responses as sfn_responses
@@ -420,6 +424,44 @@ def _serve_faster() -> None:
     SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
     SnsSubscription.get_post_data = _sns_post_data  # type: ignore[method-assign]
     DynamoHandler.serialized = dynamodb_read_serialized  # type: ignore[method-assign]
+    dynamodb_models.Table.query = partition_query  # type: ignore[method-assign]
+    dynamodb_models.Table.all_items = _all_items  # type: ignore[method-assign]
+
+
+# A Query on a table's own key: moto looks at every item of the table (``all_items``) and keeps
+# those of the partition, so each Query costs the table's size, and a write to another
+# partition meanwhile can break the walk ("dictionary changed size during iteration": a 500).
+# While a thread runs such a Query, ``all_items`` gives it only that partition's items
+# (copied at once), which is the same list moto then filters, sorts and pages.
+_MOTO_TABLE_QUERY = dynamodb_models.Table.query
+_MOTO_ALL_ITEMS = dynamodb_models.Table.all_items
+_partition = threading.local()
+
+
+_QUERY_SIGNATURE = inspect.signature(_MOTO_TABLE_QUERY)
+
+
+def partition_query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Table.query`` reading only the queried partition when no index is named (moto's
+    backend passes ``index_name`` by position)."""
+    index_name = _QUERY_SIGNATURE.bind(self, hash_key, *args, **kwargs).arguments.get("index_name")
+    if index_name or hash_key is None:
+        return _MOTO_TABLE_QUERY(self, hash_key, *args, **kwargs)
+    _partition.key = (self, hash_key)
+    try:
+        return _MOTO_TABLE_QUERY(self, hash_key, *args, **kwargs)
+    finally:
+        _partition.key = None
+
+
+def _all_items(self: Any) -> Any:
+    restricted = getattr(_partition, "key", None)
+    if restricted is None or restricted[0] is not self:
+        return _MOTO_ALL_ITEMS(self)
+    found = self.items.get(restricted[1])  # keyed by the hash key's DynamoType, as put_item stores it
+    if found is None:
+        return []
+    return list(found.values()) if self.range_key_attr else [found]
 
 
 _MOTO_DYNAMODB_SERIALIZED = DynamoHandler.serialized

@@ -27,6 +27,7 @@ def _items() -> list[dict[str, Any]]:
         {
             "PK": f"SUB#{i % 3}",
             "SK": f"ITEM#{i:03d}",
+            "group": f"g{i % 2}",
             "text": f'value {i} ü " \\ \n',
             "number": Decimal(i) / 7 if i % 2 else i,
             "flag": bool(i % 2),
@@ -70,6 +71,30 @@ def _reads(client: Any) -> Iterator[Any]:
         ExpressionAttributeValues={":pk": "SUB#0"},
         Select="COUNT",
     )
+    yield client.query(
+        TableName=TABLE, KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": "SUB#9"}
+    )
+    yield client.query(  # an index: its key is not the table's (moto passes index_name by position)
+        TableName=TABLE,
+        IndexName="ByGroup",
+        KeyConditionExpression="#g = :g",
+        ExpressionAttributeNames={"#g": "group"},
+        ExpressionAttributeValues={":g": "g1"},
+    )
+    after: dict[str, Any] | None = None
+    while True:  # a partition backwards, page by page
+        page = client.query(
+            TableName=TABLE,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues={":pk": "SUB#2"},
+            ScanIndexForward=False,
+            Limit=5,
+            **({"ExclusiveStartKey": after} if after else {}),
+        )
+        yield page
+        after = page.get("LastEvaluatedKey")
+        if not after:
+            break
     start: dict[str, Any] | None = None
     while True:  # every page, its LastEvaluatedKey included
         page = client.scan(TableName=TABLE, Limit=7, **({"ExclusiveStartKey": start} if start else {}))
@@ -85,8 +110,14 @@ def _reads(client: Any) -> Iterator[Any]:
     )
 
 
-def _answers(serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+def _answers(
+    serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, *, partition_query: bool = False
+) -> list[Any]:
     monkeypatch.setattr(DynamoHandler, "serialized", serialized)
+    from moto.dynamodb.models.table import Table
+
+    monkeypatch.setattr(Table, "query", hooks.partition_query if partition_query else hooks._MOTO_TABLE_QUERY)
+    monkeypatch.setattr(Table, "all_items", hooks._all_items if partition_query else hooks._MOTO_ALL_ITEMS)
     with mock_aws():
         resource = boto3.resource("dynamodb", region_name="us-east-1")
         table = resource.create_table(
@@ -98,6 +129,17 @@ def _answers(serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) ->
             AttributeDefinitions=[
                 {"AttributeName": "PK", "AttributeType": "S"},
                 {"AttributeName": "SK", "AttributeType": "S"},
+                {"AttributeName": "group", "AttributeType": "S"},
+            ],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "ByGroup",
+                    "KeySchema": [
+                        {"AttributeName": "group", "KeyType": "HASH"},
+                        {"AttributeName": "SK", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
             ],
             BillingMode="PAY_PER_REQUEST",
         )
@@ -119,3 +161,14 @@ def test_reads_answer_as_moto_serializes_them(monkeypatch: pytest.MonkeyPatch) -
     assert runtime_answers == moto_answers
     assert moto_answers[2]["Item"]["blob"].value == b"\x00\xff"  # the binary item went through moto's path
     assert "LastEvaluatedKey" in moto_answers[6] and moto_answers[7]["Count"] == 14
+
+
+def test_a_query_on_the_tables_key_reads_its_partition_and_answers_as_moto_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    moto_answers = _answers(hooks._MOTO_DYNAMODB_SERIALIZED, monkeypatch)
+    partition_answers = _answers(hooks._MOTO_DYNAMODB_SERIALIZED, monkeypatch, partition_query=True)
+
+    assert partition_answers == moto_answers
+    assert moto_answers[8]["Items"] == []  # a missing partition
+    assert len(moto_answers[9]["Items"]) == 20 and len(moto_answers[10]["Items"]) == 5  # an index; a page
