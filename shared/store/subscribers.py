@@ -71,6 +71,7 @@ from shared.store.dynamo import (
 )
 from shared.store.events import event_record
 from shared.store.send_log import SendLog
+from shared.store.stats import counter_adds, day_adds
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -842,13 +843,14 @@ class SubscriberStore(TableAdapter):
         return try_transact(self.client, actions)
 
     def add_to_counter(self, source: str, metric: str, amount: int = 1) -> None:
-        """Atomic ADD to ``metric`` of ``STATS#<source>`` / ``COUNTERS``."""
-        self.client.update_item(
-            TableName=self.table,
-            Key=key(keys.stats_pk(source), keys.COUNTERS),
-            UpdateExpression="ADD #counter :one",
-            ExpressionAttributeNames={"#counter": metric},
-            ExpressionAttributeValues=values(one=amount),
+        """Atomic ADD to ``metric`` of ``STATS#<source>`` / ``COUNTERS`` and of today's day
+        counters, in one transaction (``shared.store.stats.counter_adds``, ``day_adds``)."""
+        at = clock.iso()
+        self.client.transact_write_items(
+            TransactItems=[
+                counter_adds(self.table, keys.stats_pk(source), keys.COUNTERS, {metric: amount}, at=at),
+                day_adds(self.table, {metric: amount}, at=at),
+            ]
         )
 
     # ----- suppression records (shared.engagement.suppression decides; this stores) -----
