@@ -104,10 +104,11 @@ def test_a_batch_of_distinct_events_is_written_in_one_transaction(
     ]
     # When the batch is written
     records = write_batch(ctx, bodies)
-    # Then: one transaction (12 event items, 4 markers, 2 folded counters updates)
+    # Then: one transaction (12 event items, 4 markers, 3 folded counters updates: the source's,
+    # the template's and the day's)
     assert [r.error for r in records] == [None] * 12
     assert [r.outcome.status for r in records] == ["recorded"] * 12
-    assert transactions.actions == [12 + 4 + 2]
+    assert transactions.actions == [12 + 4 + 3]
     assert sum(len(store.list_events(f"s{i}@example.com")) for i in range(10)) == 12
     counters = stats.source(SOURCE)
     assert (counters.total("delivery"), counters.total("open"), counters.unique("open")) == (10, 2, 2)
@@ -236,7 +237,7 @@ def test_more_actions_than_a_transaction_holds_are_split_into_self_contained_chu
 ) -> None:
     records = write_batch(ctx, deliveries(120))
     assert all(r.outcome.status == "recorded" for r in records)
-    assert transactions.actions == [98 + 2, 22 + 2]  # each chunk ADDs its own events' amounts
+    assert transactions.actions == [97 + 3, 23 + 3]  # each chunk ADDs its own events' amounts
     assert stats.source(SOURCE).total("delivery") == 120
     assert_counters_match_the_events(stats)
 
