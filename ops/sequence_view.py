@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +21,12 @@ from shared.core.errors import FieldProblem, InvalidInput
 from shared.sequences.compiler import duration_label, step_code
 from shared.sequences.model import ExitStep, IfStep, SendStep, Sequence, TagStep, WaitStep, condition_to_data
 from shared.sequences.sfn import StepFunctions
-from shared.store.stats import StatsStore
+from shared.store.stats import Counters, StatsStore
 from shared.store.subscribers import SubscriberStore
 
 MAX_MEMBERS = 100  # members listed on one page
 MAX_LOCATED = 200  # executions whose current step is looked up
+READERS = 8  # reads in flight at once (members' executions, templates' counters)
 
 
 @dataclass(frozen=True)
@@ -66,17 +68,25 @@ def sequence_arg(value: str) -> str:
         raise InvalidInput(str(exc), [FieldProblem("sequence", str(exc))]) from None
 
 
-def members(store: SubscriberStore, sequence_id: str, limit: int | None = None) -> list[Member]:
-    """Subscribers with an active execution of the sequence (its ``EXEC#`` pairs), with the
-    execution's start and ARN; the first ``limit`` of them when given."""
+def members(
+    store: SubscriberStore, sequence_id: str, limit: int | None = None, emails: list[str] | None = None
+) -> list[Member]:
+    """Subscribers with an active execution of the sequence (its ``EXEC#`` pairs, or ``emails``
+    when the caller read them already), with the execution's start and ARN; the first ``limit``
+    of them when given. Their executions are read :data:`READERS` at a time."""
     sequence_id = sequence_arg(sequence_id)
-    emails = store.sequence_members(sequence_id)
-    found = []
-    for email in emails[:limit] if limit is not None else emails:
+    if emails is None:
+        emails = store.sequence_members(sequence_id)
+    shown = emails[:limit] if limit is not None else emails
+
+    def member(email: str) -> Member | None:
         execution = next((e for e in store.list_executions(email) if e.sequence_id == sequence_id), None)
-        if execution is not None:
-            found.append(Member(email, execution.started_at, execution.execution_arn))
-    return found
+        return Member(email, execution.started_at, execution.execution_arn) if execution else None
+
+    if not shown:
+        return []
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        return [m for m in pool.map(member, shown) if m is not None]
 
 
 def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
@@ -122,11 +132,16 @@ def graph(
     and clicked (unique) of its templates, and how many executions are in it now."""
     waiting = waiting or Counter()
     nodes: list[StepNode] = []
+    read: dict[str, Counters] = {}
+    if stats is not None:  # every send template's counters, read at once
+        wanted = list(dict.fromkeys(t for node in graph(sequence) for t in node.templates))
+        with ThreadPoolExecutor(max_workers=READERS) as pool:
+            read = dict(zip(wanted, pool.map(stats.template, wanted), strict=True))
 
     def counts(code: str, templates: tuple[str, ...]) -> dict[str, int]:
         out = {"waiting": waiting.get(code, 0)}
         if stats is not None and templates:
-            totals = [stats.template(t) for t in templates]
+            totals = [read[t] for t in templates]
             out["sent"] = sum(c.total("send") for c in totals)
             out["opened"] = sum(c.uniques.get("open", 0) for c in totals)
             out["clicked"] = sum(c.uniques.get("click", 0) for c in totals)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -66,10 +67,16 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         )
 
     async def subscriber(request: Request) -> Response:
+        from ops.admin import email_arg
+
         email = request.path_params["email"]
-        detail = await call(c.admin.get, email)
-        topics = await call(c.topic_admin.subscriber, email)
-        events = await call(c.admin.store.list_events, detail.profile.email)
+        address = email_arg(email)
+        # Three independent reads, sent at once: the page waits for the slowest, not their sum.
+        detail, topics, events = await asyncio.gather(
+            call(c.admin.get, email),
+            call(c.topic_admin.subscriber, email),
+            call(c.admin.store.list_events, address),
+        )
         return c.page(
             request,
             "subscriber.html",
@@ -128,8 +135,9 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         from ops.engaged import engaged
 
         broadcast_id = request.path_params["id"]
-        details = await call(c.broadcasts.details, broadcast_id)
-        people = await call(engaged, c.stats, broadcast_id)
+        details, people = await asyncio.gather(
+            call(c.broadcasts.details, broadcast_id), call(engaged, c.stats, broadcast_id)
+        )
         return c.page(
             request,
             "broadcast.html",
@@ -199,7 +207,8 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
     # ----- sequences -----------------------------------------------------------------------------
     async def sequences(request: Request) -> Response:
         catalog = c.catalog()
-        active = await call(lambda: {s.id: len(c.admin.store.sequence_members(s.id)) for s in catalog})
+        counted = await asyncio.gather(*(call(c.admin.store.sequence_members, s.id) for s in catalog))
+        active = {s.id: len(found) for s, found in zip(catalog, counted, strict=True)}
         return c.page(request, "sequences.html", sequences=list(catalog), active=active, title="Sequences")
 
     async def sequence(request: Request) -> Response:
@@ -375,8 +384,9 @@ def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
     from ops.sequence_view import MAX_MEMBERS, graph, members, waiting_at
     from shared.sequences.sfn import StepFunctions
 
-    shown = members(c.admin.store, sequence.id, limit=MAX_MEMBERS)
-    total = len(c.admin.store.sequence_members(sequence.id))
+    emails = c.admin.store.sequence_members(sequence.id)
+    shown = members(c.admin.store, sequence.id, limit=MAX_MEMBERS, emails=emails)
+    total = len(emails)
     sfn = StepFunctions(c.target.client("stepfunctions"))
     waiting = waiting_at(sfn, (m.execution_arn for m in shown))
     try:
