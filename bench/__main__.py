@@ -1,6 +1,8 @@
 """``python -m bench [scenario ...]``: run scenarios on a fresh local runtime, print tables.
 ``python -m bench capacity [--json] [scenario ...]``: the capacity model (docs/bench.md).
-``python -m bench scale [--subscribers N] [--json]``: the scale tier (docs/bench-scale.md)."""
+``python -m bench scale [--subscribers N] [--json]``: the scale tier (docs/bench-scale.md).
+``python -m bench console [--subscribers N] [--repeats N] [--json]``: the console's pages
+at size (docs/console.md)."""
 
 from __future__ import annotations
 
@@ -164,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import scale
 
         return scale.main(argv[1:], _runtime)
+    if argv[:1] == ["console"]:
+        from bench import console_pages
+
+        return console_pages.main(argv[1:], _runtime)
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
