@@ -13,7 +13,7 @@ then returns plain JSON:
 - failed_sequence_executions: ``ops.admin.failed_executions`` (``mailstep executions failed``);
 - events_by_subscriber: ``SubscriberStore.list_events`` (``mailstep events``);
   events_by_template, events_by_sequence: ``StatsStore.events`` (the events table GSIs
-  TemplateIndex and SequenceIndex, as ``mailstep stats --since`` reads them);
+  TemplateIndex and SequenceIndex, as ``mailstep stats --since`` reads them; no Deliveries);
 - stats: ``shared.store.stats.report``, ``StatsStore.sources`` and ``StatsStore.signups``
   (``mailstep stats [--signups]``);
 - templates_list/validate/preview: ``ops.templates.rows`` and ``shared.sending.rendering.Renderer``
@@ -233,12 +233,14 @@ def _event_tools(tool: Register[Any], store: SubscriberStore, stats_store: Stats
 
     @tool
     def events_by_template(template: str, since: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        """Events of one template key (e.g. onboarding/welcome), optionally from a date on."""
+        """Events of one template key (e.g. onboarding/welcome), optionally from a date on;
+        Deliveries are not indexed (the template's counters have their count)."""
         return _events(stats_store, template=template, since=since, limit=limit)
 
     @tool
     def events_by_sequence(source: str, since: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        """Events of one sequence or broadcast id, optionally from a date on (2026-01-31)."""
+        """Events of one sequence or broadcast id, optionally from a date on (2026-01-31);
+        Deliveries are not indexed (the source's counters have their count)."""
         return _events(stats_store, source=_sequence_arg(source), since=since, limit=limit)
 
     @tool

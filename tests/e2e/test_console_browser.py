@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -40,18 +39,6 @@ class ConsoleBrowser(Browser):
         super().__init__(profile_dir)
         self.call("Runtime.enable")
         self.call("Log.enable")
-
-    def _read(self) -> None:
-        buffer = b""
-        while chunk := os.read(self._answers, 65536):
-            buffer += chunk
-            while b"\0" in buffer:
-                raw, buffer = buffer.split(b"\0", 1)
-                message = json.loads(raw)
-                self._note(message)
-                waiting = self._waiting.get(message.get("id", -1))
-                if waiting is not None:
-                    waiting.put(message)
 
     def _note(self, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params", {})

@@ -270,10 +270,12 @@ def test_stats_events_suppression_failed_and_doctor_tools_match_what_happened(lo
         # events: by source and by template, the events of those two mails
         by_source = await tools.call("events_by_sequence", source=source)
         mine = events_of(local, reader) + events_of(local, bounced)
-        # (the timeline also shows the send log's "send" entries; the events table has the rest)
-        expected_types = sorted(e["type"] for e in mine if e.get("source") == source and e["type"] != "send")
+        # (the timeline also shows the send log's "send" entries, and the Deliveries, which the
+        # events indexes leave out: docs/data-model.md; the indexes have the rest)
+        timeline = [e["type"] for e in mine if e.get("source") == source]
+        expected_types = sorted(t for t in timeline if t not in ("send", "delivery"))
         assert sorted(e["type"] for e in by_source) == expected_types
-        assert set(expected_types) == {"delivery", "open", "click", "bounce"}
+        assert set(expected_types) == {"open", "click", "bounce"} and "delivery" in timeline
         assert {e["PK"].removeprefix("SUB#") for e in by_source} == {reader, bounced}
         limited = await tools.call("events_by_sequence", source=source, limit=2)
         assert len(limited) == 2 and all(e["source"] == source for e in limited)

@@ -101,9 +101,14 @@ class Browser:
             while b"\0" in buffer:
                 raw, buffer = buffer.split(b"\0", 1)
                 message = json.loads(raw)
+                self._note(message)
                 waiting = self._waiting.get(message.get("id", -1))
                 if waiting is not None:
                     waiting.put(message)
+
+    def _note(self, message: dict[str, Any]) -> None:
+        """Every message from the browser, answers and events, as it arrives (subclasses
+        collect events here)."""
 
     def call(self, method: str, session: Any = ..., **params: Any) -> dict[str, Any]:
         number = next(self._ids)
