@@ -165,6 +165,10 @@ def stack_target(stack_name: str, region: str, aws: ClientFactory | None = None)
     values = {fields[k]: v for k, v in outputs.items() if k in fields}
     if not values.get("state_machine_arn_prefix"):
         values["state_machine_arn_prefix"] = state_machine_arn_prefix(region, stack_name, aws)
+    if outputs.get(specs.API_URL_OUTPUT) and not values.get("public_base_url"):
+        # the functions' PUBLIC_BASE_URL is the API's URL (stacks/mailstep_stack.py): a mail the
+        # operator sends (send-test, the console) links to the same unsubscribe and confirm pages
+        values["public_base_url"] = outputs[specs.API_URL_OUTPUT].rstrip("/")
     resources = stack_resources(stack_name, aws)
     if not values.get("configuration_set") and len(resources["configuration_sets"]) == 1:
         values["configuration_set"] = resources["configuration_sets"][0]  # what the senders name
