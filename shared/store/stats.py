@@ -284,9 +284,17 @@ def signup_counters(table: str, metric: str, *, at: str) -> list[TransactWriteIt
     confirmation, the single opt-in), so the count and the effect never disagree."""
     if metric not in SIGNUP_METRICS:
         raise ValueError(f"not a sign-up metric: {metric!r}")
+    return source_and_day_adds(table, SIGNUP_SOURCE, {metric: 1}, at=at)
+
+
+def source_and_day_adds(
+    table: str, source: str, adds: Mapping[str, int], *, at: str
+) -> list[TransactWriteItemTypeDef]:
+    """``Update``s that ADD ``adds`` to ``source``'s counters and to the day counters of ``at``,
+    for one transaction (the day always repeats the source)."""
     return [
-        counter_adds(table, keys.stats_pk(SIGNUP_SOURCE), keys.COUNTERS, {metric: 1}, at=at),
-        day_adds(table, {metric: 1}, at=at),
+        counter_adds(table, keys.stats_pk(source), keys.COUNTERS, adds, at=at),
+        day_adds(table, adds, at=at),
     ]
 
 

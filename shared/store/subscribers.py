@@ -71,7 +71,7 @@ from shared.store.dynamo import (
 )
 from shared.store.events import event_record
 from shared.store.send_log import SendLog
-from shared.store.stats import counter_adds, day_adds
+from shared.store.stats import source_and_day_adds
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -844,13 +844,10 @@ class SubscriberStore(TableAdapter):
 
     def add_to_counter(self, source: str, metric: str, amount: int = 1) -> None:
         """Atomic ADD to ``metric`` of ``STATS#<source>`` / ``COUNTERS`` and of today's day
-        counters, in one transaction (``shared.store.stats.counter_adds``, ``day_adds``)."""
+        counters, in one transaction (``shared.store.stats.source_and_day_adds``)."""
         at = clock.iso()
         self.client.transact_write_items(
-            TransactItems=[
-                counter_adds(self.table, keys.stats_pk(source), keys.COUNTERS, {metric: amount}, at=at),
-                day_adds(self.table, {metric: amount}, at=at),
-            ]
+            TransactItems=source_and_day_adds(self.table, source, {metric: amount}, at=at)
         )
 
     # ----- suppression records (shared.engagement.suppression decides; this stores) -----
