@@ -6,7 +6,10 @@ Per batch:
    batch after the broadcast's send window is dropped too, unsent and uncounted, and an
    unfinished broadcast is marked failed (``records.close_window``: its claims and markers
    expire after the window); a cancelled broadcast's batch is counted as
-   ``skipped_cancelled`` and nothing is sent;
+   ``skipped_cancelled`` and nothing is sent; a batch in a worker's hands reads the record's
+   status again every ``STATUS_CHECK_S`` seconds and, once it is cancelled (or failed),
+   starts no further send: the recipients not yet sent are counted ``skipped_cancelled``, so
+   a cancel stops the mail within seconds instead of after every batch in flight;
 2. every recipient: a token from the shared window limiter (``shared.sending.rate``), then
    ``send_pipeline.send`` with source = broadcast id and step ``broadcast`` (send-once key
    (broadcast, subscriber), its claim expiring a day after the send window:
@@ -67,6 +70,7 @@ BACKOFF_MAX_S = 3.0
 THROTTLE_RETRY = Backoff(attempts=1 + THROTTLE_RETRIES, base=BACKOFF_BASE_S, cap=BACKOFF_MAX_S, jitter=0.5)
 SAFETY_MARGIN_S = 15.0  # stop starting sends this long before the invocation's deadline
 RATE_SCOPE = "broadcast"  # one budget for all broadcasts together
+STATUS_CHECK_S = 2.0  # a batch being sent reads its broadcast's status this often (one GetItem)
 
 
 class BroadcastNotFound(NotFound):
@@ -233,6 +237,16 @@ def _send_all(
     results: list[SendOutcome | None] = [None] * len(message.emails)
     slots = threading.Semaphore(ctx.threads)
     futures: list[Future[None]] = []
+    checked = clock.epoch_seconds()
+
+    def stopped() -> bool:
+        """Whether the broadcast was cancelled (or failed) since the last look."""
+        nonlocal checked
+        if clock.epoch_seconds() - checked < STATUS_CHECK_S:
+            return False
+        checked = clock.epoch_seconds()
+        current = ctx.records.get(record.id)
+        return current is None or current.status in (CANCELLED, FAILED)
 
     def run(i: int, email: str) -> None:
         try:
@@ -243,6 +257,14 @@ def _send_all(
     with ThreadPoolExecutor(max_workers=ctx.threads, thread_name_prefix="broadcast-send") as pool:
         for i, email in enumerate(message.emails):
             slots.acquire()
+            if stopped():
+                slots.release()
+                cancelled = SendOutcome(status="skipped", send_id="-", reason="cancelled")
+                results[i:] = [cancelled] * (len(message.emails) - i)
+                logger.info(
+                    "broadcast cancelled during a batch", broadcast=record.id, unsent=len(message.emails) - i
+                )
+                break
             if _late(deadline) or not tokens.take(len(message.emails) - i, deadline):
                 slots.release()
                 break

@@ -59,7 +59,19 @@ def signed_up(local: Local, prefix: str) -> tuple[str, str]:
     email = unique_email(prefix)
     sign_up(local, {"email": email}, as_json=True)
     (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    # SES has the mail before the sender records it: wait for its SENT# item and the released
+    # claim, so that a snapshot taken now is the one a refused request must leave unchanged
+    wait_for(
+        lambda: send_recorded(local, email), 30, "the confirmation mail's SENT# item, its claim released"
+    )
     return email, link(local, mail, "/c/")
+
+
+def send_recorded(local: Local, email: str) -> bool:
+    items = partition(local, f"SUB#{email}")
+    return any(i["SK"]["S"].startswith("SENT#") for i in items) and not any(
+        i["SK"]["S"].startswith("SEND#") for i in items
+    )
 
 
 def everything_of(local: Local, email: str) -> list[dict[str, Any]]:

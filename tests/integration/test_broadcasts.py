@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cli.local.provision import LocalResources
+from shared.broadcasts import worker as worker_module
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.model import (
     CANCELLED,
@@ -204,6 +205,34 @@ def test_cancel_mid_way_stops_further_sends_and_resume_sends_only_the_rest(env: 
     assert resumed.round == 2 and record.status == DONE
     assert len(env.ses.sends) == len(set(env.ses.recipients())) == record.audience_size == record.sent
     assert set(env.ses.recipients()) == {p["email"] for p in eligible(people)}
+
+
+def test_a_cancel_stops_the_batch_in_a_workers_hands_and_counts_the_rest_skipped(
+    env: Env, people, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "STATUS_CHECK_S", 0.0)  # look at the status before every send
+    env.service.send(parse_request(id="cancel-in-hand", template=TEMPLATE))  # everyone
+    env.resolve_all(page_size=100)
+    (first, *rest) = env.batches()
+    size = len(parse_batch(first["Body"]).emails)
+    assert size > 10
+
+    # When the broadcast is cancelled after the 5th send of a batch a worker is sending
+    def send_then_cancel(job: SendJob, ctx: SendContext) -> Any:
+        outcome = send(job, ctx)
+        if len(env.ses.sends) == 5:
+            env.service.cancel("cancel-in-hand")
+        return outcome
+
+    (result,) = env.work([first], env.worker(threads=1, send_fn=send_then_cancel))
+    env.work(rest)
+
+    # Then that batch starts no further send, and its unsent recipients are counted skipped
+    assert len(env.ses.sends) == 5
+    assert result.counts == {"sent": 5, "skipped_cancelled": size - 5, "processed": size}
+    record = env.service.get("cancel-in-hand")
+    assert record.status == CANCELLED and record.sent == 5
+    assert record.skipped.get("cancelled") == record.audience_size - 5 == record.processed - 5
 
 
 def test_a_cancelled_scheduled_broadcast_never_resolves(env: Env, people) -> None:
