@@ -40,6 +40,7 @@ from shared.engagement.suppression import Suppression, Suppressions
 from shared.sequences.engine import SequenceEngine
 from shared.sequences.sfn import StepFunctions
 from shared.sequences.validate import Catalog
+from shared.store import keys
 from shared.store.subscribers import Change, EraseReport, Execution, Profile, SubscriberStore
 
 if TYPE_CHECKING:
@@ -237,6 +238,9 @@ def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
     return {"PK": {"S": data["pk"]}, "SK": {"S": data["sk"]}}
 
 
+STATUS_PAGE = 1000  # directory items a Query reads when a status filters them
+
+
 class SubscriberAdmin:
     # Seconds an erase waits for in-flight sequence steps before its second sweep: a step's
     # send, then its SES events through the engagement queue (batching window 2 s).
@@ -278,39 +282,74 @@ class SubscriberAdmin:
         )
 
     def list(
-        self, *, tag: str | None = None, status: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        tag: str | None = None,
+        status: str | None = None,
+        prefix: str = "",
+        limit: int = 50,
+        cursor: str | None = None,
     ) -> Page:
-        """One page of subscribers, filtered by tag and/or status."""
+        """One page of subscribers, filtered by tag and/or status; without a tag, in address
+        order, optionally only addresses starting with ``prefix`` (case-blind)."""
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidInput(f"limit must be 1..{MAX_PAGE}", [FieldProblem("limit", str(limit))])
         status = status_arg(status)
-        kind = f"tag:{tag_arg(tag)}" if tag else "all"
+        kind = f"tag:{tag_arg(tag)}" if tag else f"dir:{prefix.lower()}"
         start = decode_cursor(cursor, kind) if cursor else None
         found: list[Profile] = []
-        for profile, raw_key in self._walk(tag, status, start):
+        walker = iter(self._walk(tag, status, start, prefix=prefix, chunk=limit + 1))
+        for profile, raw_key in walker:
             found.append(profile)
             if len(found) == limit:
-                # Only say "more" when there is more: peek one further.
-                more = next(iter(self._walk(tag, status, raw_key)), None) is not None
+                # Only say "more" when there is more: one further (read with this page).
+                more = next(walker, None) is not None
                 return Page(tuple(found), encode_cursor(kind, raw_key) if more else None)
         return Page(tuple(found), None)
 
     def iter(self, *, tag: str | None = None, status: str | None = None) -> Iterator[Profile]:
-        """Every matching subscriber, streamed page by page (export)."""
+        """Every matching subscriber, streamed page by page (export). Without a tag, a Scan of
+        the profiles: an export reads the whole table anyway, and reaches every profile, one
+        written before the directory existed too (docs/deploy.md, upgrading)."""
         status = status_arg(status)
-        for profile, _ in self._walk(tag_arg(tag) if tag else None, status, None):
+        if tag is None:
+            for profile, _ in self.store.iter_profiles(status=status):
+                yield profile
+            return
+        for profile, _ in self._walk(tag_arg(tag), status, None):
             yield profile
 
     def _walk(
-        self, tag: str | None, status: str | None, start: dict[str, Any] | None
+        self,
+        tag: str | None,
+        status: str | None,
+        start: dict[str, Any] | None,
+        *,
+        prefix: str = "",
+        chunk: int = 100,
     ) -> Iterator[tuple[Profile, dict[str, Any]]]:
+        """Matching profiles with the raw key a cursor resumes after: a tag's ``TAG#``
+        partition, else the subscriber directory (``SubscriberStore.iter_directory``); their
+        profiles read ``chunk`` at a time (BatchGetItem)."""
+        members: Iterator[tuple[str, dict[str, Any]]]
         if tag is None:
-            yield from self.store.iter_profiles(start=start, status=status)
-            return
+            # each directory shard holds about 1/16 of a chunk: read twice that per Query; with a
+            # status (a filter, applied after the Limit) a status few have would take a Query
+            # per few items: read up to 1,000 (about 100 KB) per Query then
+            share = max(10, -(-2 * chunk // keys.DIRECTORY_SHARDS))
+            found = self.store.iter_directory(
+                prefix=prefix,
+                status=status,
+                after=start["SK"]["S"] if start else None,
+                page=STATUS_PAGE if status else share,
+            )
+            members = ((email, {"PK": {"S": keys.DIR}, "SK": {"S": sk}}) for email, sk in found)
+        else:
+            members = self.store.iter_tag_members(tag, start=start, page=chunk)
         batch: list[tuple[str, dict[str, Any]]] = []
-        for member in self.store.iter_tag_members(tag, start=start):
+        for member in members:
             batch.append(member)
-            if len(batch) == 100:
+            if len(batch) == chunk:
                 yield from self._profiles_of(batch, status)
                 batch = []
         yield from self._profiles_of(batch, status)

@@ -3,11 +3,16 @@ cancel, resume, get, list."""
 
 from __future__ import annotations
 
+import copy
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, first_page, resolve_body
@@ -24,6 +29,10 @@ from shared.sequences.sfn import StepFunctions
 from shared.store.stats import StatsStore
 
 SAMPLE = 5
+# The console's live count: each answer resolves pages of COUNT_PAGE recipients for about
+# COUNT_BUDGET_S seconds, then hands back a cursor to go on from.
+COUNT_PAGE = 250
+COUNT_BUDGET_S = 0.15
 
 
 class BroadcastMissing(NotFound):
@@ -41,6 +50,17 @@ class Glance:
 
     def describe(self) -> str:
         return f"{self.size}" if self.complete else f"at least {self.size}"
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A part of an audience's exact count (:meth:`Broadcasts.count`): ``size`` recipients
+    found by this part, the first ``sample`` of them, and where the count goes on (None: the
+    count is complete)."""
+
+    size: int
+    sample: list[str]
+    cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,45 @@ class Broadcasts:
         found = self.resolver.iterate(request.audience)
         first = list(islice(found, sample))
         return len(first) + sum(1 for _ in found), first
+
+    def count(
+        self,
+        request: BroadcastRequest,
+        cursor: str | None = None,
+        *,
+        budget_s: float = COUNT_BUDGET_S,
+        sample: int = SAMPLE,
+    ) -> Counted:
+        """Part of the exact dry-run count, from ``cursor`` on (None: the start): resolver
+        pages of :data:`COUNT_PAGE` recipients until ``budget_s`` seconds are spent or the
+        audience is exhausted. The caller adds the parts up and asks again with the returned
+        cursor until it is None: the console's live count, each answer short whatever the
+        audience's size. A cursor this method did not return is an :class:`InvalidInput`."""
+        resolver = copy.copy(self.resolver)
+        resolver.page_size = COUNT_PAGE
+        resolver.max_evaluated = min(resolver.max_evaluated, COUNT_PAGE * 4)
+        deadline = time.monotonic() + budget_s
+        size, first = 0, list[str]()
+        while True:
+            try:
+                if cursor is not None and not isinstance(json.loads(cursor), dict):
+                    raise ValueError("not an object")
+                page = resolver.page(request.audience, cursor)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise InvalidInput(
+                    "cursor is not one this count returned", [FieldProblem("cursor", "invalid")]
+                ) from None
+            except ClientError as exc:  # a start key DynamoDB refuses
+                if exc.response["Error"]["Code"] != "ValidationException":
+                    raise
+                raise InvalidInput(
+                    "cursor is not one this count returned", [FieldProblem("cursor", "invalid")]
+                ) from None
+            size += len(page.emails)
+            first += page.emails[: max(0, sample - len(first))]
+            cursor = page.cursor
+            if page.exhausted or time.monotonic() >= deadline:
+                return Counted(size, first, None if page.exhausted else cursor)
 
     def glance(self, request: BroadcastRequest, sample: int = SAMPLE) -> Glance:
         """The audience's first page only (at most one resolver page of reads, whatever the

@@ -2,11 +2,12 @@
 complaint rates against SES's thresholds, and active executions per sequence.
 
 What it reads, and why no table is scanned:
-- totals: one counters item per source (``StatsStore.source``): every sequence of the catalog,
-  the newest broadcasts, sign-up confirmations and test sends;
+- totals: one counters item per source, their shards read together (``StatsStore.sources_of``:
+  100 keys per BatchGetItem): every sequence of the catalog, the newest broadcasts, sign-up
+  confirmations and test sends;
 - per day: the day counters (``StatsStore.daily``: every source's sends, deliveries, unique
   opens and clicks, bounces, complaints, unsubscribes, sign-ups and confirmations per UTC day,
-  added in the same transactions as the sources' counters): one read of 16 items per day;
+  added in the same transactions as the sources' counters): one Query per shard for the window;
 - active executions: each sequence's ``EXEC#`` partition (``SubscriberStore.sequence_members``).
 
 The reads do not depend on one another: they are sent at once (:data:`READERS` at a time), so
@@ -107,10 +108,10 @@ def overview(
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         daily = pool.submit(stats.daily, first, days)
         signups = pool.submit(stats.signups)
-        by_source = pool.map(stats.source, sources)
+        by_source = pool.submit(stats.sources_of, sources)
         members = pool.map(store.sequence_members, sequence_ids)
         per_day = daily.result()
-        totals = _sum(list(by_source))
+        totals = _sum(by_source.result().values())
         active = {sequence_id: len(found) for sequence_id, found in zip(sequence_ids, members, strict=True)}
     counts: dict[str, list[int]] = {m: [day.get(DAILY_FIELDS.get(m, m), 0) for day in per_day] for m in DAILY}
     rates: dict[str, list[float | None]] = {"bounce": [], "complaint": []}

@@ -1,9 +1,11 @@
 """Finding subscribers: by address prefix, tag, status and topic, a page at a time.
 
 - A whole address is one read (GetItem).
-- With a tag, the tag's ``TAG#`` partition is read (a Query), else the profiles (a paged,
-  filtered Scan): both through ``ops.admin.SubscriberAdmin.list`` and its cursor, which the
-  result's cursor wraps. Status is filtered by DynamoDB, prefix and topic here.
+- With a tag, the tag's ``TAG#`` partition is read (a Query; prefix filtered here), else the
+  subscriber directory (``DIR#`` items, 16 partitions queried and merged in address order;
+  the prefix and the status are key and filter conditions of those Queries): both through
+  ``ops.admin.SubscriberAdmin.list`` and its cursor, which the result's cursor wraps. The
+  topic is filtered here.
 - One search reads at most :data:`READ_PAGES` pages of :data:`READ_PAGE` subscribers: a
   narrow filter over a large table answers with what those pages held and a cursor to go on,
   never with a read of the whole table.
@@ -89,7 +91,8 @@ def search(
         return Found((profile,) if hit and profile is not None else (), None)
     found: list[Profile] = []
     for _ in range(READ_PAGES):
-        page = admin.list(tag=query.tag, status=query.status, limit=READ_PAGE, cursor=cursor)
+        prefix = "" if query.tag else query.prefix
+        page = admin.list(tag=query.tag, status=query.status, prefix=prefix, limit=READ_PAGE, cursor=cursor)
         found += [p for p in page.subscribers if query.matches(p, topics)]
         cursor = page.cursor
         if cursor is None or len(found) >= limit:

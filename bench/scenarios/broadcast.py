@@ -21,9 +21,8 @@ from shared.core import specs
 from shared.core.aws import ClientFactory
 from shared.core.settings import Settings
 from shared.sending.sender import decode_tag_value
-from shared.store import keys
 from shared.store.dynamo import serialize
-from shared.store.subscribers import Profile
+from shared.store.subscribers import Profile, profile_items
 
 NAME = "broadcast"
 DESCRIPTION = "a broadcast to a tag audience: requests per recipient, overhead vs SES, rate vs MaxSendRate"
@@ -42,7 +41,7 @@ def _seed(aws: ClientFactory, table: str, tag: str, count: int) -> None:
         email = f"{tag}{i:05d}@example.com"
         profile = Profile(email=email, first_name=f"R{i}", attributes={"plan": "pro"}, tags=frozenset({tag}),
                           created_at=now, updated_at=now, version=1)  # fmt: skip
-        items += [profile.to_item(), {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email}]
+        items += profile_items(profile, now)
     ddb = aws.client("dynamodb")
     for start in range(0, len(items), 25):
         request = {table: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}

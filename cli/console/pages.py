@@ -116,8 +116,16 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
     async def audience(request: Request) -> Response:
         form = await request.form()
         built = _request(form)
-        size, sample = await call(c.broadcasts.preview, built)
-        return JSONResponse({"size": size, "sample": sample, "audience": built.audience.describe()})
+        cursor = str(form.get("cursor") or "") or None
+        part = await call(c.broadcasts.count, built, cursor)
+        return JSONResponse(
+            {
+                "size": part.size,
+                "sample": part.sample,
+                "cursor": part.cursor,
+                "audience": built.audience.describe(),
+            }
+        )
 
     async def broadcast_send(request: Request) -> Response:
         form = await request.form()

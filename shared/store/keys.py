@@ -7,6 +7,7 @@ caller can forge another key by accident.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 SEP = "#"
@@ -23,6 +24,7 @@ SUPPRESSION = "SUPPRESSION"
 COUNTERS = "COUNTERS"
 BROADCAST = "BROADCAST"
 ERASED = "ERASED"
+DIR = "DIR"
 IDEMPOTENCY_PK = "IDEMPOTENCY#events"
 
 
@@ -51,8 +53,6 @@ def email_from_sub(key: str) -> str:
 def erased_pk(email: str) -> str:
     """``ERASED#<sha256 of the address>``: remembers that an address was erased without naming
     it, so SES events that arrive after the erase leave nothing behind (shared.engagement.consumer)."""
-    import hashlib
-
     return f"{ERASED}{SEP}{hashlib.sha256(email.encode()).hexdigest()}"
 
 
@@ -151,7 +151,7 @@ def counter_scope(pk: str) -> tuple[str, int]:
 
 
 def index_shard(email: str) -> int:
-    """The events-index shard of a subscriber's events: stable per address (CRC-32)."""
+    """The events-index (and directory) shard of a subscriber: stable per address (CRC-32)."""
     return zlib.crc32(email.encode("utf-8")) % INDEX_SHARDS
 
 
@@ -232,8 +232,6 @@ COOLDOWN = "COOLDOWN"
 
 def signup_mailbox_pk(mailbox: str) -> str:
     """``SIGNUP#<sha256 of the mailbox key>``: the cooldown of every spelling of one mailbox."""
-    import hashlib
-
     return f"{SIGNUP}{SEP}{hashlib.sha256(_part(mailbox, 'mailbox').encode()).hexdigest()}"
 
 
@@ -241,3 +239,33 @@ def signup_domain_key(domain: str, hour: str) -> tuple[str, str]:
     """``SIGNUP#DOMAIN#<domain>`` / ``HOUR#<YYYYMMDDHH>``: confirmation mails to one recipient
     domain in one hour (UTC)."""
     return f"{SIGNUP}{SEP}DOMAIN{SEP}{_part(domain, 'domain')}", f"HOUR{SEP}{_part(hour, 'hour')}"
+
+
+# ----- the subscriber directory (``DIR#<shard>`` / ``<address lowercased>#<address>``) --------
+# One item per subscriber, written with its profile (shared.store.subscribers): the listing of
+# every subscriber in address order and the search by address prefix are Queries of these 16
+# partitions, merged, instead of Scans of the whole table.
+DIRECTORY_SHARDS = INDEX_SHARDS
+
+
+def directory_pk(shard: int) -> str:
+    return f"{DIR}{SEP}{shard:02d}"
+
+
+def directory_pks() -> list[str]:
+    """Every directory partition (what a listing queries and merges)."""
+    return [directory_pk(n) for n in range(DIRECTORY_SHARDS)]
+
+
+def directory_sk(email: str) -> str:
+    """Sorted by the address lowercased (a prefix search is case-blind), then the address."""
+    return f"{_part(email, 'email').lower()}{SEP}{email}"
+
+
+def directory_key(email: str) -> tuple[str, str]:
+    """(PK, SK) of the subscriber's directory item; the shard is its events-index shard."""
+    return directory_pk(index_shard(email)), directory_sk(email)
+
+
+def email_from_directory(sk: str) -> str:
+    return sk.rsplit(SEP, 1)[1]

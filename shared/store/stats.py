@@ -475,6 +475,26 @@ class StatsStore(TableAdapter):
     def template(self, template: str) -> Counters:
         return self._get(*keys.template_stats_key(template))
 
+    def sources_of(self, sources: Iterable[str]) -> dict[str, Counters]:
+        """The counters of several sources: their 16 shards each read together, 100 keys per
+        BatchGetItem, the requests at once (7 sources: 2 requests instead of 7)."""
+        by_pk = {
+            shard: source
+            for source in dict.fromkeys(sources)
+            for shard in keys.counter_shard_pks(keys.stats_pk(source))
+        }
+        wanted = [key(shard, keys.COUNTERS) for shard in by_pk]
+        chunks = [wanted[i : i + 100] for i in range(0, len(wanted), 100)]
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="counters") as pool:
+            pages = list(pool.map(self._read_all, chunks))
+        shards: dict[str, list[dict[str, Any]]] = {source: [] for source in by_pk.values()}
+        for item in (item for page in pages for item in page):
+            shards[by_pk[str(item["PK"])]].append(item)
+        return {
+            source: Counters.from_item(sum_shards(found) if found else None)
+            for source, found in shards.items()
+        }
+
     def _get(self, pk: str, sk: str) -> Counters:
         return Counters.from_item(self._item(pk, sk))
 
@@ -499,13 +519,28 @@ class StatsStore(TableAdapter):
 
     def daily(self, first: date, days: int) -> list[dict[str, int]]:
         """Every source's counts per UTC day from ``first`` on, ``days`` of them (one dict of
-        metric -> count per day; uniques as ``open_unique``/``click_unique``): the day items'
-        shards, 100 keys per BatchGetItem, read at once."""
+        metric -> count per day; uniques as ``open_unique``/``click_unique``): one Query per
+        shard of the day counters for the window's days (``DAY#<first>`` to ``DAY#<last>``),
+        the 16 at once. Only the days that had counts are read: 90 days cost 16 small Queries
+        where a read of each day's 16 keys would be 1,440 keys (15 BatchGetItem)."""
         dates = [(first + timedelta(days=n)).isoformat() for n in range(days)]
-        pk = keys.stats_pk(DAILY_SCOPE)
-        wanted = [key(shard, f"{DAY}{keys.SEP}{d}") for d in dates for shard in keys.counter_shard_pks(pk)]
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            pages = list(pool.map(self._read_all, [wanted[i : i + 100] for i in range(0, len(wanted), 100)]))
+        low, high = f"{DAY}{keys.SEP}{dates[0]}", f"{DAY}{keys.SEP}{dates[-1]}"
+
+        def shard(pk: str) -> list[dict[str, Any]]:
+            return [
+                deserialize(raw)
+                for raw in query_all(
+                    self.client,
+                    TableName=self.table,
+                    KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
+                    ExpressionAttributeValues=values(pk=pk, low=low, high=high),
+                    ConsistentRead=True,
+                )
+            ]
+
+        shards = keys.counter_shard_pks(keys.stats_pk(DAILY_SCOPE))
+        with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="daily") as pool:
+            pages = list(pool.map(shard, shards))
         per_day: dict[str, list[dict[str, Any]]] = {d: [] for d in dates}
         for item in (item for page in pages for item in page):
             per_day.setdefault(str(item["SK"]).split(keys.SEP, 1)[1], []).append(item)

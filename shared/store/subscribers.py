@@ -17,8 +17,10 @@ Merge rules of :meth:`SubscriberStore.upsert` (documented in docs/data-model.md)
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -182,6 +184,29 @@ class Profile:
         }
 
 
+def tag_item(tag: str, email: str, now: str) -> dict[str, Any]:
+    """The ``TAG#<tag>`` / ``SUB#<email>`` partner of a tagged profile."""
+    return {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email, "created_at": now}
+
+
+def directory_item(profile: Profile) -> dict[str, Any]:
+    """The subscriber's directory item (``keys.directory_key``): its address and status, so a
+    listing filtered by status reads no profile it does not show."""
+    pk, sk = keys.directory_key(profile.email)
+    return {"PK": pk, "SK": sk, "email": profile.email, "status": profile.status}
+
+
+def profile_items(profile: Profile, now: str) -> list[dict[str, Any]]:
+    """Every item a new profile is stored as: the profile, its ``TAG#`` partners and its
+    directory item (what :meth:`SubscriberStore.mutate` writes in one transaction; seeders that
+    write many subscribers at once with BatchWriteItem write these)."""
+    return [
+        profile.to_item(),
+        *(tag_item(t, profile.email, now) for t in sorted(profile.tags)),
+        directory_item(profile),
+    ]
+
+
 @dataclass(frozen=True)
 class Change:
     """What a profile write did."""
@@ -316,21 +341,80 @@ class SubscriberStore(TableAdapter):
             if not start:
                 return
 
+    def iter_directory(
+        self, *, prefix: str = "", status: str | None = None, after: str | None = None, page: int = 50
+    ) -> Iterator[tuple[str, str]]:
+        """(email, directory sort key) of every subscriber in address order (lowercased),
+        optionally only addresses starting with ``prefix`` (case-blind) and of one ``status``,
+        from after the sort key ``after`` on: each directory partition queried ``page`` items at
+        a time, merged: the 16 first pages at once, a shard's next page when the merge reaches it."""
+        low = prefix.lower()
+        high = low + "\U0010ffff"  # above every address that starts with the prefix
+        if after is not None and low and after >= high:
+            return
+
+        def query(pk: str) -> dict[str, Any]:
+            names = {"#sk": "SK"}
+            params: dict[str, Any] = {"pk": pk}
+            if low and after is not None:
+                condition = " AND #sk BETWEEN :low AND :high"
+                params.update(low=max(low, after), high=high)
+            elif low:
+                condition, params["low"] = " AND begins_with(#sk, :low)", low
+            elif after is not None:
+                condition, params["after"] = " AND #sk > :after", after
+            else:
+                condition, names = "", {}
+            kwargs: dict[str, Any] = {
+                "TableName": self.table,
+                "KeyConditionExpression": "PK = :pk" + condition,
+                "ConsistentRead": True,
+                "Limit": page,
+            }
+            if status:
+                kwargs["FilterExpression"] = "#status = :status"
+                names["#status"] = "status"
+                params["status"] = status
+            if names:
+                kwargs["ExpressionAttributeNames"] = names
+            kwargs["ExpressionAttributeValues"] = values(**params)
+            return kwargs
+
+        def shard(kwargs: dict[str, Any], answer: Any) -> Iterator[tuple[str, str]]:
+            while True:
+                for raw in answer.get("Items", []):
+                    sk = raw["SK"]["S"]
+                    if sk != after:  # BETWEEN includes its lower bound
+                        yield keys.email_from_directory(sk), sk
+                start = answer.get("LastEvaluatedKey")
+                if not start:
+                    return
+                answer = self.client.query(**kwargs, **page_start(start))
+
+        requests = [query(pk) for pk in keys.directory_pks()]
+        with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="directory") as pool:
+            firsts = list(pool.map(lambda kwargs: self.client.query(**kwargs), requests))  # at once
+        shards = (shard(kwargs, first) for kwargs, first in zip(requests, firsts, strict=True))
+        yield from heapq.merge(*shards, key=lambda found: found[1])
+
     def iter_tag_members(
-        self, tag: str, *, start: dict[str, Any] | None = None
+        self, tag: str, *, start: dict[str, Any] | None = None, page: int | None = None
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """The emails holding ``tag`` (its TAG# partition, page by page), each with its raw key."""
+        """The emails holding ``tag`` (its TAG# partition, ``page`` items a Query, else as many
+        as 1 MB holds), each with its raw key."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "PK = :pk",
             "ExpressionAttributeValues": values(pk=keys.tag_pk(tag)),
             "ProjectionExpression": "PK, SK",
         }
+        if page is not None:
+            kwargs["Limit"] = page
         while True:
-            page = self.client.query(**kwargs, **page_start(start))
-            for raw in page.get("Items", []):
+            answer = self.client.query(**kwargs, **page_start(start))
+            for raw in answer.get("Items", []):
                 yield keys.email_from_sub(raw["SK"]["S"]), {"PK": raw["PK"], "SK": raw["SK"]}
-            start = page.get("LastEvaluatedKey")
+            start = answer.get("LastEvaluatedKey")
             if not start:
                 return
 
@@ -425,6 +509,9 @@ class SubscriberStore(TableAdapter):
             version=(current.version if current else 0) + 1,
         )
         actions = [self._put_profile(new, current)]
+        if current is None or current.status != new.status:
+            item = serialize(directory_item(new))
+            actions.append(Action("directory", {"Put": {"TableName": self.table, "Item": item}}))
         actions += [self._put_tag(tag, email, now) for tag in added]
         actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
         change = Change(
@@ -669,6 +756,7 @@ class SubscriberStore(TableAdapter):
                 )
             ]
             actions += [self._delete(keys.tag_pk(t), keys.sub_pk(email)) for t in sorted(current.tags)]
+            actions.append(self._delete(*keys.directory_key(email)))
             try:
                 transact(self.client, actions)
             except TransactionConflict:
@@ -907,8 +995,7 @@ class SubscriberStore(TableAdapter):
     def _put_tag(self, tag: str, email: str, now: str) -> Action:
         # Four strings, written as DynamoDB's JSON directly (what `serialize` makes of them, without
         # its JSON round trip per value: an import writes one of these per tag per subscriber).
-        item = {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email, "created_at": now}
-        typed = {name: {"S": value} for name, value in item.items()}
+        typed = {name: {"S": value} for name, value in tag_item(tag, email, now).items()}
         return Action("tag", {"Put": {"TableName": self.table, "Item": typed}})
 
     def _delete(self, pk: str, sk: str) -> Action:

@@ -30,7 +30,7 @@ import pytest
 
 from shared.core import specs
 from shared.store.dynamo import serialize
-from shared.store.subscribers import Profile, keys
+from shared.store.subscribers import Profile, profile_items
 from tests.e2e.conftest import ROOT, Local, start_dev, stop_dev, subprocess_env, wait_for_state
 from tests.e2e.helpers import MAIN, queue_url, sent_by, wait_for
 
@@ -67,10 +67,7 @@ def seed(local: Local, emails: list[str]) -> None:
     items: list[dict[str, Any]] = []
     for email in emails:
         profile = Profile(email=email, tags=frozenset({TAG}), created_at=now, updated_at=now, version=1)
-        items += [
-            profile.to_item(),
-            {"PK": keys.tag_pk(TAG), "SK": keys.sub_pk(email), "email": email, "created_at": now},
-        ]
+        items += profile_items(profile, now)
     for start in range(0, len(items), 25):
         request = {MAIN: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}
         while request:

@@ -15,7 +15,7 @@ import pytest
 from shared.broadcasts.model import BATCH_CONTRACT, BatchMessage, to_body
 from shared.core.specs import BROADCAST_QUEUE, SEND_QUEUE
 from shared.store.dynamo import serialize
-from shared.store.subscribers import Profile, keys
+from shared.store.subscribers import Profile, profile_items
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     enqueue,
@@ -62,10 +62,7 @@ def people(local: Local) -> list[dict[str, Any]]:
             updated_at=now,
             version=1,
         )
-        items.append(profile.to_item())
-        items += [
-            {"PK": keys.tag_pk(t), "SK": keys.sub_pk(email), "email": email, "created_at": now} for t in tags
-        ]
+        items += profile_items(profile, now)
         seeded.append(
             {
                 "email": email,

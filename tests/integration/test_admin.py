@@ -10,7 +10,7 @@ import pytest
 from ops.admin import SubscriberAdmin, parse_update
 from shared.core.errors import InvalidInput, SubscriberNotFound
 from shared.store.subscribers import SubscriberStore, keys
-from tests.integration.conftest import scan_all
+from tests.integration.conftest import operations, scan_all
 
 
 class RecordingSfn:
@@ -99,6 +99,52 @@ def test_list_pages_with_cursor_and_filters(store: SubscriberStore, admin: Any) 
         subscribers.list(tag="free", limit=5, cursor=first.cursor)
     with pytest.raises(InvalidInput):
         subscribers.list(status="bogus")
+
+
+def test_the_directory_lists_in_address_order_and_finds_a_prefix_without_a_scan(
+    store: SubscriberStore, admin: Any
+) -> None:
+    subscribers, _ = admin
+    # Given 70 subscribers whose addresses mix case, a few of them unsubscribed
+    emails = [f"{'Zed' if i % 5 == 0 else 'ann' if i % 2 else 'bob'}.{i:02d}@example.com" for i in range(70)]
+    for email in emails:
+        store.upsert(email)
+    for email in emails[::7]:
+        store.unsubscribe(email)
+    in_order = sorted(emails, key=str.lower)
+
+    # When every subscriber is listed, 9 a page
+    with operations() as calls:
+        seen, cursor = [], None
+        while True:
+            page = subscribers.list(limit=9, cursor=cursor)
+            seen += [p.email for p in page.subscribers]
+            if (cursor := page.cursor) is None:
+                break
+    # Then each once, in address order (case-blind), and read by Queries, never a Scan
+    assert seen == in_order
+    assert "Scan" not in calls and set(calls) <= {"Query", "BatchGetItem"}, calls
+
+    # And a prefix is found whatever its case, paged the same way, with its status filter
+    def found(prefix: str, status: str | None = None, limit: int = 4) -> list[str]:
+        got, cursor = [], None
+        while True:
+            page = subscribers.list(prefix=prefix, status=status, limit=limit, cursor=cursor)
+            got += [p.email for p in page.subscribers]
+            if (cursor := page.cursor) is None:
+                return got
+
+    assert found("ZED.") == found("zed.") == [e for e in in_order if e.startswith("Zed.")]
+    assert found("ann.1") == [e for e in in_order if e.startswith("ann.1")]
+    unsubscribed = {e for e in emails[::7]}
+    assert found("bob", "unsubscribed") == [e for e in in_order if e.startswith("bob") and e in unsubscribed]
+    assert found("nobody") == []
+    with pytest.raises(InvalidInput):  # a cursor of another prefix's listing
+        subscribers.list(prefix="bob", cursor=subscribers.list(prefix="ann", limit=2).cursor)
+
+    # And an erased subscriber leaves the directory with its profile
+    store.erase(in_order[0])
+    assert [p.email for p in subscribers.list(limit=1).subscribers] == [in_order[1]]
 
 
 def test_update_changes_tags_and_attributes_with_partners(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cli.local.provision import LocalResources
+from ops import broadcasts as ops_broadcasts
 from shared.broadcasts import worker as worker_module
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.model import (
@@ -91,6 +92,37 @@ def test_paged_resolution_matches_a_brute_force_filter_once_each(env: Env, peopl
     assert len(found) == len(set(found))
     assert set(found) == brute_force(people, wanted)
     assert found, "the filter should match someone in the seeded data"
+
+
+@pytest.mark.parametrize("tags", [(), ("a",)], ids=["everyone", "tag a"])
+def test_the_live_count_adds_up_in_parts_to_the_dry_run_and_refuses_a_forged_cursor(
+    env: Env, people, monkeypatch: pytest.MonkeyPatch, tags: tuple[str, ...]
+) -> None:
+    monkeypatch.setattr(ops_broadcasts, "COUNT_PAGE", 5)  # 240 people: several parts
+    request = parse_request(id="counted", template=TEMPLATE, audience={"tags": list(tags)})
+    size, sample = env.service.preview(request)
+
+    # When the count is asked part by part, each part one page (no time to spare)
+    parts, total, cursor = [], 0, None
+    while True:
+        part = env.service.count(request, cursor, budget_s=0.0)
+        parts.append(part)
+        total += part.size
+        if (cursor := part.cursor) is None:
+            break
+
+    # Then the parts add up to the whole dry run, and the first part shows a sample of it
+    wanted = brute_force(people, lambda t, a: set(tags) <= t)
+    assert len(parts) >= 2 and total == size == len(wanted)
+    assert len(parts[0].sample) == len(sample) == 5 and set(parts[0].sample) <= wanted
+    # and with time to spare, one answer counts it all
+    assert env.service.count(request, budget_s=120).size == size
+    # and a cursor it did not return is a clear error
+    scan = '{"part": 0, "segments": "x", "open": {}}'  # the "everyone" Scan's cursor
+    tag = '{"part": 0, "key": {"PK": {"N": "1"}}}'  # a tag partition's, with a key of another type
+    for forged in ("nonsense", "[1]", tag if tags else scan):
+        with pytest.raises(InvalidInput, match="cursor"):
+            env.service.count(request, forged)
 
 
 def test_a_broadcast_reaches_exactly_its_audience_once_and_a_rerun_sends_nothing(env: Env, people) -> None:

@@ -343,5 +343,11 @@ def test_concurrent_counting_spreads_over_the_shards_and_reads_sum_them(resource
         keys.counter_shard_pks(keys.stats_pk("bc"))
     )
     assert counts(resources, "bc", "news/june") == (207, 200)
-    listed = StatsStore(table, resources.tables["events_table_name"]).sources()
+    store = StatsStore(table, resources.tables["events_table_name"])
+    listed = store.sources()
     assert set(listed) == {"bc"} and listed["bc"].total("send") == 207
+    # and the read of several sources at once (the overview's) sums the same, a source without
+    # counters reading as zero
+    many = store.sources_of(["bc", "nothing-here", "bc"])
+    assert many["bc"] == store.source("bc") and many["bc"].total("send") == 207
+    assert many["nothing-here"].total("send") == 0 and set(many) == {"bc", "nothing-here"}

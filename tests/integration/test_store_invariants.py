@@ -54,6 +54,12 @@ def check_pairs(erased: set[str] = frozenset()) -> None:  # type: ignore[assignm
             partner = by_key.get((sk, pk))
             assert partner is not None, f"inverted EXEC item {pk}/{sk} has no partner"
             assert sk in profiles, "execution pair without a profile"
+    # the directory: exactly one item per profile, under the profile's key, with its status
+    directory = {i["email"]: i for i in main if i["PK"].startswith(f"{keys.DIR}#")}
+    assert set(directory) == {keys.email_from_sub(pk) for pk in profiles}, "directory drifted"
+    for email, entry in directory.items():
+        assert (entry["PK"], entry["SK"]) == keys.directory_key(email)
+        assert entry["status"] == profiles[keys.sub_pk(email)]["status"]
     for email in erased:
         sub = keys.sub_pk(email)
         assert not [k for k in by_key if sub in k], f"erased subscriber left items: {email}"
@@ -187,15 +193,15 @@ def test_erase_removes_every_item_and_partner(resources, store: SubscriberStore)
         "gone@example.com", {"SK": keys.event_sk("2026-01-01T00:00:00Z", "open", "1"), "type": "open"}
     )
     report = store.erase("gone@example.com")
-    # profile + 2 TAG# partners + the EXEC pair + its ENTERED# marker
-    assert report.event_items == 1 and report.main_items == 6
+    # profile + its directory item + 2 TAG# partners + the EXEC pair + its ENTERED# marker
+    assert report.event_items == 1 and report.main_items == 7
     check_pairs({"gone@example.com"})
     assert store.tag_members("a") == ["stay@example.com"]
     counts: dict[str, int] = defaultdict(int)
     for item in scan_all(MAIN_TABLE.local_name):
         counts[item["PK"].split("#")[0]] += 1
     # the erase is remembered by a tombstone that holds a hash of the address, never the address
-    assert counts == {"SUB": 1, "TAG": 1, "ERASED": 1}
+    assert counts == {"SUB": 1, "TAG": 1, "DIR": 1, "ERASED": 1}  # stay@: profile, tag, directory
     assert not [i for i in scan_all(MAIN_TABLE.local_name) if "gone@" in str(i)]
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from shared.store import keys
@@ -42,6 +44,11 @@ def test_an_address_keeps_its_index_shard_and_addresses_spread_over_all_shards()
     shards = {keys.index_shard(f"reader{i}@example.com") for i in range(400)}
     assert shards == set(range(keys.INDEX_SHARDS))
     assert keys.index_shard("ann@example.com") == keys.index_shard("ann@example.com")
+    # consecutive addresses (an import's, a page of the directory in address order) spread too:
+    # 96 of them, 6 a shard on average, none holds more than 3 times that
+    for start in range(0, 2000, 96):
+        run = Counter(keys.index_shard(f"reader{i:05d}@example.com") for i in range(start, start + 96))
+        assert max(run.values()) <= 18, (start, run)
     assert keys.index_key("b1", 3) == "b1#03" and len(set(keys.index_keys("b1"))) == keys.INDEX_SHARDS
     with pytest.raises(ValueError):
         keys.index_key("b#1", 0)

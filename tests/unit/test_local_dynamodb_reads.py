@@ -95,6 +95,34 @@ def _reads(client: Any) -> Iterator[Any]:
         after = page.get("LastEvaluatedKey")
         if not after:
             break
+    # pages of a partition with a sort-key condition, forwards and backwards, a filter after
+    # the Limit (the local runtime hands moto only the items such a page can reach)
+    shapes: list[dict[str, Any]] = [
+        {"KeyConditionExpression": "PK = :pk AND begins_with(SK, :sk)", ":sk": "ITEM#02"},
+        {
+            "KeyConditionExpression": "PK = :pk AND SK BETWEEN :lo AND :hi",
+            ":lo": "ITEM#007",
+            ":hi": "ITEM#031",
+        },
+        {"KeyConditionExpression": "PK = :pk AND SK > :sk", ":sk": "ITEM#013", "ScanIndexForward": False},
+        {"KeyConditionExpression": "PK = :pk AND SK <= :sk", ":sk": "ITEM#030"},
+        {"KeyConditionExpression": "PK = :pk", "FilterExpression": "flag = :yes", ":yes": True},
+    ]
+    for shape in shapes:
+        for limit in (1, 2, 3):
+            request = {k: v for k, v in shape.items() if not k.startswith(":")}
+            request["ExpressionAttributeValues"] = {":pk": "SUB#1"} | {
+                k: v for k, v in shape.items() if k.startswith(":")
+            }
+            after = None
+            while True:
+                page = client.query(
+                    TableName=TABLE, Limit=limit, **request, **({"ExclusiveStartKey": after} if after else {})
+                )
+                yield page
+                after = page.get("LastEvaluatedKey")
+                if not after:
+                    break
     start: dict[str, Any] | None = None
     while True:  # every page, its LastEvaluatedKey included
         page = client.scan(TableName=TABLE, Limit=7, **({"ExclusiveStartKey": start} if start else {}))

@@ -37,15 +37,19 @@
     });
   }
 
-  function post(url, form) {
+  function post(url, form, extra) {
+    const data = new URLSearchParams(new FormData(form));
+    Object.entries(extra || {}).forEach(([k, v]) => data.set(k, v));
     return fetch(url, {
       method: "POST",
       credentials: "same-origin",
       headers: { "X-CSRF-Token": csrf, "Content-Type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams(new FormData(form)),
+      body: data,
     }).then(r => r.json().then(body => ({ ok: r.ok, body: body })));
   }
 
+  // The live count: each answer counts a part of the audience and hands back a cursor; the
+  // parts are added up here until the cursor is null (a large audience counts up on screen).
   function audience() {
     const form = document.getElementById("broadcast-form");
     if (!form) return;
@@ -53,27 +57,39 @@
     const sample = document.getElementById("sample");
     let timer = null;
     let asked = 0;
+    function fail(mine, text) {
+      if (mine !== asked) return;
+      out.dataset.state = "error";
+      out.textContent = "Audience: " + text;
+    }
+    function part(mine, total, cursor) {
+      post("/api/audience", form, cursor ? { cursor: cursor } : {}).then(({ ok, body }) => {
+        if (mine !== asked) return;
+        if (!ok) return fail(mine, body.error);
+        if (!cursor) {
+          sample.textContent = "";
+          body.sample.forEach(email => {
+            const li = document.createElement("li");
+            li.textContent = email;
+            sample.appendChild(li);
+          });
+        }
+        total += body.size;
+        if (body.cursor) {
+          out.textContent = "Audience: counting ... " + total + " so far, " + body.audience;
+          part(mine, total, body.cursor);
+          return;
+        }
+        out.dataset.state = "counted";
+        out.dataset.size = String(total);
+        out.textContent = "Audience: " + total + " subscriber(s), " + body.audience;
+      }).catch(() => fail(mine, "cannot count"));
+    }
     function count() {
       const mine = ++asked;
       out.dataset.state = "counting";
       out.textContent = "Audience: counting ...";
-      post("/api/audience", form).then(({ ok, body }) => {
-        if (mine !== asked) return;
-        sample.textContent = "";
-        if (!ok) {
-          out.dataset.state = "error";
-          out.textContent = "Audience: " + body.error;
-          return;
-        }
-        out.dataset.state = "counted";
-        out.dataset.size = String(body.size);
-        out.textContent = "Audience: " + body.size + " subscriber(s), " + body.audience;
-        body.sample.forEach(email => {
-          const li = document.createElement("li");
-          li.textContent = email;
-          sample.appendChild(li);
-        });
-      }).catch(() => { if (mine === asked) { out.dataset.state = "error"; out.textContent = "Audience: cannot count"; } });
+      part(mine, 0, null);
     }
     form.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
     form.addEventListener("change", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
