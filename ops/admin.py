@@ -238,9 +238,6 @@ def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
     return {"PK": {"S": data["pk"]}, "SK": {"S": data["sk"]}}
 
 
-STATUS_PAGE = 1000  # directory items a Query reads when a status filters them
-
-
 class SubscriberAdmin:
     # Seconds an erase waits for in-flight sequence steps before its second sweep: a step's
     # send, then its SES events through the engagement queue (batching window 2 s).
@@ -333,15 +330,12 @@ class SubscriberAdmin:
         profiles read ``chunk`` at a time (BatchGetItem)."""
         members: Iterator[tuple[str, dict[str, Any]]]
         if tag is None:
-            # each directory shard holds about 1/16 of a chunk: read twice that per Query; with a
-            # status (a filter, applied after the Limit) a status few have would take a Query
-            # per few items: read up to 1,000 (about 100 KB) per Query then
-            share = max(10, -(-2 * chunk // keys.DIRECTORY_SHARDS))
+            # each directory shard holds about 1/16 of a chunk: read twice that per Query
             found = self.store.iter_directory(
                 prefix=prefix,
                 status=status,
                 after=start["SK"]["S"] if start else None,
-                page=STATUS_PAGE if status else share,
+                page=max(10, -(-2 * chunk // keys.DIRECTORY_SHARDS)),
             )
             members = ((email, {"PK": {"S": keys.DIR}, "SK": {"S": sk}}) for email, sk in found)
         else:

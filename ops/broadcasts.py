@@ -31,8 +31,8 @@ from shared.store.stats import StatsStore
 SAMPLE = 5
 # The console's live count: each answer resolves pages of COUNT_PAGE recipients for about
 # COUNT_BUDGET_S seconds, then hands back a cursor to go on from.
-COUNT_PAGE = 250
-COUNT_BUDGET_S = 0.15
+COUNT_PAGE = 100
+COUNT_BUDGET_S = 0.1
 
 
 class BroadcastMissing(NotFound):

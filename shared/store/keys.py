@@ -248,13 +248,18 @@ def signup_domain_key(domain: str, hour: str) -> tuple[str, str]:
 DIRECTORY_SHARDS = INDEX_SHARDS
 
 
-def directory_pk(shard: int) -> str:
-    return f"{DIR}{SEP}{shard:02d}"
+def directory_pk(shard: int, status: str | None = None) -> str:
+    """``DIR#<shard>``: every subscriber; ``DIR#<status>#<shard>``: only those of a status other
+    than ``subscribed`` (a second, sparse directory: a few subscribers have it)."""
+    if status is None:
+        return f"{DIR}{SEP}{shard:02d}"
+    return f"{DIR}{SEP}{_part(status, 'status')}{SEP}{shard:02d}"
 
 
-def directory_pks() -> list[str]:
-    """Every directory partition (what a listing queries and merges)."""
-    return [directory_pk(n) for n in range(DIRECTORY_SHARDS)]
+def directory_pks(status: str | None = None) -> list[str]:
+    """Every partition of the directory (of one status: the sparse one), what a listing
+    queries and merges."""
+    return [directory_pk(n, status) for n in range(DIRECTORY_SHARDS)]
 
 
 def directory_sk(email: str) -> str:
@@ -262,9 +267,10 @@ def directory_sk(email: str) -> str:
     return f"{_part(email, 'email').lower()}{SEP}{email}"
 
 
-def directory_key(email: str) -> tuple[str, str]:
-    """(PK, SK) of the subscriber's directory item; the shard is its events-index shard."""
-    return directory_pk(index_shard(email)), directory_sk(email)
+def directory_key(email: str, status: str | None = None) -> tuple[str, str]:
+    """(PK, SK) of the subscriber's directory item (with ``status``: its item in that status's
+    sparse directory); the shard is its events-index shard."""
+    return directory_pk(index_shard(email), status), directory_sk(email)
 
 
 def email_from_directory(sk: str) -> str:

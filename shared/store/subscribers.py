@@ -189,21 +189,25 @@ def tag_item(tag: str, email: str, now: str) -> dict[str, Any]:
     return {"PK": keys.tag_pk(tag), "SK": keys.sub_pk(email), "email": email, "created_at": now}
 
 
-def directory_item(profile: Profile) -> dict[str, Any]:
-    """The subscriber's directory item (``keys.directory_key``): its address and status, so a
-    listing filtered by status reads no profile it does not show."""
+def directory_items(profile: Profile) -> list[dict[str, Any]]:
+    """The subscriber's directory items (``keys.directory_key``: address and status): one in the
+    directory of everyone, and one in its status's sparse directory unless it is subscribed."""
     pk, sk = keys.directory_key(profile.email)
-    return {"PK": pk, "SK": sk, "email": profile.email, "status": profile.status}
+    items = [{"PK": pk, "SK": sk, "email": profile.email, "status": profile.status}]
+    if profile.status != SUBSCRIBED:
+        pk = keys.directory_key(profile.email, profile.status)[0]
+        items.append({"PK": pk, "SK": sk, "email": profile.email, "status": profile.status})
+    return items
 
 
 def profile_items(profile: Profile, now: str) -> list[dict[str, Any]]:
     """Every item a new profile is stored as: the profile, its ``TAG#`` partners and its
-    directory item (what :meth:`SubscriberStore.mutate` writes in one transaction; seeders that
-    write many subscribers at once with BatchWriteItem write these)."""
+    directory items (what :meth:`SubscriberStore.mutate` writes in one transaction; seeders
+    that write many subscribers at once with BatchWriteItem write these)."""
     return [
         profile.to_item(),
         *(tag_item(t, profile.email, now) for t in sorted(profile.tags)),
-        directory_item(profile),
+        *directory_items(profile),
     ]
 
 
@@ -347,11 +351,19 @@ class SubscriberStore(TableAdapter):
         """(email, directory sort key) of every subscriber in address order (lowercased),
         optionally only addresses starting with ``prefix`` (case-blind) and of one ``status``,
         from after the sort key ``after`` on: each directory partition queried ``page`` items at
-        a time, merged: the 16 first pages at once, a shard's next page when the merge reaches it."""
+        a time, merged: the 16 first pages at once, a shard's next page when the merge reaches it.
+        A status other than ``subscribed`` reads its own sparse directory (no filter); ``subscribed``
+        filters the directory of everyone (most pass)."""
         low = prefix.lower()
         high = low + "\U0010ffff"  # above every address that starts with the prefix
         if after is not None and low and after >= high:
             return
+
+        # a status other than subscribed has its own sparse directory: no filter there
+        sparse = status is not None and status != SUBSCRIBED
+        pks = keys.directory_pks(status if sparse else None)
+        if sparse:
+            status = None
 
         def query(pk: str) -> dict[str, Any]:
             names = {"#sk": "SK"}
@@ -391,7 +403,7 @@ class SubscriberStore(TableAdapter):
                     return
                 answer = self.client.query(**kwargs, **page_start(start))
 
-        requests = [query(pk) for pk in keys.directory_pks()]
+        requests = [query(pk) for pk in pks]
         with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="directory") as pool:
             firsts = list(pool.map(lambda kwargs: self.client.query(**kwargs), requests))  # at once
         shards = (shard(kwargs, first) for kwargs, first in zip(requests, firsts, strict=True))
@@ -510,8 +522,11 @@ class SubscriberStore(TableAdapter):
         )
         actions = [self._put_profile(new, current)]
         if current is None or current.status != new.status:
-            item = serialize(directory_item(new))
-            actions.append(Action("directory", {"Put": {"TableName": self.table, "Item": item}}))
+            for item in directory_items(new):
+                put = {"TableName": self.table, "Item": serialize(item)}
+                actions.append(Action("directory", {"Put": put}))  # type: ignore[typeddict-item]
+            if current is not None and current.status != SUBSCRIBED:
+                actions.append(self._delete(*keys.directory_key(email, current.status)))
         actions += [self._put_tag(tag, email, now) for tag in added]
         actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
         change = Change(
@@ -756,7 +771,7 @@ class SubscriberStore(TableAdapter):
                 )
             ]
             actions += [self._delete(keys.tag_pk(t), keys.sub_pk(email)) for t in sorted(current.tags)]
-            actions.append(self._delete(*keys.directory_key(email)))
+            actions += [self._delete(i["PK"], i["SK"]) for i in directory_items(current)]
             try:
                 transact(self.client, actions)
             except TransactionConflict:

@@ -54,12 +54,22 @@ def check_pairs(erased: set[str] = frozenset()) -> None:  # type: ignore[assignm
             partner = by_key.get((sk, pk))
             assert partner is not None, f"inverted EXEC item {pk}/{sk} has no partner"
             assert sk in profiles, "execution pair without a profile"
-    # the directory: exactly one item per profile, under the profile's key, with its status
-    directory = {i["email"]: i for i in main if i["PK"].startswith(f"{keys.DIR}#")}
-    assert set(directory) == {keys.email_from_sub(pk) for pk in profiles}, "directory drifted"
-    for email, entry in directory.items():
-        assert (entry["PK"], entry["SK"]) == keys.directory_key(email)
-        assert entry["status"] == profiles[keys.sub_pk(email)]["status"]
+    # the directory: exactly one item per profile, under the profile's key, with its status;
+    # and one more in the sparse directory of its status when it is not subscribed
+    entries = [i for i in main if i["PK"].startswith(f"{keys.DIR}#")]
+    everyone = {i["email"]: i for i in entries if i["PK"] in keys.directory_pks()}
+    sparse = {i["email"]: i for i in entries if i["PK"] not in keys.directory_pks()}
+    assert len(everyone) + len(sparse) == len(entries), "two directory items of one address"
+    assert set(everyone) == {keys.email_from_sub(pk) for pk in profiles}, "directory drifted"
+    for email, entry in everyone.items():
+        status = profiles[keys.sub_pk(email)]["status"]
+        assert (entry["PK"], entry["SK"]) == keys.directory_key(email) and entry["status"] == status
+    assert set(sparse) == {
+        keys.email_from_sub(pk) for pk, p in profiles.items() if p["status"] != "subscribed"
+    }, "the sparse directory drifted"
+    for email, entry in sparse.items():
+        status = profiles[keys.sub_pk(email)]["status"]
+        assert (entry["PK"], entry["SK"]) == keys.directory_key(email, status) and entry["status"] == status
     for email in erased:
         sub = keys.sub_pk(email)
         assert not [k for k in by_key if sub in k], f"erased subscriber left items: {email}"
