@@ -2,13 +2,14 @@
 
 - A whole address is one read (GetItem).
 - With a tag, the tag's ``TAG#`` partition is read (a Query; prefix filtered here), else the
-  subscriber directory (``DIR#`` items, 16 partitions queried and merged in address order;
+  subscriber directory (``DIR#`` items, 8 partitions queried and merged in address order;
   the prefix and the status are key and filter conditions of those Queries): both through
   ``ops.admin.SubscriberAdmin.list`` and its cursor, which the result's cursor wraps. The
   topic is filtered here.
-- One search reads at most :data:`READ_PAGES` pages of :data:`READ_PAGE` subscribers: a
-  narrow filter over a large table answers with what those pages held and a cursor to go on,
-  never with a read of the whole table.
+- A search filtered here (a topic; a prefix with a tag) reads at most :data:`READ_PAGES` pages
+  of :data:`READ_PAGE` subscribers: a narrow filter over a large table answers with what those
+  pages held and a cursor to go on, never with a read of the whole table. Otherwise one page
+  of ``limit`` is read.
 """
 
 from __future__ import annotations
@@ -92,7 +93,11 @@ def search(
     found: list[Profile] = []
     for _ in range(READ_PAGES):
         prefix = "" if query.tag else query.prefix
-        page = admin.list(tag=query.tag, status=query.status, prefix=prefix, limit=READ_PAGE, cursor=cursor)
+        # only a topic (or a prefix with a tag) is filtered here: without one, a page of the
+        # listing is the answer, so read no more than it shows
+        filtered = query.topic is not None or bool(query.tag and query.prefix)
+        wanted = READ_PAGE if filtered else limit
+        page = admin.list(tag=query.tag, status=query.status, prefix=prefix, limit=wanted, cursor=cursor)
         found += [p for p in page.subscribers if query.matches(p, topics)]
         cursor = page.cursor
         if cursor is None or len(found) >= limit:

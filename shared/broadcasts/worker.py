@@ -56,7 +56,7 @@ from shared.core.settings import Settings
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome
 from shared.sending.pipeline import send as pipeline_send
-from shared.sending.rate import TokenPool, WindowLimiter
+from shared.sending.rate import RESERVED_SCOPE, Reservations, TokenPool, WindowLimiter
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -69,7 +69,7 @@ BACKOFF_MAX_S = 3.0
 # 0.2 s, 0.4 s, ... 3 s, each with a fresh token from the shared limiter.
 THROTTLE_RETRY = Backoff(attempts=1 + THROTTLE_RETRIES, base=BACKOFF_BASE_S, cap=BACKOFF_MAX_S, jitter=0.5)
 SAFETY_MARGIN_S = 15.0  # stop starting sends this long before the invocation's deadline
-RATE_SCOPE = "broadcast"  # one budget for all broadcasts together
+RATE_SCOPE = RESERVED_SCOPE  # one budget for all broadcasts together, the other mail served first
 STATUS_CHECK_S = 2.0  # a batch being sent reads its broadcast's status this often (one GetItem)
 
 
@@ -100,18 +100,24 @@ class TokenPools:
     table: str
     scope: str = RATE_SCOPE
     client: DynamoDBClient | None = None
+    # the other mail, served first (shared.sending.rate); None: broadcasts take the whole rate
+    reservations: Reservations | None = None
     _pools: dict[float, TokenPool] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def for_rate(self, rate: float) -> TokenPool:
         with self._lock:
             if rate not in self._pools:
-                self._pools[rate] = TokenPool(WindowLimiter(self.table, self.scope, rate, client=self.client))
+                limiter = WindowLimiter(
+                    self.table, self.scope, rate, client=self.client, reservations=self.reservations
+                )
+                self._pools[rate] = TokenPool(limiter)
             return self._pools[rate]
 
     @property
     def requests(self) -> int:
-        return sum(p.limiter.requests for p in self._pools.values())
+        reserved = self.reservations.requests if self.reservations is not None else 0
+        return reserved + sum(p.limiter.requests for p in self._pools.values())
 
 
 @dataclass
@@ -124,16 +130,17 @@ class WorkerContext:
     send_fn: Callable[[SendJob, SendContext], SendOutcome] = pipeline_send
 
     def __post_init__(self) -> None:
-        # A batch counts its sends once (records.count_batch), so single sends do not.
-        if self.send.count_sends:
-            self.send = replace(self.send, count_sends=False)
+        # A batch counts its sends once (records.count_batch), so single sends do not; and a
+        # broadcast's sends take the tokens the other mail left, they reserve none.
+        if self.send.count_sends or self.send.reserve is not None:
+            self.send = replace(self.send, count_sends=False, reserve=None)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:
         return cls(
             records=BroadcastStore(settings.table_name),
             send=SendContext.from_settings(settings),
-            pools=TokenPools(settings.table_name),
+            pools=TokenPools(settings.table_name, reservations=Reservations(settings.table_name, RATE_SCOPE)),
             threads=settings.broadcast_worker_threads,
         )
 

@@ -44,7 +44,7 @@ class Settings(BaseModel):
     broadcast_control_queue_url: str = ""  # broadcast.resolve envelopes -> broadcast-resolver
     broadcast_schedule_arn: str = ""  # state machine that waits until --at, then starts resolving
     broadcast_max_send_rate: float = Field(default=0.0, ge=0)  # cap (mails/s); 0: the account's rate
-    broadcast_rate_share: float = Field(default=0.95, gt=0, le=1)  # of the rate; the rest is reserved
+    broadcast_rate_share: float = Field(default=1.0, gt=0, le=1)  # of the rate (other mail goes first)
     broadcast_worker_threads: int = Field(default=8, ge=1, le=32)  # sends in flight per worker
 
     # Replies (shared/engagement/replies.py): forward every recorded reply to this address (empty: no).

@@ -637,12 +637,12 @@ WORKER_CPU_MS_PER_MAIL = 40.0  # budget; python -m bench capacity measures 30-45
 WORKER_HEADROOM = 1.5  # for slower CPUs, cold starts and the rate limiter's waits
 MIN_BROADCAST_WORKERS = 3
 MAX_BROADCAST_WORKERS = 1000  # SQS event source maximum concurrency (and the account's default)
-DEFAULT_BROADCAST_RATE_SHARE = 0.95  # shared.core.settings.Settings.broadcast_rate_share
+DEFAULT_BROADCAST_RATE_SHARE = 1.0  # shared.core.settings.Settings.broadcast_rate_share
 
 
 def broadcast_workers(ses_max_send_rate: float, share: float = DEFAULT_BROADCAST_RATE_SHARE) -> int:
     """How many broadcast workers (the broadcast queue's maximum concurrency) keep up with
-    ``share`` of an account's SES rate: 14/s -> 3, 200/s -> 12, 1,000/s -> 57."""
+    ``share`` of an account's SES rate: 14/s -> 3, 200/s -> 12, 1,000/s -> 60."""
     needed = ses_max_send_rate * share * WORKER_CPU_MS_PER_MAIL / 1000.0 * WORKER_HEADROOM
     return max(MIN_BROADCAST_WORKERS, min(MAX_BROADCAST_WORKERS, math.ceil(needed)))
 

@@ -38,11 +38,13 @@ and its count follows (``SendLog.complete``, docs/sending.md).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict
 
 from shared.core import clock
@@ -50,10 +52,12 @@ from shared.core.aws import ClientFactory
 from shared.core.errors import InvalidInput
 from shared.core.models import UNSUBSCRIBED
 from shared.core.observability import logger, redact_email
+from shared.core.retry import Backoff
 from shared.core.settings import Settings
 from shared.core.topics import TopicCatalog, require_topics
 from shared.sending.jobs import SendJob
 from shared.sending.mime import Envelope, build_message, parse_mailbox, to_bytes
+from shared.sending.rate import RESERVED_SCOPE, Reservations
 from shared.sending.rendering import (
     Renderer,
     RenderError,
@@ -146,6 +150,10 @@ class SendContext:
     token_ttl_days: int = 365
     lease_seconds: int = 300
     count_sends: bool = True  # False: the caller counts sends (a broadcast batch)
+    # Counts this send in its second before the SES call, so broadcasts give way to it
+    # (shared.sending.rate.Reservations); None: a broadcast's send, which took a token instead.
+    reserve: Callable[[int], None] | None = None
+    sleep: Callable[[float], None] = time.sleep
     renderer: Renderer = field(default_factory=renderer)
     topics: TopicCatalog = field(default_factory=TopicCatalog)  # topics.yaml: defaults and names
 
@@ -178,7 +186,25 @@ class SendContext:
             token_ttl_days=settings.unsubscribe_token_ttl_days,
             lease_seconds=settings.send_claim_lease_seconds,
             topics=require_topics(),
+            reserve=Reservations(settings.table_name, RESERVED_SCOPE, client=ddb).reserve,
         )
+
+
+# SES throttling of a send that is not a broadcast's: three more tries after pauses between half
+# and all of 0.25 s, 0.5 s and 1 s (the broadcasts have given way by then: shared.sending.rate);
+# still throttled, the caller retries later (the SQS record comes back).
+THROTTLE_RETRY = Backoff(attempts=4, base=0.25, cap=1.0, jitter=0.5)
+
+
+def _reserve(ctx: SendContext, log: dict[str, Any]) -> None:
+    """Count this send in its second (shared.sending.rate); a failed count never stops it."""
+    if ctx.reserve is None:
+        return
+    try:
+        ctx.reserve(1)
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "?")
+        logger.warning("send rate reservation failed", extra={**log, "error_code": code})
 
 
 def send_id_for(job: SendJob) -> str:
@@ -250,19 +276,21 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         _record_event(ctx, job, send_id, "send_failed", reason, moment)
         return SendOutcome(status="failed", send_id=send_id, reason=reason, detail=str(exc)[:300])
 
-    result = ctx.ses.send_raw(
-        raw,
-        from_email=envelope.from_email,
-        to_email=job.email,
-        tags={
-            "template": job.template,
-            "source": job.source,
-            "step": job.step,
-            "send_id": send_id,
-            "kind": "transactional" if job.transactional else "marketing",
-            **({"topic": job.topic} if job.topic and not job.transactional else {}),
-        },
-    )
+    tags = {
+        "template": job.template,
+        "source": job.source,
+        "step": job.step,
+        "send_id": send_id,
+        "kind": "transactional" if job.transactional else "marketing",
+        **({"topic": job.topic} if job.topic and not job.transactional else {}),
+    }
+    _reserve(ctx, log)
+    for _ in THROTTLE_RETRY.tries(sleep=ctx.sleep):
+        result = ctx.ses.send_raw(raw, from_email=envelope.from_email, to_email=job.email, tags=tags)
+        # a broadcast's send retries with a token of its own (shared.broadcasts.worker); other
+        # mail was reserved, so a broadcast gives way within a second: try again here
+        if ctx.reserve is None or result.status != "retryable":
+            break
     if result.status != "sent" or not result.message_id:
         ctx.log.release(job.email, job.source, job.step, claim.claim_id)
         if result.status == "rejected":

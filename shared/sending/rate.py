@@ -17,6 +17,16 @@ Over-asking only raises the recorded count of a window that is already full. No
 conditional write, no retry loop, no clock coordination beyond NTP-synchronised hosts.
 Items expire through ``ttl`` after a minute.
 
+Other mail first: a broadcast may use the account's whole rate, and the rest of mailstep's mail
+(transactional, sequences, sign-up confirmations) takes its share first. Each such send adds 1
+to its second's reservation counter before its SES call (:class:`Reservations`: one of
+``RESERVE_SHARDS`` keys per second picked at random, so no key takes more than a quarter of it),
+and sends whatever the count says; the broadcast limiter takes the last full second's count off
+its rate (read once a second per process: one BatchGetItem). So broadcasts give way within about
+a second to the other mail actually being sent, and use all of the rate when there is none.
+While they give way, a transactional send that SES still throttles (the second before the
+broadcast saw it) is retried in place after a short pause (``shared.sending.pipeline``).
+
 Cost: one write (1 WRU) per grant. A worker asks once per window while it has mail, so
 requests per mail are about ``workers / tokens per window`` (e.g. 3 workers at 50/s with
 10-token windows: 0.3 WRU per mail, $0.19 per million mails). Bursts are at most one
@@ -42,6 +52,9 @@ if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
 
 
+RESERVED_SCOPE = "broadcast"  # the broadcast limiter's scope: the other mail reserves in it
+RESERVE_SHARDS = 4  # keys of one second's reservation counter
+RESERVE_TTL_S = 60
 TOKENS_PER_WINDOW = 10
 MIN_WINDOW_S = 0.1
 MAX_WINDOW_S = 1.0
@@ -58,6 +71,53 @@ def window_capacity(rate: float, window_s: float, index: int) -> int:
 
 
 @dataclass
+class Reservations:
+    """The mail other than broadcasts, counted per second (see the module doc)."""
+
+    table: str
+    scope: str
+    client: DynamoDBClient | None = None
+    clock: Callable[[], float] = time.time
+    requests: int = 0  # UpdateItem and BatchGetItem calls made (bench, tests)
+    _seen: tuple[int, int] = (-1, 0)  # (second, its count) last read
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def _ddb(self) -> DynamoDBClient:
+        return self.client or aws_client("dynamodb")
+
+    def reserve(self, n: int = 1) -> None:
+        """Count ``n`` sends of this second (one UpdateItem on a random shard)."""
+        now = self.clock()
+        shard = random.randrange(RESERVE_SHARDS)  # noqa: S311 - spreading writes, not crypto
+        self._ddb.update_item(
+            TableName=self.table,
+            Key=key(*keys.rate_reserve_key(self.scope, int(now), shard)),
+            UpdateExpression="ADD used :n SET #ttl = if_not_exists(#ttl, :ttl)",
+            ExpressionAttributeNames={"#ttl": "ttl"},
+            ExpressionAttributeValues=values(n=n, ttl=int(now) + RESERVE_TTL_S),
+        )
+        with self._lock:
+            self.requests += 1
+
+    def last_second(self) -> int:
+        """The sends counted in the last full second: read once per second and process."""
+        second = int(self.clock()) - 1
+        with self._lock:
+            if self._seen[0] == second:
+                return self._seen[1]
+        wanted = [key(*keys.rate_reserve_key(self.scope, second, n)) for n in range(RESERVE_SHARDS)]
+        answer = self._ddb.batch_get_item(RequestItems={self.table: {"Keys": wanted}})
+        used = sum(
+            int(i["used"]["N"]) for i in answer.get("Responses", {}).get(self.table, []) if "used" in i
+        )
+        with self._lock:
+            self.requests += 1
+            self._seen = (second, used)
+        return used
+
+
+@dataclass
 class WindowLimiter:
     """Tokens for ``rate`` mails per second, shared through the table by every process."""
 
@@ -68,6 +128,8 @@ class WindowLimiter:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     requests: int = 0  # UpdateItem calls made (bench, tests)
+    # the other mail, served first: its last second's count is taken off ``rate`` (None: all of it)
+    reservations: Reservations | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -83,7 +145,10 @@ class WindowLimiter:
         """Ask for up to ``n`` tokens of the current window: (granted, seconds to its end)."""
         now = self.clock()
         index = int(now // self.window_s)
-        cap = window_capacity(self.rate, self.window_s, index)
+        rate = self.rate
+        if self.reservations is not None:
+            rate = max(0.0, rate - self.reservations.last_second())
+        cap = window_capacity(rate, self.window_s, index)
         left = (index + 1) * self.window_s - now
         want = max(0, min(n, cap))
         if want == 0:

@@ -351,7 +351,7 @@ class SubscriberStore(TableAdapter):
         """(email, directory sort key) of every subscriber in address order (lowercased),
         optionally only addresses starting with ``prefix`` (case-blind) and of one ``status``,
         from after the sort key ``after`` on: each directory partition queried ``page`` items at
-        a time, merged: the 16 first pages at once, a shard's next page when the merge reaches it.
+        a time, merged: the first pages at once, a shard's next page when the merge reaches it.
         A status other than ``subscribed`` reads its own sparse directory (no filter); ``subscribed``
         filters the directory of everyone (most pass)."""
         low = prefix.lower()

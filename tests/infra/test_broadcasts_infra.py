@@ -87,7 +87,7 @@ def test_broadcast_workers_have_their_own_queue_and_a_visibility_of_6x_their_tim
     assert set(resolver.send_queues) == {specs.BROADCAST_QUEUE, specs.BROADCAST_CONTROL_QUEUE}
 
 
-@pytest.mark.parametrize(("rate", "workers"), [(None, 3), (200, 12), (1000, 57)])
+@pytest.mark.parametrize(("rate", "workers"), [(None, 3), (200, 12), (1000, 60)])
 def test_broadcast_workers_get_a_full_vcpu_and_a_concurrency_sized_by_the_accounts_rate(
     tmp_path_factory: pytest.TempPathFactory, rate: int | None, workers: int
 ) -> None:

@@ -72,7 +72,7 @@ def test_visibility_timeouts_are_6x_the_consumer_timeout() -> None:
 
 def test_broadcast_workers_keep_up_with_the_broadcasts_share_of_the_rate_at_the_cpu_budget() -> None:
     assert specs.broadcast_workers(14) == specs.MIN_BROADCAST_WORKERS == 3
-    assert specs.broadcast_workers(1000) == 57  # 950/s x 40 ms = 38 vCPU, x 1.5 headroom
+    assert specs.broadcast_workers(1000) == 60  # 1,000/s x 40 ms = 40 vCPU, x 1.5 headroom
     assert specs.broadcast_workers(10**6) == specs.MAX_BROADCAST_WORKERS
     for rate in (50, 200, 1000, 5000):
         capacity = specs.broadcast_workers(rate) * 1000 / specs.WORKER_CPU_MS_PER_MAIL  # one vCPU each
