@@ -274,19 +274,22 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
 
 @pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 def test_concurrent_workers_reach_90_percent_of_max_send_rate_and_fail_nothing(local, people) -> None:
-    # Given the local SES at MaxSendRate 50/s (the mapping runs 3 workers, each in its own
-    # process with 8 sends in flight)
-    want = expected(people, lambda t, a: "bcb" in t)
-    with ses_rate(local, 50):
-        # When a broadcast to ~900 subscribers runs to the end
-        answer = send(local, "--tag", "bcb", "--id", "e2e-rate", "--yes", timeout=300)
+    # Given the local SES at MaxSendRate 15/s (the mapping runs 3 workers, each in its own
+    # process with 8 sends in flight: 24 sends in flight, so the rate, not a local send's
+    # latency of up to a second on a loaded 2-core machine, is what limits them; the broadcasts
+    # take the whole rate: no other mail is sent meanwhile)
+    rate = 15
+    want = expected(people, lambda t, a: {"bcb", "bcc"} <= t)
+    with ses_rate(local, rate):
+        # When a broadcast to ~450 subscribers runs to the end
+        answer = send(local, "--tag", "bcb", "--tag", "bcc", "--id", "e2e-rate", "--yes", timeout=300)
         assert answer.returncode == 0, answer.stdout + answer.stderr
-    # Then everyone got it once, nothing failed (throttling was retried), at >= 90% of 50/s
+    # Then everyone got it once, nothing failed (throttling was retried), at >= 90% of the rate
     stored = record(local, "e2e-rate")
     went = sent_by(local, "e2e-rate")
     assert stored["status"] == "done" and stored["failed"] == 0
     assert sorted(d for m in went for d in m["destination"]) == sorted(want)
     stamps = sorted(datetime.fromisoformat(m["timestamp"].replace("Z", "+00:00")).timestamp() for m in went)
     achieved = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    print(f"\n{len(went)} mails at {achieved:.1f}/s ({achieved / 50:.0%} of MaxSendRate 50/s)")
-    assert achieved >= 0.9 * 50, f"achieved {achieved:.1f}/s"
+    print(f"\n{len(went)} mails at {achieved:.1f}/s ({achieved / rate:.0%} of MaxSendRate {rate}/s)")
+    assert achieved >= 0.9 * rate, f"achieved {achieved:.1f}/s"

@@ -172,6 +172,7 @@ def test_find_a_subscriber_and_erase_them(local: Local, console: Console, browse
     browser.shot("console-flow-erase-1-found")
     browser.click(f"#results a[href='/subscribers/{quote(email, safe='')}']")
     browser.wait_text("h1", lambda t: t == email, "the subscriber's page")
+    browser.wait_for_page(lambda: True, "the subscriber's page's script")
     assert "Grace" in browser.text()
     # the button stays disabled until the address is typed
     assert browser.evaluate("document.getElementById('erase').disabled") is True

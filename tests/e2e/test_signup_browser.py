@@ -154,16 +154,30 @@ class Browser:
         return str(self.evaluate("document.body.innerText"))
 
     def click(self, selector: str) -> None:
-        """A real mouse click in the middle of the element (it is scrolled into view first)."""
-        box = self.evaluate(
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView();"
-            " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        """A real mouse click in the middle of the element, once it is scrolled into view and is
+        what is under that point (a page still laying out, or a screenshot that resized the
+        view, may put something else there for a moment)."""
+        aim = (
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
+            " e.scrollIntoView({block: 'center', inline: 'center'});"
+            " const r = e.getBoundingClientRect(); const x = r.x + r.width / 2, y = r.y + r.height / 2;"
+            " const hit = document.elementFromPoint(x, y);"
+            " return hit && (hit === e || e.contains(hit)) ? [x, y] : null; })()"
         )
+        box = wait_for(lambda: self.evaluate(aim), 10, f"{selector} under the pointer", interval_s=0.2)
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 
     def type(self, selector: str, text: str) -> None:
-        self.click(selector)
+        """Click the field until it has the focus (a page still laying out may put something
+        else under the click's point), then type ``text`` into it."""
+        element = f"document.querySelector({json.dumps(selector)})"
+
+        def focused() -> bool:
+            self.click(selector)
+            return bool(self.evaluate(f"document.activeElement === {element}"))
+
+        wait_for(focused, 10, f"{selector} to have the focus", interval_s=0.2)
         self.call("Input.insertText", text=text)
 
     def screenshot(self, name: str) -> Path:

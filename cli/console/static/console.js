@@ -126,7 +126,9 @@
     const input = document.getElementById("erase-confirm");
     if (!input) return;
     const button = document.getElementById("erase");
-    input.addEventListener("input", () => { button.disabled = input.value.trim() !== input.dataset.expect; });
+    const update = () => { button.disabled = input.value.trim() !== input.dataset.expect; };
+    input.addEventListener("input", update);
+    update();  // what was typed before this script ran counts too
   }
 
   document.addEventListener("DOMContentLoaded", () => { charts(); audience(); progress(); eraseGuard(); });
