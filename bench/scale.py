@@ -286,9 +286,12 @@ def run(bench: Bench, subscribers: int, ses_rate: float = DEFAULT_SES_RATE,
     return report(subscribers, imported, figures, memory, model, runtime_peak_mb)
 
 
-def main(argv: list[str], runtime: Callable[[], contextlib.AbstractContextManager[Bench]]) -> int:
+def main(argv: list[str], runtime: Callable[..., contextlib.AbstractContextManager[Bench]]) -> int:
     """``python -m bench scale [--subscribers N] [--json]``; ``runtime`` starts the local runtime
-    the bench measures (``bench.__main__._runtime``)."""
+    the bench measures (``bench.__main__._runtime``), its template synthesized for the capacity
+    model's account (``mailstep:sesMaxSendRate`` = :data:`DEFAULT_SES_RATE`), as
+    ``python -m bench capacity`` does: the broadcast workers' concurrency is the one such a
+    deployment has (8 environments at most locally)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench scale",
         description="The scale tier: import N subscribers and send them one broadcast on the local "
@@ -308,7 +311,7 @@ def main(argv: list[str], runtime: Callable[[], contextlib.AbstractContextManage
     def say(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
-    with _runtime_announced(runtime, say) as bench:
+    with _runtime_announced(lambda: runtime({"mailstep:sesMaxSendRate": DEFAULT_SES_RATE}), say) as bench:
         result = run(bench, args.subscribers, say=say)
     print(json.dumps(result, indent=2) if args.json else text(result))
     return 0
