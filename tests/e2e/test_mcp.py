@@ -166,7 +166,7 @@ def test_subscriber_tools_match_the_store(local: Local) -> None:
         erased = await tools.call("subscriber_erase", email=erased_email, confirm=True)
         assert (erased["email"], erased["deleted_items"], erased["sequences_stopped"]) == (
             erased_email,
-            2,  # the profile and its one TAG# partner
+            3,  # the profile, its one TAG# partner and its directory item
             [],
         )
         assert erased["deleted_events"] >= 1  # its contact.created event (and idempotency record)

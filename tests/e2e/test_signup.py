@@ -67,6 +67,15 @@ def signed_up(local: Local, prefix: str) -> tuple[str, str]:
     return email, link(local, mail, "/c/")
 
 
+def settled_pending(local: Local, email: str) -> dict[str, Any] | None:
+    """The address's pending sign-up once its confirmation went out and was counted (``mailed``
+    set, ``uncounted`` gone) and its send recorded; None before."""
+    pending = item(local, f"SUB#{email}", "PENDING")
+    if pending is None or "mailed" not in pending or "uncounted" in pending:
+        return None
+    return pending if send_recorded(local, email) else None
+
+
 def send_recorded(local: Local, email: str) -> bool:
     items = partition(local, f"SUB#{email}")
     return any(i["SK"]["S"].startswith("SENT#") for i in items) and not any(
@@ -227,7 +236,10 @@ def test_get_changes_nothing_and_post_confirms_with_consent_and_starts_the_welco
     (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
     url = public(local, link(local, mail, "/c/"))
     ctx = local.ssl_context()
-    pending = item(local, f"SUB#{email}", "PENDING")
+    # the sender has marked the sign-up mailed and counted it (after SES had the mail)
+    pending = wait_for(
+        lambda: settled_pending(local, email), 30, "the pending sign-up marked mailed and counted"
+    )
 
     # A pending sign-up is in no broadcast audience
     assert audience_size(local) == size_before
