@@ -130,26 +130,23 @@ class Broadcasts:
         resolver.max_evaluated = min(resolver.max_evaluated, COUNT_PAGE * 4)
         deadline = time.monotonic() + budget_s
         size, first = 0, list[str]()
-        while True:
-            try:
-                if cursor is not None and not isinstance(json.loads(cursor), dict):
-                    raise ValueError("not an object")
+        forged = InvalidInput("cursor is not one this count returned", [FieldProblem("cursor", "invalid")])
+        try:
+            if cursor is not None and not isinstance(json.loads(cursor), dict):
+                raise forged
+            while True:
                 page = resolver.page(request.audience, cursor)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise InvalidInput(
-                    "cursor is not one this count returned", [FieldProblem("cursor", "invalid")]
-                ) from None
-            except ClientError as exc:  # a start key DynamoDB refuses
-                if exc.response["Error"]["Code"] != "ValidationException":
-                    raise
-                raise InvalidInput(
-                    "cursor is not one this count returned", [FieldProblem("cursor", "invalid")]
-                ) from None
-            size += len(page.emails)
-            first += page.emails[: max(0, sample - len(first))]
-            cursor = page.cursor
-            if page.exhausted or time.monotonic() >= deadline:
-                return Counted(size, first, None if page.exhausted else cursor)
+                size += len(page.emails)
+                first += page.emails[: max(0, sample - len(first))]
+                cursor = page.cursor
+                if page.exhausted or time.monotonic() >= deadline:
+                    return Counted(size, first, None if page.exhausted else cursor)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise forged from None
+        except ClientError as exc:  # a start key DynamoDB refuses
+            if exc.response["Error"]["Code"] != "ValidationException":
+                raise
+            raise forged from None
 
     def glance(self, request: BroadcastRequest, sample: int = SAMPLE) -> Glance:
         """The audience's first page only (at most one resolver page of reads, whatever the
