@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from shared.broadcasts.model import BATCH_CONTRACT, BatchMessage, to_body
-from shared.core.specs import BROADCAST_QUEUE, SEND_QUEUE
+from shared.core.specs import BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE, SEND_QUEUE
 from shared.store.dynamo import serialize
 from shared.store.subscribers import Profile, profile_items
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
+    drained,
     enqueue,
     ok_json,
     ops,
@@ -195,10 +196,18 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
         cancelled = broadcast(local, "cancel", "e2e-cancel")
         assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stdout
 
-        # Batches already in a worker's hands finish; then the queue drains without sending.
+        # Batches already in a worker's hands stop within seconds; the queued ones drain without
+        # sending. A cancel that comes while the audience is still being resolved also stops the
+        # resolution: the record then counts the recipients resolved so far (`resolved` stays
+        # false), so "settled" is both queues empty and every resolved recipient processed.
+        sqs = local.client("sqs")
+        queues = [queue_url(local, q.local_name) for q in (BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE)]
+
         def settled() -> dict[str, Any] | None:
+            if not all(drained(sqs, url) for url in queues):
+                return None
             stored = record(local, "e2e-cancel")
-            return stored if stored["resolved"] and stored["processed"] >= stored["audience"] else None
+            return stored if stored["processed"] >= stored["audience"] else None
 
         stored = wait_for(settled, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
     went = sent_by(local, "e2e-cancel")

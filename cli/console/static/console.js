@@ -106,7 +106,8 @@
       const bar = document.getElementById("b-bar");
       bar.max = p.audience || 1;
       bar.value = p.processed || 0;
-      document.getElementById("b-count").textContent = p.processed + " / " + p.audience + (p.resolved ? "" : " (resolving)");
+      document.getElementById("b-count").textContent = p.processed + " / " + p.audience +
+        (p.resolved ? "" : final.includes(p.status) ? " (resolution stopped)" : " (resolving)");
       document.getElementById("b-sent").textContent = p.sent;
       document.getElementById("b-failed").textContent = p.failed;
       const skipped = Object.entries(p.skipped || {}).map(([k, v]) => k + ": " + v).join(" ");
