@@ -36,7 +36,7 @@ from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, LambdaFunction
 from moto.core.common_types import TYPE_RESPONSE
 from moto.core.exceptions import JsonRESTError
-from moto.core.utils import iso_8601_datetime_with_milliseconds, unix_time
+from moto.core.utils import iso_8601_datetime_with_milliseconds, unix_time, unix_time_millis
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.comparisons import get_comparison_func, get_filter_expression
 from moto.dynamodb.exceptions import (
@@ -51,6 +51,7 @@ from moto.dynamodb.responses import DynamoHandler, DynamoResult
 from moto.sesv2 import urls as sesv2_urls
 from moto.sesv2.responses import SESV2Response
 from moto.sns.models import Subscription as SnsSubscription
+from moto.sqs.models import Message as SqsMessage
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
@@ -118,6 +119,10 @@ def self_check() -> None:
         problems.append("DynamoDB transact_write_items no longer snapshots whole tables: review the override")
     if "item.hash_key == hash_key" not in inspect.getsource(_MOTO_TABLE_QUERY):
         problems.append("DynamoDB Table.query no longer keeps a partition's items of all_items")
+    for (owner, name), source in _SQS_CLOCK.items():
+        member = _MOTO_SQS_PROPERTIES[owner, name]
+        if not isinstance(member, property) or source not in inspect.getsource(member.fget):  # type: ignore[arg-type]
+            problems.append(f"SQS {owner.__name__}.{name} no longer reads {source!r}: review _sqs_counts")
     if "lambda_event_source_mappings" not in inspect.getsource(Queue.add_message):
         problems.append("SQS Queue.add_message no longer triggers event source mappings")
     from moto.stepfunctions import responses as sfn_responses
@@ -413,6 +418,11 @@ def _serve_faster() -> None:
     - SQS ReceiveMessage checks every message's retention through GetQueueAttributes, which
       rebuilds every attribute of the queue (counting all its messages) three times: the
       retention period is read from the queue itself;
+    - SQS counts a queue's messages (every SendMessage does, through the queue's attributes, and
+      every ReceiveMessage lists the visible ones) reading the clock twice per message: a queue
+      with a backlog made each send and receive cost its length in clock reads, so the
+      emulator slowed down as a broadcast's events queued up. The counts now read the clock
+      once per count (:func:`_sqs_counts`), with the same comparisons;
     - DynamoDB reads (see :func:`dynamodb_read_serialized`) walked the response model for
       every attribute of every item returned: 80 % of a Scan's time.
     """
@@ -422,10 +432,50 @@ def _serve_faster() -> None:
     moto_backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
     WSGIRequestHandler.protocol_version = "HTTP/1.1"  # keep-alive: no connection per request
     SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
+    _sqs_counts()
     SnsSubscription.get_post_data = _sns_post_data  # type: ignore[method-assign]
     DynamoHandler.serialized = dynamodb_read_serialized  # type: ignore[method-assign]
     dynamodb_models.Table.query = partition_query  # type: ignore[method-assign]
     dynamodb_models.Table.all_items = _all_items  # type: ignore[method-assign]
+
+
+# What moto's SQS properties compare (the originals, kept before the patch for self_check).
+_SQS_CLOCK = {
+    (SqsMessage, "visible"): "current_time > self.visible_at",
+    (SqsMessage, "delayed"): "current_time < self.delayed_until",
+    (Queue, "messages"): "message.visible and not message.delayed",
+    (Queue, "approximate_number_of_messages_delayed"): "m.delayed",
+    (Queue, "approximate_number_of_messages_not_visible"): "not m.visible",
+    (Queue, "approximate_number_of_messages"): "len(self.messages)",
+}
+_MOTO_SQS_PROPERTIES = {key: inspect.getattr_static(key[0], key[1], None) for key in _SQS_CLOCK}
+
+
+def sqs_visible(queue: Any) -> list[Any]:
+    """``Queue.messages``: the messages visible and not delayed, at one instant."""
+    now = unix_time_millis()
+    return [m for m in queue._messages if now > m.visible_at and not now < m.delayed_until]
+
+
+def sqs_delayed(queue: Any) -> int:
+    now = unix_time_millis()
+    return sum(1 for m in queue._messages if now < m.delayed_until)
+
+
+def sqs_not_visible(queue: Any) -> int:
+    now = unix_time_millis()
+    return sum(1 for m in queue._messages if not now > m.visible_at)
+
+
+def _sqs_counts() -> None:
+    """moto's ``Queue.messages`` and approximate counts, with one clock read per call instead
+    of one per message (moto's ``Message.visible`` is ``now > visible_at`` and
+    ``Message.delayed`` ``now < delayed_until``, each reading the clock; checked by
+    :func:`self_check`)."""
+    Queue.messages = property(sqs_visible)  # type: ignore[method-assign,assignment]
+    Queue.approximate_number_of_messages_delayed = property(sqs_delayed)  # type: ignore[method-assign,assignment]
+    Queue.approximate_number_of_messages_not_visible = property(sqs_not_visible)  # type: ignore[method-assign,assignment]
+    Queue.approximate_number_of_messages = property(lambda queue: len(sqs_visible(queue)))  # type: ignore[method-assign,assignment]
 
 
 # A Query on a table's own key: moto looks at every item of the table (``all_items``) and keeps

@@ -87,6 +87,7 @@ class LocalSes:
         self.throttled = 0  # TooManyRequests answers (bench)
         self._refilled = time.monotonic()
         self._sent: deque[tuple[float, int]] = deque()  # (wall time, recipients) for 24 h
+        self._sent_total = 0  # the sum of ``_sent``'s recipients: a send costs the same at any volume
         self._lock = threading.Lock()
         # configuration set -> destination name -> EventDestination (SES v2 shape)
         self.destinations: dict[str, dict[str, dict[str, Any]]] = {}
@@ -104,8 +105,8 @@ class LocalSes:
 
     def _sent_last_24h(self, now: float) -> int:
         while self._sent and self._sent[0][0] < now - 86400:
-            self._sent.popleft()
-        return sum(n for _, n in self._sent)
+            self._sent_total -= self._sent.popleft()[1]
+        return self._sent_total
 
     def _take(self, recipients: int) -> None:
         with self._lock:
@@ -120,6 +121,7 @@ class LocalSes:
                 raise SesError("TooManyRequestsException", "Maximum sending rate exceeded.", 429)
             self._tokens -= recipients
             self._sent.append((wall, recipients))
+            self._sent_total += recipients
 
     def _sandbox_check(self, recipients: list[str], verified: Callable[[str], bool]) -> None:
         """In the SES sandbox every recipient must be a verified identity (the address or its

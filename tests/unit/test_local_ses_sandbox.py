@@ -54,3 +54,26 @@ def test_out_of_the_sandbox_any_recipient_is_delivered(tmp_path: Path) -> None:
     send(ses, "anyone@example.org")
     assert len(list(tmp_path.glob("*.eml"))) == 1
     assert ses.account()["ProductionAccessEnabled"] is True
+
+
+def test_the_24_hour_quota_counts_the_last_day_s_recipients_and_frees_them_a_day_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.local import ses as ses_module
+
+    now = [1_000_000.0]
+    monkeypatch.setattr(ses_module.time, "time", lambda: now[0])
+    ses = local_ses(tmp_path, sandbox=False)
+    ses.configure(max_24_hour_send=3)
+    send(ses, "a@x.test", "b@x.test")
+    now[0] += 3600
+    send(ses, "c@x.test")
+    assert ses.account()["SendQuota"]["SentLast24Hours"] == 3
+    with pytest.raises(SesError) as refused:
+        send(ses, "d@x.test")
+    assert refused.value.message == "Daily message quota exceeded."
+
+    now[0] += 86400 - 3600 + 1  # the first send's two recipients are a day old
+    assert ses.account()["SendQuota"]["SentLast24Hours"] == 1
+    send(ses, "d@x.test", "e@x.test")
+    assert ses.account()["SendQuota"]["SentLast24Hours"] == 3
