@@ -35,6 +35,7 @@ from jinja2 import (
     BaseLoader,
     Environment,
     StrictUndefined,
+    Template,
     TemplateError,
     TemplateSyntaxError,
     UndefinedError,
@@ -54,6 +55,7 @@ PAGES = "_pages"
 BODY_SUFFIXES = (".md", ".html")
 DEFAULT_LAYOUT = "default"
 NO_LAYOUT = "none"
+STRING_CACHE = 512  # compiled subject/preheader/reason sources a renderer keeps
 FRONT_MATTER_KEYS = frozenset({"subject", "preheader", "layout", "reason"})
 MAX_KEY = TEMPLATE_KEY_MAX  # template keys: shared.core.models.TemplateKey
 
@@ -238,12 +240,19 @@ def _date_filter(value: str | date, fmt: str = "%B %-d, %Y") -> str:
 class Renderer:
     """Renders the templates of one directory. Environments and parsed templates are cached."""
 
-    def __init__(self, root: Path = TEMPLATES_DIR) -> None:
+    def __init__(self, root: Path = TEMPLATES_DIR, *, reload: bool = True) -> None:
+        """``reload=False``: the files never change while this renderer lives (a function's
+        bundled templates), so a render does not look at their modification times."""
         self.root = root.resolve()
-        self.html_env = _base_env(self.root, autoescape=True)
-        self.markdown_env = _base_env(self.root, autoescape=True, finalize=_markdown_finalize)
-        self.text_env = _base_env(self.root, autoescape=False)
+        self.html_env = _base_env(self.root, autoescape=True, auto_reload=reload)
+        self.markdown_env = _base_env(
+            self.root, autoescape=True, finalize=_markdown_finalize, auto_reload=reload
+        )
+        self.text_env = _base_env(self.root, autoescape=False, auto_reload=reload)
         self._sources: dict[str, TemplateSource] = {}
+        # subjects, preheaders and reasons, compiled once each (a broadcast renders one subject
+        # for every recipient); bounded, as a long-lived process sees many sources
+        self._strings: dict[str, Template] = {}
 
     # ----- discovery -------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -332,7 +341,12 @@ class Renderer:
         if "{" not in source:
             return source
         try:
-            return self.text_env.from_string(source).render(context)
+            compiled = self._strings.get(source)
+            if compiled is None:
+                if len(self._strings) >= STRING_CACHE:
+                    self._strings.clear()
+                compiled = self._strings[source] = self.text_env.from_string(source)
+            return compiled.render(context)
         except UndefinedError as exc:
             raise RenderError(f"undefined variable: {exc.message}", where) from None
         except TemplateSyntaxError as exc:
@@ -537,7 +551,8 @@ def html_to_text(html: str) -> str:
 # ----- the default renderer ---------------------------------------------------------------
 @lru_cache(maxsize=4)
 def renderer(root: Path = TEMPLATES_DIR) -> Renderer:
-    return Renderer(root)
+    """The functions' renderer: their templates are the bundled ones, read once."""
+    return Renderer(root, reload=False)
 
 
 def render(key: str, context: Mapping[str, Any], *, subject: str | None = None) -> Rendered:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,30 @@ def test_html_to_text_keeps_links_and_skips_hidden_parts():
         html_to_text(html)
         == "Tips\n----\n\nSee the docs (https://x.test/a) or https://x.test/b.\n\n1. a\n2. b\n"
     )
+
+
+def test_a_subject_is_compiled_once_and_rendered_for_each_reader(tmp_templates):
+    """A broadcast renders one subject for every recipient: compiled once, rendered each time."""
+    _write(
+        tmp_templates,
+        "b.md",
+        "---\nsubject: Hi {{ first_name }}\npreheader: For {{ first_name }}\n---\nbody\n",
+    )
+    engine = Renderer(tmp_templates, reload=False)
+    first = engine.render("b", _ctx("Ann"))
+    second = engine.render("b", _ctx("Bo"))
+    assert (first.subject, first.preheader) == ("Hi Ann", "For Ann")
+    assert (second.subject, second.preheader) == ("Hi Bo", "For Bo")
+    assert sorted(engine._strings) == ["For {{ first_name }}", "Hi {{ first_name }}"]
+
+
+def test_a_renderer_that_reloads_sees_an_edited_body_and_one_that_does_not_keeps_its_first(tmp_templates):
+    _write(tmp_templates, "e.md", "---\nsubject: S\n---\nfirst\n")
+    reloading, fixed = Renderer(tmp_templates), Renderer(tmp_templates, reload=False)
+    assert "first" in reloading.render("e", _ctx()).text and "first" in fixed.render("e", _ctx()).text
+    path = tmp_templates / "e.md"
+    path.write_text("---\nsubject: S\n---\nsecond\n")
+    stat = path.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime + 5))  # a later modification time, whatever the clock
+    assert "second" in reloading.render("e", _ctx()).text
+    assert "first" in fixed.render("e", _ctx()).text
