@@ -245,13 +245,39 @@ def transaction_items(request: Request) -> list[tuple[str, str, str]]:
     return found
 
 
+@dataclass(frozen=True)
+class Logged:
+    """What the model reads of one logged request, taken when it is made (:func:`compact`):
+    a run at 100,000 mails keeps millions of requests, and their parameters and answers (a
+    resolver's page holds a thousand items) would take gigabytes."""
+
+    origin: str
+    service: str
+    operation: str
+    writes: tuple[KeyUse, ...] = ()
+    reads: tuple[KeyUse, ...] = ()
+    tx_items: frozenset[tuple[str, str, str]] = frozenset()
+
+
+def compact(request: Request) -> Logged:
+    """The model's view of ``request``: the keys it wrote and read, the items its transaction named."""
+    return Logged(
+        request.origin,
+        request.service,
+        request.operation,
+        tuple(writes(request)),
+        tuple(reads(request)),
+        frozenset(transaction_items(request)),
+    )
+
+
 def max_tx_per_item(
-    log: Iterable[Request], mails: int, names: Mapping[str, str] | None = None
+    log: Iterable[Logged], mails: int, names: Mapping[str, str] | None = None
 ) -> tuple[float, str]:
     """The most transactions that named one item, per mail, and that item's pattern."""
     counts: Counter[tuple[str, str, str]] = Counter()
-    for request in log:
-        counts.update(set(transaction_items(request)))
+    for logged in log:
+        counts.update(logged.tx_items)
     if not counts:
         return 0.0, ""
     (table, pk, sk), n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))

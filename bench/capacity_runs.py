@@ -21,7 +21,7 @@ from typing import Any
 
 from bench import capacity as model
 from bench.harness import Bench
-from bench.meter import Measurement, Request
+from bench.meter import Measurement
 from shared.core import specs
 
 SUBSCRIBERS = 100  # subscribe: one batch of 100 new subscribers (POST /v1/events)
@@ -39,7 +39,7 @@ class Run:
     description: str
     unit: str
     measurement: Measurement
-    log: list[Request]
+    log: list[model.Logged]
     cpu_seconds: Mapping[str, float]  # function spec name -> CPU seconds in the step
     # function spec name -> invocations and cold starts (environments started) in the step
     invocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
@@ -99,7 +99,7 @@ def _per_function(bench: Bench) -> dict[str, dict[str, float]]:
 def capture(bench: Bench, name: str, description: str, units: int, unit: str, step: Callable[[], None],
             **extra: Any) -> Run:  # fmt: skip
     before = _per_function(bench)
-    bench.meter.start_log()
+    bench.meter.start_log(model.compact)
     try:
         measurement = bench.measure(name, units, unit, step)
     finally:
@@ -276,8 +276,8 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
     """The capacity model's numbers for one run (the JSON object of one scenario)."""
     m = run.measurement
     units = max(1, m.units)
-    write_uses = [u for r in run.log for u in model.writes(r)]
-    read_uses = [u for r in run.log for u in model.reads(r)]
+    write_uses = [u for r in run.log for u in r.writes]
+    read_uses = [u for r in run.log for u in r.reads]
     hot_writes = model.hottest_keys(write_uses, units, run.names, unit="wcu")
     hot_reads = model.hottest_keys(read_uses, units, run.names, unit="rcu")
     hot_write, hot_read = model.hottest(hot_writes), model.hottest(hot_reads)

@@ -20,7 +20,7 @@ import contextlib
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,16 +112,19 @@ class Meter:
     def __init__(self) -> None:
         self.usage = Usage()
         self._lock = threading.Lock()
-        self._log: list[Request] | None = None
+        self._log: list[Any] | None = None
+        self._compact: Callable[[Request], Any] | None = None
         self._local = threading.local()
 
-    def start_log(self) -> None:
+    def start_log(self, compact: Callable[[Request], Any] | None = None) -> None:
+        """Keep each request from now on, as ``compact(request)`` when given (the capacity
+        model keeps only what it reads: ``bench.capacity.compact``)."""
         with self._lock:
-            self._log = []
+            self._log, self._compact = [], compact
 
-    def take_log(self) -> list[Request]:
+    def take_log(self) -> list[Any]:
         with self._lock:
-            log, self._log = self._log or [], None
+            log, self._log, self._compact = self._log or [], None, None
         return log
 
     @contextlib.contextmanager
@@ -165,12 +168,17 @@ class Meter:
         logged = (service in LOGGED or (service, operation) in LOGGED_OPERATIONS) and not getattr(
             self._local, "quiet", False
         )
+        entry: Any = None
+        if logged and self._log is not None:
+            compact = self._compact
+            entry = Request(origin, service, operation, params, parsed)
+            entry = compact(entry) if compact is not None else entry
         with self._lock:
             self.usage.requests[(service, operation)] += 1
             self.usage.wru += wru
             self.usage.rru += rru
-            if logged and self._log is not None:
-                self._log.append(Request(origin, service, operation, params, parsed))
+            if entry is not None and self._log is not None:
+                self._log.append(entry)
 
     def snapshot(self) -> Usage:
         with self._lock:

@@ -15,6 +15,7 @@ from bench.capacity import (
     Inputs,
     ceiling,
     ceilings,
+    compact,
     cpu_ceiling,
     function_shape,
     hottest,
@@ -24,7 +25,7 @@ from bench.capacity import (
     reads,
     writes,
 )
-from bench.meter import Request
+from bench.meter import Meter, Request
 from shared.core import specs
 
 MAIN = specs.MAIN_TABLE.local_name
@@ -163,7 +164,7 @@ def test_transactions_per_item_counts_each_transaction_once_per_item() -> None:
     ]
     log += [request("UpdateItem", {"TableName": MAIN, "Key": {"PK": S("STATS#b1"), "SK": S("COUNTERS")}})]
 
-    per_mail, item = max_tx_per_item(log, mails=100, names={"b1": "<broadcast>"})
+    per_mail, item = max_tx_per_item([compact(r) for r in log], mails=100, names={"b1": "<broadcast>"})
 
     assert per_mail == pytest.approx(0.02)
     assert item == "MainTable: STATS#<broadcast> / COUNTERS"
@@ -226,3 +227,29 @@ def test_step_functions_and_http_limits_apply_per_mail() -> None:
     assert found["Step Functions state transitions (5,000/s)"] == pytest.approx(2500.0)
     assert found["HTTP API throttle (10,000 requests/s)"] == pytest.approx(1_000_000.0)
     assert ceiling(found)[1] == "SES rate (14/s)"
+
+
+def test_the_log_keeps_only_what_the_model_reads_of_each_request() -> None:
+    """A logged request is reduced when it is made: its keys written and read and the items its
+    transaction named, not its parameters and answer (a resolver page is a thousand items)."""
+    tx = {"TransactItems": [stats_update("b1"), event_put("a@x.io", "t", "b1")]}
+    condition = {"KeyConditionExpression": "PK = :pk", "ExpressionAttributeValues": {":pk": S("TAG#t")}}
+    query = (
+        {"TableName": MAIN, **condition},
+        {"Items": [{"PK": S("TAG#t"), "SK": S(f"SUB#{i}@x.io"), "pad": S("x" * 90)} for i in range(1000)]},
+    )
+    meter = Meter()
+    meter.start_log(compact)
+    meter.record("dynamodb", "TransactWriteItems", tx, {})
+    meter.record("dynamodb", "Query", *query)
+    meter.record("sqs", "SendMessage", {"QueueUrl": "q"}, {})  # not a request the model reads
+    log = meter.take_log()
+
+    assert log == [compact(request("TransactWriteItems", tx)), compact(request("Query", *query))]
+    assert [len(entry.writes) for entry in log] == [len(writes(request("TransactWriteItems", tx))), 0]
+    assert [u.key for u in log[1].reads] == ["TAG#t"] and log[1].reads == tuple(
+        reads(request("Query", *query))
+    )
+    assert max_tx_per_item(log, mails=1)[0] == 1.0
+    assert not hasattr(log[1], "params") and not hasattr(log[1], "parsed")
+    assert meter.take_log() == []  # the log ends with take_log
