@@ -41,7 +41,9 @@ def find_message(outbox: Path, target: str) -> dict[str, Any]:
     return matches[-1]
 
 
-def publish_event(state_dir: Path, target: str, kind: str, link: str | None = None) -> dict[str, Any]:
+def publish_event(
+    state_dir: Path, target: str, kind: str, link: str | None = None, *, soft: bool = False
+) -> dict[str, Any]:
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
     from cli.local import read_state
     from cli.local import ses_events as ev
@@ -55,6 +57,8 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
         record = ev.open_event(mail)
     elif kind == "click":
         record = ev.click_event(mail, link or "https://example.com/")
+    elif kind == "bounce" and soft:
+        record = ev.bounce_event(mail, recipients, bounce_type="Transient", sub_type="MailboxFull")
     elif kind == "bounce":
         record = ev.bounce_event(mail, recipients)
     else:
@@ -77,8 +81,8 @@ def publish_event(state_dir: Path, target: str, kind: str, link: str | None = No
     return {"message_id": message["message_id"], "event": record["eventType"], "topics": topics}
 
 
-def _run(kind: str, target: str, state_dir: Path, link: str | None = None) -> None:
-    result = publish_event(state_dir.resolve(), target, kind, link)
+def _run(kind: str, target: str, state_dir: Path, link: str | None = None, *, soft: bool = False) -> None:
+    result = publish_event(state_dir.resolve(), target, kind, link, soft=soft)
     topics = len(result["topics"])
     console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 
@@ -100,9 +104,16 @@ def click(
 
 
 @app.command()
-def bounce(target: str = TARGET, state_dir: Path = STATE_DIR) -> None:
-    """Publish a permanent Bounce event for a sent message."""
-    _run("bounce", target, state_dir)
+def bounce(
+    target: str = TARGET,
+    soft: bool = typer.Option(
+        False, "--soft", help="A transient bounce (MailboxFull) instead of a permanent one."
+    ),
+    state_dir: Path = STATE_DIR,
+) -> None:
+    """Publish a Bounce event for a sent message: permanent (suppresses the address), or with
+    --soft transient (counted; repeated ones escalate, docs/hygiene.md)."""
+    _run("bounce", target, state_dir, soft=soft)
 
 
 @app.command()

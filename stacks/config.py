@@ -8,7 +8,7 @@ message naming the key. Override a key for one run with ``-c mailstep:dataTtlDay
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from email.utils import parseaddr
 from typing import Annotated, Any
 
@@ -86,6 +86,8 @@ KEYS: dict[str, str] = {
     "signup_throttle_rate": "signupThrottleRate",
     "signup_throttle_burst": "signupThrottleBurst",
     "ses_max_send_rate": "sesMaxSendRate",
+    "soft_bounce_limit": "softBounceLimit",
+    "soft_bounce_window_days": "softBounceWindowDays",
     "local": "local",
 }
 # Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
@@ -210,6 +212,9 @@ class MailstepConfig(BaseModel):
     signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
     signup_domain_cap_per_hour: int = Field(default=1000, ge=1, le=1_000_000)
     signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
+    # Used by engagement (docs/hygiene.md): soft-bounced mails within days that suppress an address.
+    soft_bounce_limit: int = Field(default=3, ge=2, le=100)
+    soft_bounce_window_days: int = Field(default=30, ge=1, le=365)
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
     signup_throttle_burst: int = Field(default=10, ge=1, le=5000)
@@ -308,8 +313,12 @@ class MailstepConfig(BaseModel):
     def signup_settings(self) -> dict[str, str]:
         """Settings fields of the sign-up function that the deployment sets (the others keep
         their defaults from ``shared.core.settings``), as environment values."""
+        return self.set_settings(SIGNUP_SETTINGS)
+
+    def set_settings(self, names: Iterable[str]) -> dict[str, str]:
+        """Those of ``names`` (settings fields) that the deployment sets, as environment values."""
         values: dict[str, str] = {}
-        for name in SIGNUP_SETTINGS:
+        for name in names:
             if name not in self.model_fields_set:
                 continue
             value = getattr(self, name)

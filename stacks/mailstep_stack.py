@@ -58,6 +58,7 @@ class MailstepStack(Stack):
         if config.reply_forward_to:
             settings["reply_forward_to"] = config.reply_forward_to
         settings |= config.signup_settings()  # only the sign-up keys the deployment sets
+        settings |= config.set_settings(specs.HYGIENE_SETTINGS)
         functions = Functions(
             self,
             "Functions",

@@ -141,6 +141,16 @@ def bounce_event(
             {"emailAddress": r, "action": "failed", "status": "5.1.1", "diagnosticCode": diagnostic}
             for r in recipients
         ]
+    elif bounce_type == "Transient":
+        bounced = [
+            {
+                "emailAddress": r,
+                "action": "failed",
+                "status": "4.2.2",
+                "diagnosticCode": "smtp; 452 4.2.2 mailbox full",
+            }
+            for r in recipients
+        ]
     else:
         bounced = [
             {

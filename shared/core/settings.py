@@ -47,6 +47,11 @@ class Settings(BaseModel):
     broadcast_rate_share: float = Field(default=1.0, gt=0, le=1)  # of the rate (other mail goes first)
     broadcast_worker_threads: int = Field(default=8, ge=1, le=32)  # sends in flight per worker
 
+    # List hygiene (docs/hygiene.md): this many soft-bounced mails within this many days
+    # suppress the address (shared/engagement/soft_bounces.py).
+    soft_bounce_limit: int = Field(default=3, ge=2, le=100)
+    soft_bounce_window_days: int = Field(default=30, ge=1, le=365)
+
     # Replies (shared/engagement/replies.py): forward every recorded reply to this address (empty: no).
     reply_forward_to: str = ""
 

@@ -537,6 +537,10 @@ ENGAGEMENT_QUEUE = QueueSpec(
     visibility_timeout_s=360,  # 6x the engagement function's timeout (60 s)
     max_receives=5,
 )
+# List hygiene settings the deployment may set (docs/hygiene.md); unset: the defaults of
+# shared.core.settings.
+HYGIENE_SETTINGS = ("soft_bounce_limit", "soft_bounce_window_days")
+ENV |= {field: field.upper() for field in HYGIENE_SETTINGS}
 ENGAGEMENT_FUNCTION = FunctionSpec(
     name="engagement",
     handler="functions.engagement.handler.handler",
@@ -546,9 +550,12 @@ ENGAGEMENT_FUNCTION = FunctionSpec(
         # correlation (send-log Query), unique-open/click markers (BatchGetItem, Put), counter
         # ADDs, suppression items and profiles (transaction), EXEC pairs of stopped executions
         Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
-        Grant(EVENTS_TABLE, _ddb("PutItem")),  # the event items (conditional Put in the transaction)
+        # the event items (conditional Put in the transaction); a transient bounce's check of
+        # the subscriber's recent soft bounces (Query)
+        Grant(EVENTS_TABLE, _ddb("PutItem", "Query")),
         Grant(SEQUENCE_EXECUTIONS, ("states:StopExecution",)),
     ),
+    optional_settings=HYGIENE_SETTINGS,
     # Big batches: the consumer writes one transaction per batch and folds the counter
     # changes, so a fuller batch costs fewer writes per event (docs/engagement.md).
     event_sources=(EventSourceSpec(queue=ENGAGEMENT_QUEUE, batch_size=100, max_batching_window_s=2),),

@@ -33,6 +33,10 @@
 - Permanent bounce / complaint: suppression (``shared.engagement.suppression``: flag, SUPPRESSION item,
   stop every execution) runs BEFORE the deduplicating transaction, so a crash in between is
   repaired by the redelivery. Transient/undetermined bounces and delays are only counted.
+- Transient bounces: after the batch is written, each one written (or found written: a
+  redelivery) runs the soft-bounce escalation (``shared.engagement.soft_bounces``): the
+  address is suppressed once it soft-bounced ``limit`` mails within ``window_days``. A
+  failure there fails the record (redelivered: the check runs again).
 - SES ``Subscription`` with ``unsubscribeAll``: the subscriber is unsubscribed and their
   marketing executions stopped, like mailstep's own unsubscribe link.
 - Send recovery: an event that proves SES accepted a message (Send, Delivery, Bounce,
@@ -79,6 +83,12 @@ from shared.engagement.ses_events import (
     Subscription,
     iso_timestamp,
     parse_body,
+)
+from shared.engagement.soft_bounces import (
+    SOFT_BOUNCE_ESCALATION,
+    SoftBouncePolicy,
+    escalates,
+    soft_bounces_around,
 )
 from shared.engagement.suppression import BOUNCE, COMPLAINT, ExecutionStopper, Suppression, Suppressions
 from shared.sending.sender import decode_tag_value
@@ -233,6 +243,7 @@ class EngagementContext:
     suppressions: Suppressions
     data_ttl_days: int = 180
     stopper: ExecutionStopper | None = None  # marketing stops on an SES unsubscribe
+    soft_bounces: SoftBouncePolicy = field(default_factory=SoftBouncePolicy)
 
     @classmethod
     def from_settings(cls, settings: Settings, store: SubscriberStore | None = None) -> EngagementContext:
@@ -247,6 +258,7 @@ class EngagementContext:
             suppressions=Suppressions(store, engine),
             data_ttl_days=settings.data_ttl_days,
             stopper=engine,
+            soft_bounces=SoftBouncePolicy(settings.soft_bounce_limit, settings.soft_bounce_window_days),
         )
 
 
@@ -382,6 +394,8 @@ def write_events(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> list
                 prepared.outcome.recorded += 1
             else:
                 prepared.outcome.duplicates += 1
+        if error is None and prepared.event.transient_bounce:
+            error = escalate_soft_bounces(prepared, ctx)
         errors.append(error)
         event = prepared.event
         if error is not None:
@@ -752,6 +766,33 @@ def markers_present(store: SubscriberStore, markers: Iterable[ItemKey]) -> set[I
 
 
 # ----- side effects ---------------------------------------------------------------------------
+def escalate_soft_bounces(prepared: PreparedEvent, ctx: EngagementContext) -> BaseException | None:
+    """Suppress each recipient of a written transient bounce who soft-bounced ``limit`` mails
+    within the policy's window (``shared.engagement.soft_bounces``); the error that kept it from
+    deciding (the record then fails and comes again), else None."""
+    policy, event = ctx.soft_bounces, prepared.event
+    for write in prepared.writes:
+        try:
+            bounced = soft_bounces_around(ctx.store, write.email, write.at, policy.window)
+            if not escalates(bounced.values(), policy):
+                continue
+            result = ctx.suppressions.suppress(
+                Suppression(
+                    email=write.email,
+                    reason=SOFT_BOUNCE_ESCALATION,
+                    detail=f"{len(bounced)} soft-bounced mails around {write.at[:10]} ({policy.describe()})",
+                    at=event.timestamp,
+                    source=write.item.get("source"),
+                    template=write.item.get("template"),
+                    ses_message_id=event.mail.message_id,
+                )
+            )
+        except (ClientError, RuntimeError) as exc:
+            return exc
+        prepared.outcome.suppressed += int(result.newly_suppressed)
+    return None
+
+
 def _suppression(event: SesEvent, email: str, correlation: Correlation) -> Suppression:
     detail = event.detail
     if isinstance(detail, Bounce):

@@ -231,6 +231,10 @@ class SesEvent(BaseModel):
     def permanent_bounce(self) -> bool:
         return isinstance(self.detail, Bounce) and self.detail.bounce_type == "Permanent"
 
+    @property
+    def transient_bounce(self) -> bool:
+        return isinstance(self.detail, Bounce) and self.detail.bounce_type == "Transient"
+
 
 def iso_timestamp(value: str) -> str:
     """SES timestamps -> ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC), so event sort keys sort by time."""
