@@ -42,7 +42,7 @@ def find_message(outbox: Path, target: str) -> dict[str, Any]:
 
 
 def publish_event(
-    state_dir: Path, target: str, kind: str, link: str | None = None, *, soft: bool = False
+    state_dir: Path, target: str, kind: str, link: str | None = None, *, soft: bool = False, mpp: bool = False
 ) -> dict[str, Any]:
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
     from cli.local import read_state
@@ -54,7 +54,9 @@ def publish_event(
     mail = message["mail"]
     recipients = message["destination"]
     if kind == "open":
-        record = ev.open_event(mail)
+        from shared.engagement.machine import MPP_USER_AGENT
+
+        record = ev.open_event(mail, user_agent=MPP_USER_AGENT) if mpp else ev.open_event(mail)
     elif kind == "click":
         record = ev.click_event(mail, link or "https://example.com/")
     elif kind == "bounce" and soft:
@@ -81,16 +83,24 @@ def publish_event(
     return {"message_id": message["message_id"], "event": record["eventType"], "topics": topics}
 
 
-def _run(kind: str, target: str, state_dir: Path, link: str | None = None, *, soft: bool = False) -> None:
-    result = publish_event(state_dir.resolve(), target, kind, link, soft=soft)
+def _run(
+    kind: str, target: str, state_dir: Path, link: str | None = None, *, soft: bool = False, mpp: bool = False
+) -> None:
+    result = publish_event(state_dir.resolve(), target, kind, link, soft=soft, mpp=mpp)
     topics = len(result["topics"])
     console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 
 
 @app.command("open")
-def open_(target: str = TARGET, state_dir: Path = STATE_DIR) -> None:
-    """Publish an Open event for a sent message."""
-    _run("open", target, state_dir)
+def open_(
+    target: str = TARGET,
+    mpp: bool = typer.Option(
+        False, "--mpp", help="As Apple Mail Privacy Protection's prefetch makes it (a machine open)."
+    ),
+    state_dir: Path = STATE_DIR,
+) -> None:
+    """Publish an Open event for a sent message (a person's, or with --mpp a machine's)."""
+    _run("open", target, state_dir, mpp=mpp)
 
 
 @app.command()

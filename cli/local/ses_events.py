@@ -192,11 +192,11 @@ def complaint_event(mail: dict[str, Any], recipients: list[str], at: str | None 
     }
 
 
-def open_event(mail: dict[str, Any], at: str | None = None) -> dict[str, Any]:
+def open_event(mail: dict[str, Any], at: str | None = None, user_agent: str = USER_AGENT) -> dict[str, Any]:
     return {
         "eventType": "Open",
         "mail": mail,
-        "open": {"ipAddress": SOURCE_IP, "timestamp": at or iso(), "userAgent": USER_AGENT},
+        "open": {"ipAddress": SOURCE_IP, "timestamp": at or iso(), "userAgent": user_agent},
     }
 
 

@@ -73,12 +73,14 @@ from shared.core.models import normalise_email, validate_name, validate_template
 from shared.core.observability import logger, redact_email
 from shared.core.retry import Backoff
 from shared.core.settings import Settings
+from shared.engagement.machine import machine_verdict
 from shared.engagement.ses_events import (
     Bounce,
     Click,
     Complaint,
     DeliveryDelay,
     MalformedEvent,
+    Open,
     SesEvent,
     Subscription,
     iso_timestamp,
@@ -543,6 +545,8 @@ def _details(event: SesEvent, email: str) -> dict[str, Any]:
         }
     if isinstance(detail, Complaint):
         return {"feedback_type": detail.complaint_feedback_type}
+    if isinstance(detail, Open):
+        return {"machine": machine_verdict(event)}
     if isinstance(detail, Click):
         return {"link": detail.link[:2000]}
     if isinstance(detail, DeliveryDelay):

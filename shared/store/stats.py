@@ -86,6 +86,7 @@ METRICS = (
     "delivery",
     "open",
     "click",
+    "open_machine",  # opens a machine made (shared.engagement.machine): not in open, no unique
     "bounce",
     "bounce_transient",
     "complaint",
@@ -106,6 +107,7 @@ REPORT_ROWS = (
     ("sent", "send", None, None),
     ("delivered", "delivery", "delivery", "send"),
     ("opened", "open", "open_unique", "delivery"),
+    ("opened by machines", "open_machine", "open_machine", "delivery"),
     ("clicked", "click", "click_unique", "delivery"),
     ("bounced", "bounce", "bounce", "send"),
     ("complained", "complaint", "complaint", "delivery"),
@@ -144,6 +146,8 @@ def metric_of(item: Mapping[str, Any]) -> str | None:
         return None
     if kind == "bounce":
         return "bounce" if item.get("bounce_type") == PERMANENT else "bounce_transient"
+    if kind == "open" and item.get("machine"):
+        return "open_machine"
     return kind if kind in METRICS else None
 
 

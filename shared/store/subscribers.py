@@ -895,12 +895,13 @@ class SubscriberStore(TableAdapter):
         return sorted(items, key=lambda i: str(i.get("at", "")))
 
     def has_event(self, email: str, kind: str, template: str) -> bool:
-        """Whether the subscriber's timeline holds a ``kind`` event of ``template``."""
+        """Whether the subscriber's timeline holds a ``kind`` event of ``template`` that a person
+        made (an open Apple's Mail Privacy Protection made is not one: ``machine``)."""
         items = query_all(
             self.client,
             TableName=self.events_table,
             KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
-            FilterExpression="#type = :kind AND template = :tpl",
+            FilterExpression="#type = :kind AND template = :tpl AND attribute_not_exists(machine)",
             ExpressionAttributeValues=values(
                 pk=keys.sub_pk(email), prefix=f"{keys.EVT}{keys.SEP}", tpl=template, kind=kind
             ),

@@ -57,3 +57,25 @@ def test_three_soft_bounced_mails_suppress_and_two_do_not(local: Local) -> None:
     queue_send(local, email, source, "after")  # the next mail is skipped: nothing reaches SES
     wait_until_drained(local.client("sqs"), queue_url(local, "mailstep-send"))
     assert mails_to(local, email) == 3
+
+
+def test_an_mpp_prefetch_counts_as_a_machine_open_and_a_person_s_open_as_the_open(local: Local) -> None:
+    """Apple Mail Privacy Protection's prefetch (``mailstep local open --mpp``: an SES Open with
+    the user agent ``Mozilla/5.0``) is shown apart from the reader's own open."""
+    email = f"mpp-{uuid.uuid4().hex[:8]}@example.com"
+    source = f"e2e-mpp-{uuid.uuid4().hex[:6]}"
+    add_contact(local, email)
+    queue_send(local, email, source, "welcome")
+    wait_for(lambda: mails_to(local, email) == 1, 60, "the mail")
+
+    def rows() -> dict[str, dict[str, Any]]:
+        return {r["metric"]: r for r in ok_json(ops(local, "stats", "--sequence", source, "--json"))["rows"]}
+
+    assert ops(local, "local", "open", "--mpp", email).returncode == 0
+    wait_for(lambda: rows()["opened by machines"]["total"] == 1, 60, "the machine open counted")
+    assert (rows()["opened"]["total"], rows()["opened"]["unique"]) == (0, 0)
+    assert [e.get("machine") for e in events_of(local, email) if e["type"] == "open"] == ["mpp"]
+
+    assert ops(local, "local", "open", email).returncode == 0
+    wait_for(lambda: rows()["opened"]["total"] == 1, 60, "the reader's open counted")
+    assert (rows()["opened"]["unique"], rows()["opened by machines"]["total"]) == (1, 1)
