@@ -47,6 +47,11 @@ class Settings(BaseModel):
     broadcast_rate_share: float = Field(default=1.0, gt=0, le=1)  # of the rate (other mail goes first)
     broadcast_worker_threads: int = Field(default=8, ge=1, le=32)  # sends in flight per worker
 
+    # Webhooks (shared/webhooks, docs/webhooks.md): the delivery queue; http receivers on loopback
+    # (the local runtime's template only: a deployment delivers to public https URLs).
+    webhook_queue_url: str = ""
+    webhook_allow_loopback_http: bool = False
+
     # Replies (shared/engagement/replies.py): forward every recorded reply to this address (empty: no).
     reply_forward_to: str = ""
 
