@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,6 +93,7 @@ class StreamPoller:
         patterns: Sequence[Mapping[str, Any]],
         retry_attempts: int,
         bisect: bool,
+        trim: Callable[[Any, int], None] | None = None,
     ) -> None:
         self.shard = shard
         self.stream_arn = stream_arn
@@ -102,6 +103,7 @@ class StreamPoller:
         self.patterns = list(patterns)
         self.retry_attempts = retry_attempts
         self.bisect = bisect
+        self.trim = trim  # forgets records handed on (cli.local.hooks.trim_stream), None keeps them
         self.position = 0  # index in the shard of the next record
         self.invocations = 0
         self.stop_event = threading.Event()
@@ -131,11 +133,14 @@ class StreamPoller:
         items = self.shard.items[self.position : self.position + self.batch_size]
         if not items:
             return False
-        self.position += len(items)
         records = [lambda_record(i.to_json(), self.stream_arn) for i in items]
         records = [r for r in records if record_passes(r, self.patterns)]
         if records:
             self._deliver(records, self.retry_attempts)
+        if self.trim is not None:
+            self.trim(self.shard, len(items))
+        else:
+            self.position += len(items)
         return True
 
     def _deliver(self, records: list[dict[str, Any]], retries: int) -> None:

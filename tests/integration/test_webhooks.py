@@ -23,7 +23,8 @@ from shared.store.subscribers import SubscriberStore
 from shared.webhooks.delivery import SCHEDULE_S, DeliveryContext, DeliveryQueue, parse_message, process
 from shared.webhooks.store import DELIVERED, DISABLED, FAILED, WebhookStore
 from tests.integration.conftest import scan_all
-from tests.integration.webhook_support import Receiver, Streams, sqs_records, take_queued
+from tests.integration.webhook_support import Streams, sqs_records, take_queued
+from tests.webhook_receiver import Receiver
 
 QUEUE = specs.WEBHOOK_QUEUE.local_name
 ALL = "subscriber.*,topic.*,email.*,sequence.*,broadcast.*"
