@@ -13,7 +13,17 @@ from standardwebhooks import Webhook
 
 from shared.webhooks.delivery import SCHEDULE_S
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import MAIN, ok_json, ops, subscribe, unique, unique_email, wait_for
+from tests.e2e.helpers import (
+    MAIN,
+    Tools,
+    ok_json,
+    ops,
+    run_session,
+    subscribe,
+    unique,
+    unique_email,
+    wait_for,
+)
 from tests.webhook_receiver import Receiver
 
 FAMILIES = ("subscriber", "topic", "email", "sequence", "broadcast")
@@ -191,3 +201,34 @@ def test_a_url_that_reaches_a_metadata_address_is_refused_at_delivery(
 
     wait_for(refused, timeout_s=60, what="the refused attempt")
     assert receiver.received == []
+
+
+def test_the_mcp_tools_manage_endpoints_like_the_cli(local: Local, receiver: Receiver) -> None:
+    async def body(tools: Tools) -> None:
+        # add: the secret once; a private URL is a tool error naming the field
+        added = await tools.call("webhooks_add", url=receiver.url, events=["email.*"], description="mcp")
+        endpoint_id, secret = added["endpoint"]["id"], added["secret"]
+        assert secret.startswith("whsec_") and "secret" not in json.dumps(await tools.call("webhooks_list"))
+        assert "url" in await tools.error("webhooks_add", url="http://169.254.169.254/", events=["email.*"])
+        # test: delivered and verified; deliveries lists it
+        message_id = (await tools.call("webhooks_test", endpoint_id=endpoint_id))["message_id"]
+        wait_for(lambda: receiver.received, timeout_s=60, what="the test delivery")
+        assert (
+            Webhook(secret).verify(receiver.received[0].body, receiver.received[0].headers)["type"]
+            == "webhook.test"
+        )
+        assert receiver.received[0].headers["webhook-id"] == message_id
+        # rotate: the next delivery verifies with both secrets
+        rotated = (await tools.call("webhooks_rotate", endpoint_id=endpoint_id))["secret"]
+        await tools.call("webhooks_test", endpoint_id=endpoint_id)
+        wait_for(lambda: len(receiver.received) == 2, timeout_s=60, what="the second test delivery")
+        for key in (secret, rotated):
+            Webhook(key).verify(receiver.received[1].body, receiver.received[1].headers)
+        deliveries = await tools.call("webhooks_deliveries", endpoint_id=endpoint_id)
+        assert {d["status"] for d in deliveries} == {"delivered"} and len(deliveries) == 2
+        # remove needs confirm
+        assert "confirm" in await tools.error("webhooks_remove", endpoint_id=endpoint_id)
+        await tools.call("webhooks_remove", endpoint_id=endpoint_id, confirm=True)
+        assert endpoint_id not in [e["id"] for e in await tools.call("webhooks_list")]
+
+    run_session(local, body)
