@@ -22,7 +22,9 @@ from shared.webhooks.delivery import DeliveryQueue
 from shared.webhooks.events import WebhookEvent, from_stream_record, matches
 from shared.webhooks.store import ENABLED, PENDING, Endpoint, WebhookStore
 
-ENDPOINTS_MAX_AGE_S = 10.0  # endpoints are read again after this long (one Query)
+# Endpoints are read again after this long (one Query): an endpoint added, changed or disabled
+# counts for the changes from about this long after.
+ENDPOINTS_MAX_AGE_S = 2.0
 
 
 @dataclass

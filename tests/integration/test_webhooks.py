@@ -224,7 +224,7 @@ def test_410_disables_the_endpoint_and_nothing_more_is_dispatched_to_it(
     endpoint = ops.get(added.endpoint.id)
     assert endpoint.status == DISABLED and endpoint.disabled_reason == "410 Gone"
     store.upsert("eve@example.com")
-    dispatcher.context._endpoints = None  # past the dispatcher's endpoint cache (10 s)
+    dispatcher.context._endpoints = None  # past the dispatcher's endpoint cache (2 s)
     dispatch(dispatcher, streams.take())
     assert take_queued(QUEUE) == []
     # enabled again, it receives the next event
