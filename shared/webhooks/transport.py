@@ -3,14 +3,17 @@
 The connection goes to ``Target.address`` (resolved and checked by ``shared.webhooks.ssrf``),
 with the URL's host in ``Host`` and, for https, in SNI and certificate verification; the
 address actually connected is checked again. Redirects are answers like any other (a 3xx is
-not a success and is not followed). At most :data:`MAX_RESPONSE_BYTES` of the answer are read.
+not a success and is not followed). At most :data:`MAX_RESPONSE_BYTES` of the answer are read,
+and the whole exchange takes at most :data:`TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import ssl
+import threading
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -92,13 +95,27 @@ def post(
     allow_loopback_http: bool = False,
     tls_context: ssl.SSLContext | None = None,
 ) -> Answer:
-    """POST ``body`` to ``target``; never raises for what the receiver or the network does."""
+    """POST ``body`` to ``target``; never raises for what the receiver or the network does.
+    ``timeout_s`` bounds the whole exchange (connect, TLS, request, answer), not each read: a
+    receiver that trickles its answer is cut off at the deadline."""
     connection: http.client.HTTPConnection
     if target.scheme == "https":
         context = tls_context or ssl.create_default_context()
         connection = _HTTPS(target, timeout_s, allow_loopback_http, context)
     else:
         connection = _HTTP(target, timeout_s, allow_loopback_http)
+    expired = threading.Event()
+
+    def cut_off() -> None:
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(timeout_s, cut_off)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         connection.request(
             "POST",
@@ -116,6 +133,9 @@ def post(
     except ssl.SSLError as exc:
         return Answer(status=None, error=f"tls: {exc.reason or 'handshake failed'}")
     except (OSError, http.client.HTTPException) as exc:
+        if expired.is_set():
+            return Answer(status=None, error="timeout")
         return Answer(status=None, error=f"connection: {type(exc).__name__}")
     finally:
+        watchdog.cancel()
         connection.close()
