@@ -133,8 +133,13 @@ class StreamPoller:
         items = self.shard.items[self.position : self.position + self.batch_size]
         if not items:
             return False
-        records = [lambda_record(i.to_json(), self.stream_arn) for i in items]
-        records = [r for r in records if record_passes(r, self.patterns)]
+        # the filters read the keys, images and event name, which moto's records hold as Lambda's
+        # do: only the records that pass are copied into the event format
+        records = [
+            lambda_record(raw, self.stream_arn)
+            for raw in (i.to_json() for i in items)
+            if record_passes(raw, self.patterns)
+        ]
         if records:
             self._deliver(records, self.retry_attempts)
         if self.trim is not None:
