@@ -92,7 +92,7 @@ def difference(with_: Measurement, without: Measurement, label: str) -> Measurem
     return replace(
         with_,
         label=label,
-        unit_name="delivery",
+        unit_name="delivered POST",
         requests=+requests,
         wru=with_.wru - without.wru,
         rru=with_.rru - without.rru,
