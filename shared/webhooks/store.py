@@ -346,10 +346,11 @@ class WebhookStore(TableAdapter):
                 TableName=self.table,
                 Key=key(keys.webhook_delivery_pk(endpoint_id), sk),
                 UpdateExpression="SET attempts = :attempt, last_attempt_at = :now",
-                ConditionExpression="#status = :pending AND attempts = :before",
+                ConditionExpression="#status = :pending AND (attempts = :before OR (attempts = :attempt "
+                "AND last_attempt_at < :stale AND size(history) < :attempt))",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues=values(
-                    attempt=attempt, before=attempt - 1, pending=PENDING, now=now
+                    attempt=attempt, before=attempt - 1, pending=PENDING, now=now, stale=stale_before
                 ),
             )
         except ClientError as exc:

@@ -351,3 +351,27 @@ def test_malformed_delivery_records_fail_alone(deliverer, ops, receiver) -> None
         r["messageId"] for r in event["Records"][1:]
     ]
     assert len(receiver.received) == 1
+
+
+def test_an_attempt_taken_by_a_run_that_died_is_taken_again_only_once_stale(ops, env, receiver) -> None:
+    # Given an attempt taken (its claim written) by a delivery function that died before the POST
+    added = ops.add(receiver.url, "email.bounced")
+    ops.test(added.endpoint.id)
+    ((body, _),) = take_queued(QUEUE)
+    message = parse_message(body)
+    store = WebhookStore(env["TABLE_NAME"])
+    taken_at = clock.utc_now()
+    assert store.claim_attempt(
+        message.endpoint_id, message.delivery_sk, 1, clock.iso(taken_at), stale_before=clock.iso(taken_at)
+    )
+
+    def at(moment: Any) -> DeliveryContext:
+        return DeliveryContext(store=store, queue=ops.queue, allow_loopback_http=True, now=lambda: moment)
+
+    # When SQS hands the message again within the stale time: nothing happens
+    assert process(message, at(taken_at + timedelta(seconds=30))).status == "duplicate"
+    assert receiver.received == []
+    # After it: the attempt is made once, and never again
+    assert process(message, at(taken_at + timedelta(seconds=200))).status == "delivered"
+    assert process(message, at(taken_at + timedelta(seconds=400))).status == "duplicate"
+    assert len(receiver.received) == 1
