@@ -125,16 +125,20 @@ def _image(record: Mapping[str, Any], which: str) -> dict[str, Any]:
     return {name: _DESER.deserialize(value) for name, value in raw.items()}
 
 
-def _moment(record: Mapping[str, Any]) -> str:
+def _moment(record: Mapping[str, Any], item: Mapping[str, Any]) -> str:
+    """When the change happened: the stream's time (epoch seconds, as Lambda gives it), else the
+    item's own time. Never "now": the delivery's key holds it, and a record delivered again
+    must find its delivery."""
     value = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
     if isinstance(value, int | float):
         return clock.iso(datetime.fromtimestamp(float(value), UTC))
-    if isinstance(value, str):
-        try:
-            return clock.iso(clock.parse_iso(value))
-        except ValueError:
-            pass
-    return clock.iso()
+    for candidate in (value, item.get("updated_at"), item.get("at"), item.get("created_at")):
+        if isinstance(candidate, str) and candidate:
+            try:
+                return clock.iso(clock.parse_iso(candidate))
+            except ValueError:
+                continue
+    return "1970-01-01T00:00:00.000Z"
 
 
 def event_id(record_id: str, event_type: str, discriminator: str = "") -> str:
@@ -152,7 +156,7 @@ def from_stream_record(record: Mapping[str, Any]) -> list[WebhookEvent]:
     old, new = _image(record, "OldImage"), _image(record, "NewImage")
     item = new or old
     pk, sk = str(item.get("PK", "")), str(item.get("SK", ""))
-    at = _moment(record)
+    at = _moment(record, item)
     found: list[tuple[str, dict[str, Any], str]] = []  # (type, data, discriminator)
     if sk.startswith(f"{keys.EVT}{keys.SEP}") and name == "INSERT":
         found += _timeline(new)

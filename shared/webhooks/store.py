@@ -359,9 +359,7 @@ class WebhookStore(TableAdapter):
             raise
         return True
 
-    def record_attempt(
-        self, endpoint_id: str, sk: str, *, status: str, outcome: dict[str, Any], ttl: int | None = None
-    ) -> None:
+    def record_attempt(self, endpoint_id: str, sk: str, *, status: str, outcome: dict[str, Any]) -> None:
         """The attempt's answer, appended to the history; ``status`` the delivery's new status."""
         expression = (
             "SET #status = :status, last_status = :code, last_error = :error, "

@@ -181,3 +181,10 @@ def test_the_same_record_gives_the_same_event_ids_a_different_one_others() -> No
     assert events.from_stream_record(rec) == events.from_stream_record(json.loads(json.dumps(rec)))
     other = record("INSERT", new=profile(status="subscribed"), rid="r2")
     assert events.from_stream_record(rec)[0].id != events.from_stream_record(other)[0].id
+
+
+def test_without_a_stream_time_the_item_time_keeps_the_event_id_and_time_stable() -> None:
+    rec = record("INSERT", new=profile(status="subscribed", updated_at="2026-11-01T10:00:00.000Z"))
+    del rec["dynamodb"]["ApproximateCreationDateTime"]
+    first, again = events.from_stream_record(rec), events.from_stream_record(rec)
+    assert first == again and first[0].timestamp == "2026-11-01T10:00:00.000Z"
