@@ -23,6 +23,7 @@ from cli import (
     suppression_cmd,
     templates_cmd,
     topics_cmd,
+    webhooks_cmd,
 )
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ app.add_typer(sequences_cmd.app, name="sequences")
 app.command("stats", help=stats_cmd.stats.__doc__)(stats_cmd.stats)
 app.command("events", help=events_cmd.events.__doc__)(events_cmd.events)
 app.add_typer(suppression_cmd.app, name="suppression")
+app.add_typer(webhooks_cmd.app, name="webhooks")
 local_cmd.app.command("reply", help=replies_cmd.reply.__doc__)(replies_cmd.reply)
 
 if __name__ == "__main__":

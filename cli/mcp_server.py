@@ -22,11 +22,13 @@ then returns plain JSON:
 - broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send:
   ``ops.broadcasts.Broadcasts`` list/details/check+preview/send with
   ``shared.broadcasts.model.parse_request`` (``mailstep broadcast list|get|send [--dry-run]``);
-- doctor: ``ops.doctor.run`` (``mailstep doctor``).
+- doctor: ``ops.doctor.run`` (``mailstep doctor``);
+- webhooks_add/list/remove/enable/test/deliveries/replay/rotate: ``ops.webhooks.Webhooks``
+  (``mailstep webhooks ...``).
 
-Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send). Domain errors become tool
-errors with the message (``isError``), never a crash of the server. Logs go to stderr:
-stdout carries the protocol.
+Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send, webhooks_remove).
+Domain errors become tool errors with the message (``isError``), never a crash of the server.
+Logs go to stderr: stdout carries the protocol.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def build_server(
     _template_tools(tool, templates_dir)
     _broadcast_tools(tool, target)
     _health_tools(tool, target, Suppressions(admin.store, admin.engine))
+    _webhook_tools(tool, target)
     return server
 
 
@@ -411,6 +414,60 @@ def _health_tools(tool: Register[Any], target: Target, suppressions: Suppression
         from ops.doctor import run
 
         return run(target).public()
+
+
+def _webhook_tools(tool: Register[Any], target: Target) -> None:
+    def webhooks() -> Any:
+        from ops.webhooks import Webhooks
+
+        return Webhooks.for_target(target)
+
+    @tool
+    def webhooks_add(url: str, events: list[str], description: str = "") -> dict[str, Any]:
+        """Add a webhook endpoint (https URL; event types like subscriber.unsubscribed or families
+        like email.*). Returns the endpoint and its signing secret: shown this once only."""
+        added = webhooks().add(url, events, description)
+        return {"endpoint": added.endpoint.public(), "secret": added.secret}
+
+    @tool
+    def webhooks_list() -> list[dict[str, Any]]:
+        """Every webhook endpoint: url, events, status (enabled/disabled and why), failing since."""
+        return [e.public() for e in webhooks().endpoints()]
+
+    @tool
+    def webhooks_remove(endpoint_id: str, confirm: bool = False) -> dict[str, Any]:
+        """Remove an endpoint and its secret (nothing more is delivered to it): requires confirm=true."""
+        if confirm is not True:
+            raise ToolError("removing an endpoint stops its deliveries: call again with confirm=true")
+        return webhooks().remove(endpoint_id).public()
+
+    @tool
+    def webhooks_enable(endpoint_id: str) -> dict[str, Any]:
+        """Enable a disabled endpoint again (after a 410 Gone or 5 days of failures)."""
+        return webhooks().enable(endpoint_id).public()
+
+    @tool
+    def webhooks_test(endpoint_id: str) -> dict[str, Any]:
+        """Send a webhook.test event to one endpoint; its webhook-id (see webhooks_deliveries)."""
+        return {"message_id": webhooks().test(endpoint_id)}
+
+    @tool
+    def webhooks_deliveries(endpoint_id: str, failed: bool = False, limit: int = 50) -> list[dict[str, Any]]:
+        """An endpoint's deliveries, newest first, with every attempt's answer; failed=true: only
+        the dead letters (every attempt of the schedule failed)."""
+        return [d.public() for d in webhooks().deliveries(endpoint_id, failed=failed, limit=limit)]
+
+    @tool
+    def webhooks_replay(endpoint_id: str, since: str) -> dict[str, Any]:
+        """Deliver again the failed deliveries of events since an ISO time (same webhook-id and body)."""
+        return {"replayed": webhooks().replay(endpoint_id, since)}
+
+    @tool
+    def webhooks_rotate(endpoint_id: str) -> dict[str, Any]:
+        """A new signing secret for an endpoint; the previous one keeps signing too for 24 hours.
+        Returns the new secret: shown this once only."""
+        rotated = webhooks().rotate(endpoint_id)
+        return {"endpoint": rotated.endpoint.public(), "secret": rotated.secret}
 
 
 def _sequence_arg(value: str) -> str:

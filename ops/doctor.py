@@ -18,6 +18,8 @@ Each check reports pass, fail or skip with a detail and, when it fails, a hint.
   a raised one), counted with ListExecutions up to ``executions_counted`` (then "at least
   N": a million executions are a thousand calls of a 2-5/s quota). Fails at 80 % of the
   quota, warns at 50 % or when the count stopped early. Local: meaningful.
+- webhooks: fails when an endpoint is disabled (410 Gone, or failing for 5 days) and says
+  why; warns when one has been failing (no success since). Local: meaningful.
 
 Statuses: pass, warn (look soon; does not fail the report), fail, skip.
 """
@@ -340,6 +342,33 @@ def check_broadcast_workers(target: Target, account_rate: float | None = None) -
     return Check("broadcast-workers", WARN, detail, hint)
 
 
+def check_webhooks(target: Target) -> Check:
+    """Disabled and failing webhook endpoints (docs/webhooks.md)."""
+    from ops.webhooks import Webhooks
+
+    if not target.settings.webhook_queue_url:
+        return Check("webhooks", SKIP, "no webhook queue deployed")
+    endpoints = Webhooks.for_target(target).endpoints()
+    if not endpoints:
+        return Check("webhooks", PASS, "no endpoint")
+    disabled = [e for e in endpoints if e.status == "disabled"]
+    failing = [e for e in endpoints if e.status != "disabled" and e.failing_since]
+    if disabled:
+        detail = "; ".join(
+            f"{e.id} ({e.url}) disabled: {e.disabled_reason} at {e.disabled_at}" for e in disabled
+        )
+        hint = (
+            "fix the receiver, then `mailstep webhooks enable ID` and "
+            "`mailstep webhooks replay ID --since TIME`"
+        )
+        return Check("webhooks", FAIL, detail, hint)
+    if failing:
+        detail = "; ".join(f"{e.id} ({e.url}) failing since {e.failing_since}" for e in failing)
+        hint = "`mailstep webhooks deliveries ID` shows the answers; 5 days of failures disable it"
+        return Check("webhooks", WARN, detail, hint)
+    return Check("webhooks", PASS, f"{len(endpoints)} endpoints, all delivering")
+
+
 def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
     """A check whose API call fails reports that failure instead of stopping the others."""
     try:
@@ -373,4 +402,5 @@ def run(
         "open-executions",
         lambda: [check_open_executions(target, executions_quota, executions_counted)],
     )
+    checks += _guard("webhooks", lambda: [check_webhooks(target)])
     return Report(target=target.label, checks=tuple(checks))

@@ -59,6 +59,8 @@ class MailstepStack(Stack):
             settings["reply_forward_to"] = config.reply_forward_to
         settings |= config.signup_settings()  # only the sign-up keys the deployment sets
         settings |= config.set_settings(specs.HYGIENE_SETTINGS)
+        if config.local:  # the local runtime's receivers may be http on loopback (docs/webhooks.md)
+            settings["webhook_allow_loopback_http"] = "true"
         functions = Functions(
             self,
             "Functions",

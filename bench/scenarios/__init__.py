@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.scenarios import broadcast, sequences, signup, subscribe
+from bench.scenarios import broadcast, sequences, signup, subscribe, webhooks
 
 SCENARIOS: dict[str, ModuleType] = {
     subscribe.NAME: subscribe,
     sequences.NAME: sequences,
     broadcast.NAME: broadcast,
     signup.NAME: signup,
+    webhooks.NAME: webhooks,
 }

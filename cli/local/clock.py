@@ -2,7 +2,8 @@
 
 ``speed=None`` makes every wait instant (tests); ``speed=N`` waits ``seconds / N`` of
 wall time (``mailstep dev --speed N``). Either way the virtual time each wait stood for
-is recorded, so tests can assert that "30 days" really went by.
+is recorded, so tests can assert that "30 days" really went by. SQS message delays
+(``DelaySeconds``) run on it too (``cli.local.hooks``) and are recorded in ``delays``.
 
 The clock can be paused (``POST /_local/clock {"paused": true}``): virtual time stands
 still, so no Wait state and no Retry interval ends until it is resumed. A paused wait
@@ -26,6 +27,9 @@ class VirtualClock:
     speed: float | None = None
     advanced_s: float = 0.0  # total virtual seconds waited (sum over all waits)
     waits: list[float] = field(default_factory=list)
+    # SQS DelaySeconds of messages sent while it ran (virtual seconds each), kept apart from
+    # the Wait states and Retry intervals above
+    delays: list[float] = field(default_factory=list)
     held: int = 0  # waits held by a pause right now
     _running: threading.Event = field(default_factory=threading.Event, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -50,6 +54,10 @@ class VirtualClock:
         with self._lock:
             self.advanced_s += max(0.0, seconds)
             self.waits.append(seconds)
+
+    def record_delay(self, seconds: float) -> None:
+        with self._lock:
+            self.delays.append(max(0.0, seconds))
 
     def _hold(self, running: Callable[[], bool] | None) -> bool:
         """Block while paused; False when the execution stopped meanwhile (the wait ends unserved)."""

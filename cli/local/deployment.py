@@ -50,9 +50,12 @@ def bind(
 ) -> None:
     """Give every template resource the local runtime creates its local physical values."""
     aws = aws or ClientFactory()
+    ddb = aws.client("dynamodb")
     for table in specs.TABLES:
         name = resources.tables[table.setting]
-        template.bind(table.id, Ref=name, Arn=_arn(template, "dynamodb", f"table/{name}"))
+        stream = ddb.describe_table(TableName=name)["Table"].get("LatestStreamArn") if table.stream else None
+        attributes = {"StreamArn": stream} if stream else {}
+        template.bind(table.id, Ref=name, Arn=_arn(template, "dynamodb", f"table/{name}"), **attributes)
     sm = aws.client("secretsmanager")
     for secret in specs.SECRETS:
         arn = sm.describe_secret(SecretId=resources.secrets[secret.setting])["ARN"]
@@ -271,6 +274,13 @@ def deploy(
             kwargs["MaximumBatchingWindowInSeconds"] = mapping.max_batching_window_s
         if mapping.max_concurrency is not None:
             kwargs["ScalingConfig"] = {"MaximumConcurrency": mapping.max_concurrency}
+        if mapping.starting_position:  # a DynamoDB stream source
+            kwargs["StartingPosition"] = mapping.starting_position
+            kwargs["BisectBatchOnFunctionError"] = mapping.bisect_batch_on_error
+        if mapping.filter_criteria:
+            kwargs["FilterCriteria"] = mapping.filter_criteria
+        if mapping.max_retry_attempts is not None:
+            kwargs["MaximumRetryAttempts"] = mapping.max_retry_attempts
         if mapping.function_logical_id not in by_logical:
             raise ValueError(f"event source mapping {mapping.logical_id} names an unknown function")
         lam.create_event_source_mapping(**kwargs)

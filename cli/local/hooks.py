@@ -47,6 +47,7 @@ from moto.dynamodb.exceptions import (
     TransactionCanceledException,
     TransactWriteSingleOpException,
 )
+from moto.dynamodb.models.table import StreamRecord, StreamShard
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 from moto.sesv2 import urls as sesv2_urls
 from moto.sesv2.responses import SESV2Response
@@ -68,6 +69,7 @@ class HookDrift(RuntimeError):
 
 
 SqsMappingHandler = Callable[[Any, Any], None]  # (event source mapping, moto queue)
+StreamMappingHandler = Callable[[Any, Any], None]  # (event source mapping, moto table)
 Invoker = Callable[[Any, Any], tuple[str, bool, str]]  # (moto LambdaFunction, event) -> result
 
 
@@ -76,6 +78,7 @@ class _Active:
     clock: VirtualClock | None = None
     ses: LocalSes | None = None
     on_sqs_mapping: SqsMappingHandler | None = None
+    on_stream_mapping: StreamMappingHandler | None = None
     invoker: Invoker | None = None
     port: int | None = None  # the embedded endpoint's port
 
@@ -101,6 +104,9 @@ def self_check() -> None:
         (LambdaBackend, "create_event_source_mapping"): ["self", "spec"],
         (dynamodb_models.DynamoDBBackend, "transact_write_items"): ["self", "transact_items"],
         (dynamodb_models.Table, "all_items"): ["self"],
+        (StreamShard, "add"): ["self", "old", "new"],
+        (StreamRecord, "__init__"): ["self", "table", "stream_type", "event_name", "old", "new", "seq"],
+        (SqsMessage, "delay"): ["self", "delay_seconds"],
     }
     for (owner, name), params in expected.items():
         member = getattr(owner, name, None)
@@ -248,7 +254,8 @@ _original_create_mapping = LambdaBackend.create_event_source_mapping
 
 
 def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
-    """Create the mapping as moto does, then hand SQS mappings to the runtime's pollers."""
+    """Create the mapping as moto does, then hand SQS and DynamoDB stream mappings to the
+    runtime's pollers."""
     from moto.sqs.models import sqs_backends
 
     esm = _original_create_mapping(self, spec)
@@ -256,7 +263,47 @@ def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
         if queue.queue_arn == esm.event_source_arn and ACTIVE.on_sqs_mapping is not None:
             detach_inline_event_sources(queue)
             ACTIVE.on_sqs_mapping(esm, queue)
+    for table in dynamodb_models.dynamodb_backends[self.account_id][self.region_name].tables.values():
+        if table.lambda_event_source_mappings.get(esm.function_arn) is esm and ACTIVE.on_stream_mapping:
+            del table.lambda_event_source_mappings[esm.function_arn]  # moto would invoke it inline
+            ACTIVE.on_stream_mapping(esm, table)
     return esm
+
+
+_STREAMS = threading.Lock()
+
+
+def _stream_add(self: Any, old: Any, new: Any) -> None:
+    """Record one change in the table's stream as moto does, without moto's inline invocation of
+    the mapped functions (from inside the writer's request, with the whole shard): the runtime's
+    stream pollers (``cli.local.streams``) hand the records to them, as Lambda polls a stream."""
+    stream_type = self.table.stream_specification["StreamViewType"]
+    event_name = "INSERT" if old is None else "REMOVE" if new is None else "MODIFY"
+    with _STREAMS:
+        seq = len(self.items) + self.starting_sequence_number
+        self.items.append(StreamRecord(self.table, stream_type, event_name, old, new, seq))
+
+
+def trim_stream(shard: Any, count: int) -> None:
+    """Forget the first ``count`` records of a shard (its poller handed them on); sequence
+    numbers go on from where they were."""
+    with _STREAMS:
+        del shard.items[:count]
+        shard.starting_sequence_number += count
+
+
+_MOTO_SQS_DELAY = SqsMessage.delay
+
+
+def _sqs_delay(self: Any, delay_seconds: int) -> None:
+    """A message's ``DelaySeconds`` on the virtual clock (instant in tests, ``--speed`` times
+    faster in dev), recorded like a Wait state's time."""
+    clock = ACTIVE.clock
+    if clock is None:
+        _MOTO_SQS_DELAY(self, delay_seconds)
+        return
+    clock.record_delay(float(delay_seconds))
+    self.delayed_until = unix_time() * 1000 + clock.wall_seconds(float(delay_seconds)) * 1000
 
 
 _TRANSACTIONS = threading.Lock()
@@ -394,6 +441,8 @@ def install() -> None:
         retrier_decl.time = _RetryTime()  # type: ignore[assignment]
         sfn_boto_client.moto_server_port = _moto_server_port
         LambdaBackend.create_event_source_mapping = _create_event_source_mapping  # type: ignore[method-assign]
+        StreamShard.add = _stream_add  # type: ignore[method-assign]
+        SqsMessage.delay = _sqs_delay  # type: ignore[method-assign]
         dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
         sesv2_urls.url_paths.update(_SESV2_EXTRA_PATHS)
         SESV2Response.send_email = _send_email  # type: ignore[method-assign]

@@ -85,6 +85,8 @@ def create_table(spec: TableSpec, name: str | None = None, *, aws: ClientFactory
             }
             for g in spec.gsis
         ]
+    if spec.stream:
+        kwargs["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": spec.stream}
     ddb.create_table(**kwargs)
     ddb.update_time_to_live(
         TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute}

@@ -47,6 +47,7 @@ from cli.local.http_front import Cors, HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.provision import LocalResources, local_function_name, provision
 from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
+from cli.local.streams import StreamPoller
 from cli.local.template import LocalTemplate
 from cli.local.tls import TlsFiles, client_context, ensure_certificate, server_context
 from shared.core import specs
@@ -98,7 +99,7 @@ class LocalRuntime:
     front: HttpFront = field(init=False)
     public_front: HttpFront = field(init=False)
     tls: TlsFiles = field(init=False)
-    pollers: list[SqsPoller] = field(default_factory=list, init=False)
+    pollers: list[SqsPoller | StreamPoller] = field(default_factory=list, init=False)
     artifact: Artifact = field(init=False)
     deployment: Deployment | None = field(default=None, init=False)
     environments: Environments | None = field(default=None, init=False)
@@ -187,6 +188,7 @@ class LocalRuntime:
         hooks.ACTIVE.ses = self.ses
         hooks.ACTIVE.port = config.port
         hooks.ACTIVE.on_sqs_mapping = self._start_poller
+        hooks.ACTIVE.on_stream_mapping = self._start_stream_poller
         STATS.reset()
 
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=config.port, verbose=False)
@@ -295,6 +297,7 @@ class LocalRuntime:
             self._server.stop()
             self._server = None
         hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = hooks.ACTIVE.invoker = None
+        hooks.ACTIVE.on_stream_mapping = None
         hooks.ACTIVE.port = None
         reset_clients()
         reset_cache()
@@ -371,6 +374,29 @@ class LocalRuntime:
                 self.pollers.append(poller)
             poller.start()
 
+    def _start_stream_poller(self, esm: Any, table: Any) -> None:
+        """Like Lambda's DynamoDB stream poller: one batch at a time per shard, in order, through
+        the mapping's filter criteria, retried and bisected as the mapping says."""
+        with self._lock:
+            if any(isinstance(p, StreamPoller) and p.shard is table.stream_shard for p in self.pollers):
+                raise ValueError(f"a second event source mapping on the stream of table {table.name}")
+        patterns = [json.loads(f["Pattern"]) for f in (esm.filter_criteria or {}).get("Filters", [])]
+        retries = esm.max_retry_attempts
+        poller = StreamPoller(
+            shard=table.stream_shard,
+            stream_arn=esm.event_source_arn,
+            function=self._backend("lambda").get_function(esm.function_arn),
+            invoke=invoke,
+            batch_size=int(esm.batch_size or 100),
+            patterns=patterns,
+            retry_attempts=int(retries) if retries is not None and int(retries) >= 0 else 10_000,
+            bisect=bool(esm.bisect_on_error),
+            trim=hooks.trim_stream,
+        )
+        with self._lock:
+            self.pollers.append(poller)
+        poller.start()
+
     def function(self, name: str) -> Any:
         """The moto ``LambdaFunction`` of a spec'd function (by spec name) or a physical name."""
         spec = next((f for f in specs.FUNCTIONS if f.name == name), None)
@@ -397,6 +423,8 @@ class LocalRuntime:
                 "speed": self.clock.speed,
                 "paused": self.clock.paused,
                 "held": self.clock.held,
+                "queue_delays": len(self.clock.delays),
+                "queue_delay_s": sum(self.clock.delays),
             },
             "lambda": {
                 "invocations": dict(STATS.invocations),
@@ -417,8 +445,8 @@ class LocalRuntime:
         grants of the template's role policies that none of them used so far."""
         if self.environments is None:
             return {"calls": [], "unused_grants": []}
-        # Used by services for the function, not by its code: log delivery, SQS event sources.
-        service_actions = ("logs:*", *specs.EVENT_SOURCE_ACTIONS)
+        # Used by services for the function, not by its code: log delivery, SQS and stream event sources.
+        service_actions = ("logs:*", *specs.EVENT_SOURCE_ACTIONS, *specs.STREAM_SOURCE_ACTIONS)
         return {
             "calls": self.environments.recorded(),
             "unused_grants": self.environments.unused_grants(ignore=service_actions),

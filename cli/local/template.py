@@ -53,6 +53,11 @@ class EventSourceMapping:
     max_concurrency: int | None
     max_batching_window_s: int
     report_batch_item_failures: bool
+    # DynamoDB stream sources: where to start, the filter criteria, retries and bisection
+    starting_position: str | None = None
+    filter_criteria: dict[str, Any] | None = None
+    max_retry_attempts: int | None = None
+    bisect_batch_on_error: bool = False
 
 
 @dataclass
@@ -194,6 +199,10 @@ class LocalTemplate:
                     max_batching_window_s=int(properties.get("MaximumBatchingWindowInSeconds", 0)),
                     report_batch_item_failures="ReportBatchItemFailures"
                     in properties.get("FunctionResponseTypes", []),
+                    starting_position=properties.get("StartingPosition"),
+                    filter_criteria=properties.get("FilterCriteria"),
+                    max_retry_attempts=properties.get("MaximumRetryAttempts"),
+                    bisect_batch_on_error=bool(properties.get("BisectBatchOnFunctionError", False)),
                 )
             )
         return found

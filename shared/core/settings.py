@@ -52,6 +52,11 @@ class Settings(BaseModel):
     soft_bounce_limit: int = Field(default=3, ge=2, le=100)
     soft_bounce_window_days: int = Field(default=30, ge=1, le=365)
 
+    # Webhooks (shared/webhooks, docs/webhooks.md): the delivery queue; http receivers on loopback
+    # (the local runtime's template only: a deployment delivers to public https URLs).
+    webhook_queue_url: str = ""
+    webhook_allow_loopback_http: bool = False
+
     # Replies (shared/engagement/replies.py): forward every recorded reply to this address (empty: no).
     reply_forward_to: str = ""
 

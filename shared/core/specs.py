@@ -51,6 +51,8 @@ ENV: dict[str, str] = {
     "broadcast_max_send_rate": "BROADCAST_MAX_SEND_RATE",
     "broadcast_rate_share": "BROADCAST_RATE_SHARE",
     "broadcast_worker_threads": "BROADCAST_WORKER_THREADS",
+    "webhook_queue_url": "WEBHOOK_QUEUE_URL",
+    "webhook_allow_loopback_http": "WEBHOOK_ALLOW_LOOPBACK_HTTP",
 }
 
 PK = "PK"
@@ -74,13 +76,17 @@ class TableSpec:
     partition_key: str = PK
     sort_key: str = SK
     ttl_attribute: str = TTL_ATTRIBUTE
+    # DynamoDB Streams view type of the table's change stream (webhooks read it), or None.
+    stream: str | None = None
 
 
-MAIN_TABLE = TableSpec(id="MainTable", local_name="mailstep-main", setting="table_name")
+STREAM_VIEW = "NEW_AND_OLD_IMAGES"
+MAIN_TABLE = TableSpec(id="MainTable", local_name="mailstep-main", setting="table_name", stream=STREAM_VIEW)
 EVENTS_TABLE = TableSpec(
     id="EventsTable",
     local_name="mailstep-events",
     setting="events_table_name",
+    stream=STREAM_VIEW,
     # Keyed by ``<template>#<shard>`` and ``<source>#<shard>`` (shared.store.events,
     # shared.store.keys.index_key): every event of a broadcast on one key would cap it at
     # 1,000 events/s; over 16 shards picked by the subscriber's address, 16,000/s.
@@ -164,6 +170,20 @@ class EventSourceSpec:
 
 
 @dataclass(frozen=True)
+class StreamSourceSpec:
+    """DynamoDB stream -> Lambda event source mapping: from the oldest record kept (TRIM_HORIZON),
+    partial batch responses on, a failing batch split in two and retried (``retry_attempts``
+    times, then skipped), only records matching one of ``filters`` (Lambda event filtering:
+    the others cost no invocation)."""
+
+    table: TableSpec
+    filters: tuple[dict[str, Any], ...] = ()
+    batch_size: int = 100
+    max_batching_window_s: int = 1
+    retry_attempts: int = 10
+
+
+@dataclass(frozen=True)
 class ConfigurationSetSpec:
     """An SES configuration set whose sending events are published to ``event_topic``."""
 
@@ -225,6 +245,20 @@ INBOUND_OBJECTS = "inbound-object"  # received mail in the inbound bucket (mails
 # Granted for every event source: what the Lambda service does on the function's behalf
 # (the actions of the AWS managed policy AWSLambdaSQSQueueExecutionRole).
 EVENT_SOURCE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+# Granted for every stream source, on the table's stream: what the Lambda service does on the
+# function's behalf, as the DynamoDB developer guide's example policy for a Lambda function that
+# processes stream records grants it ("IAM policy to allow an AWS Lambda function to access
+# DynamoDB stream records": the four actions on table/<name>/stream/*).
+STREAM_SOURCE_ACTIONS = (
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+)
+# The webhook endpoints' signing secrets: secret:mailstep/webhooks/<main table name>/* (one per
+# endpoint, created by the operator's `mailstep webhooks add`; shared.webhooks.store).
+WEBHOOK_SECRETS = "webhook-secret"
+WEBHOOK_SECRET_PREFIX = "mailstep/webhooks"  # noqa: S105 - a name prefix, not a secret
 
 
 @dataclass(frozen=True)
@@ -235,7 +269,16 @@ class TableIndex:
     index: str
 
 
-Resource = TableSpec | TableIndex | SecretSpec | QueueSpec | TopicSpec | ConfigurationSetSpec | str
+@dataclass(frozen=True)
+class TableStream:
+    """The change stream of a table (a DynamoDB stream event source reads it)."""
+
+    table: TableSpec
+
+
+Resource = (
+    TableSpec | TableIndex | TableStream | SecretSpec | QueueSpec | TopicSpec | ConfigurationSetSpec | str
+)
 
 
 def resource_key(resource: Resource) -> str:
@@ -247,6 +290,8 @@ def resource_key(resource: Resource) -> str:
         return resource
     if isinstance(resource, TableIndex):
         return f"table/{resource.table.id}/index/{resource.index}"
+    if isinstance(resource, TableStream):
+        return f"table/{resource.table.id}/stream"
     kind = {
         TableSpec: "table",
         SecretSpec: "secret",
@@ -298,6 +343,7 @@ class FunctionSpec:
     grants: tuple[Grant, ...] = ()
     routes: tuple[RouteSpec, ...] = ()
     event_sources: tuple[EventSourceSpec, ...] = ()
+    stream_sources: tuple[StreamSourceSpec, ...] = ()
     reserved_concurrency: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     mail_settings: bool = False  # receives the MAIL_SETTINGS environment
@@ -305,7 +351,10 @@ class FunctionSpec:
     optional_settings: tuple[str, ...] = ()
 
     def _granted(self, kind: type[Any]) -> tuple[Any, ...]:
-        found = [g.resource.table if isinstance(g.resource, TableIndex) else g.resource for g in self.grants]
+        found = [
+            g.resource.table if isinstance(g.resource, TableIndex | TableStream) else g.resource
+            for g in self.grants
+        ]
         return tuple(dict.fromkeys(r for r in found if isinstance(r, kind)))
 
     @property
@@ -343,13 +392,15 @@ class FunctionSpec:
 
 
 def all_grants(spec: FunctionSpec, settings: Mapping[str, str] | None = None) -> list[Grant]:
-    """The function's grants plus ``EVENT_SOURCE_ACTIONS`` on each event source queue.
+    """The function's grants plus ``EVENT_SOURCE_ACTIONS`` on each event source queue and
+    ``STREAM_SOURCE_ACTIONS`` on each stream source's table stream.
 
     ``settings`` (field -> deployment value): grants ``only_with`` an empty or absent field
     are left out; None keeps every grant (the most the function may ever hold).
     """
     grants = [g for g in spec.grants if settings is None or not g.only_with or settings.get(g.only_with)]
     grants += [Grant(source.queue, EVENT_SOURCE_ACTIONS) for source in spec.event_sources]
+    grants += [Grant(TableStream(stream.table), STREAM_SOURCE_ACTIONS) for stream in spec.stream_sources]
     return grants
 
 
@@ -716,3 +767,79 @@ SIGNUP_FUNCTION = FunctionSpec(
     optional_settings=SIGNUP_SETTINGS,
 )
 FUNCTIONS = (*FUNCTIONS, SIGNUP_FUNCTION)
+
+
+# ----- webhooks (docs/webhooks.md) ---------------------------------------------------------------
+# The tables' change streams -> webhook-dispatch (one delivery item per event and endpoint, its
+# first attempt queued) -> WEBHOOK_QUEUE -> webhook-deliver (signed POSTs; retries are delayed
+# messages on the same queue). Only the records that can be webhook events reach the dispatcher
+# (event filtering, shared.webhooks.events.from_stream_record reads them).
+WEBHOOK_QUEUE = QueueSpec(
+    id="WebhookQueue",
+    local_name="mailstep-webhooks",
+    setting="webhook_queue_url",
+    visibility_timeout_s=540,  # 6x the delivery function's timeout (90 s)
+    max_receives=5,
+)
+
+
+def _prefix(*values: str) -> list[dict[str, str]]:
+    return [{"prefix": value} for value in values]
+
+
+WEBHOOK_MAIN_FILTERS: tuple[dict[str, Any], ...] = (
+    # subscriber profiles, suppressions, the send log, executions (not the inverse partners)
+    {"dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": ["PROFILE", "SUPPRESSION"]}}}},
+    {
+        "eventName": ["INSERT"],
+        "dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": _prefix("SENT#")}}},
+    },
+    {
+        "eventName": ["INSERT", "REMOVE"],
+        "dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": _prefix("EXEC#")}}},
+    },
+    # broadcast records whose status changed
+    {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": {"PK": {"S": ["BROADCAST"]}}}},
+)
+WEBHOOK_EVENTS_FILTERS: tuple[dict[str, Any], ...] = (
+    {
+        "eventName": ["INSERT"],
+        "dynamodb": {
+            "NewImage": {
+                "type": {"S": ["delivery", "bounce", "complaint", "open", "click", "subscriber.confirmed"]}
+            }
+        },
+    },
+)
+WEBHOOK_DISPATCH_FUNCTION = FunctionSpec(
+    name="webhook-dispatch",
+    handler="functions.webhook_dispatch.handler.handler",
+    description="Webhooks: table change streams -> one delivery per event and subscribed endpoint",
+    timeout_s=60,
+    grants=(
+        # the endpoints (Query), the delivery items (conditional Put; GetItem of a repeated one)
+        Grant(MAIN_TABLE, _ddb("Query", "GetItem", "PutItem")),
+        Grant(WEBHOOK_QUEUE, ("sqs:SendMessage",)),  # first attempts
+    ),
+    stream_sources=(
+        StreamSourceSpec(table=MAIN_TABLE, filters=WEBHOOK_MAIN_FILTERS),
+        StreamSourceSpec(table=EVENTS_TABLE, filters=WEBHOOK_EVENTS_FILTERS),
+    ),
+)
+WEBHOOK_DELIVER_FUNCTION = FunctionSpec(
+    name="webhook-deliver",
+    handler="functions.webhook_deliver.handler.handler",
+    description="Webhooks: signed Standard Webhooks POSTs, retried on the spec's schedule",
+    memory_mb=256,
+    timeout_s=90,  # a batch of 5 POSTs of at most 15 s each, one after the other
+    grants=(
+        # the delivery (GetItem, attempt UpdateItems), the endpoint (GetItem, UpdateItem: failing, disabled)
+        Grant(MAIN_TABLE, _ddb("GetItem", "UpdateItem")),
+        Grant(WEBHOOK_QUEUE, ("sqs:SendMessage",)),  # the next attempt, the hops of a long wait
+        Grant(WEBHOOK_SECRETS, ("secretsmanager:GetSecretValue",)),
+    ),
+    event_sources=(EventSourceSpec(queue=WEBHOOK_QUEUE, batch_size=5, max_concurrency=5),),
+    optional_settings=("webhook_allow_loopback_http",),
+)
+QUEUES = (*QUEUES, WEBHOOK_QUEUE)
+FUNCTIONS = (*FUNCTIONS, WEBHOOK_DISPATCH_FUNCTION, WEBHOOK_DELIVER_FUNCTION)

@@ -35,7 +35,7 @@ from shared.sending.pipeline import SendOutcome
 from shared.sequences.compiler import CONTRACT, VERSION
 from shared.sequences.evaluate import evaluate, wake_at
 from shared.sequences.model import SendWindow, Variant, parse_condition
-from shared.store.subscribers import SubscriberStore
+from shared.store.subscribers import EXECUTION_COMPLETED, SubscriberStore
 
 OPEN_EVENT = "open"
 CLICK_EVENT = "click"
@@ -155,7 +155,7 @@ def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
             attributes = profile.attributes if profile else {}
         result["wake"] = wake_at(deps.now(), request.wait, request.window, attributes or {})
     if (request.finish or request.action == "finish") and not request.one_off:
-        _remove_pair(request, deps)
+        _remove_pair(request, deps, completed=True)
     logger.info("sequence step", **log, **{k: v for k, v in result.items() if k != "wake"})
     return result
 
@@ -191,9 +191,14 @@ def _require_pair(request: StepRequest, deps: StepDeps) -> None:
     raise SequenceHalted("the EXEC pair is gone or names another execution")
 
 
-def _remove_pair(request: StepRequest, deps: StepDeps) -> None:
-    if not request.one_off:
-        deps.store.delete_execution(request.email, request.sequence, request.execution)
+def _remove_pair(request: StepRequest, deps: StepDeps, *, completed: bool = False) -> None:
+    if request.one_off:
+        return
+    if completed:  # the change stream tells a completed execution from a stopped one by this mark
+        deps.store.mark_execution_ended(
+            request.email, request.sequence, request.execution, EXECUTION_COMPLETED
+        )
+    deps.store.delete_execution(request.email, request.sequence, request.execution)
 
 
 def _record_failure(request: StepRequest, deps: StepDeps) -> None:

@@ -283,3 +283,21 @@ def directory_key(email: str, status: str | None = None) -> tuple[str, str]:
 
 def email_from_directory(sk: str) -> str:
     return sk.rsplit(SEP, 1)[1]
+
+
+# ----- webhooks (shared/webhooks) ------------------------------------------------------------
+WEBHOOK = "WEBHOOK"  # PK of the endpoints; SK EP#<endpoint id>
+WEBHOOK_ENDPOINT_PREFIX = "EP#"
+WEBHOOK_DELIVERY = "WHD"  # PK WHD#<endpoint id>; SK <event time>#<message id>
+
+
+def webhook_endpoint_sk(endpoint_id: str) -> str:
+    return f"{WEBHOOK_ENDPOINT_PREFIX}{_part(endpoint_id, 'endpoint id')}"
+
+
+def webhook_delivery_pk(endpoint_id: str) -> str:
+    return f"{WEBHOOK_DELIVERY}{SEP}{_part(endpoint_id, 'endpoint id')}"
+
+
+def webhook_delivery_sk(iso_ts: str, message_id: str) -> str:
+    return f"{_part(iso_ts, 'time')}{SEP}{_part(message_id, 'message id')}"

@@ -87,6 +87,8 @@ MAX_ATTEMPTS = WRITE_RETRY.attempts
 # How long an erase is remembered: SES events (an open, a click, a late complaint) of mail sent
 # before the erase can still arrive; after this, the tombstone expires (DynamoDB TTL).
 ERASED_MEMORY_DAYS = 400
+# The ``ended`` mark of an EXEC item whose execution finished its steps (mark_execution_ended).
+EXECUTION_COMPLETED = "completed"
 
 
 # Roles of the actions of an execution entry (put_execution) and its removal.
@@ -716,6 +718,22 @@ class SubscriberStore(TableAdapter):
             )
         except self.client.exceptions.ConditionalCheckFailedException:
             return
+
+    def mark_execution_ended(self, email: str, sequence_id: str, execution_arn: str, ended: str) -> None:
+        """Leave ``ended`` on the subscriber's EXEC item before the pair is deleted, so the delete
+        in the table's change stream says how the execution ended (webhooks: sequence.completed);
+        nothing when the item is gone or names another execution."""
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=key(keys.sub_pk(email), keys.exec_sk(sequence_id)),
+                UpdateExpression="SET ended = :ended",
+                ConditionExpression="execution_arn = :arn",
+                ExpressionAttributeValues=values(ended=ended, arn=execution_arn),
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
 
     def delete_execution(self, email: str, sequence_id: str, execution_arn: str | None = None) -> bool:
         """Remove the pair; with ``execution_arn`` only if it still belongs to that execution.

@@ -381,6 +381,20 @@ def _python_function(
             if source.max_batching_window_s
             else None,
         )
+    for stream in spec.stream_sources:
+        lambda_.EventSourceMapping(
+            scope,
+            f"{base}{stream.table.id}StreamSource",
+            target=fn,
+            event_source_arn=resources.tables[stream.table].table_stream_arn,
+            starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+            batch_size=stream.batch_size,
+            max_batching_window=Duration.seconds(stream.max_batching_window_s),
+            bisect_batch_on_error=True,
+            retry_attempts=stream.retry_attempts,
+            report_batch_item_failures=True,
+            filters=[lambda_.FilterCriteria.filter(f) for f in stream.filters],
+        )
     Validations.of(fn).acknowledge(
         Acknowledgment(
             id="AwsSolutions-L1",
@@ -427,6 +441,9 @@ class Functions(Construct):
         stack = Stack.of(self)
         for table_spec, table in resources.tables.items():
             self.grant(table_spec, [table.table_arn])
+            if table.table_stream_arn is not None:
+                # its stream ARN (table/<name>/stream/<label>): the Lambda service reads it
+                self.grant(specs.TableStream(table_spec), [table.table_stream_arn])
             for gsi in table_spec.gsis:
                 self.grant(specs.TableIndex(table_spec, gsi.name), [f"{table.table_arn}/index/{gsi.name}"])
         for secret_spec, secret in resources.secrets.items():
@@ -475,6 +492,24 @@ class Functions(Construct):
             nag_reason="Stops/describes executions of this stack's sequence state machines (name "
             "prefix); execution names are generated per subscriber and event.",
             nag_resource=_nag_arn(stack, "states", f"execution:{state_machine_prefix}*:*"),
+        )
+
+        main_table = resources.tables[specs.MAIN_TABLE]
+        self.grant(
+            specs.WEBHOOK_SECRETS,
+            [
+                stack.format_arn(
+                    service="secretsmanager",
+                    resource="secret",
+                    resource_name=f"{specs.WEBHOOK_SECRET_PREFIX}/{main_table.table_name}/*",
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                )
+            ],
+            nag_reason="One Secrets Manager secret per webhook endpoint, created by the operator "
+            "(mailstep webhooks add) under this deployment's name prefix; the delivery function reads them.",
+            nag_resource=_nag_arn(
+                stack, "secretsmanager", f"secret:{specs.WEBHOOK_SECRET_PREFIX}/<MainTable>/*"
+            ),
         )
 
     def grant(

@@ -15,7 +15,8 @@ def _string(name: str) -> dynamodb.Attribute:
 
 
 class Storage(Construct):
-    """On-demand tables with PITR, TTL on ``ttl``, AWS-managed encryption, retained on delete."""
+    """On-demand tables with PITR, TTL on ``ttl``, AWS-managed encryption, retained on delete, and
+    the change stream their spec asks for (webhooks read it)."""
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
@@ -34,6 +35,7 @@ class Storage(Construct):
             ),
             time_to_live_attribute=spec.ttl_attribute,
             removal_policy=RemovalPolicy.RETAIN,
+            stream=dynamodb.StreamViewType(spec.stream) if spec.stream else None,
         )
         for gsi in spec.gsis:
             table.add_global_secondary_index(

@@ -63,6 +63,14 @@ EXPECTED_TOOLS = {
     "broadcast_get",
     "broadcast_dry_run",
     "broadcast_send",
+    "webhooks_add",
+    "webhooks_list",
+    "webhooks_remove",
+    "webhooks_enable",
+    "webhooks_test",
+    "webhooks_deliveries",
+    "webhooks_replay",
+    "webhooks_rotate",
 }
 
 

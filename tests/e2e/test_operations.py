@@ -156,6 +156,7 @@ def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> N
         "dlqs",
         "broadcast-workers",
         "open-executions",
+        "webhooks",
     ]
     assert all(c["status"] in ("pass", "warn", "fail", "skip") for c in report["checks"])
     statuses = {c["name"]: c["status"] for c in report["checks"]}

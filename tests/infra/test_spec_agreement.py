@@ -3,6 +3,7 @@ by the stack with no CDK change (checked on a second synthesis with extra specs)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -92,7 +93,7 @@ def assert_agrees_with_specs(synth: Synth) -> None:
         f.handler for f in specs.FUNCTIONS
     )
     mappings = list(synth.resources("AWS::Lambda::EventSourceMapping").values())
-    assert len(mappings) == sum(len(f.event_sources) for f in specs.FUNCTIONS)
+    assert len(mappings) == sum(len(f.event_sources) + len(f.stream_sources) for f in specs.FUNCTIONS)
     for fn_spec in specs.FUNCTIONS:
         fn_id, fn = function_by_handler(synth, fn_spec.handler)
         assert fn["Properties"]["MemorySize"] == fn_spec.memory_mb
@@ -109,6 +110,21 @@ def assert_agrees_with_specs(synth: Synth) -> None:
             assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
             scaling = mapping["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
             assert scaling == source.max_concurrency
+        for stream in fn_spec.stream_sources:
+            (mapping,) = [
+                m
+                for m in mappings
+                if m["Properties"]["FunctionName"] == ref(fn_id)
+                and m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [stream.table.id, "StreamArn"]}
+            ]
+            props = mapping["Properties"]
+            assert props["BatchSize"] == stream.batch_size
+            assert props["StartingPosition"] == "TRIM_HORIZON"
+            assert props["BisectBatchOnFunctionError"] is True
+            assert props["MaximumRetryAttempts"] == stream.retry_attempts
+            assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+            patterns = [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]]
+            assert patterns == [dict(f) for f in stream.filters]
 
     # Routes: exactly the specced ones, each to its function.
     route_keys = sorted(

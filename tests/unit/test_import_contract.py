@@ -22,6 +22,7 @@ SHARED_LAYERS: dict[str, set[str]] = {
     "consent": {"core", "store", "sending", "sequences"},
     "web": {"core", "store", "sending", "sequences", "consent"},
     "engagement": {"core", "store", "sending", "sequences", "web", "consent"},
+    "webhooks": {"core", "store"},
 }
 TOP_LEVEL: dict[str, set[str]] = {
     "shared": {"shared"},

@@ -1,0 +1,136 @@
+"""Webhooks: what one delivery costs, measured as the difference of two runs of the same
+events.
+
+The same 100 new subscribers (one ``contact.created`` batch through ``POST /v1/events``) are
+created twice: once with no webhook endpoint (the subscribers' own cost, and the dispatcher
+reading the table's change stream and finding no endpoint), once with one endpoint subscribed to
+``subscriber.created`` and a receiver on loopback answering 200 at once. Each run waits until
+the stream is consumed and, in the second, every delivery arrived. The second minus the first
+is the cost of 100 webhook deliveries at the first attempt: the dispatcher's delivery items and
+queue sends, the delivery function's reads, attempt and outcome writes, its invocations and
+CPU, and the webhook queue's requests. A warm-up delivery first, so cold starts (the secret
+fetch, imports) are not charged to the steady state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from bench.harness import Bench
+from bench.meter import Measurement
+from cli.local.streams import StreamPoller
+
+NAME = "webhooks"
+DESCRIPTION = (
+    "webhook deliveries: 100 subscriber.created events with and without an endpoint, and the difference"
+)
+EVENTS = 100
+SETTLE_S = 1.0  # the stream pollers' and the webhook queue's idle time that ends a run
+
+
+class _Receiver:
+    """A webhook receiver on 127.0.0.1 answering 204, counting what it received."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                receiver.count += 1
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _subscribers(bench: Bench, prefix: str) -> None:
+    events = [{"type": "contact.created", "email": f"{prefix}{i}@example.com"} for i in range(EVENTS)]
+    status, answer = bench.post("/v1/events", {"events": events})
+    if status != 200:
+        raise RuntimeError(f"POST /v1/events answered {status}: {answer}")
+
+
+def _idle(bench: Bench, done: Any = lambda: True, timeout_s: float = 120) -> None:
+    """Until the stream pollers have nothing left, ``done()`` holds, and SETTLE_S passed so."""
+    deadline = time.monotonic() + timeout_s
+    quiet_since: float | None = None
+    while time.monotonic() < deadline:
+        pollers = [p for p in bench.runtime.pollers if isinstance(p, StreamPoller)]
+        if all(p.pending() == 0 for p in pollers) and done():
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since >= SETTLE_S:
+                return
+        else:
+            quiet_since = None
+        time.sleep(0.05)
+    raise RuntimeError("the webhook run did not settle in time")
+
+
+def difference(with_: Measurement, without: Measurement, label: str) -> Measurement:
+    """``with_`` minus ``without``: what the webhooks added to the same work."""
+    requests = Counter(with_.requests)
+    requests.subtract(without.requests)
+    return replace(
+        with_,
+        label=label,
+        unit_name="delivered POST",
+        requests=+requests,
+        wru=with_.wru - without.wru,
+        rru=with_.rru - without.rru,
+        lambda_invocations=with_.lambda_invocations - without.lambda_invocations,
+        lambda_gb_s=max(0.0, with_.lambda_gb_s - without.lambda_gb_s),
+        lambda_gb_s_wall=max(0.0, with_.lambda_gb_s_wall - without.lambda_gb_s_wall),
+        sfn_transitions=with_.sfn_transitions - without.sfn_transitions,
+        ses_sends=with_.ses_sends - without.ses_sends,
+        http_requests=with_.http_requests - without.http_requests,
+        sqs_platform_requests=with_.sqs_platform_requests - without.sqs_platform_requests,
+    )
+
+
+def run(bench: Bench) -> list[Measurement]:
+    from ops.targets import local_target
+    from ops.webhooks import Webhooks
+
+    receiver = _Receiver()
+    try:
+        target = local_target(str(bench.runtime.state_dir), bench.runtime.config.region, bench.aws)
+        _subscribers(bench, "warmup-no-endpoint-")  # cold starts of the API and the dispatcher
+        _idle(bench)
+        without = bench.measure(
+            "no endpoint", EVENTS, "event", lambda: (_subscribers(bench, "plain-"), _idle(bench))
+        )
+        webhooks = Webhooks.for_target(target)
+        endpoint = webhooks.add(receiver.url, "subscriber.created", "bench").endpoint
+        time.sleep(3)  # the dispatcher reads the endpoints every 2 s
+        _subscribers(bench, "warmup-endpoint-")  # the delivery function's cold start and secret fetch
+        _idle(bench, lambda: receiver.count >= EVENTS)
+        start = receiver.count
+
+        def with_endpoint() -> None:
+            _subscribers(bench, "hooked-")
+            _idle(bench, lambda: receiver.count >= start + EVENTS)
+
+        with_ = bench.measure("one endpoint", EVENTS, "event", with_endpoint)
+        webhooks.remove(endpoint.id)
+    finally:
+        receiver.stop()
+    return [without, with_, difference(with_, without, "webhook delivery (difference)")]

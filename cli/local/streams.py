@@ -1,0 +1,184 @@
+"""DynamoDB stream event sources of the local runtime, like the Lambda service's.
+
+moto records every change of a table with a stream (``StreamShard.items``) and, when a
+Lambda event source mapping names the stream, invokes the function inline with the whole
+shard from inside the writer's request. Lambda does neither: it polls the stream, applies the
+mapping's filter criteria (records that match no filter are dropped, uninvoked), hands
+batches of ``BatchSize`` in stream order, and retries a batch that fails (splitting it with
+``BisectBatchOnFunctionError``, resuming after the records a partial batch response says
+were done) up to ``MaximumRetryAttempts``. :class:`StreamPoller` does that here; the hook in
+``cli.local.hooks`` detaches moto's inline invocation.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.core.observability import logger
+
+STREAM_POLL_S = 0.2
+
+
+def lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
+    """A moto stream record as Lambda hands it to a function: JSON values only
+    (``ApproximateCreationDateTime`` in epoch seconds) and the ``eventSourceARN``."""
+    found = copy.deepcopy(dict(record))
+    body = dict(found.get("dynamodb", {}))
+    moment = body.get("ApproximateCreationDateTime")
+    if isinstance(moment, datetime):
+        aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        body["ApproximateCreationDateTime"] = int(aware.timestamp())
+    found["dynamodb"] = body
+    found["eventSourceARN"] = stream_arn
+    return dict(json.loads(json.dumps(found, default=str)))
+
+
+def _value_matches(rule: Any, value: Any, present: bool) -> bool:
+    if isinstance(rule, dict):
+        if "exists" in rule:
+            return bool(rule["exists"]) == present
+        if "prefix" in rule:
+            return present and isinstance(value, str) and value.startswith(str(rule["prefix"]))
+        if "anything-but" in rule:
+            excluded = rule["anything-but"]
+            excluded = excluded if isinstance(excluded, list) else [excluded]
+            return present and value not in excluded
+        return False
+    return present and value == rule
+
+
+def pattern_matches(pattern: Mapping[str, Any], data: Any) -> bool:
+    """One Lambda event filter pattern against an event (the subset mailstep's mappings use:
+    nested objects, lists of exact values, ``prefix``, ``exists``, ``anything-but``)."""
+    if not isinstance(data, dict):
+        return False
+    for key, rule in pattern.items():
+        present = key in data
+        value = data.get(key)
+        if isinstance(rule, dict):
+            if not present or not pattern_matches(rule, value):
+                return False
+        elif isinstance(rule, list):
+            values = value if isinstance(value, list) else [value]
+            if not any(_value_matches(r, v, present) for r in rule for v in values):
+                return False
+        else:
+            return False
+    return True
+
+
+def record_passes(record: Mapping[str, Any], patterns: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a record reaches the function: no filters, or one of them matches."""
+    return not patterns or any(pattern_matches(p, record) for p in patterns)
+
+
+class StreamPoller:
+    """Polls one table's stream for one function, like a DynamoDB stream event source mapping:
+    from the records still in the shard when it starts (TRIM_HORIZON), filtered, in batches,
+    retried and bisected on failure, then past them."""
+
+    def __init__(
+        self,
+        *,
+        shard: Any,
+        stream_arn: str,
+        function: Any,
+        invoke: Any,
+        batch_size: int,
+        patterns: Sequence[Mapping[str, Any]],
+        retry_attempts: int,
+        bisect: bool,
+        trim: Callable[[Any, int], None] | None = None,
+    ) -> None:
+        self.shard = shard
+        self.stream_arn = stream_arn
+        self.function = function
+        self.invoke = invoke
+        self.batch_size = max(1, batch_size)
+        self.patterns = list(patterns)
+        self.retry_attempts = retry_attempts
+        self.bisect = bisect
+        self.trim = trim  # forgets records handed on (cli.local.hooks.trim_stream), None keeps them
+        self.position = 0  # index in the shard of the next record
+        self.invocations = 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"esm-stream-{stream_arn[-20:]}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=5)
+
+    def pending(self) -> int:
+        return max(0, len(self.shard.items) - self.position)
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                if not self.poll_once():
+                    self.stop_event.wait(STREAM_POLL_S)
+            except Exception:  # the table went away (runtime stopping)
+                logger.exception("stream poll failed", stream=self.stream_arn)
+                self.stop_event.wait(1)
+
+    def poll_once(self) -> bool:
+        """Hand the next batch of matching records to the function; False when there was none."""
+        items = self.shard.items[self.position : self.position + self.batch_size]
+        if not items:
+            return False
+        # the filters read the keys, images and event name, which moto's records hold as Lambda's
+        # do: only the records that pass are copied into the event format
+        records = [
+            lambda_record(raw, self.stream_arn)
+            for raw in (i.to_json() for i in items)
+            if record_passes(raw, self.patterns)
+        ]
+        if records:
+            self._deliver(records, self.retry_attempts)
+        if self.trim is not None:
+            self.trim(self.shard, len(items))
+        else:
+            self.position += len(items)
+        return True
+
+    def _deliver(self, records: list[dict[str, Any]], retries: int) -> None:
+        """Invoke with ``records``; a failed batch is retried (bisected), then skipped."""
+        remaining = records
+        attempts = 0
+        while remaining and not self.stop_event.is_set():
+            self.invocations += 1
+            payload, errored = self.invoke(self.function, {"Records": remaining})
+            if not errored:
+                failed = _first_failure(payload, remaining)
+                if failed is None:
+                    return
+                remaining = remaining[failed:]  # Lambda resumes from the reported record
+            attempts += 1
+            if attempts > retries:
+                logger.warning(
+                    "stream records skipped after retries", stream=self.stream_arn, count=len(remaining)
+                )
+                return
+            if self.bisect and len(remaining) > 1:
+                half = len(remaining) // 2
+                self._deliver(remaining[:half], retries - attempts)
+                self._deliver(remaining[half:], retries - attempts)
+                return
+
+
+def _first_failure(payload: Any, records: list[dict[str, Any]]) -> int | None:
+    """The index of the first record a partial batch response reports (None: all done)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("batchItemFailures"), list):
+        return None
+    reported = {str(f.get("itemIdentifier")) for f in payload["batchItemFailures"] if isinstance(f, dict)}
+    for index, record in enumerate(records):
+        if str(record.get("dynamodb", {}).get("SequenceNumber")) in reported:
+            return index
+    return None

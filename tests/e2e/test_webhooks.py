@@ -1,0 +1,237 @@
+"""Webhooks on the local runtime: `mailstep webhooks` against `mailstep dev`, the deployed
+dispatch and delivery functions, and receivers in this process that verify every delivery with
+``standardwebhooks`` (an implementation independent of mailstep's)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from standardwebhooks import Webhook
+
+from shared.webhooks.delivery import SCHEDULE_S
+from shared.webhooks.dispatch import ENDPOINTS_MAX_AGE_S
+from tests.e2e.conftest import Local
+from tests.e2e.helpers import (
+    MAIN,
+    Tools,
+    ok_json,
+    ops,
+    run_session,
+    subscribe,
+    unique,
+    unique_email,
+    wait_for,
+)
+from tests.webhook_receiver import Receiver
+
+FAMILIES = ("subscriber", "topic", "email", "sequence", "broadcast")
+TEMPLATE = "newsletter/monthly"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def endpoints(local: Local) -> Iterator[list[str]]:
+    """Endpoint ids a test added: removed after it (the session's runtime goes on)."""
+    added: list[str] = []
+    yield added
+    for endpoint_id in added:
+        ops(local, "webhooks", "remove", endpoint_id)
+
+
+def add(local: Local, endpoints: list[str], url: str, events: str) -> tuple[str, str]:
+    """``mailstep webhooks add``: (endpoint id, the secret it printed once)."""
+    answer = ops(local, "webhooks", "add", url, "--events", events)
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    endpoint_id = answer.stdout.split()[1]
+    secret = answer.stdout.strip().splitlines()[-1].strip()
+    assert endpoint_id.startswith("ep_") and secret.startswith("whsec_"), answer.stdout
+    endpoints.append(endpoint_id)
+    time.sleep(ENDPOINTS_MAX_AGE_S + 0.5)  # the dispatcher's endpoints cache: changes from then on reach it
+    return endpoint_id, secret
+
+
+def endpoint(local: Local, endpoint_id: str) -> dict[str, Any]:
+    (found,) = [e for e in ok_json(ops(local, "webhooks", "list", "--json")) if e["id"] == endpoint_id]
+    return dict(found)
+
+
+def verified(receiver: Receiver, secret: str) -> list[dict[str, Any]]:
+    """Every delivery so far, each verified (a forged or altered one raises)."""
+    return [dict(Webhook(secret).verify(r.body, r.headers)) for r in list(receiver.received)]
+
+
+def test_a_receiver_sees_every_event_family_verified(
+    local: Local, receiver: Receiver, endpoints: list[str]
+) -> None:
+    # Given an endpoint for every event
+    _, secret = add(local, endpoints, receiver.url, "*")
+    run = unique("wh")
+    email = unique_email("wh")
+    # When a subscriber joins (onboarding starts, mails, ends on the virtual clock), changes a
+    # topic and gets a broadcast
+    subscribe(local, email, tags=[run])
+    ok_json(ops(local, "subscribers", "topics", email, "--on", "newsletter", "--json"))
+    answer = ops(
+        local, "broadcast", "send", "--template", TEMPLATE, "--tag", run, "--id", run, "--yes", timeout=150
+    )
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+
+    # Then the receiver verifies deliveries of every family about them
+    def families() -> set[str]:
+        mine = [
+            p
+            for p in verified(receiver, secret)
+            if p["data"].get("email") == email or p["data"].get("broadcast_id") == run
+        ]
+        return {p["type"].split(".")[0] for p in mine}
+
+    wait_for(lambda: families() >= set(FAMILIES), timeout_s=120, what="a delivery of each family")
+    types = {p["type"] for p in verified(receiver, secret)}
+    for expected in (
+        "subscriber.created",
+        "topic.opted_in",
+        "email.sent",
+        "email.delivered",
+        "sequence.started",
+        "broadcast.started",
+        "broadcast.completed",
+    ):
+        assert expected in types, sorted(types)
+    for received in receiver.received:
+        payload = json.loads(received.body)
+        assert payload["id"] == received.headers["webhook-id"] and payload["version"] == 1
+
+
+def test_a_failing_receiver_gets_the_retries_on_the_schedule_then_the_delivery_is_dead_lettered(
+    local: Local, receiver: Receiver, endpoints: list[str]
+) -> None:
+    receiver.default = 500
+    endpoint_id, secret = add(local, endpoints, receiver.url, "subscriber.created")
+    delayed_before = local.status()["clock"]["queue_delay_s"]
+    email = unique_email("wh-retry")
+    subscribe(local, email)
+
+    def attempts() -> list[Any]:
+        return [r for r in receiver.received if json.loads(r.body)["data"].get("email") == email]
+
+    wait_for(lambda: len(attempts()) >= len(SCHEDULE_S), timeout_s=240, what="every attempt of the schedule")
+    mine = attempts()
+    assert len(mine) == len(SCHEDULE_S) == 10
+    assert len({r.headers["webhook-id"] for r in mine}) == 1  # the same webhook-id on every retry
+    for received in mine:
+        Webhook(secret).verify(received.body, received.headers)
+    # the waits between them were the schedule's, on the virtual clock (SQS delays of <= 900 s)
+    webhook_id = mine[0].headers["webhook-id"]
+
+    def dead_lettered() -> list[dict[str, Any]]:
+        found = ok_json(ops(local, "webhooks", "deliveries", endpoint_id, "--failed", "--json"))
+        return [d for d in found if d["message_id"] == webhook_id]
+
+    (delivery,) = wait_for(dead_lettered, what="the dead-lettered delivery")
+    assert delivery["attempts"] == 10
+    assert [h.get("next_in_s") for h in delivery["history"]] == [*SCHEDULE_S[1:], None]
+    assert local.status()["clock"]["queue_delay_s"] - delayed_before >= sum(SCHEDULE_S)
+    assert endpoint(local, endpoint_id)["failing_since"]
+
+
+def test_410_disables_the_endpoint_and_doctor_says_so(
+    local: Local, receiver: Receiver, endpoints: list[str]
+) -> None:
+    receiver.default = 410
+    endpoint_id, _ = add(local, endpoints, receiver.url, "subscriber.created")
+    subscribe(local, unique_email("wh-gone"))
+    wait_for(
+        lambda: endpoint(local, endpoint_id)["status"] == "disabled",
+        timeout_s=60,
+        what="the disabled endpoint",
+    )
+    assert endpoint(local, endpoint_id)["disabled_reason"] == "410 Gone"
+    assert len(receiver.received) == 1
+    doctor = ops(local, "doctor", "--json")
+    (check,) = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "webhooks"]
+    assert check["status"] == "fail" and endpoint_id in check["detail"] and "410" in check["detail"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.1.2.3/hook",
+        "https://192.168.0.10/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fd00:ec2::254]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "ftp://127.0.0.1/",
+    ],
+)
+def test_private_and_metadata_urls_are_refused_at_add(local: Local, url: str) -> None:
+    before = [e["id"] for e in ok_json(ops(local, "webhooks", "list", "--json"))]
+    answer = ops(local, "webhooks", "add", url, "--events", "subscriber.*")
+    assert answer.returncode == 2 and "url" in answer.stderr, answer.stdout + answer.stderr
+    assert [e["id"] for e in ok_json(ops(local, "webhooks", "list", "--json"))] == before
+
+
+def test_a_url_that_reaches_a_metadata_address_is_refused_at_delivery(
+    local: Local, receiver: Receiver, endpoints: list[str]
+) -> None:
+    # Given an endpoint accepted at add whose URL now leads to the metadata address (its stored
+    # URL changed underneath, as a DNS answer can change between add and delivery)
+    endpoint_id, _ = add(local, endpoints, receiver.url, "subscriber.created")
+    local.client("dynamodb").update_item(
+        TableName=MAIN,
+        Key={"PK": {"S": "WEBHOOK"}, "SK": {"S": f"EP#{endpoint_id}"}},
+        UpdateExpression="SET #url = :url",
+        ExpressionAttributeNames={"#url": "url"},
+        ExpressionAttributeValues={":url": {"S": "http://[::ffff:169.254.169.254]/latest/meta-data/"}},
+    )
+    # When a test event is delivered
+    assert ops(local, "webhooks", "test", endpoint_id).returncode == 0
+
+    # Then the delivery function refuses to connect, and says why
+    def refused() -> Any:
+        found = ok_json(ops(local, "webhooks", "deliveries", endpoint_id, "--json"))
+        return found and found[0]["history"] and "metadata" in (found[0]["last_error"] or "")
+
+    wait_for(refused, timeout_s=60, what="the refused attempt")
+    assert receiver.received == []
+
+
+def test_the_mcp_tools_manage_endpoints_like_the_cli(local: Local, receiver: Receiver) -> None:
+    async def body(tools: Tools) -> None:
+        # add: the secret once; a private URL is a tool error naming the field
+        added = await tools.call("webhooks_add", url=receiver.url, events=["email.*"], description="mcp")
+        endpoint_id, secret = added["endpoint"]["id"], added["secret"]
+        assert secret.startswith("whsec_") and "secret" not in json.dumps(await tools.call("webhooks_list"))
+        assert "url" in await tools.error("webhooks_add", url="http://169.254.169.254/", events=["email.*"])
+        # test: delivered and verified; deliveries lists it
+        message_id = (await tools.call("webhooks_test", endpoint_id=endpoint_id))["message_id"]
+        wait_for(lambda: receiver.received, timeout_s=60, what="the test delivery")
+        assert (
+            Webhook(secret).verify(receiver.received[0].body, receiver.received[0].headers)["type"]
+            == "webhook.test"
+        )
+        assert receiver.received[0].headers["webhook-id"] == message_id
+        # rotate: the next delivery verifies with both secrets
+        rotated = (await tools.call("webhooks_rotate", endpoint_id=endpoint_id))["secret"]
+        await tools.call("webhooks_test", endpoint_id=endpoint_id)
+        wait_for(lambda: len(receiver.received) == 2, timeout_s=60, what="the second test delivery")
+        for key in (secret, rotated):
+            Webhook(key).verify(receiver.received[1].body, receiver.received[1].headers)
+        deliveries = await tools.call("webhooks_deliveries", endpoint_id=endpoint_id)
+        assert {d["status"] for d in deliveries} == {"delivered"} and len(deliveries) == 2
+        # remove needs confirm
+        assert "confirm" in await tools.error("webhooks_remove", endpoint_id=endpoint_id)
+        await tools.call("webhooks_remove", endpoint_id=endpoint_id, confirm=True)
+        assert endpoint_id not in [e["id"] for e in await tools.call("webhooks_list")]
+
+    run_session(local, body)

@@ -1,0 +1,377 @@
+"""Webhooks on moto: the real dispatch and delivery handlers, the tables' real change streams,
+a receiver on loopback, every delivery verified with ``standardwebhooks`` (an implementation
+independent of ours)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from standardwebhooks import Webhook
+
+from cli.local.apigw import LambdaContext
+from cli.local.provision import LocalResources, create_queue
+from ops.webhooks import Webhooks
+from shared.core import clock, specs
+from shared.core.errors import InvalidInput
+from shared.core.secrets import reset_cache
+from shared.store.subscribers import SubscriberStore
+from shared.webhooks.delivery import SCHEDULE_S, DeliveryContext, DeliveryQueue, parse_message, process
+from shared.webhooks.store import DELIVERED, DISABLED, FAILED, WebhookStore
+from tests.integration.conftest import scan_all
+from tests.integration.webhook_support import Streams, sqs_records, take_queued
+from tests.webhook_receiver import Receiver
+
+QUEUE = specs.WEBHOOK_QUEUE.local_name
+ALL = "subscriber.*,topic.*,email.*,sequence.*,broadcast.*"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def env(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    values = {
+        **resources.env(),
+        "WEBHOOK_QUEUE_URL": create_queue(specs.WEBHOOK_QUEUE).url,
+        "WEBHOOK_ALLOW_LOOPBACK_HTTP": "true",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    reset_cache()
+    take_queued(QUEUE)
+    return values
+
+
+@pytest.fixture
+def dispatcher(env: dict[str, str]) -> Any:
+    return importlib.reload(importlib.import_module("functions.webhook_dispatch.handler"))
+
+
+@pytest.fixture
+def deliverer(env: dict[str, str]) -> Any:
+    return importlib.reload(importlib.import_module("functions.webhook_deliver.handler"))
+
+
+@pytest.fixture
+def ops(env: dict[str, str]) -> Webhooks:
+    return Webhooks(
+        store=WebhookStore(env["TABLE_NAME"]),
+        queue=DeliveryQueue(env["WEBHOOK_QUEUE_URL"]),
+        table_name=env["TABLE_NAME"],
+        data_ttl_days=30,
+        allow_loopback_http=True,
+    )
+
+
+@pytest.fixture
+def streams(resources: LocalResources) -> Streams:
+    found = Streams()
+    found.skip()
+    return found
+
+
+def dispatch(module: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = module.handler(
+        {"Records": records}, LambdaContext("webhook-dispatch", timeout_s=60)
+    )
+    return result
+
+
+def deliver(module: Any, bodies: list[str]) -> dict[str, Any]:
+    event = {"Records": list(sqs_records(bodies, QUEUE))}
+    result: dict[str, Any] = module.handler(event, LambdaContext("webhook-deliver", timeout_s=90))
+    return result
+
+
+def run_queue(module: Any, *, max_rounds: int = 400) -> list[int]:
+    """Deliver what is queued, as often as it is queued again; the delays each message asked for."""
+    delays: list[int] = []
+    for _ in range(max_rounds):
+        queued = take_queued(QUEUE)
+        if not queued:
+            return delays
+        delays += [d for _, d in queued]
+        assert deliver(module, [b for b, _ in queued]) == {"batchItemFailures": []}
+    raise AssertionError("the queue never drained")
+
+
+def verify(secret: str, received: Any) -> dict[str, Any]:
+    return dict(Webhook(secret).verify(received.body, received.headers))
+
+
+def test_events_of_each_family_reach_the_endpoint_signed(
+    ops, dispatcher, deliverer, streams, store: SubscriberStore, receiver
+) -> None:
+    # Given an endpoint for every family
+    added = ops.add(receiver.url, ALL, "all events")
+    streams.skip()
+    # When a subscriber is created, tagged, opted into a topic, enters and finishes a sequence,
+    # gets a mail logged, is unsubscribed and erased
+    store.upsert("ann@example.com", first_name="Ann")
+    store.upsert("ann@example.com", add_tags=["pro"])
+    store.put_execution("ann@example.com", "onboarding", "arn:exec:1")
+    store.mark_execution_ended("ann@example.com", "onboarding", "arn:exec:1", "completed")
+    store.delete_execution("ann@example.com", "onboarding", "arn:exec:1")
+    store.unsubscribe("ann@example.com")
+    store.add_event("ann@example.com", "delivery", at=clock.utc_now(), ttl_days=30, ses_message_id="m-1")
+    store.erase("ann@example.com")
+    assert dispatch(dispatcher, streams.take()) == {"batchItemFailures": []}
+    run_queue(deliverer)
+    # Then every delivery verifies with the endpoint's secret, and the events came in order of change
+    payloads = [verify(added.secret, r) for r in receiver.received]
+    types = [p["type"] for p in payloads]
+    for expected in (
+        "subscriber.created",
+        "subscriber.updated",
+        "sequence.started",
+        "sequence.completed",
+        "subscriber.unsubscribed",
+        "email.delivered",
+        "subscriber.deleted",
+    ):
+        assert expected in types, types
+    assert "sequence.exited" not in types
+    for payload, received in zip(payloads, receiver.received, strict=True):
+        assert payload["id"] == received.headers["webhook-id"] and payload["version"] == 1
+        assert "Ann" not in received.body  # the first name is no webhook's business
+    assert [d.status for d in ops.deliveries(added.endpoint.id, limit=100)] == [DELIVERED] * len(payloads)
+
+
+def test_a_record_and_a_message_delivered_twice_have_one_effect(
+    ops, dispatcher, deliverer, streams, store, receiver
+) -> None:
+    added = ops.add(receiver.url, "subscriber.created")
+    streams.skip()
+    store.upsert("bob@example.com")
+    records = streams.take()
+    # the stream hands the same records twice (a retried batch)
+    dispatch(dispatcher, records)
+    dispatch(dispatcher, records)
+    # one delivery; its first attempt may be queued again (the dispatcher cannot tell a first
+    # run that stopped before queueing it), never a second delivery
+    deliveries = [i for i in scan_all(store.table) if i["PK"] == f"WHD#{added.endpoint.id}"]
+    assert len(deliveries) == 1
+    queued = [body for body, _ in take_queued(QUEUE)]
+    assert 1 <= len(queued) <= 2 and len(set(queued)) == 1
+    # and SQS hands the message twice in one batch, and again later
+    body = queued[0]
+    deliver(deliverer, [*queued, body])
+    deliver(deliverer, [body])
+    assert len(receiver.received) == 1
+    assert verify(added.secret, receiver.received[0])["data"] == {
+        "email": "bob@example.com",
+        "status": "subscribed",
+        "version": 1,
+    }
+
+
+def test_failures_are_retried_on_the_schedule_under_one_webhook_id_then_dead_lettered(
+    ops, dispatcher, deliverer, streams, store, receiver
+) -> None:
+    # Given a receiver that answers 500 every time
+    receiver.default = 500
+    added = ops.add(receiver.url, "subscriber.*")
+    streams.skip()
+    store.upsert("cy@example.com")
+    dispatch(dispatcher, streams.take())
+    # When every queued message is delivered after its delay
+    delays = run_queue(deliverer)
+    # Then the ten attempts came under one webhook-id, each verified
+    assert len(receiver.received) == len(SCHEDULE_S) == 10
+    assert len({r.headers["webhook-id"] for r in receiver.received}) == 1
+    for received in receiver.received:
+        verify(added.secret, received)
+    # on the schedule: each wait is the sum of its hops of at most 900 s
+    assert max(delays) <= 900
+    (delivery,) = ops.deliveries(added.endpoint.id)
+    waits = [entry.get("next_in_s") for entry in delivery.history]
+    assert waits == [*SCHEDULE_S[1:], None]
+    assert sum(delays) == sum(SCHEDULE_S)
+    # and the delivery is dead-lettered, listed by --failed, the endpoint failing but enabled
+    assert delivery.status == FAILED and delivery.attempts == 10
+    assert [d.message_id for d in ops.deliveries(added.endpoint.id, failed=True)] == [delivery.message_id]
+    endpoint = ops.get(added.endpoint.id)
+    assert endpoint.status != DISABLED and endpoint.failing_since
+    # When the receiver is fixed and the failures are replayed
+    receiver.default = 200
+    replayed = ops.replay(added.endpoint.id, since="2000-01-01T00:00:00Z")
+    run_queue(deliverer)
+    assert replayed == [delivery.message_id]
+    assert receiver.received[-1].headers["webhook-id"] == delivery.message_id
+    assert ops.deliveries(added.endpoint.id)[0].status == DELIVERED
+    assert ops.get(added.endpoint.id).failing_since is None
+
+
+def test_410_disables_the_endpoint_and_nothing_more_is_dispatched_to_it(
+    ops, dispatcher, deliverer, streams, store, receiver
+) -> None:
+    receiver.default = 410
+    added = ops.add(receiver.url, "subscriber.created")
+    streams.skip()
+    store.upsert("dee@example.com")
+    dispatch(dispatcher, streams.take())
+    run_queue(deliverer)
+    assert len(receiver.received) == 1
+    endpoint = ops.get(added.endpoint.id)
+    assert endpoint.status == DISABLED and endpoint.disabled_reason == "410 Gone"
+    store.upsert("eve@example.com")
+    dispatcher.context._endpoints = None  # past the dispatcher's endpoint cache (2 s)
+    dispatch(dispatcher, streams.take())
+    assert take_queued(QUEUE) == []
+    # enabled again, it receives the next event
+    ops.enable(added.endpoint.id)
+    receiver.default = 200
+    store.upsert("fay@example.com")
+    dispatcher.context._endpoints = None
+    dispatch(dispatcher, streams.take())
+    run_queue(deliverer)
+    assert len(receiver.received) == 2
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_is_honoured_for_429_and_503(
+    ops, dispatcher, deliverer, streams, store, receiver, status
+) -> None:
+    receiver.answers = [(status, {"Retry-After": "120"})]
+    added = ops.add(receiver.url, "subscriber.created")
+    streams.skip()
+    store.upsert("gus@example.com")
+    dispatch(dispatcher, streams.take())
+    deliver(deliverer, [b for b, _ in take_queued(QUEUE)])
+    ((body, delay),) = take_queued(QUEUE)
+    assert delay == 120 and parse_message(body).attempt == 2
+    deliver(deliverer, [body])
+    assert [d.status for d in ops.deliveries(added.endpoint.id)] == [DELIVERED]
+
+
+def test_rotation_signs_with_both_secrets_for_a_day(
+    ops, dispatcher, deliverer, streams, store, receiver
+) -> None:
+    added = ops.add(receiver.url, "subscriber.created")
+    rotated = ops.rotate(added.endpoint.id)
+    assert rotated.secret != added.secret and rotated.secret.startswith("whsec_")
+    streams.skip()
+    store.upsert("hal@example.com")
+    dispatch(dispatcher, streams.take())
+    run_queue(deliverer)
+    (received,) = receiver.received
+    assert len(received.headers["webhook-signature"].split(" ")) == 2
+    verify(added.secret, received)
+    verify(rotated.secret, received)
+
+
+def test_an_endpoint_failing_for_five_days_is_disabled(ops, env, receiver) -> None:
+    receiver.default = 500
+    added = ops.add(receiver.url, "subscriber.created")
+    store = WebhookStore(env["TABLE_NAME"])
+    store.mark_failing(added.endpoint.id, clock.iso(clock.utc_now() - timedelta(days=5, minutes=1)))
+    ops.test(added.endpoint.id)
+    ctx = DeliveryContext(store=store, queue=ops.queue, allow_loopback_http=True)
+    ((body, _),) = take_queued(QUEUE)
+    assert process(parse_message(body), ctx).status == "disabled"
+    endpoint = ops.get(added.endpoint.id)
+    assert endpoint.status == DISABLED and endpoint.disabled_reason.startswith("failing since")
+
+
+def test_add_refuses_private_and_metadata_urls_and_writes_nothing(ops, env) -> None:
+    before = scan_all(env["TABLE_NAME"])
+    for url, resolved in (
+        ("https://intranet.example/hook", "10.0.0.5"),
+        ("https://meta.example/hook", "169.254.169.254"),
+        ("https://v6meta.example/hook", "fd00:ec2::254"),
+        ("https://mapped.example/hook", "::ffff:169.254.169.254"),
+    ):
+        ops.resolver = lambda host, port, resolved=resolved: [resolved]
+        with pytest.raises(InvalidInput) as raised:
+            ops.add(url, "subscriber.*")
+        assert raised.value.problems[0].field == "url"
+    for bad_events in ("subscriber", "nope.*", ""):
+        with pytest.raises(InvalidInput) as raised:
+            ops.add("http://127.0.0.1:9/x", bad_events)
+        assert raised.value.problems[0].field == "events"
+    with pytest.raises(InvalidInput):
+        ops.remove("ep_#injected")
+    assert scan_all(env["TABLE_NAME"]) == before
+
+
+def test_a_url_resolving_to_a_metadata_address_at_delivery_is_refused(ops, env, receiver) -> None:
+    # Given an endpoint whose name resolved to a public address when it was added
+    ops.resolver = lambda host, port: ["93.184.215.14"]
+    added = ops.add("https://rebind.example/hook", "subscriber.created")
+    ops.test(added.endpoint.id)
+    posted: list[Any] = []
+    # When its name now resolves to the metadata address
+    ctx = DeliveryContext(
+        store=WebhookStore(env["TABLE_NAME"]),
+        queue=ops.queue,
+        resolver=lambda host, port: ["169.254.169.254"],
+        post=lambda *args, **kwargs: posted.append(args),
+    )
+    ((body, _),) = take_queued(QUEUE)
+    outcome = process(parse_message(body), ctx)
+    # Then nothing is posted and the attempt says why
+    assert outcome.status == "retrying" and posted == []
+    (delivery,) = ops.deliveries(added.endpoint.id)
+    assert "metadata" in (delivery.last_error or "")
+
+
+def test_test_event_and_remove(ops, deliverer, receiver) -> None:
+    added = ops.add(receiver.url, "email.bounced", "bounces only")
+    message_id = ops.test(added.endpoint.id)
+    run_queue(deliverer)
+    (received,) = receiver.received
+    assert verify(added.secret, received)["type"] == "webhook.test"
+    assert received.headers["webhook-id"] == message_id
+    assert [e.id for e in ops.endpoints()] == [added.endpoint.id]
+    ops.remove(added.endpoint.id)
+    assert ops.endpoints() == []
+
+
+def test_malformed_delivery_records_fail_alone(deliverer, ops, receiver) -> None:
+    added = ops.add(receiver.url, "email.bounced")
+    ops.test(added.endpoint.id)
+    ((good, _),) = take_queued(QUEUE)
+    bad = [
+        json.dumps({**json.loads(good), "version": 2}),
+        "{",
+        json.dumps({**json.loads(good), "endpoint_id": "x#y"}),
+    ]
+    event = {"Records": list(sqs_records([good, *bad], QUEUE))}
+    result = deliverer.handler(event, LambdaContext("webhook-deliver", timeout_s=90))
+    assert [f["itemIdentifier"] for f in result["batchItemFailures"]] == [
+        r["messageId"] for r in event["Records"][1:]
+    ]
+    assert len(receiver.received) == 1
+
+
+def test_an_attempt_taken_by_a_run_that_died_is_taken_again_only_once_stale(ops, env, receiver) -> None:
+    # Given an attempt taken (its claim written) by a delivery function that died before the POST
+    added = ops.add(receiver.url, "email.bounced")
+    ops.test(added.endpoint.id)
+    ((body, _),) = take_queued(QUEUE)
+    message = parse_message(body)
+    store = WebhookStore(env["TABLE_NAME"])
+    taken_at = clock.utc_now()
+    assert store.claim_attempt(
+        message.endpoint_id, message.delivery_sk, 1, clock.iso(taken_at), stale_before=clock.iso(taken_at)
+    )
+
+    def at(moment: Any) -> DeliveryContext:
+        return DeliveryContext(store=store, queue=ops.queue, allow_loopback_http=True, now=lambda: moment)
+
+    # When SQS hands the message again within the stale time: nothing happens
+    assert process(message, at(taken_at + timedelta(seconds=30))).status == "duplicate"
+    assert receiver.received == []
+    # After it: the attempt is made once, and never again
+    assert process(message, at(taken_at + timedelta(seconds=200))).status == "delivered"
+    assert process(message, at(taken_at + timedelta(seconds=400))).status == "duplicate"
+    assert len(receiver.received) == 1
