@@ -93,6 +93,12 @@ class Console:
         return Broadcasts.from_settings(self.target.settings, self.target.aws)
 
     @cached_property
+    def webhooks(self) -> Any:
+        from ops.webhooks import Webhooks
+
+        return Webhooks.for_target(self.target)
+
+    @cached_property
     def renderer(self) -> Renderer:
         from shared.sending.rendering import TEMPLATES_DIR, Renderer
 

@@ -227,6 +227,26 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         view = await call(_sequence_view, c, found)
         return c.page(request, "sequence.html", s=found, **view, title=sequence_id)
 
+    # ----- webhooks ------------------------------------------------------------------------------
+    async def webhooks(request: Request) -> Response:
+        endpoints = await call(lambda: c.webhooks.endpoints())
+        return c.page(request, "webhooks.html", endpoints=endpoints, title="Webhooks")
+
+    async def webhook(request: Request) -> Response:
+        endpoint_id = request.path_params["id"]
+        failed = request.query_params.get("failed") == "1"
+        endpoint = await call(lambda: c.webhooks.get(endpoint_id))
+        deliveries = await call(lambda: c.webhooks.deliveries(endpoint_id, failed=failed, limit=WEBHOOK_PAGE))
+        return c.page(
+            request,
+            "webhook.html",
+            e=endpoint,
+            deliveries=deliveries,
+            failed=failed,
+            page_size=WEBHOOK_PAGE,
+            title=endpoint.id,
+        )
+
     # ----- topics, suppression, sign-ups, outbox -------------------------------------------------
     async def topics(request: Request) -> Response:
         return c.page(request, "topics.html", topics=c.topics, counts=None, title="Topics")
@@ -331,6 +351,8 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         Route("/templates/test-send", test_send, methods=["POST"]),
         Route("/sequences", sequences),
         Route("/sequences/{id}", sequence),
+        Route("/webhooks", webhooks),
+        Route("/webhooks/{id}", webhook),
         Route("/topics", topics),
         Route("/topics/count", topics_count, methods=["POST"]),
         Route("/suppression", suppression),
@@ -346,6 +368,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
 PAGE = 50
 OUTBOX_PAGE = 50
+WEBHOOK_PAGE = 50  # deliveries shown, newest first (one Query)
 
 
 def _email(raw: str) -> str:

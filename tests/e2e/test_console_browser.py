@@ -23,7 +23,17 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import add_contact, item, mails, paused_clock, sent_by, subscribe, unique, wait_for
+from tests.e2e.helpers import (
+    add_contact,
+    item,
+    mails,
+    ops,
+    paused_clock,
+    sent_by,
+    subscribe,
+    unique,
+    wait_for,
+)
 from tests.e2e.test_console_security import Console, start_console, stop_console
 from tests.e2e.test_signup_browser import SCREENSHOTS, Browser
 
@@ -124,6 +134,11 @@ def test_every_page_loads_without_console_errors_at_both_widths(
     result = local.cli("send-test", "newsletter/monthly", "--to", email, "--state-dir", str(local.state_dir))
     assert result.returncode == 0, result.stderr
     message = wait_for(lambda: mails(local, {email})[email], 60, "the test mail in the outbox")[0]
+    added = ops(
+        local, "webhooks", "add", "http://127.0.0.1:9/console-pages", "--events", "broadcast.completed"
+    )
+    assert added.returncode == 0, added.stdout + added.stderr
+    endpoint_id = added.stdout.split()[1]
     pages = {
         "overview": "/",
         "overview-90": "/?days=90",
@@ -138,6 +153,8 @@ def test_every_page_loads_without_console_errors_at_both_widths(
         "topics": "/topics",
         "suppression": "/suppression",
         "signups": "/signups",
+        "webhooks": "/webhooks",
+        "webhook": f"/webhooks/{endpoint_id}?failed=1",
         "outbox": "/outbox",
         "outbox-message": f"/outbox/{message['message_id']}",
     }
@@ -150,6 +167,8 @@ def test_every_page_loads_without_console_errors_at_both_widths(
             browser.wait_for_page(
                 lambda: browser.evaluate("document.querySelectorAll('.uplot').length") == 3, "charts"
             )
+        if name.startswith("webhook"):  # the endpoint this test added is listed
+            assert endpoint_id in browser.text(), (name, browser.text()[:300])
         if name == "broadcast-new":
             # everyone in this runtime (thousands, from the other e2e tests): the first part of
             # the live count is the page loaded; the count to the end is the broadcast flow's test
@@ -162,6 +181,7 @@ def test_every_page_loads_without_console_errors_at_both_widths(
         assert browser.errors == [], (name, browser.errors)
     shots = {p.name for p in SCREENSHOTS.glob("console-*.png")}
     assert {f"console-{n}-{w}.png" for n in pages for w in WIDTHS} <= shots
+    assert ops(local, "webhooks", "remove", endpoint_id).returncode == 0
 
 
 def test_find_a_subscriber_and_erase_them(local: Local, console: Console, browser: ConsoleBrowser) -> None:
