@@ -111,9 +111,11 @@ class Webhooks:
         return self.store.get_endpoint(check_endpoint_id(endpoint_id))
 
     def remove(self, endpoint_id: str) -> Endpoint:
+        """The secret first, then the endpoint: a failure in between leaves the endpoint listed,
+        and running ``remove`` again finishes it (no secret is left behind unlisted)."""
         endpoint = self.get(endpoint_id)
-        self.store.delete_endpoint(endpoint.id)
         self.store.delete_secret(endpoint.secret_name)
+        self.store.delete_endpoint(endpoint.id)
         return endpoint
 
     def enable(self, endpoint_id: str) -> Endpoint:

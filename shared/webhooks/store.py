@@ -305,10 +305,17 @@ class WebhookStore(TableAdapter):
         self.secrets_client.put_secret_value(SecretId=name, SecretString=value.to_json())
 
     def delete_secret(self, name: str) -> None:
+        """Schedule the secret's deletion (7 days' recovery); one gone or already scheduled is fine."""
         try:
             self.secrets_client.delete_secret(SecretId=name, RecoveryWindowInDays=7)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ResourceNotFoundException":
+            error = exc.response["Error"]
+            # AWS: "... because it was marked for deletion"; moto: "... currently marked deleted"
+            message = error.get("Message", "").lower()
+            scheduled = (
+                error["Code"] == "InvalidRequestException" and "marked" in message and "delet" in message
+            )
+            if error["Code"] != "ResourceNotFoundException" and not scheduled:
                 raise
 
     def read_secret(self, name: str, *, fresh: bool = False) -> EndpointSecrets:

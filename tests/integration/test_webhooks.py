@@ -336,6 +336,26 @@ def test_test_event_and_remove(ops, deliverer, receiver) -> None:
     assert ops.endpoints() == []
 
 
+def test_a_remove_that_failed_after_the_secret_is_finished_by_running_it_again(
+    ops, receiver, monkeypatch
+) -> None:
+    added = ops.add(receiver.url, "email.bounced")
+    secrets = ops.store.secrets_client
+
+    def down(endpoint_id: str) -> None:
+        raise RuntimeError("the table is unreachable")
+
+    monkeypatch.setattr(ops.store, "delete_endpoint", down)
+    with pytest.raises(RuntimeError):
+        ops.remove(added.endpoint.id)
+    assert [e.id for e in ops.endpoints()] == [added.endpoint.id]  # still listed: not forgotten
+    assert "DeletedDate" in secrets.describe_secret(SecretId=added.endpoint.secret_name)
+
+    monkeypatch.undo()
+    ops.remove(added.endpoint.id)  # the secret is already scheduled for deletion: fine
+    assert ops.endpoints() == []
+
+
 def test_malformed_delivery_records_fail_alone(deliverer, ops, receiver) -> None:
     added = ops.add(receiver.url, "email.bounced")
     ops.test(added.endpoint.id)
