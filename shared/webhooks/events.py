@@ -210,6 +210,8 @@ def _timeline(item: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
         data |= {"bounce_type": item.get("bounce_type"), "bounce_sub_type": item.get("bounce_sub_type")}
     if kind == "email.clicked":
         data["link"] = item.get("link")
+    if kind == "email.opened" and item.get("machine"):
+        data["machine"] = item.get("machine")  # a machine made it (docs/hygiene.md): mpp
     return [(kind, data, "")]
 
 

@@ -147,6 +147,17 @@ def test_send_log_executions_suppression_and_timeline() -> None:
         assert types(record("INSERT", new={"PK": "SUB#a@b.c", "SK": f"EVT#t#{kind}#x", "type": kind})) == [
             expected
         ]
+    prefetch = {
+        "PK": "SUB#a@b.c",
+        "SK": "EVT#t#open#y",
+        "type": "open",
+        "machine": "mpp",
+        "ses_message_id": "m",
+    }
+    (machine_open,) = events.from_stream_record(record("INSERT", new=prefetch))
+    assert machine_open.data["machine"] == "mpp"
+    (person_open,) = events.from_stream_record(record("INSERT", new={**prefetch, "machine": None}))
+    assert "machine" not in person_open.data
     confirmed = {"PK": "SUB#a@b.c", "SK": "EVT#t#subscriber.confirmed#x", "type": "subscriber.confirmed"}
     assert types(record("INSERT", new=confirmed)) == ["subscriber.confirmed"]
     assert (
