@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+
+from tests.webhook_receiver import Receiver
 
 os.environ.setdefault("TZ", "UTC")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -32,3 +35,11 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A local HTTP receiver of webhook deliveries (tests/webhook_receiver.py), stopped after the test."""
+    server = Receiver().start()
+    yield server
+    server.stop()

@@ -33,13 +33,6 @@ TEMPLATE = "newsletter/monthly"
 
 
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def endpoints(local: Local) -> Iterator[list[str]]:
     """Endpoint ids a test added: removed after it (the session's runtime goes on)."""
     added: list[str] = []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,17 +23,9 @@ from shared.webhooks.delivery import SCHEDULE_S, DeliveryContext, DeliveryQueue,
 from shared.webhooks.store import DELIVERED, DISABLED, FAILED, WebhookStore
 from tests.integration.conftest import scan_all
 from tests.integration.webhook_support import Streams, sqs_records, take_queued
-from tests.webhook_receiver import Receiver
 
 QUEUE = specs.WEBHOOK_QUEUE.local_name
 ALL = "subscriber.*,topic.*,email.*,sequence.*,broadcast.*"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
