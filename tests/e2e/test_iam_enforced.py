@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -59,17 +58,17 @@ def test_a_missing_grant_fails_the_flow_with_access_denied(
         answer = post_events(state, {"type": "subscriber.subscribed", "email": "denied@example.com"})
         assert answer["results"][0]["sequences_started"] == ["onboarding"]  # the API still does its part
         log = Path(state["logs"]) / "mailstep-sequence-step.log"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "AccessDeniedException" not in (
-            log.read_text() if log.exists() else ""
-        ):
-            time.sleep(0.2)
-        text = log.read_text()
-        assert "AccessDeniedException" in text and action in text
-        with urllib.request.urlopen(state["api_url"] + "/_local/iam", timeout=10) as answer:
-            calls = json.loads(answer.read())["calls"]
-        denied = {(c["function"], c["action"]) for c in calls if not c["allowed"]}
-        assert denied == {("mailstep-sequence-step", action)}
+        refused = "AccessDeniedException"
+        wait_for(lambda: refused in (log.read_text() if log.exists() else ""), 30, "the refusal")
+        assert action in log.read_text()
+
+        def denied() -> set[tuple[str, str]]:
+            """The refused (function, action) pairs (recorded when the invocation ends, after its log)."""
+            with urllib.request.urlopen(state["api_url"] + "/_local/iam", timeout=10) as answer:
+                calls = json.loads(answer.read())["calls"]
+            return {(c["function"], c["action"]) for c in calls if not c["allowed"]}
+
+        assert wait_for(denied, 30, "the refused call on record") == {("mailstep-sequence-step", action)}
         assert not list(Path(state["outbox"]).glob("*.eml"))  # nothing was sent
     finally:
         stop_dev(process)

@@ -70,15 +70,24 @@ def test_a_reply_is_forwarded_to_the_owner_with_the_template_s_iam(tmp_path: Pat
             "the forwarded reply",
         )
         assert len(forwarded) == 1
-        # with no request its role refused.
-        with urllib.request.urlopen(state["api_url"] + "/_local/iam", timeout=10) as answer:
-            calls = json.loads(answer.read())["calls"]
-        assert [c for c in calls if not c["allowed"]] == []
-        sent = {
-            c["action"]
-            for c in calls
-            if c["function"] == "mailstep-inbound" and c["action"].startswith("ses:")
+
+        # with no request its role refused (the requests are on record when the invocation ends,
+        # which can be after the mail reached the outbox).
+        def calls() -> list[dict[str, Any]]:
+            with urllib.request.urlopen(state["api_url"] + "/_local/iam", timeout=10) as answer:
+                return list(json.loads(answer.read())["calls"])
+
+        def sent() -> set[str]:
+            return {
+                c["action"]
+                for c in calls()
+                if c["function"] == "mailstep-inbound" and c["action"].startswith("ses:")
+            }
+
+        assert wait_for(sent, 30, "the forward's SES requests on record") == {
+            "ses:SendRawEmail",
+            "ses:SendEmail",
         }
-        assert sent == {"ses:SendRawEmail", "ses:SendEmail"}
+        assert [c for c in calls() if not c["allowed"]] == []
     finally:
         stop_dev(process)
