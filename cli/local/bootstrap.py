@@ -228,6 +228,10 @@ def requests_for(
         ]
     elif prefix == "ses" and operation in ("SendEmail", "SendRawEmail"):
         return _ses_send(operation, params, arn, sandbox=ses_sandbox)
+    elif prefix == "ses" and "ConfigurationSetName" in params:
+        # Configuration set operations (e.g. PutConfigurationSetSendingOptions) are authorized on
+        # the set: Service Authorization Reference, Amazon SES v2, resource type configuration-set.
+        return [(f"ses:{operation}", f"{arn}:configuration-set/{params['ConfigurationSetName']}")]
     elif prefix == "s3" and "Bucket" in params:
         key = params.get("Key")
         resource = f"arn:aws:s3:::{params['Bucket']}" + (f"/{unquote(str(key))}" if key else "")
