@@ -215,7 +215,7 @@ CONFIGURATION_SET = ConfigurationSetSpec(
     setting="configuration_set",
     event_topic=SES_EVENTS_TOPIC,
 )
-CONFIGURATION_SETS = (CONFIGURATION_SET,)
+CONFIGURATION_SETS: tuple[ConfigurationSetSpec, ...] = (CONFIGURATION_SET,)
 # ----- reputation guardrail (docs/reputation.md) ---------------------------------------------
 # Marketing mail (broadcasts, non-transactional sequence steps) goes through CONFIGURATION_SET,
 # transactional mail (sign-up confirmations, ``transactional: true`` sequences, reply forwarding)
@@ -478,7 +478,7 @@ SEND_PIPELINE_GRANTS = (
     *send_email_grants(),
 )
 # Settings a function with ``mail_settings`` receives besides its tables and secrets.
-MAIL_SETTINGS = (
+MAIL_SETTINGS: tuple[str, ...] = (
     "configuration_set",
     "public_base_url",
     "default_from",

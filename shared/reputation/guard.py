@@ -99,9 +99,11 @@ class GuardContext:
 
 def guard(notice: AlarmNotice, ctx: GuardContext) -> GuardResult:
     """An alarm that entered ALARM for the marketing set pauses it (see module doc)."""
-    log = {"alarm": notice.alarm, "state": notice.state, "metric": notice.metric}
+    log: dict[str, Any] = {"alarm": notice.alarm, "state": notice.state, "metric": notice.metric}
     if notice.state != ALARM or notice.configuration_set != ctx.configuration_set:
-        logger.info("reputation alarm ignored", **log, for_set=notice.configuration_set == ctx.configuration_set)
+        logger.info(
+            "reputation alarm ignored", **log, for_set=notice.configuration_set == ctx.configuration_set
+        )
         return GuardResult(status="ignored")
     # SES first: a crash after it leaves the record to the redelivery, never a record of a
     # pause that did not happen.

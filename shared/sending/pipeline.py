@@ -293,7 +293,11 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
     _reserve(ctx, log)
     for _ in THROTTLE_RETRY.tries(sleep=ctx.sleep):
         result = ctx.ses.send_raw(
-            raw, from_email=envelope.from_email, to_email=job.email, tags=tags, transactional=job.transactional
+            raw,
+            from_email=envelope.from_email,
+            to_email=job.email,
+            tags=tags,
+            transactional=job.transactional,
         )
         # a broadcast's send retries with a token of its own (shared.broadcasts.worker); other
         # mail was reserved, so a broadcast gives way within a second: try again here

@@ -26,9 +26,15 @@ def test_two_configuration_sets_with_reputation_metrics_and_the_same_event_desti
     for resource in sets.values():
         assert resource["Properties"]["ReputationOptions"] == {"ReputationMetricsEnabled": True}
     destinations = synth.resources("AWS::SES::ConfigurationSetEventDestination").values()
-    by_set = {d["Properties"]["ConfigurationSetName"]["Ref"]: d["Properties"]["EventDestination"] for d in destinations}
+    by_set = {
+        d["Properties"]["ConfigurationSetName"]["Ref"]: d["Properties"]["EventDestination"]
+        for d in destinations
+    }
     assert set(by_set) == set(sets)
-    marketing, transactional = by_set[specs.CONFIGURATION_SET.id], by_set[specs.TRANSACTIONAL_CONFIGURATION_SET.id]
+    marketing, transactional = (
+        by_set[specs.CONFIGURATION_SET.id],
+        by_set[specs.TRANSACTIONAL_CONFIGURATION_SET.id],
+    )
     assert marketing == transactional  # same topic, same event types
     assert marketing["SnsDestination"] == {"TopicARN": ref(specs.SES_EVENTS_TOPIC.id)}
 
@@ -60,7 +66,9 @@ def test_the_marketing_set_alarms_notify_the_operator_and_the_guard(
 ) -> None:
     (alarm,) = _alarms_on(synth, metric)
     assert alarm["Namespace"] == "AWS/SES"
-    assert alarm["Dimensions"] == [{"Name": "ses:configuration-set", "Value": ref(specs.CONFIGURATION_SET.id)}]
+    assert alarm["Dimensions"] == [
+        {"Name": "ses:configuration-set", "Value": ref(specs.CONFIGURATION_SET.id)}
+    ]
     assert alarm["Threshold"] == pytest.approx(threshold)
     assert alarm["Statistic"] == "Maximum" and alarm["Period"] == 900 and alarm["EvaluationPeriods"] == 1
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
@@ -83,7 +91,11 @@ def test_thresholds_come_from_context_and_are_validated(tmp_path_factory: pytest
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("reputationBounceRatePercent", 10), ("reputationBounceRatePercent", 0), ("reputationComplaintRatePercent", 0.5)],
+    [
+        ("reputationBounceRatePercent", 10),
+        ("reputationBounceRatePercent", 0),
+        ("reputationComplaintRatePercent", 0.5),
+    ],
 )
 def test_a_threshold_at_or_above_ses_pause_level_fails_naming_the_key(
     tmp_path_factory: pytest.TempPathFactory, key: str, value: float

@@ -190,7 +190,13 @@ def test_broadcast_started_and_completed() -> None:
 
 def test_reputation_paused_and_resumed_only_when_paused_flips() -> None:
     base = {"PK": "REPUTATION", "SK": "ConfigurationSet", "configuration_set": "mailstep"}
-    paused = {**base, "paused": True, "paused_at": "2026-11-27T10:00:00.000Z", "alarm": "a", "threshold": Decimal("0.04")}
+    paused = {
+        **base,
+        "paused": True,
+        "paused_at": "2026-11-27T10:00:00.000Z",
+        "alarm": "a",
+        "threshold": Decimal("0.04"),
+    }
     (event,) = events.from_stream_record(record("INSERT", new=paused))
     assert event.type == "reputation.paused"
     assert event.data == {
