@@ -21,7 +21,7 @@ from moto.sesv2.responses import SESV2Response
 from cli.local import hooks
 from cli.local.provision import LocalResources, provision
 from cli.local.ses import LocalSes, read_outbox
-from shared.broadcasts.model import PAUSED_REPUTATION, SENDING, STEP, BatchMessage, BroadcastRequest
+from shared.broadcasts.model import PAUSED_REPUTATION, SENDING, BatchMessage, BroadcastRequest
 from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.worker import TokenPools, WorkerContext, process_batch
 from shared.core import specs
@@ -281,7 +281,7 @@ def test_a_marketing_sequence_step_waits_it_does_not_fail(world: LocalResources,
 def test_the_compiled_send_task_retries_a_pause_for_days() -> None:
     from shared.sequences.compiler import PAUSED_ERROR, RETRY_PAUSED
 
-    assert PAUSED_ERROR == SendPaused.__name__
+    assert SendPaused.__name__ == PAUSED_ERROR
     waited = sum(
         min(
             RETRY_PAUSED["IntervalSeconds"] * RETRY_PAUSED["BackoffRate"] ** i,
