@@ -32,7 +32,7 @@ app = typer.Typer(
 )
 console = Console()
 ID = typer.Argument(..., help="Broadcast id.")
-FINAL = ("done", "cancelled", "failed")
+FINAL = ("done", "cancelled", "failed", "paused_reputation")  # paused: `mailstep reputation`
 FOLLOW_IDLE_S = 600.0  # the follow loop gives up when nothing moved for this long
 T = TypeVar("T")
 

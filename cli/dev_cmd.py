@@ -38,6 +38,17 @@ def dev(
     console_port: int = typer.Option(
         8790, "--console-port", help="Port of the web console on 127.0.0.1 (another free one when taken)."
     ),
+    reputation_min_sends: int = typer.Option(
+        200,
+        "--reputation-min-sends",
+        help="Sends a configuration set needs in the window before its local reputation rates count "
+        "(docs/reputation.md).",
+    ),
+    reputation_alarms: bool = typer.Option(
+        True,
+        "--reputation-alarms/--no-reputation-alarms",
+        help="Evaluate the stack's reputation alarms locally (the guardrail pauses marketing sending).",
+    ),
     template: Path | None = typer.Option(
         None,
         "--template",
@@ -65,6 +76,8 @@ def dev(
         state_dir=state_dir.resolve(),
         template_override=json.loads(template.read_text()) if template else None,
         ses_sandbox=ses_sandbox,
+        reputation_min_sends=reputation_min_sends,
+        reputation_alarms=reputation_alarms,
     )
     from cli.local.artifact import ArtifactError
 

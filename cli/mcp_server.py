@@ -109,6 +109,7 @@ def build_server(
     _broadcast_tools(tool, target)
     _health_tools(tool, target, Suppressions(admin.store, admin.engine))
     _webhook_tools(tool, target)
+    _reputation_tools(tool, target)
     return server
 
 
@@ -490,3 +491,23 @@ def _events(stats_store: StatsStore, *, limit: int, since: str | None, **scope: 
 def serve(target: Target) -> None:
     """Run on stdio (``cli.target.resolve`` has sent the logs to stderr already)."""
     build_server(target).run("stdio")
+
+
+def _reputation_tools(tool: Register[Any], target: Target) -> None:
+    """The reputation guardrail (docs/reputation.md), as `mailstep reputation` offers it."""
+
+    @tool
+    def reputation_status() -> list[dict[str, Any]]:
+        """Each SES configuration set's bounce and complaint rates against the guardrail's
+        thresholds, and whether marketing sending is paused (and since when)."""
+        from ops.reputation import Reputation
+
+        return [s.public() for s in Reputation(target).status()]
+
+    @tool
+    def reputation_resume(force: bool = False) -> dict[str, Any]:
+        """Re-enable marketing sending and resume the paused broadcasts (no duplicates). Refused
+        while a rate is above its threshold unless force is true."""
+        from ops.reputation import Reputation
+
+        return Reputation(target).resume(force=force)

@@ -16,7 +16,15 @@ from botocore.exceptions import ClientError
 
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, first_page, resolve_body
-from shared.broadcasts.model import ACTIVE, CANCELLED, FAILED, SCHEDULED, Broadcast, BroadcastRequest
+from shared.broadcasts.model import (
+    ACTIVE,
+    CANCELLED,
+    FAILED,
+    PAUSED_REPUTATION,
+    SCHEDULED,
+    Broadcast,
+    BroadcastRequest,
+)
 from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.schedule import Scheduler
 from shared.core.aws import ClientFactory
@@ -204,7 +212,7 @@ class Broadcasts:
     def cancel(self, broadcast_id: str) -> tuple[Broadcast, bool]:
         """(record, changed). Batches already in a worker's hands finish; later ones are skipped."""
         record = self.get(broadcast_id)
-        if record.status not in ACTIVE:
+        if record.status not in ACTIVE | {PAUSED_REPUTATION}:
             return record, False
         cancelled = self.records.cancel(record)
         if cancelled is None:
@@ -214,12 +222,15 @@ class Broadcasts:
         return cancelled, True
 
     def resume(self, broadcast_id: str) -> Broadcast:
-        """A cancelled or failed broadcast starts a new round: the audience is resolved again
-        and whoever has not received it yet gets it now (send-once keeps the others out)."""
+        """A cancelled, failed or reputation-paused broadcast starts a new round: the audience
+        is resolved again and whoever has not received it yet gets it now (send-once keeps the
+        others out). A ``paused_reputation`` one resumes with `mailstep reputation resume`, which
+        re-enables sending first (docs/reputation.md)."""
         record = self.get(broadcast_id)
-        if record.status not in (CANCELLED, FAILED):
+        if record.status not in (CANCELLED, FAILED, PAUSED_REPUTATION):
             raise Conflict(
-                f"broadcast {broadcast_id!r} is {record.status}: only cancelled or failed ones resume"
+                f"broadcast {broadcast_id!r} is {record.status}: only cancelled, failed or "
+                "paused_reputation ones resume"
             )
         resumed = self.records.new_round(record, self.send_rate())
         if resumed is None:

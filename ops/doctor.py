@@ -369,6 +369,18 @@ def check_webhooks(target: Target) -> Check:
     return Check("webhooks", PASS, f"{len(endpoints)} endpoints, all delivering")
 
 
+def check_reputation(target: Target) -> Check:
+    """The reputation guardrail paused marketing sending (docs/reputation.md): a finding."""
+    from ops.reputation import doctor_finding
+
+    if not target.settings.configuration_set:
+        return Check("reputation", SKIP, "no configuration set")
+    finding = doctor_finding(target)
+    if finding:
+        return Check("reputation", FAIL, finding, "resume once the cause is fixed (docs/reputation.md)")
+    return Check("reputation", PASS, "marketing sending is on")
+
+
 def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
     """A check whose API call fails reports that failure instead of stopping the others."""
     try:
@@ -403,4 +415,5 @@ def run(
         lambda: [check_open_executions(target, executions_quota, executions_counted)],
     )
     checks += _guard("webhooks", lambda: [check_webhooks(target)])
+    checks += _guard("reputation", lambda: [check_reputation(target)])
     return Report(target=target.label, checks=tuple(checks))

@@ -88,6 +88,8 @@ KEYS: dict[str, str] = {
     "ses_max_send_rate": "sesMaxSendRate",
     "soft_bounce_limit": "softBounceLimit",
     "soft_bounce_window_days": "softBounceWindowDays",
+    "reputation_bounce_percent": "reputationBounceRatePercent",
+    "reputation_complaint_percent": "reputationComplaintRatePercent",
     "local": "local",
 }
 # Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
@@ -215,6 +217,10 @@ class MailstepConfig(BaseModel):
     # Used by engagement (docs/hygiene.md): soft-bounced mails within days that suppress an address.
     soft_bounce_limit: int = Field(default=3, ge=2, le=100)
     soft_bounce_window_days: int = Field(default=30, ge=1, le=365)
+    # Used by the reputation guardrail (docs/reputation.md): the marketing configuration set is
+    # paused above these rates (percent), below SES's review (5 %, 0.1 %) and pause (10 %, 0.5 %).
+    reputation_bounce_percent: float = Field(default=4.0, gt=0, lt=10)
+    reputation_complaint_percent: float = Field(default=0.08, gt=0, lt=0.5)
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
     signup_throttle_burst: int = Field(default=10, ge=1, le=5000)

@@ -90,6 +90,12 @@ class MailstepStack(Stack):
         )
         alarms = Alarms(self, "Alarms", config=config, dead_letter_queues=messaging.dead_letter_queues)
         alarms.watch_state_machines(sequences.state_machines)
+        alarms.guard_reputation(  # docs/reputation.md
+            sending.configuration_sets[specs.PAUSABLE_CONFIGURATION_SET],
+            messaging.topics[specs.REPUTATION_TOPIC],
+            bounce_rate=config.reputation_bounce_percent / 100,
+            complaint_rate=config.reputation_complaint_percent / 100,
+        )
         broadcasts = Broadcasts(
             self,
             "Broadcasts",

@@ -226,8 +226,8 @@ def requests_for(
         return [
             (f"secretsmanager:{operation}", secret if secret.startswith("arn:") else f"{arn}:secret:{secret}")
         ]
-    elif prefix == "ses" and operation in ("SendEmail", "SendRawEmail"):
-        return _ses_send(operation, params, arn, sandbox=ses_sandbox)
+    elif prefix == "ses" and (operation in ("SendEmail", "SendRawEmail") or "ConfigurationSetName" in params):
+        return _ses_request(operation, params, arn, sandbox=ses_sandbox)
     elif prefix == "s3" and "Bucket" in params:
         key = params.get("Key")
         resource = f"arn:aws:s3:::{params['Bucket']}" + (f"/{unquote(str(key))}" if key else "")
@@ -282,6 +282,14 @@ def ses_recipients(params: dict[str, Any]) -> list[str]:
 def _identity(arn: str, address: str) -> str:
     """Either identity may be the verified one: the address, or (usually) its domain."""
     return f"{arn}:identity/{address.rsplit('@', 1)[-1]}|{arn}:identity/{address}"
+
+
+def _ses_request(operation: str, params: dict[str, Any], arn: str, *, sandbox: bool) -> list[tuple[str, str]]:
+    if operation in ("SendEmail", "SendRawEmail"):
+        return _ses_send(operation, params, arn, sandbox=sandbox)
+    # Configuration set operations (e.g. PutConfigurationSetSendingOptions) are authorized on the
+    # set: Service Authorization Reference, Amazon SES v2, resource type configuration-set.
+    return [(f"ses:{operation}", f"{arn}:configuration-set/{params['ConfigurationSetName']}")]
 
 
 def _ses_send(operation: str, params: dict[str, Any], arn: str, *, sandbox: bool) -> list[tuple[str, str]]:

@@ -101,6 +101,7 @@ def self_check() -> None:
         (WaitFunction, "_wait_interval"): ["self", "env", "wait_seconds"],
         (SESV2Response, "send_email"): ["self"],
         (SESV2Response, "dispatch"): None,
+        (SESV2Response, "get_configuration_set"): ["self"],
         (LambdaBackend, "create_event_source_mapping"): ["self", "spec"],
         (dynamodb_models.DynamoDBBackend, "transact_write_items"): ["self", "transact_items"],
         (dynamodb_models.Table, "all_items"): ["self"],
@@ -232,6 +233,38 @@ def _create_event_destination(self: Any) -> str:
 
 def _update_event_destination(self: Any) -> str:
     return _create_event_destination(self)
+
+
+def _put_sending_options(self: Any) -> str:
+    """SES v2 PutConfigurationSetSendingOptions (moto lacks it): the local SES refuses sends
+    through a disabled set (``cli.local.ses``)."""
+    ses = _require_ses()
+    name = self._get_param("ConfigurationSetName")
+    try:
+        self.sesv2_backend.get_configuration_set(configuration_set_name=name)
+    except Exception:
+        raise _ses_error(
+            SesError("NotFoundException", f"Configuration set <{name}> does not exist.", 404)
+        ) from None
+    ses.set_sending(name, bool(self._get_param("SendingEnabled", False)))
+    return json.dumps({})
+
+
+_MOTO_GET_CONFIGURATION_SET = SESV2Response.get_configuration_set
+
+
+def _get_configuration_set(self: Any) -> str:
+    """moto's answer with the sending state the local SES holds (moto nests its own flag
+    wrongly: ``{"SendingEnabled": {...}}``) and the set's ``LastFreshStart``."""
+    answer = json.loads(_MOTO_GET_CONFIGURATION_SET(self))
+    ses = ACTIVE.ses
+    if ses is not None:
+        name = answer.get("ConfigurationSetName") or self._get_param("ConfigurationSetName")
+        answer["SendingOptions"] = {"SendingEnabled": ses.sending_enabled(name)}
+        fresh = ses.fresh_starts.get(name)
+        if fresh:
+            answer.setdefault("ReputationOptions", {})["LastFreshStart"] = fresh
+    return json.dumps(answer)
 
 
 def _get_event_destinations(self: Any) -> str:
@@ -426,6 +459,7 @@ _SESV2_EXTRA_PATHS = {
     "{0}/v2/email/account$": SESV2Response.dispatch,
     _DESTINATIONS + "$": SESV2Response.dispatch,
     _DESTINATIONS + "/(?P<EventDestinationName>[^/]+)$": SESV2Response.dispatch,
+    "{0}/v2/email/configuration-sets/(?P<ConfigurationSetName>[^/]+)/sending$": SESV2Response.dispatch,
 }
 
 
@@ -452,6 +486,8 @@ def install() -> None:
         SESV2Response.update_configuration_set_event_destination = _update_event_destination  # type: ignore[attr-defined]
         SESV2Response.get_configuration_set_event_destinations = _get_event_destinations  # type: ignore[attr-defined]
         SESV2Response.delete_configuration_set_event_destination = _delete_event_destination  # type: ignore[attr-defined]
+        SESV2Response.put_configuration_set_sending_options = _put_sending_options  # type: ignore[attr-defined]
+        SESV2Response.get_configuration_set = _get_configuration_set  # type: ignore[method-assign]
         _serve_faster()
         _installed = True
 

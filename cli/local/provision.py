@@ -196,7 +196,10 @@ def provision(
     ses = aws.client("sesv2")
     configuration_sets = {}
     for config in specs.CONFIGURATION_SETS:
-        ses.create_configuration_set(ConfigurationSetName=config.local_name)
+        ses.create_configuration_set(
+            ConfigurationSetName=config.local_name,
+            ReputationOptions={"ReputationMetricsEnabled": True},  # as the stack's (docs/reputation.md)
+        )
         ses.create_configuration_set_event_destination(
             ConfigurationSetName=config.local_name,
             EventDestinationName=f"{config.local_name}-sns",

@@ -84,6 +84,10 @@ class RuntimeConfig:
     # Emulate an account in the SES sandbox: mail only to verified identities (`mailstep local
     # verify`) and the mailbox simulator; sends authorized on the recipients' identities too.
     ses_sandbox: bool = False
+    # The reputation guardrail's local CloudWatch (cli/local/reputation.py): sends a set needs
+    # before its rates count, and whether the stack's reputation alarms are evaluated.
+    reputation_min_sends: int = 200
+    reputation_alarms: bool = True
     # Context for synthesizing the template (added to cdk.json's and mailstep:local), e.g.
     # {"mailstep:sesMaxSendRate": 1000}: the bench runs the template a deployment would get.
     context: dict[str, Any] | None = None
@@ -184,6 +188,10 @@ class LocalRuntime:
             max_24_hour_send=config.max_24_hour_send,
             sandbox=config.ses_sandbox,
         )
+        self.ses.reputation.min_sends = config.reputation_min_sends
+        self.ses.reputation.alarms_on = config.reputation_alarms
+        self.ses.reputation.put_metric = self._put_reputation_metric
+        self.ses.reputation.set_state = self._set_alarm_state
         hooks.ACTIVE.clock = self.clock
         hooks.ACTIVE.ses = self.ses
         hooks.ACTIVE.port = config.port
@@ -268,6 +276,7 @@ class LocalRuntime:
             aws=self.aws,
         )
         self.eventbridge.start()
+        self._reputation_alarms(template)
         self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
         return self.deployment
 
@@ -341,6 +350,48 @@ class LocalRuntime:
         from moto.backends import get_backend
 
         return get_backend(service)[ACCOUNT_ID][self.config.region]  # type: ignore[call-overload]
+
+    def _reputation_alarms(self, template: Any) -> None:
+        """The template's alarms on the sets' reputation metrics: created in the emulated
+        CloudWatch (where `mailstep reputation status` reads their thresholds) and evaluated by
+        the local SES's reputation monitor (cli/local/reputation.py)."""
+        from cli.local.reputation import NAMESPACE, SET_DIMENSION, alarms_of
+
+        cloudwatch = self.aws.client("cloudwatch")
+        for alarm in alarms_of(template):
+            cloudwatch.put_metric_alarm(
+                AlarmName=alarm.name,
+                AlarmDescription=alarm.description,
+                Namespace=NAMESPACE,
+                MetricName=alarm.metric,
+                Dimensions=[{"Name": SET_DIMENSION, "Value": alarm.configuration_set}],
+                Statistic="Maximum",
+                Period=alarm.period,
+                EvaluationPeriods=1,
+                Threshold=alarm.threshold,
+                ComparisonOperator="GreaterThanThreshold",
+                TreatMissingData="notBreaching",
+                AlarmActions=alarm.actions,
+            )
+            self.ses.reputation.watch(alarm)
+
+    def _put_reputation_metric(self, configuration_set: str, metric: str, value: float) -> None:
+        from cli.local.reputation import NAMESPACE, SET_DIMENSION
+
+        self._backend("cloudwatch").put_metric_data(
+            NAMESPACE,
+            [
+                {
+                    "MetricName": metric,
+                    "Value": value,
+                    "Unit": "None",
+                    "Dimensions": [{"Name": SET_DIMENSION, "Value": configuration_set}],
+                }
+            ],
+        )
+
+    def _set_alarm_state(self, name: str, state: str, reason: str) -> None:
+        self._backend("cloudwatch").set_alarm_state(name, reason, None, state)
 
     def _publish_sns(self, topic_arn: str, message: str) -> None:
         self._backend("sns").topics[topic_arn].publish(message)
@@ -496,6 +547,10 @@ class LocalRuntime:
                 self.ses.configure(
                     max_send_rate=values.get("max_send_rate"), max_24_hour_send=values.get("max_24_hour_send")
                 )
+                if values.get("reputation_min_sends") is not None:
+                    self.ses.reputation.min_sends = int(values["reputation_min_sends"])
+                if values.get("reputation_alarms") is not None:
+                    self.ses.reputation.alarms_on = bool(values["reputation_alarms"])
             except (ValueError, TypeError, AttributeError) as exc:
                 raise _InvalidRequest(str(exc)) from None
             return 200, self.ses.account()["SendQuota"]

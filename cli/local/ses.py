@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.local import ses_events as ev
+from cli.local.reputation import ReputationMonitor
 
 DEFAULT_MAX_SEND_RATE = 14.0
 DEFAULT_MAX_24_HOUR_SEND = 50_000
@@ -93,6 +94,11 @@ class LocalSes:
         self.destinations: dict[str, dict[str, dict[str, Any]]] = {}
         self.sends = 0
         self.events: list[dict[str, Any]] = []  # every record published (tests, bench)
+        # Configuration sets whose sending was disabled (SES v2 PutConfigurationSetSendingOptions)
+        # -> when; each set's reputation rates and the alarms on them (cli.local.reputation).
+        self.paused_sets: dict[str, str] = {}
+        self.fresh_starts: dict[str, str] = {}
+        self.reputation = ReputationMonitor(publish, account=account_id, region=region)
 
     # ----- quota -------------------------------------------------------------------------
     def configure(self, *, max_send_rate: float | None = None, max_24_hour_send: int | None = None) -> None:
@@ -155,6 +161,25 @@ class LocalSes:
             "SendingEnabled": True,
         }
 
+    # ----- configuration set sending (the reputation guardrail) -----------------------------
+    def set_sending(self, configuration_set: str, enabled: bool) -> None:
+        """SES v2 PutConfigurationSetSendingOptions. Re-enabling gives the set a fresh start: its
+        reputation rates start over (SES reports it as ``ReputationOptions.LastFreshStart``)."""
+        with self._lock:
+            was_paused = configuration_set in self.paused_sets
+            if not enabled:
+                self.paused_sets.setdefault(configuration_set, ev.iso())
+            else:
+                self.paused_sets.pop(configuration_set, None)
+                if was_paused:
+                    self.fresh_starts[configuration_set] = ev.iso()
+        if enabled and was_paused:
+            self.reputation.fresh_start(configuration_set)
+
+    def sending_enabled(self, configuration_set: str) -> bool:
+        with self._lock:
+            return configuration_set not in self.paused_sets
+
     # ----- event destinations ------------------------------------------------------------
     def put_destination(self, configuration_set: str, name: str, destination: dict[str, Any]) -> None:
         with self._lock:
@@ -189,6 +214,7 @@ class LocalSes:
                 published += 1
         with self._lock:
             self.events.append(record)
+        self.reputation.observe(record)
         return published
 
     # ----- sending -----------------------------------------------------------------------
@@ -217,6 +243,15 @@ class LocalSes:
         if configuration_set and not configuration_set_exists(configuration_set):
             raise SesError(
                 "NotFoundException", f"Configuration set <{configuration_set}> does not exist.", 404
+            )
+        if configuration_set and not self.sending_enabled(configuration_set):
+            # SES v2 answers a send through a set whose sending is disabled with
+            # SendingPausedException, HTTP 400 (the v2 API model's only "paused" error of
+            # SendEmail; v1 has ConfigurationSetSendingPausedException). The message text is
+            # not documented; this one names the set (docs/local-runtime.md).
+            raise SesError(
+                "SendingPausedException",
+                f"Sending is paused for configuration set {configuration_set}.",
             )
 
         raw: bytes | None = None

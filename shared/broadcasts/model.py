@@ -44,7 +44,10 @@ SENDING = "sending"
 DONE = "done"
 CANCELLED = "cancelled"
 FAILED = "failed"
-STATUSES = (SCHEDULED, RESOLVING, SENDING, DONE, CANCELLED, FAILED)
+# The reputation guardrail paused marketing sending (docs/reputation.md): nothing more is sent,
+# nothing counted failed; `mailstep reputation resume` resumes it (a new round, send-once).
+PAUSED_REPUTATION = "paused_reputation"
+STATUSES = (SCHEDULED, RESOLVING, SENDING, DONE, CANCELLED, FAILED, PAUSED_REPUTATION)
 ACTIVE = frozenset({SCHEDULED, RESOLVING, SENDING})
 STEP = "broadcast"  # the send-once key of a broadcast mail is (subscriber, broadcast id, STEP)
 SKIP_REASONS = ("no_profile", "suppressed", "unsubscribed", "topic_opt_out", "cancelled")

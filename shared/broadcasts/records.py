@@ -39,6 +39,7 @@ from shared.broadcasts.model import (
     CANCELLED,
     DONE,
     FAILED,
+    PAUSED_REPUTATION,
     RESOLVING,
     SCHEDULED,
     SENDING,
@@ -303,7 +304,12 @@ class BroadcastStore(TableAdapter):
         )
 
     def cancel(self, record: Broadcast) -> Broadcast | None:
-        return self.set_status(record, CANCELLED, leaving=ACTIVE)
+        return self.set_status(record, CANCELLED, leaving=ACTIVE | {PAUSED_REPUTATION})
+
+    def pause_for_reputation(self, record: Broadcast) -> Broadcast | None:
+        """resolving/sending -> ``paused_reputation`` (docs/reputation.md); None when it was not
+        in progress (done, cancelled, failed, scheduled, or paused already)."""
+        return self.set_status(record, PAUSED_REPUTATION, leaving=frozenset({RESOLVING, SENDING}))
 
     def close_window(self, record: Broadcast) -> Broadcast | None:
         """An active broadcast whose send window ended -> ``failed``, naming why; None when it
@@ -326,7 +332,8 @@ class BroadcastStore(TableAdapter):
         self._update(record, "SET #execution_arn = :arn", arn=execution_arn)
 
     def new_round(self, record: Broadcast, send_rate: float) -> Broadcast | None:
-        """Resume: a fresh resolution of the whole audience in round ``round + 1`` with the
+        """Resume (a cancelled, failed or ``paused_reputation`` broadcast): a fresh resolution of
+        the whole audience in round ``round + 1`` with the
         counters of the new round at zero. Mails sent in earlier rounds are not sent again
         (send-once) and are counted as sent when their recipient comes up again. Raises
         :class:`SendWindowClosed` after the send window: those claims are expiring."""
@@ -343,7 +350,7 @@ class BroadcastStore(TableAdapter):
             "#dead_lettered_batches = :zero, #dead_lettered_recipients = :zero, "
             f"{resets}, #updated_at = :now, #send_rate = :rate "
             "REMOVE #cursor, #finished_at, #error",
-            condition="#status IN (:cancelled, :failed) AND #round = :round",
+            condition="#status IN (:cancelled, :failed, :paused) AND #round = :round",
             names={"#cursor": "cursor", "#error": "error"},
             resolving=RESOLVING,
             next=record.round + 1,
@@ -352,6 +359,7 @@ class BroadcastStore(TableAdapter):
             now=_now(),
             cancelled=CANCELLED,
             failed=FAILED,
+            paused=PAUSED_REPUTATION,
             round=record.round,
             rate=round(send_rate, 3),
         )

@@ -23,6 +23,14 @@ Per batch:
    every resolved recipient was counted. A busy engagement counters item never fails the
    batch: its ``send`` count goes through a ledger instead (``BroadcastStore.count_batch``).
 
+Reputation pause (docs/reputation.md): a broadcast the guardrail moved to ``paused_reputation``
+stops like a cancelled one (the same status read every ``STATUS_CHECK_S`` seconds), and SES's
+refusal of a send on the paused marketing configuration set (``SendingPausedException``: the
+pipeline's ``retryable``/``paused``) stops the batch too and pauses the record itself. Either
+way nothing is counted (no recipient failed or skipped) and the SQS record is done: the
+recipients not sent get the mail in the new round that the resume starts (send-once keeps the
+sent ones from a duplicate).
+
 ``already_sent`` counts as sent: only this broadcast uses its send-once keys, so it means
 an earlier delivery of this batch (or an earlier round) sent the mail, or that SES's event
 for a mail whose worker died before logging it was recorded (``shared.store.send_log``).
@@ -46,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from shared.broadcasts.model import CANCELLED, FAILED, STEP, BatchMessage, Broadcast
+from shared.broadcasts.model import CANCELLED, FAILED, PAUSED_REPUTATION, STEP, BatchMessage, Broadcast
 from shared.broadcasts.records import BroadcastStore, items_until, window_closed
 from shared.core import clock
 from shared.core.errors import NotFound
@@ -88,7 +96,7 @@ class BatchIncomplete(Exception):
 
 @dataclass(frozen=True)
 class BatchResult:
-    status: str  # counted | duplicate | stale | cancelled | expired
+    status: str  # counted | duplicate | stale | cancelled | expired | paused
     counts: dict[str, int] = field(default_factory=dict)
     done: bool = False
 
@@ -199,6 +207,9 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
         closed = ctx.records.close_window(record)
         logger.warning("broadcast batch after the send window dropped", failed=closed is not None, **log)
         return BatchResult(status="expired")
+    if record.status == PAUSED_REPUTATION:  # resumed later as a new round: nothing counted now
+        logger.info("broadcast batch dropped: sending paused for reputation", **log)
+        return BatchResult(status="paused")
     if record.status in (CANCELLED, FAILED):
         skipped = {"processed": len(message.emails), "skipped_cancelled": len(message.emails)}
         counted = ctx.records.count_batch(record, message.page, message.index, skipped)
@@ -208,6 +219,16 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     # this broadcast's claims expire with its markers, after the send window
     ctx = replace(ctx, send=replace(ctx.send, log=ctx.send.log.expiring_at(items_until(record))))
     outcomes = _send_all(record, message, ctx, deadline)
+    if any(o is not None and o.status == "retryable" and o.reason == "paused" for o in outcomes):
+        paused = ctx.records.pause_for_reputation(record)
+        sent = sum(1 for o in outcomes if o is not None and o.status == "sent")
+        logger.warning(
+            "broadcast paused: sending is paused for its configuration set",
+            moved=paused is not None,
+            sent_before_pause=sent,
+            **log,
+        )
+        return BatchResult(status="paused")
     counts: Counter[str] = Counter()
     deferred: Counter[str] = Counter()
     for outcome in outcomes:
@@ -245,26 +266,42 @@ def _send_all(
     slots = threading.Semaphore(ctx.threads)
     futures: list[Future[None]] = []
     checked = clock.epoch_seconds()
+    refused = threading.Event()  # SES refused a send: sending is paused (no further send starts)
+    paused = SendOutcome(status="retryable", send_id="-", reason="paused")
 
-    def stopped() -> bool:
-        """Whether the broadcast was cancelled (or failed) since the last look."""
+    def stopped() -> str | None:
+        """The status that stops the batch (cancelled, failed, paused_reputation) when the
+        broadcast moved to one since the last look, else None."""
         nonlocal checked
         if clock.epoch_seconds() - checked < STATUS_CHECK_S:
-            return False
+            return None
         checked = clock.epoch_seconds()
         current = ctx.records.get(record.id)
-        return current is None or current.status in (CANCELLED, FAILED)
+        if current is None:
+            return CANCELLED
+        return current.status if current.status in (CANCELLED, FAILED, PAUSED_REPUTATION) else None
 
     def run(i: int, email: str) -> None:
         try:
             results[i] = _send_one(record, email, ctx, tokens, deadline)
+            outcome = results[i]
+            if outcome is not None and outcome.status == "retryable" and outcome.reason == "paused":
+                refused.set()
         finally:
             slots.release()
 
     with ThreadPoolExecutor(max_workers=ctx.threads, thread_name_prefix="broadcast-send") as pool:
         for i, email in enumerate(message.emails):
             slots.acquire()
-            if stopped():
+            status = stopped()
+            if refused.is_set() or status == PAUSED_REPUTATION:
+                slots.release()
+                results[i:] = [paused] * (len(message.emails) - i)
+                logger.info(
+                    "broadcast paused during a batch", broadcast=record.id, unsent=len(message.emails) - i
+                )
+                break
+            if status is not None:
                 slots.release()
                 cancelled = SendOutcome(status="skipped", send_id="-", reason="cancelled")
                 results[i:] = [cancelled] * (len(message.emails) - i)

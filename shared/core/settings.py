@@ -52,6 +52,10 @@ class Settings(BaseModel):
     soft_bounce_limit: int = Field(default=3, ge=2, le=100)
     soft_bounce_window_days: int = Field(default=30, ge=1, le=365)
 
+    # Reputation guardrail (docs/reputation.md): transactional mail's own configuration set
+    # (empty: transactional mail uses ``configuration_set`` too).
+    transactional_configuration_set: str = ""
+
     # Webhooks (shared/webhooks, docs/webhooks.md): the delivery queue; http receivers on loopback
     # (the local runtime's template only: a deployment delivers to public https URLs).
     webhook_queue_url: str = ""

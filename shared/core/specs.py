@@ -215,7 +215,22 @@ CONFIGURATION_SET = ConfigurationSetSpec(
     setting="configuration_set",
     event_topic=SES_EVENTS_TOPIC,
 )
-CONFIGURATION_SETS = (CONFIGURATION_SET,)
+CONFIGURATION_SETS: tuple[ConfigurationSetSpec, ...] = (CONFIGURATION_SET,)
+# ----- reputation guardrail (docs/reputation.md) ---------------------------------------------
+# Marketing mail (broadcasts, non-transactional sequence steps) goes through CONFIGURATION_SET,
+# transactional mail (sign-up confirmations, ``transactional: true`` sequences, reply forwarding)
+# through this one: the guardrail pauses the marketing set alone, so receipts keep going. Same
+# event destination; both have reputation metrics on (stacks/constructs/sending.py).
+TRANSACTIONAL_CONFIGURATION_SET = ConfigurationSetSpec(
+    id="TransactionalConfigurationSet",
+    local_name="mailstep-transactional",
+    setting="transactional_configuration_set",
+    event_topic=SES_EVENTS_TOPIC,
+)
+CONFIGURATION_SETS = (*CONFIGURATION_SETS, TRANSACTIONAL_CONFIGURATION_SET)
+ENV["transactional_configuration_set"] = "SES_TRANSACTIONAL_CONFIGURATION_SET"
+# The set the guardrail pauses (SES v2 PutConfigurationSetSendingOptions).
+PAUSABLE_CONFIGURATION_SET = CONFIGURATION_SET
 
 # ----- IAM grants ------------------------------------------------------------------------------
 # Every permission a function's role holds is one Grant in its spec: the exact IAM actions its
@@ -463,7 +478,7 @@ SEND_PIPELINE_GRANTS = (
     *send_email_grants(),
 )
 # Settings a function with ``mail_settings`` receives besides its tables and secrets.
-MAIL_SETTINGS = (
+MAIL_SETTINGS: tuple[str, ...] = (
     "configuration_set",
     "public_base_url",
     "default_from",
@@ -475,6 +490,7 @@ MAIL_SETTINGS = (
     "unsubscribe_token_ttl_days",
     "send_claim_lease_seconds",
 )
+MAIL_SETTINGS = (*MAIL_SETTINGS, "transactional_configuration_set")  # docs/reputation.md
 SENDER_FUNCTION = FunctionSpec(
     name="sender",
     handler="functions.sender.handler.handler",
@@ -569,6 +585,7 @@ def stack_outputs() -> dict[str, str]:
     outputs |= {f"{t.id}Arn": t.setting for t in TOPICS}
     outputs[BROADCAST_SCHEDULE_OUTPUT] = "broadcast_schedule_arn"
     outputs[STATE_MACHINE_ARN_PREFIX_OUTPUT] = "state_machine_arn_prefix"
+    outputs |= {f"{c.id}Name": c.setting for c in CONFIGURATION_SETS}  # which set is which (reputation)
     return outputs
 
 
@@ -800,6 +817,8 @@ WEBHOOK_MAIN_FILTERS: tuple[dict[str, Any], ...] = (
     },
     # broadcast records whose status changed
     {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": {"PK": {"S": ["BROADCAST"]}}}},
+    # the reputation guardrail's pause records (reputation.paused / reputation.resumed)
+    {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": {"PK": {"S": ["REPUTATION"]}}}},
 )
 WEBHOOK_EVENTS_FILTERS: tuple[dict[str, Any], ...] = (
     {
@@ -843,3 +862,38 @@ WEBHOOK_DELIVER_FUNCTION = FunctionSpec(
 )
 QUEUES = (*QUEUES, WEBHOOK_QUEUE)
 FUNCTIONS = (*FUNCTIONS, WEBHOOK_DISPATCH_FUNCTION, WEBHOOK_DELIVER_FUNCTION)
+
+
+# ----- reputation guardrail (docs/reputation.md) --------------------------------------------------
+# CloudWatch alarms on the marketing set's reputation metrics (stacks/constructs/alarms.py) ->
+# REPUTATION_TOPIC (and the operator's alarm topic) -> this queue -> the reputation-guard function,
+# which pauses the marketing configuration set and its broadcasts in progress (idempotent).
+REPUTATION_TOPIC = TopicSpec(
+    id="ReputationAlarmTopic", local_name="mailstep-reputation-alarms", setting="reputation_topic_arn"
+)
+REPUTATION_QUEUE = QueueSpec(
+    id="ReputationQueue",
+    local_name="mailstep-reputation",
+    setting="reputation_queue_url",
+    visibility_timeout_s=180,  # 6x the function's timeout (30 s)
+    max_receives=5,
+)
+REPUTATION_FUNCTION = FunctionSpec(
+    name="reputation-guard",
+    handler="functions.reputation_guard.handler.handler",
+    description="Reputation guardrail: a reputation alarm pauses marketing sending and its broadcasts",
+    timeout_s=30,
+    grants=(
+        # SES v2 PutConfigurationSetSendingOptions (SendingEnabled false) on the marketing set only
+        Grant(PAUSABLE_CONFIGURATION_SET, ("ses:PutConfigurationSetSendingOptions",)),
+        # the REPUTATION record (conditional Put/Update), broadcasts in progress (Query the
+        # BROADCAST partition, conditional status UpdateItem)
+        Grant(MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "Query")),
+    ),
+    event_sources=(EventSourceSpec(queue=REPUTATION_QUEUE, batch_size=1),),
+    optional_settings=(PAUSABLE_CONFIGURATION_SET.setting,),  # the name of the set it pauses
+)
+TOPICS = (*TOPICS, REPUTATION_TOPIC)
+QUEUES = (*QUEUES, REPUTATION_QUEUE)
+SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=REPUTATION_TOPIC, queue=REPUTATION_QUEUE))
+FUNCTIONS = (*FUNCTIONS, REPUTATION_FUNCTION)

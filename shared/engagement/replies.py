@@ -207,7 +207,11 @@ def forwarder(sender: Any, forward_to: str, from_address: str) -> Callable[[Emai
             (str(part.get_content()) if part is not None else "") or "(the reply has no text part)"
         )
         result = sender.send_raw(
-            out.as_bytes(), from_email=from_email, to_email=forward_to, tags={"kind": "reply-forward"}
+            out.as_bytes(),
+            from_email=from_email,
+            to_email=forward_to,
+            tags={"kind": "reply-forward"},
+            transactional=True,  # the operator's own mail: never held by the marketing pause
         )
         return bool(result.status == "sent")
 
@@ -238,6 +242,11 @@ def context_from_settings(settings: Any) -> ReplyContext:
     forward = None
     if settings.reply_forward_to:
         forward = forwarder(
-            SesSender(settings.configuration_set), settings.reply_forward_to, settings.default_from
+            SesSender(
+                settings.configuration_set,
+                transactional_configuration_set=settings.transactional_configuration_set,
+            ),
+            settings.reply_forward_to,
+            settings.default_from,
         )
     return ReplyContext(ingest=ingest_ctx, forward=forward)

@@ -13,8 +13,10 @@ raised (:class:`SendOutcome`):
   ``topic_opt_out`` (the job names a topic the reader does not receive; marketing only) |
   ``already_sent`` (the send-once key was used before).
 - ``retryable``: ``in_flight`` (another worker holds the claim) | ``throttled`` (SES
-  throttling, 5xx, timeouts) | ``account`` (sending paused, quota...). Nothing was sent;
-  the caller retries later (the sender Lambda fails the SQS record).
+  throttling, 5xx, timeouts) | ``account`` (quota, suspension...) | ``paused`` (SES refused:
+  sending is paused for the mail's configuration set or the account; docs/reputation.md).
+  Nothing was sent and the claim is released; the caller retries later (the sender Lambda
+  fails the SQS record, a sequence step waits, a broadcast pauses).
 - ``failed``: ``rejected`` (SES refused this message) | ``render_error`` |
   ``invalid_message``. Permanent; recorded as a ``send_failed`` event.
 
@@ -179,7 +181,11 @@ class SendContext:
         return cls(
             store=store or SubscriberStore(settings.table_name, settings.events_table_name, client=ddb),
             log=SendLog(settings.table_name, client=ddb),
-            ses=SesSender(settings.configuration_set, client=aws.client("sesv2") if aws else None),
+            ses=SesSender(
+                settings.configuration_set,
+                client=aws.client("sesv2") if aws else None,
+                transactional_configuration_set=settings.transactional_configuration_set,
+            ),
             identity=MailIdentity.from_settings(settings),
             token_secret=secret,
             data_ttl_days=settings.data_ttl_days,
@@ -286,7 +292,13 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
     }
     _reserve(ctx, log)
     for _ in THROTTLE_RETRY.tries(sleep=ctx.sleep):
-        result = ctx.ses.send_raw(raw, from_email=envelope.from_email, to_email=job.email, tags=tags)
+        result = ctx.ses.send_raw(
+            raw,
+            from_email=envelope.from_email,
+            to_email=job.email,
+            tags=tags,
+            transactional=job.transactional,
+        )
         # a broadcast's send retries with a token of its own (shared.broadcasts.worker); other
         # mail was reserved, so a broadcast gives way within a second: try again here
         if ctx.reserve is None or result.status != "retryable":
@@ -303,10 +315,10 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
                 error_code=result.error_code,
                 detail=result.detail,
             )
-        reason = "account" if result.status == "account" else "throttled"
+        reason = {"account": "account", "paused": "paused"}.get(result.status, "throttled")
         # An account problem (a missing permission, sending paused) needs the operator: SES's
         # message names the action or the state (never a recipient), so it is logged too.
-        detail = {"detail": result.detail} if reason == "account" else {}
+        detail = {"detail": result.detail} if reason in ("account", "paused") else {}
         logger.warning(
             "send deferred", extra={**log, "reason": reason, "error_code": result.error_code, **detail}
         )

@@ -6,9 +6,17 @@ Errors are classified here and nowhere else (docs/sending.md):
 - ``retryable``: throttling, 5xx, timeouts, connection errors. Nothing was accepted; try
   again later (the send queue's visibility timeout is the backoff).
 - ``rejected``: permanent for this message (MessageRejected, an invalid address).
-- ``account``: the account cannot send at all (SendingPaused, AccountSuspended, daily
-  quota, unverified sending domain, missing configuration set). Nothing was sent; the job
-  is retried and ends in the dead-letter queue for a redrive once the account is fixed.
+- ``account``: the account cannot send at all (AccountSuspended, daily quota, unverified
+  sending domain, missing configuration set). Nothing was sent; the job is retried and ends in
+  the dead-letter queue for a redrive once the account is fixed.
+- ``paused``: SES refused the send because sending is paused: for the configuration set the
+  send names (the reputation guardrail's pause, docs/reputation.md) or for the whole account.
+  SES v2 answers both with ``SendingPausedException`` (HTTP 400; the v2 API model has no
+  configuration-set-specific error, unlike v1's ``ConfigurationSetSendingPausedException``).
+  Nothing was sent: not a failure and no duplicate risk; the caller retries after the resume.
+
+Marketing and transactional mail name different configuration sets (``transactional``), so a
+paused marketing set leaves transactional mail going.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
 
 
-SendStatus = Literal["sent", "retryable", "rejected", "account"]
+SendStatus = Literal["sent", "retryable", "rejected", "account", "paused"]
 
 RETRYABLE_CODES = frozenset(
     {
@@ -47,9 +55,9 @@ RETRYABLE_CODES = frozenset(
     }
 )
 REJECTED_CODES = frozenset({"MessageRejected", "BadRequestException", "InvalidParameterValue"})
+PAUSED_CODES = frozenset({"SendingPausedException"})
 ACCOUNT_CODES = frozenset(
     {
-        "SendingPausedException",
         "AccountSuspendedException",
         "LimitExceededException",
         "MailFromDomainNotVerifiedException",
@@ -126,6 +134,8 @@ def classify(exc: Exception) -> SendResult:
         message = str(error.get("Message", ""))[:300]
         if code in RETRYABLE_CODES or status >= 500:
             return SendResult("retryable", error_code=code, detail=message)
+        if code in PAUSED_CODES:
+            return SendResult("paused", error_code=code, detail=message)
         if code in ACCOUNT_CODES:
             return SendResult("account", error_code=code, detail=message)
         if code in REJECTED_CODES or 400 <= status < 500:
@@ -137,15 +147,30 @@ def classify(exc: Exception) -> SendResult:
 class SesSender:
     """``send_raw`` is the one call that puts mail on the wire."""
 
-    def __init__(self, configuration_set: str = "", client: SESV2Client | None = None) -> None:
-        self.configuration_set = configuration_set
+    def __init__(
+        self,
+        configuration_set: str = "",
+        client: SESV2Client | None = None,
+        transactional_configuration_set: str = "",
+    ) -> None:
+        self.configuration_set = configuration_set  # marketing mail
+        # transactional mail (empty: the marketing set's)
+        self.transactional_configuration_set = transactional_configuration_set or configuration_set
         self._client = client
 
     @property
     def client(self) -> SESV2Client:
         return self._client or aws_client("sesv2")
 
-    def send_raw(self, raw: bytes, *, from_email: str, to_email: str, tags: Mapping[str, str]) -> SendResult:
+    def send_raw(
+        self,
+        raw: bytes,
+        *,
+        from_email: str,
+        to_email: str,
+        tags: Mapping[str, str],
+        transactional: bool = False,
+    ) -> SendResult:
         request: dict[str, Any] = {
             "FromEmailAddress": from_email,
             "Destination": {"ToAddresses": [to_email]},
@@ -154,8 +179,9 @@ class SesSender:
                 {"Name": name, "Value": encode_tag_value(value)} for name, value in tags.items() if value
             ],
         }
-        if self.configuration_set:
-            request["ConfigurationSetName"] = self.configuration_set
+        configuration_set = self.transactional_configuration_set if transactional else self.configuration_set
+        if configuration_set:
+            request["ConfigurationSetName"] = configuration_set
         try:
             response = self.client.send_email(**request)
         except (

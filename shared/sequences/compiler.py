@@ -66,6 +66,18 @@ RETRY_SEND = {
     "MaxDelaySeconds": 3600,
     "JitterStrategy": "FULL",
 }
+# Sending paused (the reputation guardrail, docs/reputation.md): wait for the resume instead of
+# failing: after 5 min, then doubling up to an hour between tries, for about a week (one
+# transition and one invocation per try).
+PAUSED_ERROR = "SendPaused"
+RETRY_PAUSED = {
+    "ErrorEquals": [PAUSED_ERROR],
+    "IntervalSeconds": 300,
+    "BackoffRate": 2.0,
+    "MaxAttempts": 170,
+    "MaxDelaySeconds": 3600,
+    "JitterStrategy": "FULL",
+}
 RETRY_LAMBDA = {"ErrorEquals": LAMBDA_TRANSIENT, "IntervalSeconds": 2, "BackoffRate": 2.0, "MaxAttempts": 6}
 FINISH_STATE = "Finish"
 FAIL_TASK_STATE = "Failed_cleanup"
@@ -211,7 +223,7 @@ class _Compiler:
         return {**body, **params}
 
     def task(self, name: str, action: str, code: str, params: dict[str, Any], cont: Cont) -> str:
-        retry = [RETRY_SEND, RETRY_LAMBDA] if action == "send" else [RETRY_LAMBDA]
+        retry = [RETRY_SEND, RETRY_PAUSED, RETRY_LAMBDA] if action == "send" else [RETRY_LAMBDA]
         state: dict[str, Any] = {
             "Type": "Task",
             "Resource": STEP_FUNCTION_PLACEHOLDER,

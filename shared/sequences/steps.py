@@ -46,6 +46,12 @@ class SendRetryable(Exception):  # noqa: N818 - the name is the ASL error name t
     """Nothing was sent and a later attempt may succeed (throttling, claim in flight)."""
 
 
+class SendPaused(Exception):  # noqa: N818 - the name is the ASL error name the Retry matches
+    """SES refused the send: sending is paused for the mail's configuration set (the reputation
+    guardrail, docs/reputation.md) or the account. Nothing was sent; the execution waits and
+    tries again (its own Retry: hourly for about a week), it does not fail."""
+
+
 class SequenceHalted(Exception):  # noqa: N818 - the name is the ASL error name the Catch matches
     """The EXEC pair no longer names this execution: stop without sending."""
 
@@ -175,6 +181,8 @@ def _send(request: StepRequest, deps: StepDeps) -> str:
         data={**request.data, "variant": variant} if request.variants else request.data,
     )
     outcome = deps.send(job)
+    if outcome.status == "retryable" and outcome.reason == "paused":
+        raise SendPaused(outcome.detail or "sending paused")
     if outcome.status == "retryable":
         raise SendRetryable(outcome.reason or "retryable")
     if outcome.status == "failed":

@@ -23,6 +23,7 @@ PROFILE = "PROFILE"
 SUPPRESSION = "SUPPRESSION"
 COUNTERS = "COUNTERS"
 BROADCAST = "BROADCAST"
+REPUTATION = "REPUTATION"  # PK of the reputation guardrail's records (SK: the configuration set's spec id)
 ERASED = "ERASED"
 DIR = "DIR"
 IDEMPOTENCY_PK = "IDEMPOTENCY#events"

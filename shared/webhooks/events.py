@@ -55,6 +55,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "sequence.exited",
     "broadcast.started",
     "broadcast.completed",
+    "reputation.paused",
+    "reputation.resumed",
 )
 FAMILIES = tuple(dict.fromkeys(t.split(".")[0] for t in EVENT_TYPES))
 MAX_FILTERS = 40
@@ -178,6 +180,8 @@ def from_stream_record(record: Mapping[str, Any]) -> list[WebhookEvent]:
                 found.append(("sequence.exited", {"email": email, "sequence": sequence}, ""))
     elif pk == keys.BROADCAST and name in ("INSERT", "MODIFY"):
         found += _broadcast(old, new)
+    elif pk == keys.REPUTATION and name in ("INSERT", "MODIFY"):
+        found += _reputation(old, new)
     return [
         WebhookEvent(
             id=event_id(record_id, kind, discriminator),
@@ -259,3 +263,21 @@ def _broadcast(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str
         }
         return [("broadcast.completed", data, str(new.get("round", "")))]
     return []
+
+
+def _reputation(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    """The guardrail's record flipped ``paused`` (docs/reputation.md)."""
+    before, after = bool(old.get("paused", False)), bool(new.get("paused", False))
+    if before == after:
+        return []
+    data: dict[str, Any] = {"configuration_set": new.get("configuration_set")}
+    if after:
+        data |= {
+            "alarm": new.get("alarm"),
+            "metric": new.get("metric"),
+            "threshold": new.get("threshold"),
+            "paused_at": new.get("paused_at"),
+        }
+        return [("reputation.paused", data, str(new.get("paused_at", "")))]
+    data |= {"resumed_at": new.get("resumed_at"), "forced": new.get("forced")}
+    return [("reputation.resumed", data, str(new.get("resumed_at", "")))]

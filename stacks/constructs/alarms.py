@@ -3,6 +3,11 @@
 - SES reputation (account level, ``AWS/SES``): ``Reputation.BounceRate`` above 5 % and
   ``Reputation.ComplaintRate`` above 0.1 % (SES reviews accounts from 5 % / 0.1 %).
 - Every dead-letter queue: any message visible (a record failed ``maxReceiveCount`` times).
+- The reputation guardrail (docs/reputation.md, :meth:`Alarms.guard_reputation`): the marketing
+  configuration set's own ``Reputation.BounceRate`` / ``Reputation.ComplaintRate`` (dimension
+  ``ses:configuration-set``) above ``mailstep:reputationBounceRatePercent`` /
+  ``reputationComplaintRatePercent``, to the alarm topic AND the reputation topic, whose
+  function pauses the set.
 - Failed sequence executions: the sequence step function's ``fail`` action (every Catch
   of every generated state machine ends there), and per state machine ``ExecutionsFailed``
   + ``ExecutionsTimedOut`` once :meth:`Alarms.watch_state_machines` is given them.
@@ -16,6 +21,7 @@ from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_ses as ses
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
@@ -30,6 +36,10 @@ from stacks.constructs.messaging import dead_letter_id
 BOUNCE_RATE_THRESHOLD = 0.05
 COMPLAINT_RATE_THRESHOLD = 0.001
 REPUTATION_PERIOD = Duration.hours(1)
+# The guardrail looks at the highest value of each 15-minute period of the set's metrics: one
+# period above the threshold pauses (no metric math; SES computes the rates).
+GUARD_PERIOD = Duration.minutes(15)
+SET_DIMENSION = "ses:configuration-set"
 WORK_PERIOD = Duration.minutes(5)
 SEQUENCE_FAIL_METRIC = "SequenceStep_fail"  # functions/sequence_step: SequenceStep_<action>
 
@@ -49,28 +59,7 @@ class Alarms(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.topic = sns.Topic(self, "AlarmTopic", display_name="mailstep alarms", enforce_ssl=True)
-        # A topic policy replaces SNS's default policy: CloudWatch may publish for this
-        # account's alarms only.
-        stack = Stack.of(self)
-        self.topic.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchAlarms",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["sns:Publish"],
-                resources=[self.topic.topic_arn],
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {
-                        "aws:SourceArn": stack.format_arn(
-                            service="cloudwatch",
-                            resource="alarm",
-                            resource_name="*",
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    },
-                },
-            )
-        )
+        self.allow_cloudwatch(self.topic)
         if config.alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
         self.action = cw_actions.SnsAction(self.topic)
@@ -116,6 +105,62 @@ class Alarms(Construct):
             0,
             "A sequence execution failed (its fail step ran): see the subscriber's sequence_failed event",
         )
+
+    @staticmethod
+    def allow_cloudwatch(topic: sns.ITopic) -> None:
+        """A topic policy replaces SNS's default policy: CloudWatch may publish for this
+        account's alarms only."""
+        stack = Stack.of(topic)
+        topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarms",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="cloudwatch",
+                            resource="alarm",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                },
+            )
+        )
+
+    def guard_reputation(
+        self,
+        configuration_set: ses.IConfigurationSet,
+        topic: sns.ITopic,
+        *,
+        bounce_rate: float,
+        complaint_rate: float,
+    ) -> None:
+        """Alarms on the marketing set's reputation metrics that notify the operator and the
+        reputation-guard function (``topic``), which pauses the set (docs/reputation.md)."""
+        self.allow_cloudwatch(topic)
+        name = configuration_set.configuration_set_name
+        for key, metric_name, threshold, what in (
+            ("Bounce", "Reputation.BounceRate", bounce_rate, "bounce"),
+            ("Complaint", "Reputation.ComplaintRate", complaint_rate, "complaint"),
+        ):
+            alarm = self._add(
+                f"MarketingReputation{key}",
+                cw.Metric(
+                    namespace="AWS/SES",
+                    metric_name=metric_name,
+                    dimensions_map={SET_DIMENSION: name},
+                    statistic="Maximum",
+                    period=GUARD_PERIOD,
+                ),
+                threshold,
+                f"Marketing {what} rate above {threshold:.4%}: marketing sending is paused "
+                "(transactional mail goes on); see `mailstep reputation status`",
+            )
+            alarm.add_alarm_action(cw_actions.SnsAction(topic))
 
     def _add(self, name: str, metric: cw.IMetric, threshold: float, description: str) -> cw.Alarm:
         alarm = cw.Alarm(

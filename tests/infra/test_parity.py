@@ -211,8 +211,12 @@ def test_granted_actions_name_actions_by_resource_kind() -> None:
     granted = specs.granted_actions(specs.SEQUENCE_CLEANUP_FUNCTION)
     assert granted == {"dynamodb:DeleteItem": frozenset({"table/MainTable"})}
     sender = specs.granted_actions(specs.SENDER_FUNCTION)
-    assert sender["ses:SendEmail"] == {"identity", "configuration-set/ConfigurationSet"}
-    assert sender["ses:SendRawEmail"] == {"identity", "configuration-set/ConfigurationSet"}
+    assert sender["ses:SendEmail"] == {
+        "identity",
+        "configuration-set/ConfigurationSet",
+        "configuration-set/TransactionalConfigurationSet",
+    }
+    assert sender["ses:SendRawEmail"] == sender["ses:SendEmail"]
     assert sender["sqs:ReceiveMessage"] == {"queue/SendQueue"}
     inbound = specs.granted_actions(specs.INBOUND_FUNCTION, {})
     assert "ses:SendEmail" not in inbound and "s3:GetObject" in inbound

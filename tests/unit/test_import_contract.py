@@ -23,6 +23,7 @@ SHARED_LAYERS: dict[str, set[str]] = {
     "web": {"core", "store", "sending", "sequences", "consent"},
     "engagement": {"core", "store", "sending", "sequences", "web", "consent"},
     "webhooks": {"core", "store"},
+    "reputation": {"core", "store", "sending", "sequences", "broadcasts"},
 }
 TOP_LEVEL: dict[str, set[str]] = {
     "shared": {"shared"},

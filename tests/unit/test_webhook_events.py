@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -53,7 +54,7 @@ def test_matching_by_type_family_and_star() -> None:
 
 
 def test_every_family_has_a_source() -> None:
-    assert set(events.FAMILIES) == {"subscriber", "topic", "email", "sequence", "broadcast"}
+    assert set(events.FAMILIES) == {"subscriber", "topic", "email", "sequence", "broadcast", "reputation"}
 
 
 def test_profile_transitions() -> None:
@@ -185,6 +186,28 @@ def test_broadcast_started_and_completed() -> None:
         "MODIFY", old={**base, "status": "sending", "sent": 1}, new={**base, "status": "sending", "sent": 2}
     )
     assert types(counters) == []
+
+
+def test_reputation_paused_and_resumed_only_when_paused_flips() -> None:
+    base = {"PK": "REPUTATION", "SK": "ConfigurationSet", "configuration_set": "mailstep"}
+    paused = {
+        **base,
+        "paused": True,
+        "paused_at": "2026-11-27T10:00:00.000Z",
+        "alarm": "a",
+        "threshold": Decimal("0.04"),
+    }
+    (event,) = events.from_stream_record(record("INSERT", new=paused))
+    assert event.type == "reputation.paused"
+    assert event.data == {
+        "configuration_set": "mailstep",
+        "alarm": "a",
+        "threshold": 0.04,
+        "paused_at": "2026-11-27T10:00:00.000Z",
+    }
+    resumed = {**paused, "paused": False, "resumed_at": "2026-11-27T11:00:00.000Z", "forced": True}
+    assert types(record("MODIFY", old=paused, new=resumed)) == ["reputation.resumed"]
+    assert types(record("MODIFY", old=paused, new={**paused, "reason": "again"})) == []
 
 
 def test_the_same_record_gives_the_same_event_ids_a_different_one_others() -> None:
