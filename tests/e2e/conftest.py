@@ -162,13 +162,21 @@ def local(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[L
     try:
         state = wait_for_state(state_dir, process, START_TIMEOUT_S)
         yield Local(state=state, state_dir=state_dir)
-        code, report = Local(state=state, state_dir=state_dir).http("GET", "/_local/iam")
-        if code == 200:
-            folder = iam_reports(tmp_path_factory)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json").write_text(json.dumps(report))
+        keep_iam_report(Local(state=state, state_dir=state_dir), tmp_path_factory, "session")
     finally:
         stop_dev(process)
+
+
+def keep_iam_report(local: Local, factory: pytest.TempPathFactory, name: str) -> None:
+    """Leave the runtime's IAM report (the requests its functions made, the grants none used)
+    for the grants check at the end of the suite (:func:`pytest_sessionfinish`): a runtime
+    that exercises functions the session runtime does not (its own flags) keeps one too."""
+    code, report = local.http("GET", "/_local/iam")
+    if code == 200:
+        folder = iam_reports(factory)
+        folder.mkdir(parents=True, exist_ok=True)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        (folder / f"{name}-{worker}.json").write_text(json.dumps(report))
 
 
 def post_events(state: dict[str, Any], body: Any, timeout: float = 60) -> Any:

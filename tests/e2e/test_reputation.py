@@ -28,6 +28,7 @@ from tests.e2e.conftest import (
     ROOT,
     START_TIMEOUT_S,
     Local,
+    keep_iam_report,
     start_dev,
     stop_dev,
     subprocess_env,
@@ -47,6 +48,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator
     try:
         state = wait_for_state(state_dir, process, START_TIMEOUT_S)
         yield Local(state=state, state_dir=state_dir)
+        # the guard function runs only here (the session runtime has no reputation alarms)
+        keep_iam_report(Local(state=state, state_dir=state_dir), tmp_path_factory, "reputation")
     finally:
         stop_dev(process)
 
