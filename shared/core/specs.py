@@ -81,7 +81,17 @@ class TableSpec:
 
 
 STREAM_VIEW = "NEW_AND_OLD_IMAGES"
-MAIN_TABLE = TableSpec(id="MainTable", local_name="mailstep-main", setting="table_name", stream=STREAM_VIEW)
+MAIN_TABLE = TableSpec(
+    id="MainTable",
+    local_name="mailstep-main",
+    setting="table_name",
+    stream=STREAM_VIEW,
+    # Sparse: only SUB#<email>/ENGAGEMENT items carry hygiene_key (``E#<day>#<shard>``: last human
+    # engagement that day; ``C#<day>#<shard>``: cold since that day); the daily hygiene run queries
+    # the day buckets it needs (shared.engagement.sunset). 16 shards per day: one day's engagement
+    # writes on one key would cap them at 1,000/s.
+    gsis=(GsiSpec(name="HygieneIndex", partition_key="hygiene_key", sort_key=PK),),
+)
 EVENTS_TABLE = TableSpec(
     id="EventsTable",
     local_name="mailstep-events",
@@ -806,7 +816,17 @@ WEBHOOK_EVENTS_FILTERS: tuple[dict[str, Any], ...] = (
         "eventName": ["INSERT"],
         "dynamodb": {
             "NewImage": {
-                "type": {"S": ["delivery", "bounce", "complaint", "open", "click", "subscriber.confirmed"]}
+                "type": {
+                    "S": [
+                        "delivery",
+                        "bounce",
+                        "complaint",
+                        "open",
+                        "click",
+                        "subscriber.confirmed",
+                        "subscriber.cold",
+                    ]
+                }
             }
         },
     },
@@ -843,3 +863,33 @@ WEBHOOK_DELIVER_FUNCTION = FunctionSpec(
 )
 QUEUES = (*QUEUES, WEBHOOK_QUEUE)
 FUNCTIONS = (*FUNCTIONS, WEBHOOK_DISPATCH_FUNCTION, WEBHOOK_DELIVER_FUNCTION)
+
+
+# ----- list hygiene: sunset (docs/hygiene.md) ------------------------------------------------------
+# A daily EventBridge schedule -> the hygiene function: subscribers without a human open or click
+# for coldAfterDays (newSubscriberColdAfterDays while younger than coldAfterDays) turn cold (tag
+# ``cold``, event ``subscriber.cold``, which sequences can trigger on); still cold after
+# sunsetGraceDays, they are unsubscribed (tag ``sunset``). It reads only the HygieneIndex day
+# buckets that fall due (shared.engagement.sunset).
+HYGIENE_INDEX = next(g.name for g in MAIN_TABLE.gsis if g.partition_key == "hygiene_key")
+SUNSET_SETTINGS = ("cold_after_days", "new_subscriber_cold_after_days", "sunset_grace_days")
+ENV |= {field: field.upper() for field in SUNSET_SETTINGS}
+HYGIENE_SCHEDULE = "cron(0 4 * * ? *)"  # every day at 04:00 UTC (EventBridge cron, UTC)
+HYGIENE_FUNCTION = FunctionSpec(
+    name="hygiene",
+    handler="functions.hygiene.handler.handler",
+    description="List hygiene, daily: marks subscribers without human engagement cold, unsubscribes "
+    "them after the grace period",
+    memory_mb=1024,
+    timeout_s=900,  # a run that stops part-way is resumed by the next (checkpoint per day)
+    grants=(
+        # the events API's path for subscriber.cold and the sunset unsubscribe (idempotency
+        # records, profile + TAG# transaction, the event item, EXEC pairs), the checkpoint and the
+        # ENGAGEMENT items (GetItem, PutItem, UpdateItem), eligibility (BatchGetItem of profiles)
+        *INGEST_GRANTS,
+        Grant(TableIndex(MAIN_TABLE, HYGIENE_INDEX), _ddb("Query")),  # the due day buckets
+        *SEQUENCE_CONTROL_GRANTS,  # trigger: subscriber.cold; unsubscribing stops marketing
+    ),
+    optional_settings=SUNSET_SETTINGS,
+)
+FUNCTIONS = (*FUNCTIONS, HYGIENE_FUNCTION)

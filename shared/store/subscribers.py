@@ -72,6 +72,7 @@ from shared.store.dynamo import (
     values,
 )
 from shared.store.events import event_record
+from shared.store.hygiene import engagement_item
 from shared.store.send_log import SendLog
 from shared.store.stats import source_and_day_adds
 
@@ -203,13 +204,15 @@ def directory_items(profile: Profile) -> list[dict[str, Any]]:
 
 
 def profile_items(profile: Profile, now: str) -> list[dict[str, Any]]:
-    """Every item a new profile is stored as: the profile, its ``TAG#`` partners and its
-    directory items (what :meth:`SubscriberStore.mutate` writes in one transaction; seeders
-    that write many subscribers at once with BatchWriteItem write these)."""
+    """Every item a new profile is stored as: the profile, its ``TAG#`` partners, its
+    directory items and (subscribed) its list-hygiene item (what :meth:`SubscriberStore.mutate`
+    writes in one transaction; seeders that write many subscribers at once with BatchWriteItem
+    write these)."""
     return [
         profile.to_item(),
         *(tag_item(t, profile.email, now) for t in sorted(profile.tags)),
         *directory_items(profile),
+        *([engagement_item(profile.email, now)] if profile.status == SUBSCRIBED else []),
     ]
 
 
@@ -531,6 +534,10 @@ class SubscriberStore(TableAdapter):
                 actions.append(self._delete(*keys.directory_key(email, current.status)))
         actions += [self._put_tag(tag, email, now) for tag in added]
         actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
+        if new.status == SUBSCRIBED and (current is None or current.status != SUBSCRIBED):
+            # list hygiene's starting point: (re)subscribed now, no engagement yet (shared.store.hygiene)
+            put = {"TableName": self.table, "Item": serialize(engagement_item(email, now))}
+            actions.append(Action("engagement", {"Put": put}))  # type: ignore[typeddict-item]
         change = Change(
             profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed
         )
