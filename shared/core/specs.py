@@ -81,17 +81,7 @@ class TableSpec:
 
 
 STREAM_VIEW = "NEW_AND_OLD_IMAGES"
-MAIN_TABLE = TableSpec(
-    id="MainTable",
-    local_name="mailstep-main",
-    setting="table_name",
-    stream=STREAM_VIEW,
-    # Sparse: only SUB#<email>/ENGAGEMENT items carry hygiene_key (``E#<day>#<shard>``: last human
-    # engagement that day; ``C#<day>#<shard>``: cold since that day); the daily hygiene run queries
-    # the day buckets it needs (shared.engagement.sunset). 16 shards per day: one day's engagement
-    # writes on one key would cap them at 1,000/s.
-    gsis=(GsiSpec(name="HygieneIndex", partition_key="hygiene_key", sort_key=PK),),
-)
+MAIN_TABLE = TableSpec(id="MainTable", local_name="mailstep-main", setting="table_name", stream=STREAM_VIEW)
 EVENTS_TABLE = TableSpec(
     id="EventsTable",
     local_name="mailstep-events",
@@ -103,6 +93,10 @@ EVENTS_TABLE = TableSpec(
     gsis=(
         GsiSpec(name="TemplateIndex", partition_key="template_key", sort_key=SK),
         GsiSpec(name="SequenceIndex", partition_key="source_key", sort_key=SK),
+        # Sparse: only SUB#<email>/ENGAGEMENT items (list hygiene) carry hygiene_key, a day bucket
+        # ``E#<day>#<shard>`` (last human engagement that day) or ``C#<day>#<shard>`` (cold since),
+        # 16 shards per day: one day's engagement writes on one key would cap them at 1,000/s.
+        GsiSpec(name="HygieneIndex", partition_key="hygiene_key", sort_key=PK),
     ),
 )
 TABLES = (MAIN_TABLE, EVENTS_TABLE)
@@ -612,8 +606,9 @@ ENGAGEMENT_FUNCTION = FunctionSpec(
         # ADDs, suppression items and profiles (transaction), EXEC pairs of stopped executions
         Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
         # the event items (conditional Put in the transaction); a transient bounce's check of
-        # the subscriber's recent soft bounces (Query)
-        Grant(EVENTS_TABLE, _ddb("PutItem", "Query")),
+        # the subscriber's recent soft bounces, a click's delivery and other clicks (Query); the
+        # last human engagement on the ENGAGEMENT items (BatchGetItem, conditional UpdateItem)
+        Grant(EVENTS_TABLE, _ddb("PutItem", "Query", "BatchGetItem", "UpdateItem")),
         Grant(SEQUENCE_EXECUTIONS, ("states:StopExecution",)),
     ),
     optional_settings=HYGIENE_SETTINGS,
@@ -871,7 +866,7 @@ FUNCTIONS = (*FUNCTIONS, WEBHOOK_DISPATCH_FUNCTION, WEBHOOK_DELIVER_FUNCTION)
 # ``cold``, event ``subscriber.cold``, which sequences can trigger on); still cold after
 # sunsetGraceDays, they are unsubscribed (tag ``sunset``). It reads only the HygieneIndex day
 # buckets that fall due (shared.engagement.sunset).
-HYGIENE_INDEX = next(g.name for g in MAIN_TABLE.gsis if g.partition_key == "hygiene_key")
+HYGIENE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "hygiene_key")
 SUNSET_SETTINGS = ("cold_after_days", "new_subscriber_cold_after_days", "sunset_grace_days")
 ENV |= {field: field.upper() for field in SUNSET_SETTINGS}
 HYGIENE_SCHEDULE = "cron(0 4 * * ? *)"  # every day at 04:00 UTC (EventBridge cron, UTC)
@@ -884,10 +879,11 @@ HYGIENE_FUNCTION = FunctionSpec(
     timeout_s=900,  # a run that stops part-way is resumed by the next (checkpoint per day)
     grants=(
         # the events API's path for subscriber.cold and the sunset unsubscribe (idempotency
-        # records, profile + TAG# transaction, the event item, EXEC pairs), the checkpoint and the
-        # ENGAGEMENT items (GetItem, PutItem, UpdateItem), eligibility (BatchGetItem of profiles)
+        # records, profile + TAG# transaction, the event item, EXEC pairs), the checkpoint
+        # (GetItem, PutItem), eligibility (BatchGetItem of profiles and suppressions)
         *INGEST_GRANTS,
-        Grant(TableIndex(MAIN_TABLE, HYGIENE_INDEX), _ddb("Query")),  # the due day buckets
+        Grant(EVENTS_TABLE, _ddb("UpdateItem")),  # the ENGAGEMENT items: cold marks (conditional)
+        Grant(TableIndex(EVENTS_TABLE, HYGIENE_INDEX), _ddb("Query")),  # the due day buckets
         *SEQUENCE_CONTROL_GRANTS,  # trigger: subscriber.cold; unsubscribing stops marketing
     ),
     optional_settings=SUNSET_SETTINGS,

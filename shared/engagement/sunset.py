@@ -10,9 +10,10 @@ they are unsubscribed (tag ``sunset``, the event ``subscriber.unsubscribed`` wit
 sunset``): not suppressed, they may subscribe again. A subscriber who never engaged counts from
 when they (re)subscribed.
 
-What is stored: one ``SUB#<email>/ENGAGEMENT`` item per subscriber (``shared.store.hygiene``) in
-the sparse ``HygieneIndex`` under ``E#<last engagement day>#<shard>`` (warm) or ``C#<cold
-day>#<shard>`` (cold); the run's checkpoint ``HYGIENE/STATE``.
+What is stored: one ``SUB#<email>/ENGAGEMENT`` item per subscriber in the events table
+(``shared.store.hygiene``), in its sparse ``HygieneIndex`` under ``E#<last engagement
+day>#<shard>`` (warm) or ``C#<cold day>#<shard>`` (cold); the run's checkpoint
+``HYGIENE/STATE`` in the main table.
 
 The engagement consumer (:func:`touch`) moves the item on a subscriber's first human open or click
 of a day: one BatchGetItem of the batch's items first, so a busy reader costs a read per open, and a
@@ -100,7 +101,7 @@ def touch(store: SubscriberStore, engaged: Mapping[str, str]) -> Touched:
     wanted = [key(*engagement_key(email)) for email in engaged]
     found = {
         keys.email_from_sub(item["PK"]): item
-        for item in (deserialize(raw) for raw in batch_get(store.client, store.table, wanted))
+        for item in (deserialize(raw) for raw in batch_get(store.client, store.events_table, wanted))
     }
     done.read = len(wanted)
     for email, at in engaged.items():
@@ -126,7 +127,7 @@ def _mark_engaged(store: SubscriberStore, email: str, at: str) -> bool:
     day = day_of(at)
     try:
         store.client.update_item(
-            TableName=store.table,
+            TableName=store.events_table,
             Key=key(*engagement_key(email)),
             UpdateExpression=(
                 "SET engaged_at = :at, #day = :day, hygiene_key = :key REMOVE cold_at, cold_pending"
@@ -257,7 +258,7 @@ def bucket(
             report.buckets_read += 1
         for raw in query_all(
             store.client,
-            TableName=store.table,
+            TableName=store.events_table,
             IndexName=HYGIENE_INDEX,
             KeyConditionExpression="hygiene_key = :k",
             ExpressionAttributeValues=values(k=index_key),
@@ -385,7 +386,7 @@ def _claim_cold(store: SubscriberStore, item: Mapping[str, Any], at: str) -> boo
     email = str(item["email"])
     try:
         store.client.update_item(
-            TableName=store.table,
+            TableName=store.events_table,
             Key=key(*engagement_key(email)),
             UpdateExpression="SET cold_at = :at, cold_pending = :yes, hygiene_key = :key",
             ConditionExpression="#day = :day AND attribute_not_exists(cold_at)",
@@ -416,7 +417,7 @@ def _confirm_cold(
     emit(cold_event(email, day_of(cold_at), str(item.get("day", ""))))
     try:
         store.client.update_item(
-            TableName=store.table,
+            TableName=store.events_table,
             Key=key(*engagement_key(email)),
             UpdateExpression="REMOVE cold_pending",
             ConditionExpression="cold_at = :at",
@@ -441,7 +442,7 @@ def _sunset(store: SubscriberStore, emit: Emit, item: Mapping[str, Any], report:
     emit(sunset_event(email, day_of(cold_at)))
     try:
         store.client.update_item(
-            TableName=store.table,
+            TableName=store.events_table,
             Key=key(*engagement_key(email)),
             UpdateExpression="SET sunset_at = :at REMOVE hygiene_key",
             ConditionExpression="cold_at = :cold",

@@ -1,4 +1,4 @@
-"""The list-hygiene items of the main table (docs/hygiene.md, shared.engagement.sunset).
+"""The list-hygiene items of the events table (docs/hygiene.md, shared.engagement.sunset).
 
 ``SUB#<email>`` / ``ENGAGEMENT``, one per subscriber, written when a profile starts (or starts
 again) being subscribed, and moved by each day's first human open or click:
@@ -12,7 +12,10 @@ again) being subscribed, and moved by each day's first human open or click:
 
 A separate item, not attributes of the profile: profile writes replace the whole profile under its
 version, and the main table's stream sends every profile change to the webhook dispatcher; this
-item is written at most once per subscriber per day and reaches neither.
+item is written at most once per subscriber per day and reaches neither. In the events table
+(beside the subscriber's events, whose partition it shares; erasing the subscriber deletes it):
+the main table holds no index (DESIGN.md), and a broadcast's Scan of the main table does not read
+it. The events table's stream filter passes only event items (``type``) to the webhooks.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def requests() -> Iterator[list[tuple[str, dict[str, Any]]]]:
 
 
 def engagement(store: SubscriberStore, email: str) -> dict[str, Any]:
-    raw = client("dynamodb").get_item(TableName=store.table, Key=_key(email), ConsistentRead=True)
+    raw = client("dynamodb").get_item(TableName=store.events_table, Key=_key(email), ConsistentRead=True)
     return deserialize(raw["Item"])
 
 
@@ -185,7 +185,7 @@ def test_the_index_holds_only_engagement_items_and_a_run_queries_only_the_bucket
     store.upsert("b@example.com")
     store.upsert("never@example.com", unsubscribe=True)  # created unsubscribed: no item
 
-    indexed = client("dynamodb").scan(TableName=store.table, IndexName=HYGIENE_INDEX)["Items"]
+    indexed = client("dynamodb").scan(TableName=store.events_table, IndexName=HYGIENE_INDEX)["Items"]
     assert sorted((i["PK"]["S"], i["SK"]["S"]) for i in indexed) == [
         ("SUB#a@example.com", "ENGAGEMENT"),
         ("SUB#b@example.com", "ENGAGEMENT"),
