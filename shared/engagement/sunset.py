@@ -44,7 +44,7 @@ from shared.core.models import UNSUBSCRIBE_EVENT, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.core.specs import HYGIENE_INDEX
 from shared.store import keys
-from shared.store.dynamo import batch_get, deserialize, key, query_all, serialize, values
+from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, query_all, serialize, values
 from shared.store.hygiene import cold_key, day_of, days_between, engagement_key, shift, warm_key
 from shared.store.subscribers import Known, SubscriberStore
 
@@ -502,7 +502,7 @@ def report(store: SubscriberStore, policy: SunsetPolicy, now: datetime | None = 
     next_day = shift(done.run_day, 1) if done.run_day and done.run_day >= day else day
     next_run = run(store, policy, datetime.fromisoformat(f"{next_day}T04:00:00+00:00"), dry_run=True)
     answer = store.client.get_item(TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_STATE))
-    last = deserialize(answer["Item"]).get("last_run") if "Item" in answer else None
+    last = from_dynamo(deserialize(answer["Item"]).get("last_run")) if "Item" in answer else None
     risky = at_risk(store, policy, day)
     return HygieneReport(
         day=day,
