@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,7 @@ from shared.core.specs import HYGIENE_INDEX
 from shared.store import keys
 from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, query_all, serialize, values
 from shared.store.hygiene import cold_key, day_of, days_between, engagement_key, shift, warm_key
-from shared.store.subscribers import Known, SubscriberStore
+from shared.store.subscribers import Known, Profile, SubscriberStore
 
 if TYPE_CHECKING:
     from shared.core.settings import Settings
@@ -114,13 +114,25 @@ def touch(store: SubscriberStore, engaged: Mapping[str, str]) -> Touched:
         if cold and not (day_of(at) > str(item.get("day", "")) or at > str(item["cold_at"])):
             continue  # an engagement older than what the item knows
         if cold:
-            store.upsert(email, remove_tags=[COLD_TAG])
+            uncold(store, email)
         if _mark_engaged(store, email, at):
             done.written += 1
             if cold:
                 done.warmed.append(email)
                 logger.info("cold subscriber engaged again", subscriber=redact_email(email))
     return done
+
+
+def uncold(store: SubscriberStore, email: str) -> None:
+    """Take the ``cold`` tag away (profile + TAG# partner in one transaction); a subscriber
+    without a profile or the tag is left as is (never created)."""
+
+    def warm(current: Profile | None, now: str) -> Profile | None:
+        if current is None or COLD_TAG not in current.tags:
+            return None
+        return replace(current, tags=current.tags - {COLD_TAG})
+
+    store.mutate(email, warm)
 
 
 def _mark_engaged(store: SubscriberStore, email: str, at: str) -> bool:
@@ -426,7 +438,7 @@ def _confirm_cold(
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
             raise
-        store.upsert(email, remove_tags=[COLD_TAG])
+        uncold(store, email)
         report.warmed_meanwhile += 1
         return
     if repair:
