@@ -41,8 +41,57 @@ def find_message(outbox: Path, target: str) -> dict[str, Any]:
     return matches[-1]
 
 
+# A person's click comes after they read the mail: at least this long after it was sent (a
+# click within seconds of delivery is a security scanner's, docs/hygiene.md).
+PERSON_CLICK_DELAY_S = 60
+SCANNER_CLICK_DELAY_S = 1  # --scanner: the gateway follows the link as the mail arrives
+
+
+def calendar_offset(state: dict[str, Any]) -> float:
+    """How far the running runtime's calendar is ahead of the wall clock (``advance``)."""
+    import urllib.request
+
+    with urllib.request.urlopen(state["api_url"] + "/_local/status", timeout=10) as answer:  # noqa: S310
+        return float(json.loads(answer.read())["clock"].get("calendar_offset_s", 0.0))
+
+
+def hidden_link(outbox: Path, message_id: str) -> str:
+    """The URL of the hidden link of a sent message (marketing mail: the layout's anchor)."""
+    from email import message_from_bytes, policy
+
+    from shared.engagement.machine import HIDDEN_LINK_PATH
+
+    message = message_from_bytes((outbox / f"{message_id}.eml").read_bytes(), policy=policy.default)
+    part = message.get_body(preferencelist=("html",))  # type: ignore[attr-defined]
+    text = part.get_content() if part is not None else ""
+    found = re.search(r'href="([^"]*' + re.escape(HIDDEN_LINK_PATH) + ')"', text)
+    if not found:
+        raise typer.BadParameter("the message has no hidden link (transactional mail has none)")
+    return found.group(1)
+
+
+def click_time(mail: dict[str, Any], *, scanner: bool) -> str:
+    from datetime import timedelta
+
+    from cli.local import ses_events as ev
+    from shared.core.clock import parse_iso
+
+    sent = parse_iso(str(mail["timestamp"]))
+    if scanner:
+        return ev.iso(sent + timedelta(seconds=SCANNER_CLICK_DELAY_S))
+    return ev.iso(max(ev.now(), sent + timedelta(seconds=PERSON_CLICK_DELAY_S)))
+
+
 def publish_event(
-    state_dir: Path, target: str, kind: str, link: str | None = None, *, soft: bool = False, mpp: bool = False
+    state_dir: Path,
+    target: str,
+    kind: str,
+    link: str | None = None,
+    *,
+    soft: bool = False,
+    mpp: bool = False,
+    scanner: bool = False,
+    hidden: bool = False,
 ) -> dict[str, Any]:
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
     from cli.local import read_state
@@ -50,6 +99,7 @@ def publish_event(
     from cli.target import local
 
     state = read_state(state_dir)
+    ev.CALENDAR["offset_s"] = calendar_offset(state)  # SES stamps events with the runtime's time
     message = find_message(Path(state["outbox"]), target)
     mail = message["mail"]
     recipients = message["destination"]
@@ -58,7 +108,10 @@ def publish_event(
 
         record = ev.open_event(mail, user_agent=MPP_USER_AGENT) if mpp else ev.open_event(mail)
     elif kind == "click":
-        record = ev.click_event(mail, link or "https://example.com/")
+        if hidden:
+            link = hidden_link(Path(state["outbox"]), message["message_id"])
+        at = click_time(mail, scanner=scanner or hidden)
+        record = ev.click_event(mail, link or "https://example.com/", at=at)
     elif kind == "bounce" and soft:
         record = ev.bounce_event(mail, recipients, bounce_type="Transient", sub_type="MailboxFull")
     elif kind == "bounce":
@@ -84,9 +137,19 @@ def publish_event(
 
 
 def _run(
-    kind: str, target: str, state_dir: Path, link: str | None = None, *, soft: bool = False, mpp: bool = False
+    kind: str,
+    target: str,
+    state_dir: Path,
+    link: str | None = None,
+    *,
+    soft: bool = False,
+    mpp: bool = False,
+    scanner: bool = False,
+    hidden: bool = False,
 ) -> None:
-    result = publish_event(state_dir.resolve(), target, kind, link, soft=soft, mpp=mpp)
+    result = publish_event(
+        state_dir.resolve(), target, kind, link, soft=soft, mpp=mpp, scanner=scanner, hidden=hidden
+    )
     topics = len(result["topics"])
     console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 
@@ -107,10 +170,47 @@ def open_(
 def click(
     target: str = TARGET,
     link: str = typer.Option("https://example.com/", help="The clicked link."),
+    scanner: bool = typer.Option(
+        False,
+        "--scanner",
+        help="As a security scanner makes it: a second after the mail arrived (a machine click).",
+    ),
+    hidden: bool = typer.Option(
+        False, "--hidden", help="On the mail's hidden link, which no person sees (a machine click)."
+    ),
     state_dir: Path = STATE_DIR,
 ) -> None:
-    """Publish a Click event for a sent message."""
-    _run("click", target, state_dir, link)
+    """Publish a Click event for a sent message: a person's (a minute or more after it was sent),
+    or with --scanner / --hidden a security scanner's (docs/hygiene.md)."""
+    _run("click", target, state_dir, link, scanner=scanner, hidden=hidden)
+
+
+@app.command()
+def advance(
+    days: float = typer.Option(..., "--days", min=0.0001, max=3650, help="Days to move the calendar ahead."),
+    state_dir: Path = STATE_DIR,
+) -> None:
+    """Move the running runtime's calendar ahead: every scheduled rule (the daily list-hygiene
+    run) fires for each scheduled time passed, in order; later SES events carry the new dates."""
+    import urllib.request
+
+    from cli.local import read_state
+
+    state = read_state(state_dir.resolve())
+    request = urllib.request.Request(  # noqa: S310 - the local runtime's control endpoint
+        state["api_url"] + "/_local/calendar",
+        data=json.dumps({"advance_days": days}).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=1800) as answer:  # noqa: S310
+        result = json.loads(answer.read())
+    failed = [r for r in result["runs"] if r["errored"]]
+    console.print(
+        f"calendar now {result['calendar']}: {len(result['runs'])} scheduled run(s), {len(failed)} failed"
+    )
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command()

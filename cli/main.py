@@ -12,6 +12,7 @@ from cli import (
     doctor_cmd,
     events_cmd,
     executions_cmd,
+    hygiene_cmd,
     local_cmd,
     mcp_cmd,
     replies_cmd,
@@ -53,6 +54,7 @@ app.command("events", help=events_cmd.events.__doc__)(events_cmd.events)
 app.add_typer(suppression_cmd.app, name="suppression")
 app.add_typer(webhooks_cmd.app, name="webhooks")
 app.add_typer(reputation_cmd.app, name="reputation")
+app.add_typer(hygiene_cmd.app, name="hygiene")
 local_cmd.app.command("reply", help=replies_cmd.reply.__doc__)(replies_cmd.reply)
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ then returns plain JSON:
   ``shared.broadcasts.model.parse_request`` (``mailstep broadcast list|get|send [--dry-run]``);
 - doctor: ``ops.doctor.run`` (``mailstep doctor``);
 - webhooks_add/list/remove/enable/test/deliveries/replay/rotate: ``ops.webhooks.Webhooks``
-  (``mailstep webhooks ...``).
+  (``mailstep webhooks ...``);
+- hygiene_report, hygiene_run: ``ops.hygiene`` (``mailstep hygiene report|run [--dry-run]``).
 
 Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send, webhooks_remove).
 Domain errors become tool errors with the message (``isError``), never a crash of the server.
@@ -110,6 +111,7 @@ def build_server(
     _health_tools(tool, target, Suppressions(admin.store, admin.engine))
     _webhook_tools(tool, target)
     _reputation_tools(tool, target)
+    _hygiene_tools(tool, target)
     return server
 
 
@@ -511,3 +513,21 @@ def _reputation_tools(tool: Register[Any], target: Target) -> None:
         from ops.reputation import Reputation
 
         return Reputation(target).resume(force=force)
+
+
+def _hygiene_tools(tool: Register[Any], target: Target) -> None:
+    from ops import hygiene
+
+    @tool
+    def hygiene_report(at: str | None = None) -> dict[str, Any]:
+        """List hygiene (docs/hygiene.md): cold subscribers, those at risk (cold within 14 days)
+        and what the next daily run would change; ``at``: another day (YYYY-MM-DD)."""
+        return hygiene.report(target, at=at)
+
+    @tool
+    def hygiene_run(dry_run: bool = True, confirm: bool = False, at: str | None = None) -> dict[str, Any]:
+        """The daily list-hygiene run now (marks cold, unsubscribes after the grace period), as
+        the scheduled function runs it. A dry run by default; changing needs confirm=true."""
+        if not dry_run and not confirm:
+            raise ToolError("hygiene_run changes subscribers: call again with confirm=true (or dry_run=true)")
+        return hygiene.run(target, dry_run=dry_run, at=at)

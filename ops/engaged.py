@@ -45,8 +45,8 @@ def engaged(stats: StatsStore, source: str) -> Engaged:
     found = Engaged()
     for item in stats.events(source=source):
         kind = item.get("type")
-        if kind not in KINDS:
-            continue
+        if kind not in KINDS or item.get("machine"):
+            continue  # machine opens and clicks are nobody's engagement (docs/hygiene.md)
         email = email_from_sub(str(item["PK"]))
         at = str(item.get("at", ""))
         row = found.people.setdefault(email, {"opens": 0, "clicks": 0, "first_open": "", "first_click": ""})

@@ -90,6 +90,9 @@ KEYS: dict[str, str] = {
     "soft_bounce_window_days": "softBounceWindowDays",
     "reputation_bounce_percent": "reputationBounceRatePercent",
     "reputation_complaint_percent": "reputationComplaintRatePercent",
+    "cold_after_days": "coldAfterDays",
+    "new_subscriber_cold_after_days": "newSubscriberColdAfterDays",
+    "sunset_grace_days": "sunsetGraceDays",
     "local": "local",
 }
 # Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
@@ -221,6 +224,12 @@ class MailstepConfig(BaseModel):
     # paused above these rates (percent), below SES's review (5 %, 0.1 %) and pause (10 %, 0.5 %).
     reputation_bounce_percent: float = Field(default=4.0, gt=0, lt=10)
     reputation_complaint_percent: float = Field(default=0.08, gt=0, lt=0.5)
+    # Used by list hygiene (docs/hygiene.md): days without a human open or click that make a
+    # subscriber cold (the second while they are younger than the first), and the days a cold
+    # subscriber has before the sunset unsubscribes them.
+    cold_after_days: int = Field(default=90, ge=7, le=730)
+    new_subscriber_cold_after_days: int = Field(default=30, ge=7, le=730)
+    sunset_grace_days: int = Field(default=30, ge=1, le=365)
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
     signup_throttle_burst: int = Field(default=10, ge=1, le=5000)
@@ -289,6 +298,15 @@ class MailstepConfig(BaseModel):
             return self.ses_domain
         address = parseaddr(self.from_address or DEFAULT_LOCAL_SENDER)[1]
         return address.rsplit("@", 1)[1].lower()
+
+    @model_validator(mode="after")
+    def _cold_after(self) -> MailstepConfig:
+        if self.new_subscriber_cold_after_days > self.cold_after_days:
+            raise ValueError(
+                f"context key {PREFIX}newSubscriberColdAfterDays: {self.new_subscriber_cold_after_days} is "
+                f"more than {PREFIX}coldAfterDays ({self.cold_after_days}); new subscribers turn cold sooner"
+            )
+        return self
 
     @model_validator(mode="after")
     def _existing_identity(self) -> MailstepConfig:

@@ -22,6 +22,7 @@ from stacks.constructs.api import Api
 from stacks.constructs.broadcasts import Broadcasts
 from stacks.constructs.engagement import Engagement
 from stacks.constructs.functions import Functions
+from stacks.constructs.hygiene import Hygiene
 from stacks.constructs.messaging import Messaging
 from stacks.constructs.resources import Resources
 from stacks.constructs.secrets import Secrets
@@ -59,6 +60,7 @@ class MailstepStack(Stack):
             settings["reply_forward_to"] = config.reply_forward_to
         settings |= config.signup_settings()  # only the sign-up keys the deployment sets
         settings |= config.set_settings(specs.HYGIENE_SETTINGS)
+        settings |= config.set_settings(specs.SUNSET_SETTINGS)
         if config.local:  # the local runtime's receivers may be http on loopback (docs/webhooks.md)
             settings["webhook_allow_loopback_http"] = "true"
         functions = Functions(
@@ -88,6 +90,7 @@ class MailstepStack(Stack):
             mail_from_subdomain=config.mail_from_subdomain,
             inbound_domain=config.inbound_domain,
         )
+        Hygiene(self, "Hygiene", function=functions.functions[specs.HYGIENE_FUNCTION.name])
         alarms = Alarms(self, "Alarms", config=config, dead_letter_queues=messaging.dead_letter_queues)
         alarms.watch_state_machines(sequences.state_machines)
         alarms.guard_reputation(  # docs/reputation.md

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.scenarios import broadcast, sequences, signup, subscribe, webhooks
+from bench.scenarios import broadcast, hygiene, sequences, signup, subscribe, webhooks
 
 SCENARIOS: dict[str, ModuleType] = {
     subscribe.NAME: subscribe,
@@ -15,4 +15,5 @@ SCENARIOS: dict[str, ModuleType] = {
     broadcast.NAME: broadcast,
     signup.NAME: signup,
     webhooks.NAME: webhooks,
+    hygiene.NAME: hygiene,
 }

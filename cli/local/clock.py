@@ -10,6 +10,11 @@ still, so no Wait state and no Retry interval ends until it is resumed. A paused
 still ends early when its execution stops (``running`` turns false). This is how a test or the
 demo holds executions in the middle of a sequence, deterministically, even when waits are
 otherwise instant. ``held`` counts the waits the pause is holding right now.
+
+The calendar is apart from the waits: ``mailstep local advance --days N`` moves the runtime's
+days ahead of the wall clock (``calendar_offset_s``): the scheduled EventBridge rules fire for
+each schedule time it passes (``cli.local.eventbridge.ScheduledRules``), and the local SES
+stamps the events it publishes with the calendar's time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 PAUSE_POLL_S = 0.05  # how often a held wait checks that its execution still runs
 
@@ -31,6 +37,9 @@ class VirtualClock:
     # the Wait states and Retry intervals above
     delays: list[float] = field(default_factory=list)
     held: int = 0  # waits held by a pause right now
+    # The calendar (``mailstep local advance``): seconds the runtime's days are ahead of the wall
+    # clock. Scheduled rules fire for the days it passes; local SES stamps its events with it.
+    calendar_offset_s: float = 0.0
     _running: threading.Event = field(default_factory=threading.Event, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -95,3 +104,14 @@ class VirtualClock:
 
     def sleep(self, seconds: float) -> None:
         self.wait(seconds)
+
+    def calendar_now(self) -> datetime:
+        """The runtime's calendar now: the wall clock, plus every advance."""
+        return datetime.now(UTC) + timedelta(seconds=self.calendar_offset_s)
+
+    def advance_calendar(self, seconds: float) -> tuple[datetime, datetime]:
+        """Move the calendar ``seconds`` ahead; (the calendar before, after)."""
+        with self._lock:
+            before = self.calendar_now()
+            self.calendar_offset_s += max(0.0, seconds)
+            return before, self.calendar_now()

@@ -9,17 +9,20 @@ FAILED, TIMED_OUT and ABORTED executions of its sequence machines go to the clea
 pattern names ``aws.states`` and whose targets are Lambda functions, watches the emulated Step
 Functions for executions that reached a terminal status, builds the event EventBridge would
 deliver, and invokes each matching target like EventBridge does (asynchronously, retried on a
-function error). Other rules and other event sources are not delivered.
+function error). :class:`ScheduledRules` fires the rules with a ``ScheduleExpression`` (the
+daily list-hygiene run) on the runtime's calendar. Other rules and event sources are not
+delivered.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cli.local.template import LocalTemplate
@@ -174,3 +177,154 @@ class ExecutionStatusRules:
                         break
                 sent += 1
         return sent
+
+
+# ----- scheduled rules --------------------------------------------------------------------------
+# EventBridge runs a rule with a ScheduleExpression at each time its cron (UTC) or rate names and
+# invokes the targets with a "Scheduled Event" whose ``time`` is that scheduled time (AWS docs:
+# "Creating an Amazon EventBridge rule that runs on a schedule", and the Scheduled Event example
+# in "Events from AWS services"). Locally the times come from the runtime's calendar: the wall
+# clock while it runs, and every day ``mailstep local advance`` passes. Only the cron forms
+# ``cron(M H * * ? *)`` (daily) and ``rate(N minute|minutes|hour|hours|day|days)`` are read.
+SCHEDULED = "Scheduled Event"
+SCHEDULE_POLL_S = 30.0
+_CRON = re.compile(r"^cron\((\d{1,2}) (\d{1,2}) \* \* \? \*\)$")
+_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
+_UNITS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+@dataclass(frozen=True)
+class ScheduledRule:
+    logical_id: str
+    arn: str
+    expression: str
+    functions: tuple[str, ...]
+
+    def times(self, after: datetime, until: datetime) -> list[datetime]:
+        """The scheduled times in ``(after, until]``, oldest first."""
+        cron = _CRON.match(self.expression)
+        if cron:
+            minute, hour = int(cron.group(1)), int(cron.group(2))
+            first = after.replace(hour=hour, minute=minute, second=0, microsecond=0)
+            if first <= after:
+                first += timedelta(days=1)
+            found = []
+            while first <= until:
+                found.append(first)
+                first += timedelta(days=1)
+            return found
+        rate = _RATE.match(self.expression)
+        if rate:
+            step = timedelta(seconds=int(rate.group(1)) * _UNITS[rate.group(2).rstrip("s")])
+            found, moment = [], after + step
+            while moment <= until:
+                found.append(moment)
+                moment += step
+            return found
+        raise ValueError(f"schedule expression not emulated: {self.expression}")
+
+
+def scheduled_rules_of(template: LocalTemplate) -> list[ScheduledRule]:
+    """The template's enabled rules with a ScheduleExpression and Lambda targets."""
+    functions = {
+        template.physical[logical_id]["Arn"]: template.physical[logical_id]["Ref"]
+        for logical_id in template.of_type("AWS::Lambda::Function")
+    }
+    found = []
+    for logical_id, resource in template.of_type("AWS::Events::Rule").items():
+        properties = resource["Properties"]
+        expression = properties.get("ScheduleExpression")
+        if not expression or properties.get("State", "ENABLED") != "ENABLED":
+            continue
+        targets = [str(template.resolve(t["Arn"])) for t in properties.get("Targets", [])]
+        arn = f"arn:aws:events:{template.region}:{template.account}:rule/{logical_id}"
+        found.append(
+            ScheduledRule(
+                logical_id, arn, str(expression), tuple(functions[a] for a in targets if a in functions)
+            )
+        )
+    return found
+
+
+class ScheduledRules:
+    """Fires the scheduled rules on the runtime's calendar: a watcher thread for the wall clock,
+    and :meth:`advance` for the days ``mailstep local advance`` passes (each scheduled time in
+    order, its targets invoked one after another, a function error retried like EventBridge's
+    asynchronous invocation)."""
+
+    def __init__(
+        self,
+        rules: list[ScheduledRule],
+        invoke: Invoke,
+        calendar: Callable[[], datetime],
+        *,
+        region: str,
+        account: str,
+    ) -> None:
+        self.rules = rules
+        self.invoke = invoke
+        self.calendar = calendar
+        self.region = region
+        self.account = account
+        self.delivered = 0
+        self._checked = calendar()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="eventbridge-schedules", daemon=True)
+
+    def start(self) -> None:
+        if self.rules:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SCHEDULE_POLL_S):
+            try:
+                self.fire_until(self.calendar())
+            except Exception:  # the endpoint went away (stopping)
+                logger.exception("eventbridge schedule failed")
+
+    def fire_until(self, until: datetime) -> list[dict[str, Any]]:
+        """Deliver every scheduled time in (last checked, ``until``]; each delivery's
+        (rule, time, function, errored)."""
+        with self._lock:
+            after, self._checked = self._checked, max(self._checked, until)
+            due = sorted(
+                ((moment, rule) for rule in self.rules for moment in rule.times(after, until)),
+                key=lambda found: found[0],
+            )
+            return [self._deliver(rule, moment) for moment, rule in due]
+
+    def event(self, rule: ScheduledRule, moment: datetime) -> dict[str, Any]:
+        """The Scheduled Event EventBridge sends for ``rule`` at ``moment``."""
+        return {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": SCHEDULED,
+            "source": "aws.events",
+            "account": self.account,
+            "time": moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": self.region,
+            "resources": [rule.arn],
+            "detail": {},
+        }
+
+    def _deliver(self, rule: ScheduledRule, moment: datetime) -> dict[str, Any]:
+        event = self.event(rule, moment)
+        errored = False
+        for function in rule.functions:
+            for _ in range(ATTEMPTS):
+                errored = self.invoke(function, json.loads(json.dumps(event)))
+                if not errored:
+                    break
+            self.delivered += 1
+        return {
+            "rule": rule.logical_id,
+            "time": event["time"],
+            "functions": list(rule.functions),
+            "errored": errored,
+        }

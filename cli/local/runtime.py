@@ -36,13 +36,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cli.local import hooks
+from cli.local import hooks, ses_events
 from cli.local.artifact import Artifact, build
 from cli.local.cfn_stack import register_stack
 from cli.local.clock import VirtualClock
 from cli.local.deployment import Deployment, bind, deploy, uploaded_function
 from cli.local.environments import DEFAULT_CONCURRENCY, Environments
-from cli.local.eventbridge import ExecutionStatusRules, rules_of
+from cli.local.eventbridge import ExecutionStatusRules, ScheduledRules, rules_of, scheduled_rules_of
 from cli.local.http_front import Cors, HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.provision import LocalResources, local_function_name, provision
@@ -108,6 +108,7 @@ class LocalRuntime:
     deployment: Deployment | None = field(default=None, init=False)
     environments: Environments | None = field(default=None, init=False)
     eventbridge: ExecutionStatusRules | None = field(default=None, init=False)
+    schedules: ScheduledRules | None = field(default=None, init=False)  # the daily hygiene run
     poller_counts: PollerCounts = field(default_factory=PollerCounts, init=False)
     started_in_s: float = field(default=0.0, init=False)
     _server: Any = field(default=None, init=False)
@@ -277,6 +278,15 @@ class LocalRuntime:
         )
         self.eventbridge.start()
         self._reputation_alarms(template)
+        # The template's scheduled rules (list hygiene), on the runtime's calendar.
+        self.schedules = ScheduledRules(
+            scheduled_rules_of(template),
+            self._invoke_function,
+            self.clock.calendar_now,
+            region=self.config.region,
+            account=ACCOUNT_ID,
+        )
+        self.schedules.start()
         self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
         return self.deployment
 
@@ -293,6 +303,8 @@ class LocalRuntime:
             poller.stop_event.set()
         if self.eventbridge is not None:
             self.eventbridge.stop()
+        if self.schedules is not None:
+            self.schedules.stop()
         if self.environments is not None:
             self.environments.close()  # in-flight invocations fail fast; children exit on EOF
         for poller in self.pollers:
@@ -476,13 +488,18 @@ class LocalRuntime:
                 "held": self.clock.held,
                 "queue_delays": len(self.clock.delays),
                 "queue_delay_s": sum(self.clock.delays),
+                "calendar": self.clock.calendar_now().isoformat(timespec="seconds"),
+                "calendar_offset_s": self.clock.calendar_offset_s,
             },
             "lambda": {
                 "invocations": dict(STATS.invocations),
                 "errors": dict(STATS.errors),
                 "environments": self.environments.stats() if self.environments else {},
             },
-            "eventbridge": {"delivered": self.eventbridge.delivered if self.eventbridge else 0},
+            "eventbridge": {
+                "delivered": self.eventbridge.delivered if self.eventbridge else 0,
+                "scheduled": self.schedules.delivered if self.schedules else 0,
+            },
             "ses": {
                 "sends": self.ses.sends,
                 "events": len(self.ses.events),
@@ -519,6 +536,18 @@ class LocalRuntime:
             }
         return 200, {"function": physical, "killed_pid": pid}
 
+    def _advance_calendar(self, body: bytes) -> tuple[int, Any]:
+        """``POST /_local/calendar`` {advance_days}: move the runtime's calendar that many days
+        ahead (0 < days <= 3650) and fire every scheduled rule time it passes, in order; answers
+        the new calendar and each delivery (rule, time, errored)."""
+        days = _json_field(body, "advance_days", object, "advance_days must be a number of days")
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 < days <= 3650:
+            raise _InvalidRequest("advance_days must be more than 0 and at most 3650")
+        _, after = self.clock.advance_calendar(float(days) * 86400)
+        ses_events.CALENDAR["offset_s"] = self.clock.calendar_offset_s  # the local SES's timestamps
+        runs = self.schedules.fire_until(after) if self.schedules is not None else []
+        return 200, {"calendar": after.isoformat(timespec="seconds"), "runs": runs}
+
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send};
         ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry).
@@ -541,6 +570,8 @@ class LocalRuntime:
             else:
                 self.clock.resume()
             return 200, self.status()["clock"]
+        if method == "POST" and path == "/_local/calendar":
+            return self._advance_calendar(body)
         if method == "POST" and path == "/_local/ses":
             try:
                 values = json.loads(body or b"{}")

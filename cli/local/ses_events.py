@@ -9,7 +9,7 @@ functions: used by the emulated SES when a message is sent and by
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 from typing import Any
@@ -35,8 +35,20 @@ EVENT_TYPES = {
 }
 
 
+# The local runtime's calendar: how far its days are ahead of the wall clock (``mailstep local
+# advance``, cli.local.clock.VirtualClock.calendar_offset_s). SES stamps its events with the
+# time they happen; here that is the runtime's calendar, so that a reader's open after an
+# advance comes after what the advance did (docs/local-runtime.md).
+CALENDAR = {"offset_s": 0.0}
+
+
+def now() -> datetime:
+    """The local runtime's calendar now: the wall clock plus the days it was advanced."""
+    return datetime.now(UTC) + timedelta(seconds=CALENDAR["offset_s"])
+
+
 def iso(moment: datetime | None = None) -> str:
-    moment = moment or datetime.now(UTC)
+    moment = moment or now()
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -51,6 +51,11 @@ class Settings(BaseModel):
     # suppress the address (shared/engagement/soft_bounces.py).
     soft_bounce_limit: int = Field(default=3, ge=2, le=100)
     soft_bounce_window_days: int = Field(default=30, ge=1, le=365)
+    # Sunset (shared/engagement/sunset.py): days without a human open or click that make a
+    # subscriber cold (the second while younger than the first); days cold before unsubscribing.
+    cold_after_days: int = Field(default=90, ge=7, le=730)
+    new_subscriber_cold_after_days: int = Field(default=30, ge=7, le=730)
+    sunset_grace_days: int = Field(default=30, ge=1, le=365)
 
     # Reputation guardrail (docs/reputation.md): transactional mail's own configuration set
     # (empty: transactional mail uses ``configuration_set`` too).

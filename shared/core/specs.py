@@ -93,6 +93,10 @@ EVENTS_TABLE = TableSpec(
     gsis=(
         GsiSpec(name="TemplateIndex", partition_key="template_key", sort_key=SK),
         GsiSpec(name="SequenceIndex", partition_key="source_key", sort_key=SK),
+        # Sparse: only SUB#<email>/ENGAGEMENT items (list hygiene) carry hygiene_key, a day bucket
+        # ``E#<day>#<shard>`` (last human engagement that day) or ``C#<day>#<shard>`` (cold since),
+        # 16 shards per day: one day's engagement writes on one key would cap them at 1,000/s.
+        GsiSpec(name="HygieneIndex", partition_key="hygiene_key", sort_key=PK),
     ),
 )
 TABLES = (MAIN_TABLE, EVENTS_TABLE)
@@ -619,8 +623,9 @@ ENGAGEMENT_FUNCTION = FunctionSpec(
         # ADDs, suppression items and profiles (transaction), EXEC pairs of stopped executions
         Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query")),
         # the event items (conditional Put in the transaction); a transient bounce's check of
-        # the subscriber's recent soft bounces (Query)
-        Grant(EVENTS_TABLE, _ddb("PutItem", "Query")),
+        # the subscriber's recent soft bounces, a click's delivery and other clicks (Query); the
+        # last human engagement on the ENGAGEMENT items (BatchGetItem, conditional UpdateItem)
+        Grant(EVENTS_TABLE, _ddb("PutItem", "Query", "BatchGetItem", "UpdateItem")),
         Grant(SEQUENCE_EXECUTIONS, ("states:StopExecution",)),
     ),
     optional_settings=HYGIENE_SETTINGS,
@@ -825,7 +830,17 @@ WEBHOOK_EVENTS_FILTERS: tuple[dict[str, Any], ...] = (
         "eventName": ["INSERT"],
         "dynamodb": {
             "NewImage": {
-                "type": {"S": ["delivery", "bounce", "complaint", "open", "click", "subscriber.confirmed"]}
+                "type": {
+                    "S": [
+                        "delivery",
+                        "bounce",
+                        "complaint",
+                        "open",
+                        "click",
+                        "subscriber.confirmed",
+                        "subscriber.cold",
+                    ]
+                }
             }
         },
     },
@@ -897,3 +912,32 @@ TOPICS = (*TOPICS, REPUTATION_TOPIC)
 QUEUES = (*QUEUES, REPUTATION_QUEUE)
 SUBSCRIPTIONS = (*SUBSCRIPTIONS, SubscriptionSpec(topic=REPUTATION_TOPIC, queue=REPUTATION_QUEUE))
 FUNCTIONS = (*FUNCTIONS, REPUTATION_FUNCTION)
+# ----- list hygiene: sunset (docs/hygiene.md) ------------------------------------------------------
+# A daily EventBridge schedule -> the hygiene function: subscribers without a human open or click
+# for coldAfterDays (newSubscriberColdAfterDays while younger than coldAfterDays) turn cold (tag
+# ``cold``, event ``subscriber.cold``, which sequences can trigger on); still cold after
+# sunsetGraceDays, they are unsubscribed (tag ``sunset``). It reads only the HygieneIndex day
+# buckets that fall due (shared.engagement.sunset).
+HYGIENE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "hygiene_key")
+SUNSET_SETTINGS = ("cold_after_days", "new_subscriber_cold_after_days", "sunset_grace_days")
+ENV |= {field: field.upper() for field in SUNSET_SETTINGS}
+HYGIENE_SCHEDULE = "cron(0 4 * * ? *)"  # every day at 04:00 UTC (EventBridge cron, UTC)
+HYGIENE_FUNCTION = FunctionSpec(
+    name="hygiene",
+    handler="functions.hygiene.handler.handler",
+    description="List hygiene, daily: marks subscribers without human engagement cold, unsubscribes "
+    "them after the grace period",
+    memory_mb=1024,
+    timeout_s=900,  # a run that stops part-way is resumed by the next (checkpoint per day)
+    grants=(
+        # the events API's path for subscriber.cold and the sunset unsubscribe (idempotency
+        # records, profile + TAG# transaction, the event item, EXEC pairs), the checkpoint
+        # (GetItem, PutItem), eligibility (BatchGetItem of profiles and suppressions)
+        *INGEST_GRANTS,
+        Grant(EVENTS_TABLE, _ddb("UpdateItem")),  # the ENGAGEMENT items: cold marks (conditional)
+        Grant(TableIndex(EVENTS_TABLE, HYGIENE_INDEX), _ddb("Query")),  # the due day buckets
+        *SEQUENCE_CONTROL_GRANTS,  # trigger: subscriber.cold; unsubscribing stops marketing
+    ),
+    optional_settings=SUNSET_SETTINGS,
+)
+FUNCTIONS = (*FUNCTIONS, HYGIENE_FUNCTION)

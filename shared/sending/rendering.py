@@ -48,6 +48,7 @@ from markupsafe import Markup
 
 from shared.core.errors import InvalidInput, NotFound
 from shared.core.models import TEMPLATE_KEY_MAX, is_template_key
+from shared.engagement.machine import HIDDEN_LINK_PATH
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 LAYOUTS = "_layouts"
@@ -74,7 +75,7 @@ CONTEXT_VARIABLES = frozenset(
     }
 )
 # Layouts also get the rendered body and the message's subject, preheader and reason.
-LAYOUT_VARIABLES = CONTEXT_VARIABLES | {"content", "subject", "preheader", "reason"}
+LAYOUT_VARIABLES = CONTEXT_VARIABLES | {"content", "subject", "preheader", "reason", "hidden_link_url"}
 
 # A value in a Markdown body, escaped once, character by character: HTML's five specials become
 # the entities markupsafe writes, and what Markdown could read as syntax becomes a numeric
@@ -184,6 +185,15 @@ def build_context(
         },
         "transactional": unsubscribe_url is None,
     }
+
+
+def hidden_link_url(unsubscribe_url: object) -> str | None:
+    """The URL of the link no person sees, in marketing mail (it has an unsubscribe URL,
+    ``<public base URL>/u/<token>``): ``<public base URL>/l/hidden``. A click on it is a
+    machine's (``shared.engagement.machine``: security scanners follow every link)."""
+    if not isinstance(unsubscribe_url, str) or "/u/" not in unsubscribe_url:
+        return None
+    return unsubscribe_url.rpartition("/u/")[0] + HIDDEN_LINK_PATH
 
 
 def split_front_matter(source: str) -> tuple[str, int]:
@@ -322,6 +332,7 @@ class Renderer:
                     "subject": " ".join(rendered_subject.split()),
                     "preheader": preheader,
                     "reason": reason or (sender.get("reason", "") if isinstance(sender, dict) else ""),
+                    "hidden_link_url": hidden_link_url(ctx.get("unsubscribe_url")),
                 },
             )
         html = _INLINER.inline(document)

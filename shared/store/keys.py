@@ -302,3 +302,25 @@ def webhook_delivery_pk(endpoint_id: str) -> str:
 
 def webhook_delivery_sk(iso_ts: str, message_id: str) -> str:
     return f"{_part(iso_ts, 'time')}{SEP}{_part(message_id, 'message id')}"
+
+
+# ----- list hygiene (shared.engagement.sunset, docs/hygiene.md) ---------------------------------
+ENGAGEMENT = "ENGAGEMENT"  # SK of SUB#<email>: the subscriber's last human engagement and cold mark
+HYGIENE_PK = "HYGIENE"  # PK of the daily run's checkpoint (SK STATE)
+HYGIENE_STATE = "STATE"
+HYGIENE_WARM = "E"  # HygieneIndex bucket of a warm subscriber: the day of their last engagement
+HYGIENE_COLD = "C"  # HygieneIndex bucket of a cold subscriber: the day they turned cold
+
+
+def hygiene_key(kind: str, day: str, shard: int) -> str:
+    """A HygieneIndex partition key: ``E#2026-03-01#07`` (warm: last engaged that day) or
+    ``C#2026-03-01#07`` (cold since that day). The shard (the subscriber's ``index_shard``)
+    spreads one day's writes over ``INDEX_SHARDS`` keys."""
+    if kind not in (HYGIENE_WARM, HYGIENE_COLD) or not 0 <= shard < INDEX_SHARDS:
+        raise KeyError_(f"invalid hygiene bucket: {kind!r} {shard}")
+    return f"{kind}{SEP}{_part(day, 'day')}{SEP}{shard:02d}"
+
+
+def hygiene_keys(kind: str, day: str) -> list[str]:
+    """Every shard's HygieneIndex key of one day's bucket (what the daily run queries)."""
+    return [hygiene_key(kind, day, n) for n in range(INDEX_SHARDS)]

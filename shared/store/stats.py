@@ -87,6 +87,7 @@ METRICS = (
     "open",
     "click",
     "open_machine",  # opens a machine made (shared.engagement.machine): not in open, no unique
+    "click_machine",  # clicks a machine made (a scanner, the hidden link): not in click, no unique
     "bounce",
     "bounce_transient",
     "complaint",
@@ -109,6 +110,7 @@ REPORT_ROWS = (
     ("opened", "open", "open_unique", "delivery"),
     ("opened by machines", "open_machine", "open_machine", "delivery"),
     ("clicked", "click", "click_unique", "delivery"),
+    ("clicked by machines", "click_machine", "click_machine", "delivery"),
     ("bounced", "bounce", "bounce", "send"),
     ("complained", "complaint", "complaint", "delivery"),
     ("unsubscribed", "unsubscribe", "unsubscribe", "delivery"),
@@ -148,6 +150,8 @@ def metric_of(item: Mapping[str, Any]) -> str | None:
         return "bounce" if item.get("bounce_type") == PERMANENT else "bounce_transient"
     if kind == "open" and item.get("machine"):
         return "open_machine"
+    if kind == "click" and item.get("machine"):
+        return "click_machine"
     return kind if kind in METRICS else None
 
 

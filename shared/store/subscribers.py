@@ -72,6 +72,7 @@ from shared.store.dynamo import (
     values,
 )
 from shared.store.events import event_record
+from shared.store.hygiene import engagement_item
 from shared.store.send_log import SendLog
 from shared.store.stats import source_and_day_adds
 
@@ -205,7 +206,8 @@ def directory_items(profile: Profile) -> list[dict[str, Any]]:
 def profile_items(profile: Profile, now: str) -> list[dict[str, Any]]:
     """Every item a new profile is stored as: the profile, its ``TAG#`` partners and its
     directory items (what :meth:`SubscriberStore.mutate` writes in one transaction; seeders
-    that write many subscribers at once with BatchWriteItem write these)."""
+    that write many subscribers at once with BatchWriteItem write these). Not its list-hygiene
+    item (events table, ``shared.store.hygiene``)."""
     return [
         profile.to_item(),
         *(tag_item(t, profile.email, now) for t in sorted(profile.tags)),
@@ -531,6 +533,10 @@ class SubscriberStore(TableAdapter):
                 actions.append(self._delete(*keys.directory_key(email, current.status)))
         actions += [self._put_tag(tag, email, now) for tag in added]
         actions += [self._delete(keys.tag_pk(tag), keys.sub_pk(email)) for tag in removed]
+        if new.status == SUBSCRIBED and (current is None or current.status != SUBSCRIBED):
+            # list hygiene's starting point: (re)subscribed now, no engagement yet (shared.store.hygiene)
+            put = {"TableName": self.events_table, "Item": serialize(engagement_item(email, now))}
+            actions.append(Action("engagement", {"Put": put}))  # type: ignore[typeddict-item]
         change = Change(
             profile=new, created=current is None, changed=True, tags_added=added, tags_removed=removed
         )
@@ -903,8 +909,8 @@ class SubscriberStore(TableAdapter):
             for i in query_all(
                 self.client,
                 TableName=self.events_table,
-                KeyConditionExpression="PK = :pk",
-                ExpressionAttributeValues=values(pk=keys.sub_pk(email)),
+                KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+                ExpressionAttributeValues=values(pk=keys.sub_pk(email), prefix=f"{keys.EVT}{keys.SEP}"),
             )
         ]
         for sent in self.send_log.entries(email):

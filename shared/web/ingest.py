@@ -59,8 +59,11 @@ class IngestContext:
     sequences: SequenceEngine | None = None  # None: events start and stop no sequences
 
 
-def make_idempotency(table_name: str, ttl_seconds: int) -> tuple[IdempotencyConfig, DynamoDBPersistenceLayer]:
-    """Powertools idempotency records live in the main table under PK ``IDEMPOTENCY#events``."""
+def make_idempotency(
+    table_name: str, ttl_seconds: int, client: Any = None
+) -> tuple[IdempotencyConfig, DynamoDBPersistenceLayer]:
+    """Powertools idempotency records live in the main table under PK ``IDEMPOTENCY#events``
+    (``client``: a DynamoDB client of another target than the environment's, e.g. an operator's)."""
     config = IdempotencyConfig(
         event_key_jmespath="id",
         payload_validation_jmespath=_PAYLOAD,
@@ -73,7 +76,7 @@ def make_idempotency(table_name: str, ttl_seconds: int) -> tuple[IdempotencyConf
         sort_key_attr="SK",
         static_pk_value=keys.IDEMPOTENCY_PK,
         expiry_attr="ttl",
-        boto3_client=aws_client("dynamodb"),
+        boto3_client=client or aws_client("dynamodb"),
     )
     return config, layer
 

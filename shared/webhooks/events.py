@@ -42,6 +42,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "subscriber.resubscribed",
     "subscriber.suppressed",
     "subscriber.deleted",
+    "subscriber.cold",
     "topic.opted_in",
     "topic.opted_out",
     "email.sent",
@@ -68,6 +69,7 @@ TIMELINE_TYPES = {
     "open": "email.opened",
     "click": "email.clicked",
     "subscriber.confirmed": "subscriber.confirmed",
+    "subscriber.cold": "subscriber.cold",  # list hygiene's sunset (docs/hygiene.md)
 }
 # Profile attributes whose change is a subscriber.updated (named in ``changed``, values not sent).
 UPDATED_FIELDS = ("first_name", "attributes", "tags")
@@ -209,13 +211,17 @@ def _timeline(item: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
     email = keys.email_from_sub(str(item["PK"]))
     if kind == "subscriber.confirmed":
         return [(kind, {"email": email}, "")]
+    if kind == "subscriber.cold":
+        return [
+            (kind, {"email": email, "last_engaged_day": (item.get("data") or {}).get("last_engaged_day")}, "")
+        ]
     data = _email_data(email, item)
     if kind == "email.bounced":
         data |= {"bounce_type": item.get("bounce_type"), "bounce_sub_type": item.get("bounce_sub_type")}
     if kind == "email.clicked":
         data["link"] = item.get("link")
-    if kind == "email.opened" and item.get("machine"):
-        data["machine"] = item.get("machine")  # a machine made it (docs/hygiene.md): mpp
+    if kind in ("email.opened", "email.clicked") and item.get("machine"):
+        data["machine"] = item.get("machine")  # a machine made it (docs/hygiene.md): mpp, hidden_link...
     return [(kind, data, "")]
 
 
@@ -236,7 +242,10 @@ def _profile(
     version = new.get("version")
     before, after = old.get("status"), new.get("status")
     if before != after and after == "unsubscribed":
-        found.append(("subscriber.unsubscribed", {"email": email, "version": version}, ""))
+        data = {"email": email, "version": version}
+        if _sunset(old, new):
+            data["reason"] = "sunset"  # list hygiene unsubscribed a reader still cold (docs/hygiene.md)
+        found.append(("subscriber.unsubscribed", data, ""))
     elif before == "unsubscribed" and after == "subscribed":
         found.append(("subscriber.resubscribed", {"email": email, "version": version}, ""))
     changed = [f for f in UPDATED_FIELDS if old.get(f) != new.get(f)]
@@ -246,6 +255,13 @@ def _profile(
         for topic in sorted(set(new.get(attribute) or ()) - set(old.get(attribute) or ())):
             found.append((kind, {"email": email, "topic": topic, "version": version}, topic))
     return found
+
+
+def _sunset(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The sunset's own unsubscribe: the same write takes ``cold`` away and adds ``sunset``
+    (shared.engagement.sunset.sunset_event); a cold reader's own unsubscribe keeps ``cold``."""
+    before, after = set(old.get("tags") or ()), set(new.get("tags") or ())
+    return "cold" in before and "cold" not in after and "sunset" in after
 
 
 def _broadcast(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], str]]:

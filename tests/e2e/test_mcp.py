@@ -71,6 +71,8 @@ EXPECTED_TOOLS = {
     "webhooks_deliveries",
     "webhooks_replay",
     "webhooks_rotate",
+    "hygiene_report",
+    "hygiene_run",
 }
 
 

@@ -459,10 +459,19 @@ def test_the_prefix_reaches_outputs_environment_grants_and_the_cleanup_rule(stag
     output = staging.json["Outputs"][specs.STATE_MACHINE_ARN_PREFIX_OUTPUT]["Value"]
     assert render(output) == expected
     assert specs.stack_outputs()[specs.STATE_MACHINE_ARN_PREFIX_OUTPUT] == "state_machine_arn_prefix"
-    (rule,) = staging.resources("AWS::Events::Rule").values()
+    (rule,) = [
+        r for r in staging.resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]
+    ]
     assert render(rule["Properties"]["EventPattern"]["detail"]["stateMachineArn"][0]["prefix"]) == expected
     controllers = [f for f in specs.FUNCTIONS if f.controls_sequences]
-    assert {f.name for f in controllers} == {"api", "unsubscribe", "engagement", "inbound", "signup"}
+    assert {f.name for f in controllers} == {
+        "api",
+        "unsubscribe",
+        "engagement",
+        "inbound",
+        "signup",
+        "hygiene",
+    }
     for fn_spec in specs.FUNCTIONS:
         fn_id, fn = function_by_handler(staging, fn_spec.handler)
         variable = fn["Properties"]["Environment"]["Variables"].get("STATE_MACHINE_ARN_PREFIX")

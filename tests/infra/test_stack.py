@@ -47,11 +47,15 @@ def test_main_table_has_no_gsis(synth: Synth) -> None:
     assert "GlobalSecondaryIndexes" not in synth.json["Resources"]["MainTable"]["Properties"]
 
 
-def test_events_table_has_template_and_sequence_indexes(synth: Synth) -> None:
+def test_events_table_has_template_sequence_and_hygiene_indexes(synth: Synth) -> None:
     props = synth.json["Resources"]["EventsTable"]["Properties"]
     indexes = {g["IndexName"]: g for g in props["GlobalSecondaryIndexes"]}
 
-    assert set(indexes) == {"TemplateIndex", "SequenceIndex"}
+    assert set(indexes) == {
+        "TemplateIndex",
+        "SequenceIndex",
+        "HygieneIndex",
+    }  # list hygiene: test_hygiene_infra.py
     assert indexes["TemplateIndex"]["KeySchema"] == [
         {"AttributeName": "template_key", "KeyType": "HASH"},
         {"AttributeName": "SK", "KeyType": "RANGE"},

@@ -203,8 +203,9 @@ def test_erase_removes_every_item_and_partner(resources, store: SubscriberStore)
         "gone@example.com", {"SK": keys.event_sk("2026-01-01T00:00:00Z", "open", "1"), "type": "open"}
     )
     report = store.erase("gone@example.com")
-    # profile + its directory item + 2 TAG# partners + the EXEC pair + its ENTERED# marker
-    assert report.event_items == 1 and report.main_items == 7
+    # profile + its directory item + 2 TAG# partners + the EXEC pair + its ENTERED# marker; the
+    # event and the list-hygiene item (ENGAGEMENT) in the events table
+    assert report.event_items == 2 and report.main_items == 7
     check_pairs({"gone@example.com"})
     assert store.tag_members("a") == ["stay@example.com"]
     counts: dict[str, int] = defaultdict(int)

@@ -1,0 +1,565 @@
+"""Sunset: subscribers without human engagement turn cold, then are unsubscribed.
+
+The rule (docs/hygiene.md): a subscribed, unsuppressed subscriber with no human open or click
+(``shared.engagement.machine``: machine opens and clicks do not count) for ``cold_after_days``
+(90), or for ``new_subscriber_cold_after_days`` (30) while younger than ``cold_after_days``,
+turns **cold**: the tag ``cold`` and a ``subscriber.cold`` event, applied by the events API's own
+code (``shared.web.ingest``), so ``trigger: subscriber.cold`` starts sequences like any event. A
+human open or click makes them warm again (the tag goes). Still cold ``grace_days`` (30) later,
+they are unsubscribed (tag ``sunset``, the event ``subscriber.unsubscribed`` with ``data.reason:
+sunset``): not suppressed, they may subscribe again. A subscriber who never engaged counts from
+when they (re)subscribed.
+
+What is stored: one ``SUB#<email>/ENGAGEMENT`` item per subscriber in the events table
+(``shared.store.hygiene``), in its sparse ``HygieneIndex`` under ``E#<last engagement
+day>#<shard>`` (warm) or ``C#<cold day>#<shard>`` (cold); the run's checkpoint
+``HYGIENE/STATE`` in the main table.
+
+The engagement consumer (:func:`touch`) moves the item on a subscriber's first human open or click
+of a day: one BatchGetItem of the batch's items first, so a busy reader costs a read per open, and a
+write (conditional) at most once a day.
+
+The daily run (:func:`run`, the hygiene function on an EventBridge schedule) for day ``T`` reads
+only the day buckets that fall due since its last run (16 shard keys each): warm ``E#d`` for the
+days ``d`` up to ``T - cold_after_days`` and (young subscribers) ``T - new_subscriber_cold_after_days``,
+cold ``C#d`` up to ``T - grace_days``. It never scans. Each change is claimed by a conditional
+write on the ENGAGEMENT item before its event is applied, and the events carry ids derived from
+the subscriber and the day (Powertools idempotency, as for a retried POST), so a run delivered
+twice, two runs at once, or a run resumed after a crash mark each subscriber cold once, apply one
+``subscriber.cold`` event and unsubscribe once. The checkpoint moves only after a whole run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from shared.core import clock
+from shared.core.models import UNSUBSCRIBE_EVENT, InboundEvent
+from shared.core.observability import logger, redact_email
+from shared.core.specs import HYGIENE_INDEX
+from shared.store import keys
+from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, query_all, serialize, values
+from shared.store.hygiene import cold_key, day_of, days_between, engagement_key, shift, warm_key
+from shared.store.subscribers import Known, Profile, SubscriberStore
+
+if TYPE_CHECKING:
+    from shared.core.settings import Settings
+    from shared.web.ingest import IngestContext
+
+COLD_TAG = "cold"
+SUNSET_TAG = "sunset"
+COLD_EVENT = "subscriber.cold"
+SUNSET = "sunset"  # the unsubscribe's reason
+MAX_CATCH_UP_DAYS = 400  # a run reads at most this many days of each kind of bucket
+AT_RISK_DAYS = 14  # the report's horizon
+
+Emit = Callable[[InboundEvent], None]  # applies one event as POST /v1/events does
+
+
+@dataclass(frozen=True)
+class SunsetPolicy:
+    cold_after_days: int = 90
+    new_subscriber_cold_after_days: int = 30
+    grace_days: int = 30
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SunsetPolicy:
+        return cls(
+            settings.cold_after_days, settings.new_subscriber_cold_after_days, settings.sunset_grace_days
+        )
+
+    def young(self, since_day: str, on: str) -> bool:
+        """Whether a subscriber since ``since_day`` is younger than ``cold_after_days`` on ``on``."""
+        return days_between(since_day, on) < self.cold_after_days
+
+
+# ----- the consumer's side: the last human engagement ------------------------------------------
+@dataclass
+class Touched:
+    read: int = 0  # ENGAGEMENT items read
+    written: int = 0  # moved to a later day (at most once per subscriber per day)
+    warmed: list[str] = field(default_factory=list)  # were cold: the tag removed
+
+
+def touch(store: SubscriberStore, engaged: Mapping[str, str]) -> Touched:
+    """Record human engagement: ``engaged`` maps each subscriber to their latest human open or
+    click (ISO time) of a batch. One BatchGetItem (eventually consistent) of their items; a write
+    only for those whose item names an earlier day or who are cold. A cold subscriber loses the
+    ``cold`` tag first (profile + TAG# transaction), then the item turns warm: a crash in
+    between is repaired by the redelivery, which finds the item still cold. Subscribers without
+    an item (no profile, or a profile from before hygiene that ``mailstep hygiene backfill`` has
+    not reached) are left alone."""
+    done = Touched()
+    if not engaged:
+        return done
+    wanted = [key(*engagement_key(email)) for email in engaged]
+    found = {
+        keys.email_from_sub(item["PK"]): item
+        for item in (deserialize(raw) for raw in batch_get(store.client, store.events_table, wanted))
+    }
+    done.read = len(wanted)
+    for email, at in engaged.items():
+        item = found.get(email)
+        if item is None:
+            continue
+        cold = "cold_at" in item
+        if not cold and str(item.get("day", "")) >= day_of(at):
+            continue  # already marked today (or later): no write
+        if cold and not (day_of(at) > str(item.get("day", "")) or at > str(item["cold_at"])):
+            continue  # an engagement older than what the item knows
+        if cold:
+            uncold(store, email)
+        if _mark_engaged(store, email, at):
+            done.written += 1
+            if cold:
+                done.warmed.append(email)
+                logger.info("cold subscriber engaged again", subscriber=redact_email(email))
+    return done
+
+
+def uncold(store: SubscriberStore, email: str) -> None:
+    """Take the ``cold`` tag away (profile + TAG# partner in one transaction); a subscriber
+    without a profile or the tag is left as is (never created)."""
+
+    def warm(current: Profile | None, now: str) -> Profile | None:
+        if current is None or COLD_TAG not in current.tags:
+            return None
+        return replace(current, tags=current.tags - {COLD_TAG})
+
+    store.mutate(email, warm)
+
+
+def _mark_engaged(store: SubscriberStore, email: str, at: str) -> bool:
+    day = day_of(at)
+    try:
+        store.client.update_item(
+            TableName=store.events_table,
+            Key=key(*engagement_key(email)),
+            UpdateExpression=(
+                "SET engaged_at = :at, #day = :day, hygiene_key = :key REMOVE cold_at, cold_pending"
+            ),
+            ConditionExpression=(
+                "attribute_exists(PK) AND (#day < :day OR (attribute_exists(cold_at) AND cold_at < :at))"
+            ),
+            ExpressionAttributeNames={"#day": "day"},
+            ExpressionAttributeValues=values(at=at, day=day, key=warm_key(email, day)),
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False  # another writer recorded a later engagement meanwhile
+        raise
+    return True
+
+
+# ----- the daily run -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Checkpoint:
+    """The last day buckets a run read, per kind (None: never), and the last day it ran."""
+
+    warm_upto: str | None = None  # E# buckets read for cold_after_days
+    new_upto: str | None = None  # E# buckets read for new_subscriber_cold_after_days
+    cold_upto: str | None = None  # C# buckets read for grace_days
+    run_day: str | None = None
+
+    @classmethod
+    def read(cls, store: SubscriberStore) -> Checkpoint:
+        answer = store.client.get_item(
+            TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_STATE), ConsistentRead=True
+        )
+        item = deserialize(answer["Item"]) if "Item" in answer else {}
+        return cls(
+            warm_upto=item.get("warm_upto"),
+            new_upto=item.get("new_upto"),
+            cold_upto=item.get("cold_upto"),
+            run_day=item.get("run_day"),
+        )
+
+    def write(self, store: SubscriberStore, report: RunReport) -> None:
+        item = {
+            "PK": keys.HYGIENE_PK,
+            "SK": keys.HYGIENE_STATE,
+            **{k: v for k, v in asdict(self).items() if v},
+        }
+        item["last_run"] = {k: v for k, v in report.summary().items() if k != "dry_run"}
+        store.client.put_item(TableName=store.table, Item=serialize(item))
+
+
+def _days(after: str | None, upto: str) -> list[str]:
+    """The days in ``(after, upto]`` (only ``upto`` when ``after`` is None), at most
+    ``MAX_CATCH_UP_DAYS`` (the latest)."""
+    if after is None:
+        return [upto]
+    count = min(days_between(after, upto), MAX_CATCH_UP_DAYS)
+    return [shift(upto, -n) for n in reversed(range(count))] if count > 0 else []
+
+
+@dataclass(frozen=True)
+class Plan:
+    day: str
+    warm_days: list[str]
+    new_days: list[str]
+    cold_days: list[str]
+    repair_days: list[str]
+    checkpoint: Checkpoint  # what the checkpoint becomes after the run
+
+    @classmethod
+    def of(cls, day: str, policy: SunsetPolicy, done: Checkpoint) -> Plan:
+        warm_to = shift(day, -policy.cold_after_days)
+        new_to = shift(day, -policy.new_subscriber_cold_after_days)
+        cold_to = shift(day, -policy.grace_days)
+        return cls(
+            day=day,
+            warm_days=_days(done.warm_upto, warm_to),
+            new_days=_days(done.new_upto, new_to),
+            cold_days=_days(done.cold_upto, cold_to),
+            repair_days=_days(done.run_day, day),
+            checkpoint=Checkpoint(
+                warm_upto=max(filter(None, (done.warm_upto, warm_to))),
+                new_upto=max(filter(None, (done.new_upto, new_to))),
+                cold_upto=max(filter(None, (done.cold_upto, cold_to))),
+                run_day=max(filter(None, (done.run_day, day))),
+            ),
+        )
+
+
+@dataclass
+class RunReport:
+    day: str
+    dry_run: bool = False
+    buckets_read: int = 0  # HygieneIndex Queries
+    items_read: int = 0
+    to_mark_cold: list[str] = field(default_factory=list)
+    to_unsubscribe: list[str] = field(default_factory=list)
+    marked_cold: int = 0
+    unsubscribed: int = 0
+    repaired: int = 0  # cold marks whose event a crashed run had not confirmed
+    warmed_meanwhile: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> subscribers
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "day": self.day,
+            "dry_run": self.dry_run,
+            "buckets_read": self.buckets_read,
+            "items_read": self.items_read,
+            "to_mark_cold": len(self.to_mark_cold),
+            "to_unsubscribe": len(self.to_unsubscribe),
+            "marked_cold": self.marked_cold,
+            "unsubscribed": self.unsubscribed,
+            "repaired": self.repaired,
+            "warmed_meanwhile": self.warmed_meanwhile,
+            "skipped": dict(self.skipped),
+        }
+
+
+def bucket(
+    store: SubscriberStore, kind: str, day: str, report: RunReport | None = None
+) -> Iterator[dict[str, Any]]:
+    """The ENGAGEMENT items of one day bucket: one Query per shard key of ``HygieneIndex``."""
+    for index_key in keys.hygiene_keys(kind, day):
+        if report is not None:
+            report.buckets_read += 1
+        for raw in query_all(
+            store.client,
+            TableName=store.events_table,
+            IndexName=HYGIENE_INDEX,
+            KeyConditionExpression="hygiene_key = :k",
+            ExpressionAttributeValues=values(k=index_key),
+        ):
+            if report is not None:
+                report.items_read += 1
+            yield deserialize(raw)
+
+
+def _eligible(state: Known | None) -> str | None:
+    """Why a subscriber does not count (None: subscribed, not suppressed, has a profile)."""
+    if state is None or state.profile is None:
+        return "no_profile"
+    if state.profile.status != "subscribed":
+        return "not_subscribed"
+    if state.profile.suppressed or state.suppressed:
+        return "suppressed"
+    return None
+
+
+def due(
+    store: SubscriberStore, policy: SunsetPolicy, plan: Plan, report: RunReport
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The items the run acts on: (to mark cold, to unsubscribe, cold marks to confirm)."""
+    cold: dict[str, dict[str, Any]] = {}
+    for day in plan.warm_days:
+        for item in bucket(store, keys.HYGIENE_WARM, day, report):
+            if item.get("day") == day and "cold_at" not in item:
+                cold.setdefault(item["email"], item)
+    for day in plan.new_days:
+        crossing = shift(day, policy.new_subscriber_cold_after_days)
+        for item in bucket(store, keys.HYGIENE_WARM, day, report):
+            since = day_of(str(item.get("since", ""))) if item.get("since") else day
+            if item.get("day") == day and "cold_at" not in item and policy.young(since, crossing):
+                cold.setdefault(item["email"], item)
+    repair = [
+        item
+        for day in plan.repair_days
+        for item in bucket(store, keys.HYGIENE_COLD, day, report)
+        if item.get("cold_pending")
+    ]
+    sunset = [
+        item
+        for day in plan.cold_days
+        for item in bucket(store, keys.HYGIENE_COLD, day, report)
+        if item.get("cold_at") and day_of(str(item["cold_at"])) == day and not item.get("cold_pending")
+    ]
+    return list(cold.values()), sunset, repair
+
+
+def _event_id(kind: str, email: str, day: str) -> str:
+    return f"hygiene-{kind}-{day}-{hashlib.sha256(email.encode()).hexdigest()[:24]}"
+
+
+def cold_event(email: str, cold_day: str, last_day: str) -> InboundEvent:
+    return InboundEvent(
+        type=COLD_EVENT,
+        email=email,
+        tags={"add": [COLD_TAG]},  # type: ignore[arg-type]  # validated into a TagChange
+        data={"last_engaged_day": last_day},
+        id=_event_id("cold", email, cold_day),
+    )
+
+
+def sunset_event(email: str, cold_day: str) -> InboundEvent:
+    return InboundEvent(
+        type=UNSUBSCRIBE_EVENT,
+        email=email,
+        tags={"add": [SUNSET_TAG], "remove": [COLD_TAG]},  # type: ignore[arg-type]
+        data={"reason": SUNSET, "cold_since": cold_day},
+        id=_event_id("sunset", email, cold_day),
+    )
+
+
+def run(
+    store: SubscriberStore,
+    policy: SunsetPolicy,
+    now: datetime,
+    emit: Emit | None = None,
+    *,
+    dry_run: bool = False,
+) -> RunReport:
+    """The daily run for the UTC day of ``now`` (the schedule's time). ``dry_run`` (or no
+    ``emit``): read and report what it would change, write nothing."""
+    at = clock.iso(now)
+    day = day_of(at)
+    done = Checkpoint.read(store)
+    plan = Plan.of(day, policy, done)
+    report = RunReport(day=day, dry_run=dry_run or emit is None)
+    to_cold, to_sunset, to_repair = due(store, policy, plan, report)
+    known = store.known([i["email"] for i in (*to_cold, *to_sunset)]) if (to_cold or to_sunset) else {}
+    for item in to_cold:
+        reason = _eligible(known.get(item["email"]))
+        if reason:
+            report.skip(reason)
+        else:
+            report.to_mark_cold.append(item["email"])
+    for item in to_sunset:
+        reason = _eligible(known.get(item["email"]))
+        if reason:
+            report.skip(reason)
+        else:
+            report.to_unsubscribe.append(item["email"])
+    if report.dry_run:
+        return report
+    assert emit is not None
+    for item in to_repair:
+        _confirm_cold(store, emit, item, str(item["cold_at"]), report, repair=True)
+    chosen = set(report.to_mark_cold)
+    for item in to_cold:
+        if item["email"] in chosen and _claim_cold(store, item, at):
+            _confirm_cold(store, emit, item, at, report)
+    chosen = set(report.to_unsubscribe)
+    for item in to_sunset:
+        if item["email"] in chosen:
+            _sunset(store, emit, item, report, at)
+    plan.checkpoint.write(store, report)
+    logger.info("hygiene run", **{k: v for k, v in report.summary().items() if k != "skipped"})
+    return report
+
+
+def _claim_cold(store: SubscriberStore, item: Mapping[str, Any], at: str) -> bool:
+    """Mark the item cold (and pending) if it still names the day the run read: the claim that
+    makes this run, and no other, apply the subscriber's cold event."""
+    email = str(item["email"])
+    try:
+        store.client.update_item(
+            TableName=store.events_table,
+            Key=key(*engagement_key(email)),
+            UpdateExpression="SET cold_at = :at, cold_pending = :yes, hygiene_key = :key",
+            ConditionExpression="#day = :day AND attribute_not_exists(cold_at)",
+            ExpressionAttributeNames={"#day": "day"},
+            ExpressionAttributeValues=values(
+                at=at, yes=True, key=cold_key(email, day_of(at)), day=item["day"]
+            ),
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False  # engaged since, or another run claimed it
+        raise
+    return True
+
+
+def _confirm_cold(
+    store: SubscriberStore,
+    emit: Emit,
+    item: Mapping[str, Any],
+    cold_at: str,
+    report: RunReport,
+    *,
+    repair: bool = False,
+) -> None:
+    """Apply the subscriber's ``subscriber.cold`` event (idempotent by its id), then clear the
+    pending mark; when the subscriber engaged in between (the mark is gone), take the tag back."""
+    email = str(item["email"])
+    emit(cold_event(email, day_of(cold_at), str(item.get("day", ""))))
+    try:
+        store.client.update_item(
+            TableName=store.events_table,
+            Key=key(*engagement_key(email)),
+            UpdateExpression="REMOVE cold_pending",
+            ConditionExpression="cold_at = :at",
+            ExpressionAttributeValues=values(at=cold_at),
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        uncold(store, email)
+        report.warmed_meanwhile += 1
+        return
+    if repair:
+        report.repaired += 1
+    else:
+        report.marked_cold += 1
+
+
+def _sunset(store: SubscriberStore, emit: Emit, item: Mapping[str, Any], report: RunReport, at: str) -> None:
+    """Unsubscribe a subscriber still cold after the grace period (idempotent by the event's id),
+    then take the item out of the index."""
+    email, cold_at = str(item["email"]), str(item["cold_at"])
+    emit(sunset_event(email, day_of(cold_at)))
+    try:
+        store.client.update_item(
+            TableName=store.events_table,
+            Key=key(*engagement_key(email)),
+            UpdateExpression="SET sunset_at = :at REMOVE hygiene_key",
+            ConditionExpression="cold_at = :cold",
+            ExpressionAttributeValues=values(at=at, cold=cold_at),
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        report.warmed_meanwhile += 1  # engaged at the last moment: unsubscribed all the same
+    report.unsubscribed += 1
+
+
+# ----- the report ----------------------------------------------------------------------------------
+@dataclass
+class HygieneReport:
+    day: str
+    cold: int
+    at_risk: int  # warm subscribers who turn cold within AT_RISK_DAYS
+    at_risk_by_day: dict[str, int]
+    next_run: dict[str, Any]  # the next daily run's dry run (RunReport.summary)
+    last_run: dict[str, Any] | None
+    policy: dict[str, int]
+
+
+def at_risk(
+    store: SubscriberStore, policy: SunsetPolicy, day: str, horizon: int = AT_RISK_DAYS
+) -> dict[str, int]:
+    """Eligible warm subscribers who turn cold on each of the ``horizon`` days after ``day``:
+    the E# buckets ``horizon`` days ahead of each rule (a Query per shard key and day), the
+    profiles of those found (BatchGetItem)."""
+    when: dict[str, str] = {}
+    for ahead in range(1, horizon + 1):
+        on = shift(day, ahead)
+        last = shift(on, -policy.cold_after_days)
+        for item in bucket(store, keys.HYGIENE_WARM, last):
+            if item.get("day") == last and "cold_at" not in item:
+                when.setdefault(item["email"], on)
+        last = shift(on, -policy.new_subscriber_cold_after_days)
+        for item in bucket(store, keys.HYGIENE_WARM, last):
+            since = day_of(str(item.get("since"))) if item.get("since") else last
+            if item.get("day") == last and "cold_at" not in item and policy.young(since, on):
+                when.setdefault(item["email"], on)
+    known = store.known(when) if when else {}
+    counted: dict[str, int] = {}
+    for email, on in when.items():
+        if _eligible(known.get(email)) is None:
+            counted[on] = counted.get(on, 0) + 1
+    return dict(sorted(counted.items()))
+
+
+def report(store: SubscriberStore, policy: SunsetPolicy, now: datetime | None = None) -> HygieneReport:
+    """Cold subscribers (the ``cold`` tag), those at risk within ``AT_RISK_DAYS``, and what the
+    next daily run would change (its dry run: today's when it has not run today, else tomorrow's)."""
+    moment = now or datetime.now(UTC)
+    day = day_of(clock.iso(moment))
+    done = Checkpoint.read(store)
+    next_day = shift(done.run_day, 1) if done.run_day and done.run_day >= day else day
+    next_run = run(store, policy, datetime.fromisoformat(f"{next_day}T04:00:00+00:00"), dry_run=True)
+    answer = store.client.get_item(TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_STATE))
+    last = from_dynamo(deserialize(answer["Item"]).get("last_run")) if "Item" in answer else None
+    risky = at_risk(store, policy, day)
+    return HygieneReport(
+        day=day,
+        cold=sum(1 for _ in store.iter_tag_members(COLD_TAG)),
+        at_risk=sum(risky.values()),
+        at_risk_by_day=risky,
+        next_run={
+            **next_run.summary(),
+            "to_mark_cold_emails": next_run.to_mark_cold[:50],
+            "to_unsubscribe_emails": next_run.to_unsubscribe[:50],
+        },
+        last_run=last,
+        policy=asdict(policy),
+    )
+
+
+# ----- wiring ---------------------------------------------------------------------------------------
+def ingest_emitter(ctx: IngestContext) -> Emit:
+    """Apply each event through the events API's own path (``shared.web.ingest.ingest``: profile
+    upsert, the event item, sequences started and stopped; idempotent by the event's id)."""
+    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+
+    from shared.core.models import EventBatch
+    from shared.web.ingest import ingest
+
+    def emit(event: InboundEvent) -> None:
+        try:
+            results = ingest(EventBatch(events=[event]), ctx)
+        except IdempotencyAlreadyInProgressError:
+            logger.info("hygiene event applied by a concurrent run", event_type=event.type)
+            return
+        errors = [r["error"] for r in results if "error" in r]
+        if errors:
+            raise RuntimeError(f"hygiene event refused: {errors[0]}")
+
+    return emit
+
+
+def scheduled_time(event: Mapping[str, Any]) -> datetime:
+    """The moment an EventBridge Scheduled Event stands for (its ``time``, the schedule's time);
+    now when it has none or it is not a time."""
+    value = event.get("time")
+    if isinstance(value, str):
+        try:
+            return clock.parse_iso(value)
+        except ValueError:
+            logger.warning("scheduled event time is not a time: running for now")
+    return datetime.now(UTC)
