@@ -59,7 +59,7 @@ def hidden_link(outbox: Path, message_id: str) -> str:
     """The URL of the hidden link of a sent message (marketing mail: the layout's anchor)."""
     from email import message_from_bytes, policy
 
-    from shared.engagement.machine import HIDDEN_LINK_PATH
+    from shared.core.models import HIDDEN_LINK_PATH
 
     message = message_from_bytes((outbox / f"{message_id}.eml").read_bytes(), policy=policy.default)
     part = message.get_body(preferencelist=("html",))  # type: ignore[attr-defined]

@@ -58,6 +58,10 @@ DOMAIN_LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 MAX_TAGS_PER_SUBSCRIBER = 50
+# The path of marketing mail's hidden link (on the deployment's public URL): the layout renders it
+# as an anchor no person sees (shared.sending.rendering), a click on it is a machine's
+# (shared.engagement.machine).
+HIDDEN_LINK_PATH = "/l/hidden"
 MAX_TAGS_PER_EVENT = 50
 MAX_ATTRIBUTES = 50
 MAX_ATTRIBUTE_DEPTH = 3

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from shared.core import clock
+from shared.core.models import HIDDEN_LINK_PATH
 from shared.engagement.ses_events import Click, Open, SesEvent
 
 MPP_USER_AGENT = "Mozilla/5.0"
@@ -36,9 +37,6 @@ AT_DELIVERY = "at_delivery"  # the verdict: clicked within SCANNER_WINDOW_S of t
 ALL_LINKS = "all_links"  # the verdict: another link of the same mail clicked within BURST_WINDOW_S
 SCANNER_WINDOW_S = 5.0
 BURST_WINDOW_S = 1.0
-# The path of the hidden link's URL (on the deployment's public URL; the layout renders it as an
-# anchor no person sees: shared.sending.rendering.hidden_link_url).
-HIDDEN_LINK_PATH = "/l/hidden"
 
 
 def is_hidden_link(link: str) -> bool:

@@ -47,8 +47,7 @@ from markdownify import MarkdownConverter
 from markupsafe import Markup
 
 from shared.core.errors import InvalidInput, NotFound
-from shared.core.models import TEMPLATE_KEY_MAX, is_template_key
-from shared.engagement.machine import HIDDEN_LINK_PATH
+from shared.core.models import HIDDEN_LINK_PATH, TEMPLATE_KEY_MAX, is_template_key
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 LAYOUTS = "_layouts"

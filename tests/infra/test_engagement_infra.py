@@ -51,21 +51,27 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(Template.from_stack(stack))
 
 
-def test_configuration_set_publishes_every_event_type_to_the_ses_events_topic(built: Built) -> None:
-    config_set = built.json["Resources"][specs.CONFIGURATION_SET.id]
-    assert config_set["Properties"]["ReputationOptions"] == {"ReputationMetricsEnabled": True}
-    (_, destination) = built.one("AWS::SES::ConfigurationSetEventDestination")
-    props = destination["Properties"]
-    assert props["ConfigurationSetName"] == {"Ref": specs.CONFIGURATION_SET.id}
-    event = props["EventDestination"]
-    assert event["Enabled"] is True
-    assert event["SnsDestination"] == {"TopicARN": {"Ref": specs.SES_EVENTS_TOPIC.id}}
-    camel = {
-        "".join(w.capitalize() if i else w.lower() for i, w in enumerate(t.split("_")))
-        for t in specs.CONFIGURATION_SET.event_types
-    }  # RENDERING_FAILURE -> renderingFailure
-    assert set(event["MatchingEventTypes"]) == camel
-    assert {"bounce", "complaint", "delivery", "open", "click"} <= camel
+def test_each_configuration_set_publishes_every_event_type_to_the_ses_events_topic(built: Built) -> None:
+    destinations = built.resources("AWS::SES::ConfigurationSetEventDestination")
+    # marketing and transactional mail (docs/reputation.md): one destination each, the same topic
+    assert len(destinations) == len(specs.CONFIGURATION_SETS) == 2
+    for spec in specs.CONFIGURATION_SETS:
+        config_set = built.json["Resources"][spec.id]
+        assert config_set["Properties"]["ReputationOptions"] == {"ReputationMetricsEnabled": True}
+        (props,) = [
+            d["Properties"]
+            for d in destinations.values()
+            if d["Properties"]["ConfigurationSetName"] == {"Ref": spec.id}
+        ]
+        event = props["EventDestination"]
+        assert event["Enabled"] is True
+        assert event["SnsDestination"] == {"TopicARN": {"Ref": specs.SES_EVENTS_TOPIC.id}}
+        camel = {
+            "".join(w.capitalize() if i else w.lower() for i, w in enumerate(t.split("_")))
+            for t in spec.event_types
+        }  # RENDERING_FAILURE -> renderingFailure
+        assert set(event["MatchingEventTypes"]) == camel
+        assert {"bounce", "complaint", "delivery", "open", "click"} <= camel
 
 
 def test_ses_events_topic_feeds_the_engagement_queue_with_the_sns_envelope(built: Built) -> None:
