@@ -123,7 +123,9 @@ def test_the_local_runtime_registers_as_a_stack_that_resolves_like_a_deployed_on
     assert target.settings.broadcast_queue_url == "local-broadcast_queue_url"
     assert target.settings.broadcast_schedule_arn == "local-broadcast_schedule_arn"
     assert target.settings.state_machine_arn_prefix.endswith(":stateMachine:Local-seq-")  # the output
-    assert target.settings.configuration_set == "r-config"  # the stack's one configuration set
+    # each configuration set is named by its output (marketing and transactional, docs/reputation.md)
+    assert target.settings.configuration_set == "local-configuration_set"
+    assert target.settings.transactional_configuration_set == "local-transactional_configuration_set"
     assert sorted(u.rsplit("/", 1)[1] for u in target.resources["queues"]) == ["r-work", "r-work-dlq"]
     assert target.resources["functions"] == ("r-sender",)
     listed = client("cloudformation").list_stack_resources(StackName="LocalTest")["StackResourceSummaries"]

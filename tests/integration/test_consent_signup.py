@@ -343,7 +343,7 @@ def test_a_single_opt_in_form_subscribes_at_once_with_method_single(ctx, outbox,
 
 
 class _Throttled(SesSender):
-    def send_raw(self, raw: bytes, *, from_email: str, to_email: str, tags: Any) -> SendResult:
+    def send_raw(self, raw: bytes, **kwargs: Any) -> SendResult:
         return SendResult(status="throttled", error_code="Throttling")
 
 
