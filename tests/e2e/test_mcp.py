@@ -73,6 +73,8 @@ EXPECTED_TOOLS = {
     "webhooks_rotate",
     "hygiene_report",
     "hygiene_run",
+    "reputation_status",
+    "reputation_resume",
 }
 
 
