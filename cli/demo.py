@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.demo_consent import chapter_signup_topics
+from cli.demo_consent import WAIT_S, chapter_signup_topics
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -77,7 +77,7 @@ class Demo:
             highlight=False,
         )
 
-    def held(self, count: int, timeout_s: float = 20) -> int:
+    def held(self, count: int, timeout_s: float = WAIT_S) -> int:
         """Wait until ``count`` executions stand at a Wait of the paused clock; returns how many do."""
         import time
 
@@ -276,7 +276,7 @@ def chapter_sending(demo: Demo) -> None:
     job = SendJob(email="ada@example.com", template="welcome", source="demo", step="welcome")
     enqueue([job, job, job], demo.runtime.resources.queues["SendQueue"].url, demo.runtime.aws.client("sqs"))
     demo.console.print("  queued the same send job 3 times (send queue -> sender Lambda -> local SES)")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + WAIT_S
     mails: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         mails = [m for m in read_outbox(demo.runtime.outbox) if m["email_tags"].get("source") == "demo"]
@@ -337,7 +337,7 @@ def chapter_engagement(demo: Demo) -> None:
     stats = StatsStore(tables["table_name"], tables["events_table_name"], demo.ddb())
 
     def wait(check: Callable[[], bool]) -> bool:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and not check():
             time.sleep(0.1)
         return check()
@@ -444,7 +444,7 @@ def chapter_broadcast(demo: Demo) -> None:
     answer = service.send(request)
     record = answer.record
     demo.console.print(f"  sent {record.id}: {record.status} at <= {record.send_rate:g} mails/s")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT_S
     while (record := service.get("demo-news")).status != "done" and time.monotonic() < deadline:
         time.sleep(0.1)
     demo.console.print(
@@ -480,10 +480,12 @@ def chapter_sequences(demo: Demo) -> None:
     )
     before, started = demo.runtime.clock.advanced_s, time.monotonic()
     demo.clock(paused=False)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT_S
     while store.sequence_members("onboarding") and time.monotonic() < deadline:
         time.sleep(0.1)
-    demo.expect(not store.sequence_members("onboarding"), "onboarding executions still running after 30 s")
+    demo.expect(
+        not store.sequence_members("onboarding"), f"onboarding executions still running after {WAIT_S:.0f} s"
+    )
     days = (demo.runtime.clock.advanced_s - before) / 86400
     demo.console.print(
         f"  virtual time runs again: {days:g} days of waits passed in {time.monotonic() - started:.1f} s",

@@ -49,7 +49,12 @@ def _browser(demo: Demo, url: str, form: list[tuple[str, str]] | None = None) ->
         return int(exc.code), exc.read().decode()
 
 
-def _until(check: Callable[[], T], timeout_s: float = 30) -> T:
+# The longest the demo waits for one outcome (a mail, an execution's end): generous, as the functions
+# share the machine with everything else on it; a quiet laptop sees each in a few seconds.
+WAIT_S = 90.0
+
+
+def _until(check: Callable[[], T], timeout_s: float = WAIT_S) -> T:
     deadline = time.monotonic() + timeout_s
     while not (found := check()) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -453,7 +453,8 @@ def test_mailstep_demo_exits_0() -> None:
         # (its virtual time runs as fast as the functions answer): a bound against hanging.
         timeout=600,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    unexpected = [line for line in result.stdout.splitlines() if "unexpected" in line]
+    assert result.returncode == 0, "\n".join(unexpected) + result.stdout[-3000:] + result.stderr[-3000:]
     assert "Subscribers" in result.stdout and "TAG# index" in result.stdout
     assert "demo finished" in result.stdout
     # the subscriber table shows why the simulator's bounce and complaint addresses get no mail

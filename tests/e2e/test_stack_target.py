@@ -80,7 +80,7 @@ def test_the_local_runtime_is_registered_as_the_stack_with_every_output_and_its_
         by_type.setdefault(resource["ResourceType"], set()).add(resource["PhysicalResourceId"])
     queues = {url.rsplit("/", 1)[1] for url in by_type["AWS::SQS::Queue"]}
     assert {"mailstep-send", "mailstep-send-dlq", "mailstep-broadcast", "mailstep-broadcast-dlq"} <= queues
-    assert by_type["AWS::SES::ConfigurationSet"] == {specs.CONFIGURATION_SET.local_name}
+    assert by_type["AWS::SES::ConfigurationSet"] == {c.local_name for c in specs.CONFIGURATION_SETS}
     assert len(by_type["AWS::Lambda::Function"]) == len(specs.FUNCTIONS)
     assert found[specs.BROADCAST_SCHEDULE_OUTPUT] in by_type["AWS::StepFunctions::StateMachine"]
 
