@@ -21,7 +21,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.core import specs
@@ -274,3 +274,24 @@ class Measurement:
 
     def cost_per_1000(self) -> float:
         return sum(self.costs().values()) / self.units * 1000
+
+    def minus(self, other: Measurement, label: str, unit_name: str | None = None) -> Measurement:
+        """What this step consumed beyond ``other`` (the same work without one part): that
+        part's cost, per this step's units."""
+        requests = Counter(self.requests)
+        requests.subtract(other.requests)
+        return replace(
+            self,
+            label=label,
+            unit_name=unit_name or self.unit_name,
+            requests=+requests,
+            wru=self.wru - other.wru,
+            rru=self.rru - other.rru,
+            lambda_invocations=self.lambda_invocations - other.lambda_invocations,
+            lambda_gb_s=max(0.0, self.lambda_gb_s - other.lambda_gb_s),
+            lambda_gb_s_wall=max(0.0, self.lambda_gb_s_wall - other.lambda_gb_s_wall),
+            sfn_transitions=self.sfn_transitions - other.sfn_transitions,
+            ses_sends=self.ses_sends - other.ses_sends,
+            http_requests=self.http_requests - other.http_requests,
+            sqs_platform_requests=self.sqs_platform_requests - other.sqs_platform_requests,
+        )

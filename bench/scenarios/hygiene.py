@@ -170,28 +170,9 @@ def run(bench: Bench) -> list[Measurement]:
     # separable here, so left out: the read of the item with each human open or click (one item
     # of a BatchGetItem, 0.5 RRU) and the index entry's move with each write (2 WRU: the meter
     # counts an UpdateItem's base-table write only); docs/hygiene.md adds them.
-    marker = _difference(first, other, "the marker's write (first minus another open)")
+    marker = first.minus(other, "the marker's write (first minus another open)")
     month = _sum(
         [_scaled(daily, 30 / LIST_SIZE, "runs", 1), _scaled(marker, ENGAGED_DAYS / SUBSCRIBERS, "marker", 1)],
         f"hygiene per subscriber per month ({ENGAGED_DAYS} engaged days, list of {LIST_SIZE:,})",
     )
     return [daily, first, other, marker, cold, sunset, month]
-
-
-def _difference(with_: Measurement, without: Measurement, label: str) -> Measurement:
-    requests = Counter(with_.requests)
-    requests.subtract(without.requests)
-    return replace(
-        with_,
-        label=label,
-        requests=+requests,
-        wru=with_.wru - without.wru,
-        rru=with_.rru - without.rru,
-        lambda_invocations=with_.lambda_invocations - without.lambda_invocations,
-        lambda_gb_s=max(0.0, with_.lambda_gb_s - without.lambda_gb_s),
-        lambda_gb_s_wall=max(0.0, with_.lambda_gb_s_wall - without.lambda_gb_s_wall),
-        sfn_transitions=with_.sfn_transitions - without.sfn_transitions,
-        ses_sends=with_.ses_sends - without.ses_sends,
-        http_requests=with_.http_requests - without.http_requests,
-        sqs_platform_requests=with_.sqs_platform_requests - without.sqs_platform_requests,
-    )

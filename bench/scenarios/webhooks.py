@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -85,27 +83,6 @@ def _idle(bench: Bench, done: Any = lambda: True, timeout_s: float = 120) -> Non
     raise RuntimeError("the webhook run did not settle in time")
 
 
-def difference(with_: Measurement, without: Measurement, label: str) -> Measurement:
-    """``with_`` minus ``without``: what the webhooks added to the same work."""
-    requests = Counter(with_.requests)
-    requests.subtract(without.requests)
-    return replace(
-        with_,
-        label=label,
-        unit_name="delivered POST",
-        requests=+requests,
-        wru=with_.wru - without.wru,
-        rru=with_.rru - without.rru,
-        lambda_invocations=with_.lambda_invocations - without.lambda_invocations,
-        lambda_gb_s=max(0.0, with_.lambda_gb_s - without.lambda_gb_s),
-        lambda_gb_s_wall=max(0.0, with_.lambda_gb_s_wall - without.lambda_gb_s_wall),
-        sfn_transitions=with_.sfn_transitions - without.sfn_transitions,
-        ses_sends=with_.ses_sends - without.ses_sends,
-        http_requests=with_.http_requests - without.http_requests,
-        sqs_platform_requests=with_.sqs_platform_requests - without.sqs_platform_requests,
-    )
-
-
 def run(bench: Bench) -> list[Measurement]:
     from ops.targets import local_target
     from ops.webhooks import Webhooks
@@ -133,4 +110,4 @@ def run(bench: Bench) -> list[Measurement]:
         webhooks.remove(endpoint.id)
     finally:
         receiver.stop()
-    return [without, with_, difference(with_, without, "webhook delivery (difference)")]
+    return [without, with_, with_.minus(without, "webhook delivery (difference)", unit_name="delivered POST")]

@@ -216,15 +216,21 @@ def _get_account(self: Any) -> str:
     return json.dumps(_require_ses().account())
 
 
-def _create_event_destination(self: Any) -> str:
-    ses = _require_ses()
-    name = self._get_param("ConfigurationSetName")
+def _existing_configuration_set(self: Any) -> str:
+    """The request's ``ConfigurationSetName``, refused as SES does when no such set exists."""
+    name = str(self._get_param("ConfigurationSetName"))
     try:
         self.sesv2_backend.get_configuration_set(configuration_set_name=name)
     except Exception:
         raise _ses_error(
             SesError("NotFoundException", f"Configuration set <{name}> does not exist.", 404)
         ) from None
+    return name
+
+
+def _create_event_destination(self: Any) -> str:
+    ses = _require_ses()
+    name = _existing_configuration_set(self)
     ses.put_destination(
         name, self._get_param("EventDestinationName"), self._get_param("EventDestination") or {}
     )
@@ -239,13 +245,7 @@ def _put_sending_options(self: Any) -> str:
     """SES v2 PutConfigurationSetSendingOptions (moto lacks it): the local SES refuses sends
     through a disabled set (``cli.local.ses``)."""
     ses = _require_ses()
-    name = self._get_param("ConfigurationSetName")
-    try:
-        self.sesv2_backend.get_configuration_set(configuration_set_name=name)
-    except Exception:
-        raise _ses_error(
-            SesError("NotFoundException", f"Configuration set <{name}> does not exist.", 404)
-        ) from None
+    name = _existing_configuration_set(self)
     ses.set_sending(name, bool(self._get_param("SendingEnabled", False)))
     return json.dumps({})
 
