@@ -375,3 +375,33 @@ def test_the_hygiene_page_shows_the_report_and_its_dry_run_writes_nothing(
 def test_the_navigation_links_both_pages(browser: Browser) -> None:
     page = browser.get("/hygiene").text
     assert '<a href="/reputation"' in page and '<a href="/hygiene" aria-current="page"' in page
+
+
+# ----- the CLI shows what the pages show (one set of operations) ---------------------------------
+def test_the_cli_lists_the_held_broadcasts_and_the_machine_share(
+    world: LocalResources, ses: LocalSes, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    paused(world, ses)
+    held_broadcast(world)
+    ddb = client("dynamodb")
+    ddb.transact_write_items(
+        TransactItems=[
+            day_adds(
+                world.tables["table_name"], {"click": 1, "click_machine": 3}, at=datetime.now(UTC).isoformat()
+            )
+        ]
+    )
+    monkeypatch.setattr("cli.target.select", lambda *_: target)
+    monkeypatch.setenv("COLUMNS", "200")
+
+    status = CliRunner().invoke(app, ["reputation", "status"])
+    report = CliRunner().invoke(app, ["hygiene", "report"])
+
+    assert status.exit_code == 0, status.output
+    assert "broadcasts paused by the guardrail (resumed by `resume`): held-1" in status.output
+    assert report.exit_code == 0, report.output
+    assert "- (none) of opens, 75% (3 of 4) of clicks" in report.output
