@@ -26,6 +26,12 @@ def _changes(result: dict[str, Any]) -> str:
     return f"{result['to_mark_cold']} to mark cold, {result['to_unsubscribe']} to unsubscribe"
 
 
+def _share(counted: dict[str, Any]) -> str:
+    if counted["share"] is None:
+        return "- (none)"
+    return f"{counted['share']:.0%} ({counted['machines']} of {counted['people'] + counted['machines']})"
+
+
 @app.command()
 @targeted
 def report(
@@ -52,6 +58,11 @@ def report(
         f"{last.get('unsubscribed', 0)} unsubscribed"
         if last
         else "never",
+    )
+    machines = found["machines"]
+    table.add_row(
+        f"made by machines (last {machines['days']} days)",
+        f"{_share(machines['open'])} of opens, {_share(machines['click'])} of clicks",
     )
     policy = found["policy"]
     table.add_row(

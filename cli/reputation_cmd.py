@@ -36,7 +36,8 @@ def status(
 
     from ops.reputation import Reputation
 
-    found = Reputation(target).status()
+    reputation = Reputation(target)
+    found = reputation.status()
     if as_json:
         console.print_json(json.dumps([s.public() for s in found]))
         return
@@ -56,6 +57,9 @@ def status(
     for s in found:
         for problem in s.above:
             console.print(f"[yellow]{s.kind}:[/yellow] {problem}")
+    held = [r.id for r in reputation.paused_broadcasts()]
+    if held:
+        console.print(f"broadcasts paused by the guardrail (resumed by `resume`): {', '.join(held)}")
 
 
 @app.command()
@@ -66,7 +70,7 @@ def resume(
     target: Target,
 ) -> None:
     """Re-enable marketing sending and resume the paused broadcasts (no one gets a mail twice)."""
-    from ops.reputation import Reputation
+    from ops.reputation import Reputation, resumed_line
     from shared.core.errors import Conflict
 
     try:
@@ -74,8 +78,4 @@ def resume(
     except Conflict as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
-    resumed = ", ".join(answer["broadcasts_resumed"]) or "none"
-    console.print(
-        f"marketing sending resumed on {answer['configuration_set']}"
-        f"{' (forced)' if answer['forced'] else ''}; broadcasts resumed: {resumed}"
-    )
+    console.print(resumed_line(answer))

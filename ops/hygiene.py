@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from dataclasses import asdict
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +20,11 @@ from shared.engagement import sunset
 
 if TYPE_CHECKING:
     from ops.targets import Target
+    from shared.store.stats import StatsStore
 
 RUNTIME_STATE = "runtime.json"  # the running local runtime's state file (cli.local.runtime)
 RUN_HOUR = 4  # the schedule's hour (shared.core.specs.HYGIENE_SCHEDULE): an `at` day runs at 04:00 UTC
+MACHINE_WINDOW_DAYS = 30  # the report's share of machine opens and clicks: the last 30 days
 
 
 def policy(target: Target) -> sunset.SunsetPolicy:
@@ -47,9 +49,24 @@ def now(target: Target, at: str | None = None) -> datetime:
 
 
 def report(target: Target, *, at: str | None = None) -> dict[str, Any]:
-    """Cold subscribers, those at risk within 14 days, what the next daily run would change."""
+    """Cold subscribers, those at risk within 14 days, what the next daily run would change, and
+    the share of the last 30 days' opens and clicks that machines made."""
     found = sunset.report(target.subscriber_store(), policy(target), now(target, at))
-    return asdict(found)
+    return {**asdict(found), "machines": machine_share(target.stats_store(), found.day)}
+
+
+def machine_share(stats: StatsStore, day: str, days: int = MACHINE_WINDOW_DAYS) -> dict[str, Any]:
+    """Of the opens and clicks of the ``days`` days up to ``day``, how many machines made (MPP
+    prefetches, security scanners: docs/hygiene.md), from the day counters (``StatsStore.daily``:
+    one Query per shard, the 16 at once)."""
+    per_day = stats.daily(date.fromisoformat(day) - timedelta(days=days - 1), days)
+    share: dict[str, Any] = {"days": days}
+    for kind in ("open", "click"):
+        people = sum(d.get(kind, 0) for d in per_day)
+        machines = sum(d.get(f"{kind}_machine", 0) for d in per_day)
+        seen = people + machines
+        share[kind] = {"people": people, "machines": machines, "share": machines / seen if seen else None}
+    return share
 
 
 def run(target: Target, *, dry_run: bool = True, at: str | None = None) -> dict[str, Any]:

@@ -5,7 +5,8 @@ implementation for the CLI (`mailstep reputation`), the MCP server and `mailstep
   (CloudWatch ``AWS/SES``, dimension ``ses:configuration-set``), the latest datapoint of the
   last :data:`RATE_WINDOW`; none while SES publishes none (too little volume);
 - thresholds: those of the stack's alarms on the marketing set's metrics (what pauses it);
-- paused or not: the set's ``SendingOptions`` in SES; since when: the guardrail's record.
+- paused or not: the set's ``SendingOptions`` in SES; since when: the guardrail's record;
+- the broadcasts the pause holds: those ``paused_reputation`` among the newest 50.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from shared.core.errors import Conflict
 from shared.reputation.store import ReputationStore
 
 if TYPE_CHECKING:
+    from ops.broadcasts import Broadcasts
     from ops.targets import Target
+    from shared.broadcasts.model import Broadcast
 
 RATE_WINDOW = timedelta(hours=6)
 NAMESPACE = "AWS/SES"
@@ -100,15 +103,34 @@ class Reputation:
             return None
         return float(max(points, key=lambda p: p["Timestamp"])["Maximum"])
 
+    def _sending_enabled(self, configuration_set: str) -> bool:
+        """Whether SES sends through the set (its ``SendingOptions``: one GetConfigurationSet)."""
+        answer = self.target.client("sesv2").get_configuration_set(ConfigurationSetName=configuration_set)
+        return (answer.get("SendingOptions") or {}).get("SendingEnabled", True) is not False
+
+    def marketing_paused(self) -> bool:
+        """Whether marketing sending is paused (one read: the marketing set's options in SES); the
+        console's overview asks it on every load. False when the deployment names no marketing set."""
+        marketing = self.settings.configuration_set
+        return bool(marketing) and not self._sending_enabled(marketing)
+
+    def paused_broadcasts(self) -> list[Broadcast]:
+        """The broadcasts the pause holds (``paused_reputation``, among the 50 newest: the ones that
+        can be in progress), which :meth:`resume` resumes."""
+        return [r for r in self._broadcasts().list() if r.status == PAUSED_REPUTATION]
+
+    def _broadcasts(self) -> Broadcasts:
+        from ops.broadcasts import Broadcasts
+
+        return Broadcasts.from_settings(self.settings, self.target.aws)
+
     def status(self) -> list[SetReputation]:
-        ses = self.target.client("sesv2")
         marketing = self.settings.configuration_set
         thresholds = self._thresholds(marketing) if marketing else {}
         record = self.store.get(specs.PAUSABLE_CONFIGURATION_SET.id)
         found = []
         for kind, name in self._sets():
-            options = ses.get_configuration_set(ConfigurationSetName=name).get("SendingOptions") or {}
-            enabled = options.get("SendingEnabled", True) is not False
+            enabled = self._sending_enabled(name)
             found.append(
                 SetReputation(
                     kind=kind,
@@ -145,13 +167,8 @@ class Reputation:
             ConfigurationSetName=current.configuration_set, SendingEnabled=True
         )
         recorded = self.store.mark_resumed(specs.PAUSABLE_CONFIGURATION_SET.id, forced=force)
-        from ops.broadcasts import Broadcasts
-
-        broadcasts = Broadcasts.from_settings(self.settings, self.target.aws)
-        resumed = []
-        for record in broadcasts.list():
-            if record.status == PAUSED_REPUTATION:
-                resumed.append(broadcasts.resume(record.id).id)
+        broadcasts = self._broadcasts()
+        resumed = [broadcasts.resume(record.id).id for record in self.paused_broadcasts()]
         return {
             "configuration_set": current.configuration_set,
             "was_paused": not current.sending_enabled,
@@ -159,6 +176,15 @@ class Reputation:
             "forced": force and bool(current.above),
             "broadcasts_resumed": resumed,
         }
+
+
+def resumed_line(answer: dict[str, Any]) -> str:
+    """What :meth:`Reputation.resume` did, in a line (the CLI's output, the console's message)."""
+    resumed = ", ".join(answer["broadcasts_resumed"]) or "none"
+    forced = " (forced)" if answer["forced"] else ""
+    return (
+        f"marketing sending resumed on {answer['configuration_set']}{forced}; broadcasts resumed: {resumed}"
+    )
 
 
 def doctor_finding(target: Target) -> str | None:

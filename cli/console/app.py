@@ -30,6 +30,7 @@ from shared.core.errors import Conflict, InvalidInput, MailstepError, NotFound
 
 if TYPE_CHECKING:
     from ops.broadcasts import Broadcasts
+    from ops.reputation import Reputation
     from ops.targets import Target
     from shared.core.topics import TopicCatalog
     from shared.sending.rendering import Renderer
@@ -97,6 +98,12 @@ class Console:
         from ops.webhooks import Webhooks
 
         return Webhooks.for_target(self.target)
+
+    @cached_property
+    def reputation(self) -> Reputation:
+        from ops.reputation import Reputation
+
+        return Reputation(self.target)
 
     @cached_property
     def renderer(self) -> Renderer:

@@ -34,9 +34,18 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
         days = int(request.query_params.get("days", "30") or 30)
         catalog = c.catalog()
-        records = await call(c.broadcasts.list, 50)
+        records, paused = await asyncio.gather(
+            call(c.broadcasts.list, 50), call(c.reputation.marketing_paused)
+        )
         data = await call(build, c.stats, c.admin.store, catalog, [r.id for r in records], days=days)
-        return c.page(request, "overview.html", o=data, chart=chart_data(data.public()), title="Overview")
+        return c.page(
+            request,
+            "overview.html",
+            o=data,
+            chart=chart_data(data.public()),
+            marketing_paused=paused,
+            title="Overview",
+        )
 
     async def count_subscribers(request: Request) -> Response:
         from ops.overview import count_by_status
@@ -247,6 +256,56 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             title=endpoint.id,
         )
 
+    # ----- reputation and list hygiene -----------------------------------------------------------
+    async def reputation(request: Request) -> Response:
+        from ops.overview import THRESHOLDS
+
+        sets, held = await asyncio.gather(call(c.reputation.status), call(c.reputation.paused_broadcasts))
+        return c.page(
+            request,
+            "reputation.html",
+            sets=sets,
+            held=held,
+            ses=THRESHOLDS,
+            marketing_set=c.target.settings.configuration_set,
+            title="Reputation",
+        )
+
+    async def reputation_resume(request: Request) -> Response:
+        from ops.reputation import resumed_line
+
+        form = await request.form()
+        force = form.get("force") == "yes"
+        try:
+            if force:
+                name = c.target.settings.configuration_set
+                if str(form.get("confirm", "")).strip() != name:
+                    raise InvalidInput(
+                        f"type the marketing configuration set's name ({name}) to resume anyway"
+                    )
+            answer = await call(c.reputation.resume, force=force)
+        except MailstepError as exc:
+            return back("/reputation", error=str(exc))
+        return back("/reputation", msg=resumed_line(answer))
+
+    async def hygiene(request: Request) -> Response:
+        from ops import hygiene as list_hygiene
+
+        at = request.query_params.get("at", "").strip()
+        found = await call(list_hygiene.report, c.target, at=at or None)
+        return c.page(request, "hygiene.html", r=found, dry=None, at=at, title="Hygiene")
+
+    async def hygiene_dry_run(request: Request) -> Response:
+        from ops import hygiene as list_hygiene
+
+        form = await request.form()
+        at = str(form.get("at", "")).strip()
+        try:
+            result = await call(list_hygiene.run, c.target, dry_run=True, at=at or None)  # read-only, always
+        except MailstepError as exc:
+            return back("/hygiene", error=str(exc))
+        return c.page(request, "hygiene.html", r=None, dry=result, at=at, title="Hygiene: dry run")
+
     # ----- topics, suppression, sign-ups, outbox -------------------------------------------------
     async def topics(request: Request) -> Response:
         return c.page(request, "topics.html", topics=c.topics, counts=None, title="Topics")
@@ -353,6 +412,10 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         Route("/sequences/{id}", sequence),
         Route("/webhooks", webhooks),
         Route("/webhooks/{id}", webhook),
+        Route("/reputation", reputation),
+        Route("/reputation/resume", reputation_resume, methods=["POST"]),
+        Route("/hygiene", hygiene),
+        Route("/hygiene/dry-run", hygiene_dry_run, methods=["POST"]),
         Route("/topics", topics),
         Route("/topics/count", topics_count, methods=["POST"]),
         Route("/suppression", suppression),

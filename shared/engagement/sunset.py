@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ COLD_EVENT = "subscriber.cold"
 SUNSET = "sunset"  # the unsubscribe's reason
 MAX_CATCH_UP_DAYS = 400  # a run reads at most this many days of each kind of bucket
 AT_RISK_DAYS = 14  # the report's horizon
+AT_RISK_READERS = 16  # the report's bucket Queries in flight at once
 
 Emit = Callable[[InboundEvent], None]  # applies one event as POST /v1/events does
 
@@ -268,16 +270,22 @@ def bucket(
     for index_key in keys.hygiene_keys(kind, day):
         if report is not None:
             report.buckets_read += 1
-        for raw in query_all(
-            store.client,
-            TableName=store.events_table,
-            IndexName=HYGIENE_INDEX,
-            KeyConditionExpression="hygiene_key = :k",
-            ExpressionAttributeValues=values(k=index_key),
-        ):
+        for item in _index_items(store, index_key):
             if report is not None:
                 report.items_read += 1
-            yield deserialize(raw)
+            yield item
+
+
+def _index_items(store: SubscriberStore, index_key: str) -> Iterator[dict[str, Any]]:
+    """The ENGAGEMENT items under one ``HygieneIndex`` key (one Query, paged)."""
+    for raw in query_all(
+        store.client,
+        TableName=store.events_table,
+        IndexName=HYGIENE_INDEX,
+        KeyConditionExpression="hygiene_key = :k",
+        ExpressionAttributeValues=values(k=index_key),
+    ):
+        yield deserialize(raw)
 
 
 def _eligible(state: Known | None) -> str | None:
@@ -483,17 +491,30 @@ def at_risk(
     store: SubscriberStore, policy: SunsetPolicy, day: str, horizon: int = AT_RISK_DAYS
 ) -> dict[str, int]:
     """Eligible warm subscribers who turn cold on each of the ``horizon`` days after ``day``:
-    the E# buckets ``horizon`` days ahead of each rule (a Query per shard key and day), the
-    profiles of those found (BatchGetItem)."""
+    the E# buckets ``horizon`` days ahead of each rule (a Query per shard key and day, 448 for
+    14 days: :data:`AT_RISK_READERS` at once), the profiles of those found (BatchGetItem)."""
+    ahead = [shift(day, n) for n in range(1, horizon + 1)]
+    wanted = sorted(
+        {
+            shift(on, -after)
+            for on in ahead
+            for after in (policy.cold_after_days, policy.new_subscriber_cold_after_days)
+        }
+    )
+    index_keys = [k for d in wanted for k in keys.hygiene_keys(keys.HYGIENE_WARM, d)]
+    with ThreadPoolExecutor(max_workers=AT_RISK_READERS, thread_name_prefix="at-risk") as pool:
+        read = dict(
+            zip(index_keys, pool.map(lambda k: list(_index_items(store, k)), index_keys), strict=True)
+        )
+    buckets = {d: [i for k in keys.hygiene_keys(keys.HYGIENE_WARM, d) for i in read[k]] for d in wanted}
     when: dict[str, str] = {}
-    for ahead in range(1, horizon + 1):
-        on = shift(day, ahead)
+    for on in ahead:
         last = shift(on, -policy.cold_after_days)
-        for item in bucket(store, keys.HYGIENE_WARM, last):
+        for item in buckets[last]:
             if item.get("day") == last and "cold_at" not in item:
                 when.setdefault(item["email"], on)
         last = shift(on, -policy.new_subscriber_cold_after_days)
-        for item in bucket(store, keys.HYGIENE_WARM, last):
+        for item in buckets[last]:
             since = day_of(str(item.get("since"))) if item.get("since") else last
             if item.get("day") == last and "cold_at" not in item and policy.young(since, on):
                 when.setdefault(item["email"], on)

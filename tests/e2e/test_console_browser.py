@@ -6,7 +6,9 @@
   ``tests/artifacts/screenshots/console-*.png``;
 - three flows through the UI: find a subscriber and erase them; build an audience, see its
   dry-run count, send a broadcast and watch its progress; open a sequence and see its counts
-  move after virtual time runs.
+  move after virtual time runs;
+- the reputation page's "resume anyway" waits for the configuration set's name (it is not
+  pressed: the runtime is shared), and the hygiene page's dry run answers (read-only).
 """
 
 from __future__ import annotations
@@ -155,6 +157,8 @@ def test_every_page_loads_without_console_errors_at_both_widths(
         "signups": "/signups",
         "webhooks": "/webhooks",
         "webhook": f"/webhooks/{endpoint_id}?failed=1",
+        "reputation": "/reputation",
+        "hygiene": "/hygiene",
         "outbox": "/outbox",
         "outbox-message": f"/outbox/{message['message_id']}",
     }
@@ -290,4 +294,27 @@ def test_a_sequences_counts_move_after_virtual_time_runs(
     after = wait_for(moved, 60, "the tips step's sent count to grow", interval_s=1)
     assert after["S1"]["sent"] >= before["S1"]["sent"]
     browser.shot("console-flow-sequence-2-moved")
+    assert browser.errors == []
+
+
+def test_resume_anyway_waits_for_the_typed_name_and_the_hygiene_dry_run_answers(
+    local: Local, console: Console, browser: ConsoleBrowser
+) -> None:
+    browser.open(console.base + "/reputation")
+    browser.wait_text("#set-marketing", lambda t: "marketing" in t, "the marketing set's row")
+    browser.wait_for_page(lambda: True, "the reputation page's script")
+    name = browser.evaluate("document.getElementById('force-confirm').dataset.expect")
+    assert name and browser.evaluate("document.getElementById('force').disabled") is True
+    browser.type("#force-confirm", name + "x")
+    assert browser.evaluate("document.getElementById('force').disabled") is True
+    browser.evaluate("document.getElementById('force-confirm').value = ''")
+    browser.type("#force-confirm", name)
+    assert browser.evaluate("document.getElementById('force').disabled") is False
+    browser.shot("console-flow-reputation-force-typed")  # not pressed: other tests share the runtime
+
+    browser.open(console.base + "/hygiene")
+    browser.wait_text("#policy", lambda t: "Cold after" in t, "the hygiene report")
+    browser.click("#dry-run-button")
+    browser.wait_text("#dry-run", lambda t: "to mark cold" in t, "the dry run's answer")
+    browser.shot("console-flow-hygiene-dry-run")
     assert browser.errors == []

@@ -135,7 +135,18 @@ def csrf_of(console: Console, cookie: str) -> str:
     return found.group(1)
 
 
-PAGES = ("/", "/subscribers", "/broadcasts", "/templates", "/sequences", "/topics", "/suppression", "/outbox")
+PAGES = (
+    "/",
+    "/subscribers",
+    "/broadcasts",
+    "/templates",
+    "/sequences",
+    "/topics",
+    "/suppression",
+    "/reputation",
+    "/hygiene",
+    "/outbox",
+)
 
 
 def test_without_the_token_every_page_answers_401_and_no_data(console: Console, local: Local) -> None:

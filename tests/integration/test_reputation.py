@@ -16,66 +16,41 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from moto.sesv2.responses import SESV2Response
 
-from cli.local import hooks
-from cli.local.provision import LocalResources, provision
+from cli.local.provision import LocalResources
 from cli.local.ses import LocalSes, read_outbox
 from shared.broadcasts.model import PAUSED_REPUTATION, SENDING, BatchMessage, BroadcastRequest
 from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.worker import TokenPools, WorkerContext, process_batch
 from shared.core import specs
 from shared.core.aws import client
-from shared.core.settings import Settings
 from shared.reputation.store import ReputationStore
 from shared.sending.pipeline import SendContext, send
 from shared.sequences.steps import SendPaused, StepDeps, StepRequest, run_step
 from shared.store.subscribers import SubscriberStore
 from tests.integration.conftest import SECRET, sqs_record
-
-MARKETING = specs.CONFIGURATION_SET.local_name
-TRANSACTIONAL = specs.TRANSACTIONAL_CONFIGURATION_SET.local_name
+from tests.integration.reputation_support import (
+    COMPLAINT,
+    MARKETING,
+    TRANSACTIONAL,
+    guard_alarms,
+    install_local_ses,
+    messaging_world,
+    publish_rate,
+    settings_of,
+)
 
 
 @pytest.fixture
-def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalSes]:
+def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes:
     """The local SES behind moto's SES v2 API, for this test."""
-    local = LocalSes(
-        tmp_path / "outbox", account_id="123456789012", region="us-east-1", publish=lambda t, m: None
-    )
-    monkeypatch.setattr(hooks.ACTIVE, "ses", local)
-    monkeypatch.setattr(SESV2Response, "send_email", hooks._send_email)
-    monkeypatch.setattr(
-        SESV2Response, "put_configuration_set_sending_options", hooks._put_sending_options, raising=False
-    )
-    monkeypatch.setattr(SESV2Response, "get_configuration_set", hooks._get_configuration_set)
-    monkeypatch.setattr(
-        SESV2Response,
-        "create_configuration_set_event_destination",
-        hooks._create_event_destination,
-        raising=False,
-    )
-    yield local
+    return install_local_ses(tmp_path / "outbox", monkeypatch)
 
 
 @pytest.fixture
 def world(ses: LocalSes) -> Iterator[LocalResources]:
-    res = provision(api_key="k" * 24, messaging=True)
-    yield res
-    ddb, sesv2, sm = client("dynamodb"), client("sesv2"), client("secretsmanager")
-    for spec in specs.TABLES:
-        ddb.delete_table(TableName=spec.local_name)
-    for name in res.configuration_sets.values():
-        sesv2.delete_configuration_set(ConfigurationSetName=name)
-    for name in res.secrets.values():
-        sm.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
-
-
-def settings_of(res: LocalResources) -> Settings:
-    queues = {q.setting: res.queues[q.id].url for q in specs.QUEUES if q.id in res.queues}
-    return Settings.model_validate(
-        {**res.tables, **res.configuration_sets, **queues, "unsubscribe_secret": "x"}
-    )
+    with messaging_world() as res:
+        yield res
 
 
 def ctx_of(res: LocalResources) -> SendContext:
@@ -299,31 +274,8 @@ def test_status_and_resume(world: LocalResources, ses: LocalSes, monkeypatch: py
 
     settings = settings_of(world)
     target = Target(kind="stack", name="t", region="us-east-1", settings=settings)
-    cloudwatch = client("cloudwatch")
-    for metric, threshold in (("Reputation.BounceRate", 0.04), ("Reputation.ComplaintRate", 0.0008)):
-        cloudwatch.put_metric_alarm(
-            AlarmName=f"guard-{metric}",
-            Namespace="AWS/SES",
-            MetricName=metric,
-            Dimensions=[{"Name": "ses:configuration-set", "Value": MARKETING}],
-            Statistic="Maximum",
-            Period=900,
-            EvaluationPeriods=1,
-            Threshold=threshold,
-            ComparisonOperator="GreaterThanThreshold",
-        )
-    from moto.cloudwatch.models import cloudwatch_backends
-
-    cloudwatch_backends["123456789012"]["us-east-1"].put_metric_data(
-        "AWS/SES",
-        [
-            {
-                "MetricName": "Reputation.ComplaintRate",
-                "Value": 0.2,
-                "Dimensions": [{"Name": "ses:configuration-set", "Value": MARKETING}],
-            }
-        ],
-    )
+    guard_alarms(bounce=0.04, complaint=0.0008)
+    publish_rate(COMPLAINT, 0.2)
     guard = guard_handler(world, monkeypatch)
     from cli.local.apigw import LambdaContext
 

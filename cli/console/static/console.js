@@ -123,14 +123,17 @@
     if (!final.includes(first.status)) setTimeout(poll, 1000);
   }
 
-  function eraseGuard() {
-    const input = document.getElementById("erase-confirm");
-    if (!input) return;
-    const button = document.getElementById("erase");
-    const update = () => { button.disabled = input.value.trim() !== input.dataset.expect; };
-    input.addEventListener("input", update);
-    update();  // what was typed before this script ran counts too
+  // A form whose change needs a typed confirmation (erase a subscriber, resume anyway): its
+  // button stays disabled until the input holds what it expects (the server checks it again).
+  function typedGuards() {
+    document.querySelectorAll("input[data-expect]").forEach((input) => {
+      const button = input.form && input.form.querySelector("button");
+      if (!button) return;
+      const update = () => { button.disabled = input.value.trim() !== input.dataset.expect; };
+      input.addEventListener("input", update);
+      update();  // what was typed before this script ran counts too
+    });
   }
 
-  document.addEventListener("DOMContentLoaded", () => { charts(); audience(); progress(); eraseGuard(); });
+  document.addEventListener("DOMContentLoaded", () => { charts(); audience(); progress(); typedGuards(); });
 })();

@@ -1,0 +1,407 @@
+"""The console's Reputation and Hygiene pages on moto, through the whole application (the guard,
+the routes, the templates), without a browser or a socket: an ASGI request at a time, signed in
+with the start's token, the forms posted as a browser posts them (``tests.forms``).
+
+Given the guardrail's alarms and SES's rates in CloudWatch, the marketing set paused (the local
+runtime's SES emulation on moto) and a broadcast held by the pause, the Reputation page shows the
+rates, thresholds and the held broadcast; a resume is refused with the reason while a rate is
+above its threshold and changes nothing; a POST without the CSRF token changes nothing; the
+forced resume needs the configuration set's name typed. The Hygiene page shows
+``ops.hygiene.report``; its dry run writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from html import unescape
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
+
+import pytest
+
+from cli.console.app import Console, build
+from cli.console.guard import COOKIE, CSRF_FIELD, Secrets
+from cli.local.provision import LocalResources
+from cli.local.ses import LocalSes
+from ops.targets import Target
+from shared.broadcasts.model import PAUSED_REPUTATION, SENDING, BroadcastRequest
+from shared.broadcasts.records import BroadcastStore
+from shared.core import specs
+from shared.core.aws import client
+from shared.reputation.store import ReputationStore
+from shared.store import keys
+from shared.store.dynamo import deserialize, key
+from shared.store.stats import day_adds
+from shared.store.subscribers import SubscriberStore
+from tests.forms import submission
+from tests.integration.reputation_support import (
+    BOUNCE,
+    COMPLAINT,
+    MARKETING,
+    forget_cloudwatch,
+    guard_alarms,
+    install_local_ses,
+    messaging_world,
+    publish_rate,
+    settings_of,
+)
+
+PORT = 8790
+FORM = "application/x-www-form-urlencoded"
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    text: str
+
+    @property
+    def location(self) -> str:
+        return self.headers.get("location", "")
+
+    def query(self) -> dict[str, str]:
+        """The redirect's query (msg=..., error=...)."""
+        return {k: v[0] for k, v in parse_qs(urlsplit(self.location).query).items()}
+
+
+@dataclass
+class Browser:
+    """The console's ASGI application and a signed-in session (the cookie the printed URL sets)."""
+
+    app: Any
+    secrets: Secrets
+    cookie: str = ""
+    seen: list[str] = field(default_factory=list)
+
+    def request(
+        self, method: str, path: str, body: str = "", headers: dict[str, str] | None = None
+    ) -> Answer:
+        url = urlsplit(path)
+        sent: list[dict[str, Any]] = []
+        all_headers = {"host": f"127.0.0.1:{PORT}", **({"cookie": self.cookie} if self.cookie else {})}
+        if method == "POST":
+            all_headers |= {"content-type": FORM, "origin": f"http://127.0.0.1:{PORT}"}
+        all_headers |= headers or {}
+        scope = {
+            "type": "http",
+            "http_version": "1.1",
+            "scheme": "http",
+            "method": method,
+            "path": url.path,
+            "raw_path": url.path.encode(),
+            "root_path": "",
+            "query_string": url.query.encode(),
+            "headers": [(k.encode(), v.encode()) for k, v in all_headers.items()],
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", PORT),
+        }
+        chunks = [body.encode()]
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": chunks.pop(0) if chunks else b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        asyncio.run(self.app(scope, receive, send))
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode()
+        self.seen.append(f"{method} {path} {start['status']}")
+        return Answer(start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, text)
+
+    def sign_in(self) -> None:
+        answer = self.request("GET", f"/?token={self.secrets.token}")
+        assert answer.status == 303, answer
+        self.cookie = answer.headers["set-cookie"].split(";", 1)[0]
+        assert self.cookie.startswith(f"{COOKIE}=")
+
+    def get(self, path: str) -> Answer:
+        answer = self.request("GET", path)
+        assert answer.status == 200, (answer.status, answer.text[:2000])
+        return answer
+
+    def press(self, path: str, button: str, **fill: str) -> Answer:
+        """Load ``path``, fill the fields ``fill`` names and press ``button`` (its form's own
+        fields: the CSRF token included)."""
+        url, body = submission(path, self.get(path).text, button)
+        fields = [(k, fill.pop(k) if k in fill else v) for k, v in parse_qsl(body, keep_blank_values=True)]
+        assert not fill, f"no such fields: {fill}"
+        return self.request("POST", url, urlencode(fields))
+
+
+def flash(answer: Answer) -> str:
+    return answer.query().get("error") or answer.query().get("msg") or ""
+
+
+def text_of(html: str, element_id: str) -> str:
+    """The text of the element with ``element_id`` (tags dropped, spaces squeezed)."""
+    match = re.search(rf'<(\w+)[^>]*\bid="{element_id}"[^>]*>(.*?)</\1>', html, re.S)
+    assert match, f"no #{element_id} in {html[:3000]}"
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", match.group(2))).split())
+
+
+@pytest.fixture
+def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes:
+    return install_local_ses(tmp_path / "outbox", monkeypatch)
+
+
+@pytest.fixture
+def world(ses: LocalSes) -> Iterator[LocalResources]:
+    forget_cloudwatch()
+    with messaging_world() as res:
+        yield res
+    forget_cloudwatch()
+
+
+@pytest.fixture
+def target(world: LocalResources) -> Target:
+    return Target(kind="stack", name="t", region="us-east-1", settings=settings_of(world))
+
+
+@pytest.fixture
+def browser(target: Target) -> Browser:
+    secrets = Secrets()
+    signed = Browser(build(Console(target, secrets), PORT), secrets)
+    signed.sign_in()
+    return signed
+
+
+def held_broadcast(world: LocalResources, broadcast_id: str = "held-1") -> None:
+    """A broadcast in progress that the guardrail moved to ``paused_reputation``."""
+    records = BroadcastStore(world.tables["table_name"])
+    created, _ = records.create(
+        BroadcastRequest.model_validate({"id": broadcast_id, "template": "newsletter/monthly"}),
+        send_rate=1000,
+    )
+    moving = records.set_status(created, SENDING, leaving=frozenset({created.status}))
+    assert moving is not None and records.pause_for_reputation(moving) is not None
+
+
+def paused(world: LocalResources, ses: LocalSes) -> None:
+    """What the guardrail leaves after an alarm: the marketing set paused, the pause recorded."""
+    ses.set_sending(MARKETING, False)
+    ReputationStore(world.tables["table_name"]).mark_paused(
+        specs.PAUSABLE_CONFIGURATION_SET.id,
+        MARKETING,
+        alarm="guard-complaint",
+        metric=COMPLAINT,
+        threshold=0.0008,
+        reason="Threshold Crossed",
+        at="2026-11-27T03:00:00+00:00",
+    )
+
+
+def status_of(world: LocalResources, broadcast_id: str) -> str:
+    record = BroadcastStore(world.tables["table_name"]).get(broadcast_id)
+    assert record is not None
+    return record.status
+
+
+# ----- reputation ---------------------------------------------------------------------------------
+def test_the_reputation_page_shows_each_set_against_the_thresholds_and_the_held_broadcasts(
+    world: LocalResources, ses: LocalSes, browser: Browser
+) -> None:
+    guard_alarms(bounce=0.04, complaint=0.0008)
+    publish_rate(COMPLAINT, 0.002)
+    publish_rate(BOUNCE, 0.01)
+    paused(world, ses)
+    held_broadcast(world)
+
+    page = browser.get("/reputation").text
+
+    marketing = text_of(page, "set-marketing")
+    assert MARKETING in marketing and "paused since 2026-11-27 03:00:00" in marketing
+    # bounce 1.00 % (pauses above 4.00 %, SES 5 % / 10 %), complaint 0.20 % (above 0.08 %)
+    assert "1.00% 4.00% 5.00% / 10.00%" in marketing and "0.20% 0.08% 0.10% / 0.50%" in marketing
+    assert "complaint rate 0.20% is above 0.08%" in page
+    transactional = text_of(page, "set-transactional")
+    assert transactional.split()[:4] == [
+        "transactional",
+        specs.TRANSACTIONAL_CONFIGURATION_SET.local_name,
+        "on",
+        "-",
+    ]
+    assert "- never 5.00% / 10.00%" in transactional  # the guardrail never pauses it
+    assert "held-1" in text_of(page, "held")
+    assert browser.get("/").text.count('id="paused-banner"') == 1  # the overview says it too
+
+
+def test_a_resume_above_the_threshold_is_refused_with_the_reason_and_changes_nothing(
+    world: LocalResources, ses: LocalSes, browser: Browser
+) -> None:
+    guard_alarms(complaint=0.0008)
+    publish_rate(COMPLAINT, 0.002)
+    paused(world, ses)
+    held_broadcast(world)
+
+    answer = browser.press("/reputation", "Resume marketing sending")
+
+    assert answer.status == 303 and answer.location.startswith("/reputation?")
+    assert "not resumed" in flash(answer) and "complaint rate 0.20% is above 0.08%" in flash(answer)
+    assert not ses.sending_enabled(MARKETING)
+    record = ReputationStore(world.tables["table_name"]).get(specs.PAUSABLE_CONFIGURATION_SET.id)
+    assert record is not None and record.paused
+    assert status_of(world, "held-1") == PAUSED_REPUTATION
+    assert "not resumed" in browser.get(answer.location).text  # the page shows why
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
+    world: LocalResources, ses: LocalSes, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paused(world, ses)  # no alarm, no rate: a resume would go through
+    held_broadcast(world)
+    monkeypatch.setattr("ops.broadcasts.read_quota", lambda _c: type("Q", (), {"max_send_rate": 14.0})())
+    url, body = submission("/reputation", browser.get("/reputation").text, "Resume anyway")
+    fields = {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+    fields["confirm"] = MARKETING
+    without = urlencode({k: v for k, v in fields.items() if k != CSRF_FIELD})
+    wrong = urlencode({**fields, CSRF_FIELD: "not-the-token"})
+
+    for sent in (without, wrong):
+        answer = browser.request("POST", url, sent)
+        assert answer.status == 403 and "CSRF" in answer.text
+    assert browser.request("POST", "/hygiene/dry-run", "at=").status == 403
+
+    assert not ses.sending_enabled(MARKETING)
+    assert status_of(world, "held-1") == PAUSED_REPUTATION
+    # the same form with its token goes through: the refusal was the token's
+    assert browser.request("POST", url, urlencode(fields)).status == 303
+    assert ses.sending_enabled(MARKETING)
+
+
+def test_resume_anyway_needs_the_set_name_typed_then_resumes_the_held_broadcasts(
+    world: LocalResources, ses: LocalSes, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard_alarms(complaint=0.0008)
+    publish_rate(COMPLAINT, 0.002)
+    paused(world, ses)
+    held_broadcast(world)
+    monkeypatch.setattr("ops.broadcasts.read_quota", lambda _c: type("Q", (), {"max_send_rate": 14.0})())
+    page = browser.get("/reputation").text
+    assert f'data-expect="{MARKETING}"' in page  # the page's script enables the button on it
+
+    for typed in ("", "yes", MARKETING + "x"):
+        refused = browser.press("/reputation", "Resume anyway", confirm=typed)
+        assert (
+            refused.status == 303
+            and f"type the marketing configuration set's name ({MARKETING})" in flash(refused)
+        )
+        assert not ses.sending_enabled(MARKETING) and status_of(world, "held-1") == PAUSED_REPUTATION
+
+    done = browser.press("/reputation", "Resume anyway", confirm=f" {MARKETING} ")
+
+    assert flash(done) == f"marketing sending resumed on {MARKETING} (forced); broadcasts resumed: held-1"
+    assert ses.sending_enabled(MARKETING)
+    record = ReputationStore(world.tables["table_name"]).get(specs.PAUSABLE_CONFIGURATION_SET.id)
+    assert record is not None and not record.paused and record.forced
+    assert status_of(world, "held-1") == "resolving"
+    after = browser.get("/reputation").text
+    assert "paused" not in text_of(after, "set-marketing") and "held-1" not in text_of(after, "held")
+    assert 'id="paused-banner"' not in browser.get("/").text
+
+
+def test_below_the_thresholds_a_plain_resume_goes_through(
+    world: LocalResources, ses: LocalSes, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard_alarms(complaint=0.0008)
+    publish_rate(COMPLAINT, 0.0005)
+    paused(world, ses)
+    monkeypatch.setattr("ops.broadcasts.read_quota", lambda _c: type("Q", (), {"max_send_rate": 14.0})())
+
+    answer = browser.press("/reputation", "Resume marketing sending")
+
+    assert flash(answer) == f"marketing sending resumed on {MARKETING}; broadcasts resumed: none"
+    assert ses.sending_enabled(MARKETING)
+
+
+# ----- hygiene ------------------------------------------------------------------------------------
+def hygiene_items(world: LocalResources) -> list[dict[str, Any]]:
+    ddb = client("dynamodb")
+    return [deserialize(i) for i in ddb.scan(TableName=world.tables["events_table_name"])["Items"]]
+
+
+def test_the_hygiene_page_shows_the_report_and_its_dry_run_writes_nothing(
+    world: LocalResources, browser: Browser
+) -> None:
+    store = SubscriberStore(world.tables["table_name"], world.tables["events_table_name"])
+    readers = [f"quiet{i}@example.com" for i in range(3)]
+    for email in readers:
+        store.upsert(email, first_name="Q")  # their hygiene item starts today
+    now = datetime.now(UTC)
+    ddb = client("dynamodb")
+    ddb.transact_write_items(
+        TransactItems=[
+            day_adds(world.tables["table_name"], {"open": 3, "open_machine": 1}, at=now.isoformat())
+        ]
+    )
+    young = (date.today() + timedelta(days=30)).isoformat()  # new subscribers turn cold after 30 days
+
+    today = browser.get("/hygiene").text
+    assert text_of(today, "policy").startswith("Cold after 90 days without a human open or click (30 days")
+    assert "unsubscribed 30 days later" in text_of(today, "policy")
+    assert text_of(today, "last-run") == "never"
+    assert "0 to mark cold, 0 to unsubscribe" in text_of(today, "next-run")
+    machines = text_of(today, "machines")
+    assert "opens (Apple MPP) 3 1 25.00%" in machines and "clicks (security scanners) 0 0 -" in machines
+
+    ahead = browser.get(f"/hygiene?at={young}").text
+    assert "3 to mark cold, 0 to unsubscribe" in text_of(ahead, "next-run")
+    assert all(f"/subscribers/{email.replace('@', '%40')}" in ahead for email in readers)
+    at_risk = browser.get(f"/hygiene?at={(date.today() + timedelta(days=20)).isoformat()}").text
+    assert f"{young} 3" in text_of(at_risk, "at-risk")
+
+    before = hygiene_items(world)
+    dry = browser.press(f"/hygiene?at={young}", "Dry run now")
+
+    assert dry.status == 200 and f"Dry run for {young}" in dry.text
+    assert "3 to mark cold, 0 to unsubscribe" in text_of(dry.text, "dry-run")
+    assert hygiene_items(world) == before  # nothing written: no cold mark, no checkpoint
+    assert (
+        ddb.get_item(TableName=world.tables["table_name"], Key=key(keys.HYGIENE_PK, keys.HYGIENE_STATE)).get(
+            "Item"
+        )
+        is None
+    )
+    assert all("cold" not in store.require_profile(email).tags for email in readers)
+    assert browser.request("GET", "/hygiene?at=tomorrow").status == 400  # a day, or the problem page
+
+
+def test_the_navigation_links_both_pages(browser: Browser) -> None:
+    page = browser.get("/hygiene").text
+    assert '<a href="/reputation"' in page and '<a href="/hygiene" aria-current="page"' in page
+
+
+# ----- the CLI shows what the pages show (one set of operations) ---------------------------------
+def test_the_cli_lists_the_held_broadcasts_and_the_machine_share(
+    world: LocalResources, ses: LocalSes, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    paused(world, ses)
+    held_broadcast(world)
+    ddb = client("dynamodb")
+    ddb.transact_write_items(
+        TransactItems=[
+            day_adds(
+                world.tables["table_name"], {"click": 1, "click_machine": 3}, at=datetime.now(UTC).isoformat()
+            )
+        ]
+    )
+    monkeypatch.setattr("cli.target.select", lambda *_: target)
+    monkeypatch.setenv("COLUMNS", "200")
+
+    status = CliRunner().invoke(app, ["reputation", "status"])
+    report = CliRunner().invoke(app, ["hygiene", "report"])
+
+    assert status.exit_code == 0, status.output
+    assert "broadcasts paused by the guardrail (resumed by `resume`): held-1" in status.output
+    assert report.exit_code == 0, report.output
+    assert "- (none) of opens, 75% (3 of 4) of clicks" in report.output
