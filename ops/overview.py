@@ -8,7 +8,8 @@ What it reads, and why no table is scanned:
 - per day: the day counters (``StatsStore.daily``: every source's sends, deliveries, unique
   opens and clicks, bounces, complaints, unsubscribes, sign-ups and confirmations per UTC day,
   added in the same transactions as the sources' counters): one Query per shard for the window;
-- active executions: each sequence's ``EXEC#`` partition (``SubscriberStore.sequence_members``).
+- active executions: each sequence's count kept with its EXEC pairs (``keys.active_key``), read in
+  the same BatchGetItem requests as the totals; no ``EXEC#`` partition is read.
 
 The reads do not depend on one another: they are sent at once (:data:`READERS` at a time), so
 the page waits about as long as its slowest read, not their sum.
@@ -25,8 +26,8 @@ from typing import Any
 
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.sequences.validate import Catalog
-from shared.store.stats import Counters, StatsStore
-from shared.store.subscribers import SubscriberStore
+from shared.store import keys
+from shared.store.stats import Counters, StatsStore, active_count
 
 WINDOWS = (7, 30, 90)
 # SES puts an account under review, then may pause its sending, at these rates
@@ -89,7 +90,6 @@ def _sum(counters: Iterable[Counters]) -> Counters:
 
 def overview(
     stats: StatsStore,
-    store: SubscriberStore,
     catalog: Catalog,
     broadcast_ids: Iterable[str],
     *,
@@ -105,14 +105,16 @@ def overview(
         dict.fromkeys([*(s.id for s in catalog), *list(broadcast_ids)[:MAX_BROADCASTS], *EXTRA_SOURCES])
     )
     sequence_ids = [s.id for s in catalog]
+    counted = [(keys.stats_pk(s), keys.COUNTERS) for s in sources]
+    running = [keys.active_key(s) for s in sequence_ids]
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         daily = pool.submit(stats.daily, first, days)
         signups = pool.submit(stats.signups)
-        by_source = pool.submit(stats.sources_of, sources)
-        members = pool.map(store.sequence_members, sequence_ids)
+        read = pool.submit(stats.summed, [*counted, *running])  # shared BatchGetItem requests
         per_day = daily.result()
-        totals = _sum(by_source.result().values())
-        active = {sequence_id: len(found) for sequence_id, found in zip(sequence_ids, members, strict=True)}
+        found = read.result()
+        totals = _sum(Counters.from_item(found[item]) for item in counted)
+        active = {s: active_count(found[item]) for s, item in zip(sequence_ids, running, strict=True)}
     counts: dict[str, list[int]] = {m: [day.get(DAILY_FIELDS.get(m, m), 0) for day in per_day] for m in DAILY}
     rates: dict[str, list[float | None]] = {"bounce": [], "complaint": []}
     for i in range(days):

@@ -37,7 +37,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         records, paused = await asyncio.gather(
             call(c.broadcasts.list, 50), call(c.reputation.marketing_paused)
         )
-        data = await call(build, c.stats, c.admin.store, catalog, [r.id for r in records], days=days)
+        data = await call(build, c.stats, catalog, [r.id for r in records], days=days)
         return c.page(
             request,
             "overview.html",
@@ -224,8 +224,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
     # ----- sequences -----------------------------------------------------------------------------
     async def sequences(request: Request) -> Response:
         catalog = c.catalog()
-        counted = await asyncio.gather(*(call(c.admin.store.sequence_members, s.id) for s in catalog))
-        active = {s.id: len(found) for s, found in zip(catalog, counted, strict=True)}
+        active = await call(c.stats.active_of, [s.id for s in catalog])
         return c.page(request, "sequences.html", sequences=list(catalog), active=active, title="Sequences")
 
     async def sequence(request: Request) -> Response:
@@ -478,9 +477,9 @@ def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
     from ops.sequence_view import MAX_MEMBERS, graph, members, waiting_at
     from shared.sequences.sfn import StepFunctions
 
-    emails = c.admin.store.sequence_members(sequence.id)
-    shown = members(c.admin.store, sequence.id, limit=MAX_MEMBERS, emails=emails)
-    total = len(emails)
+    emails = c.admin.store.sequence_members(sequence.id, limit=MAX_MEMBERS)
+    shown = members(c.admin.store, sequence.id, emails=emails)
+    total = max(c.stats.active_of([sequence.id])[sequence.id], len(emails))
     sfn = StepFunctions(c.target.client("stepfunctions"))
     waiting = waiting_at(sfn, (m.execution_arn for m in shown))
     try:

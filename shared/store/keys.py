@@ -123,6 +123,16 @@ def template_stats_key(template: str) -> tuple[str, str]:
     return stats_pk(template), TEMPLATE_COUNTERS
 
 
+# A sequence's active executions: ``STATS#<sequence>`` / ``ACTIVE`` (sharded like every counters
+# item), ADDed +1/-1 in the transactions that write and delete the EXEC pairs, so it counts
+# them exactly without reading the ``EXEC#<sequence>`` partition (shared/store/subscribers.py).
+ACTIVE = "ACTIVE"
+
+
+def active_key(sequence_id: str) -> tuple[str, str]:
+    return stats_pk(sequence_id), ACTIVE
+
+
 # ----- keys spread over shards (docs/data-model.md, "Keys that would be hot") -------------------
 # DynamoDB gives one partition key at most 1,000 WCU/s: an item every send adds to (a counters
 # item) or an index key every event of a broadcast lands on would cap the send rate. Such keys

@@ -457,6 +457,12 @@ def settle_soon(settle: Callable[[], bool], *, sleep: Callable[[float], None] = 
         return None
 
 
+def active_count(item: Mapping[str, Any] | None) -> int:
+    """The active executions of a summed ``ACTIVE`` item. Never below 0: executions started
+    before the count existed end with a -1 that no +1 preceded (docs/console.md)."""
+    return max(0, int((item or {}).get("active", 0)))
+
+
 def sum_shards(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One counters item from its shards: every number summed, other fields of the latest."""
     total: dict[str, Any] = {}
@@ -484,24 +490,31 @@ class StatsStore(TableAdapter):
         return self._get(*keys.template_stats_key(template))
 
     def sources_of(self, sources: Iterable[str]) -> dict[str, Counters]:
-        """The counters of several sources: their 16 shards each read together, 100 keys per
-        BatchGetItem, the requests at once (7 sources: 2 requests instead of 7)."""
-        by_pk = {
-            shard: source
-            for source in dict.fromkeys(sources)
-            for shard in keys.counter_shard_pks(keys.stats_pk(source))
+        """The counters of several sources (:meth:`summed`)."""
+        found = self.summed([(keys.stats_pk(source), keys.COUNTERS) for source in dict.fromkeys(sources)])
+        return {keys.counter_scope(pk)[0]: Counters.from_item(item) for (pk, _), item in found.items()}
+
+    def active_of(self, sequence_ids: Iterable[str]) -> dict[str, int]:
+        """Each sequence's active executions (``keys.active_key``: the count kept with the EXEC
+        pairs), without reading an ``EXEC#`` partition."""
+        found = self.summed([keys.active_key(s) for s in dict.fromkeys(sequence_ids)])
+        return {keys.counter_scope(pk)[0]: active_count(item) for (pk, _), item in found.items()}
+
+    def summed(self, wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """Several counters items (``(STATS#<scope>, SK)``), each summed over its 16 shards (None:
+        no shard exists): 100 keys per BatchGetItem, the requests at once (7 items: 2 requests
+        instead of 7)."""
+        by_key = {
+            (shard, sk): (pk, sk) for pk, sk in dict.fromkeys(wanted) for shard in keys.counter_shard_pks(pk)
         }
-        wanted = [key(shard, keys.COUNTERS) for shard in by_pk]
-        chunks = [wanted[i : i + 100] for i in range(0, len(wanted), 100)]
+        asked = [key(shard, sk) for shard, sk in by_key]
+        chunks = [asked[i : i + 100] for i in range(0, len(asked), 100)]
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="counters") as pool:
             pages = list(pool.map(self._read_all, chunks))
-        shards: dict[str, list[dict[str, Any]]] = {source: [] for source in by_pk.values()}
+        shards: dict[tuple[str, str], list[dict[str, Any]]] = {item: [] for item in by_key.values()}
         for item in (item for page in pages for item in page):
-            shards[by_pk[str(item["PK"])]].append(item)
-        return {
-            source: Counters.from_item(sum_shards(found) if found else None)
-            for source, found in shards.items()
-        }
+            shards[by_key[(str(item["PK"]), str(item["SK"]))]].append(item)
+        return {item: sum_shards(found) if found else None for item, found in shards.items()}
 
     def _get(self, pk: str, sk: str) -> Counters:
         return Counters.from_item(self._item(pk, sk))

@@ -74,7 +74,7 @@ from shared.store.dynamo import (
 from shared.store.events import event_record
 from shared.store.hygiene import engagement_item
 from shared.store.send_log import SendLog
-from shared.store.stats import source_and_day_adds
+from shared.store.stats import busy, counter_adds, retry_contended, source_and_day_adds
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -93,11 +93,12 @@ EXECUTION_COMPLETED = "completed"
 
 
 # Roles of the actions of an execution entry (put_execution) and its removal.
-PROFILE_EXISTS, EXEC_FORWARD, EXEC_INVERSE, ENTERED = (
+PROFILE_EXISTS, EXEC_FORWARD, EXEC_INVERSE, ENTERED, ACTIVE_COUNT = (
     "profile_exists",
     "exec_forward",
     "exec_inverse",
     "entered",
+    "active_count",
 )
 
 
@@ -312,18 +313,24 @@ class SubscriberStore(TableAdapter):
     def tag_members(self, tag: str) -> list[str]:
         return self._members(keys.tag_pk(tag))
 
-    def sequence_members(self, sequence_id: str) -> list[str]:
-        return self._members(keys.exec_pk(sequence_id))
+    def sequence_members(self, sequence_id: str, limit: int | None = None) -> list[str]:
+        """The subscribers with an active execution of the sequence (its ``EXEC#`` partition; the
+        first ``limit`` in address order when given: one page). How many there are, without
+        reading the partition: ``StatsStore.active_of``."""
+        return self._members(keys.exec_pk(sequence_id), limit)
 
-    def _members(self, pk: str) -> list[str]:
+    def _members(self, pk: str, limit: int | None = None) -> list[str]:
         """The emails of a membership partition (a tag's or a sequence's pairs: SK ``SUB#<email>``)."""
-        items = query_all(
-            self.client,
-            TableName=self.table,
-            KeyConditionExpression="PK = :pk",
-            ExpressionAttributeValues=values(pk=pk),
-            ProjectionExpression="SK",
-        )
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "PK = :pk",
+            "ExpressionAttributeValues": values(pk=pk),
+            "ProjectionExpression": "SK",
+        }
+        if limit is not None:
+            items = self.client.query(**request, Limit=limit).get("Items", [])
+        else:
+            items = list(query_all(self.client, **request))
         return [keys.email_from_sub(i["SK"]["S"]) for i in items]
 
     # ----- paged listings (operator commands: CLI, MCP, export) ----------------------
@@ -656,10 +663,9 @@ class SubscriberStore(TableAdapter):
         sequence before (the marker exists), even if that execution has ended.
         """
         now = clock.iso()
+        actions = self._entry_actions(email, sequence_id, execution_arn, now, transactional, once)
         try:
-            transact(
-                self.client, self._entry_actions(email, sequence_id, execution_arn, now, transactional, once)
-            )
+            self._transact_counted(actions)
         except TransactionConflict as exc:
             raise entry_refusal(exc.cancellation, sequence_id) from None
         return Execution(email, sequence_id, execution_arn, now, transactional)
@@ -711,7 +717,20 @@ class SubscriberStore(TableAdapter):
                 {"Put": {"TableName": self.table, "Item": serialize(inverse), "ConditionExpression": absent}},
             ),
             Action(ENTERED, {"Put": marker}),
+            self._active_add(sequence_id, 1, now),
         ]
+
+    def _active_add(self, sequence_id: str, amount: int, at: str) -> Action:
+        """The ADD to the sequence's active-executions count (one of its shards) that joins the
+        transaction writing (+1) or deleting (-1) an EXEC pair: the count moves only with a pair."""
+        pk, sk = keys.active_key(sequence_id)
+        return Action(ACTIVE_COUNT, counter_adds(self.table, pk, sk, {"active": amount}, at=at))
+
+    def _transact_counted(self, actions: list[Action]) -> None:
+        """``transact(actions)``, run again while only a concurrent transaction on the count's
+        shard (or throttling) cancelled it: nothing was written, and the pair must not fail
+        because a count was busy (``stats.retry_contended``)."""
+        retry_contended(lambda: transact(self.client, actions), sleep=self._sleep, retryable=busy)
 
     def forget_entry(self, email: str, sequence_id: str, execution_arn: str) -> None:
         """Undo the ``ENTERED#`` marker of an execution that never started."""
@@ -759,9 +778,10 @@ class SubscriberStore(TableAdapter):
         actions = [
             Action(EXEC_FORWARD, {"Delete": delete(keys.sub_pk(email), keys.exec_sk(sequence_id))}),
             Action(EXEC_INVERSE, {"Delete": delete(keys.exec_pk(sequence_id), keys.sub_pk(email))}),
+            self._active_add(sequence_id, -1, clock.iso()),
         ]
         try:
-            transact(self.client, actions)
+            self._transact_counted(actions)
         except TransactionConflict:
             return False
         return True

@@ -56,10 +56,11 @@ class CounterConflicts:
     def __init__(self) -> None:
         self.remaining = 0
         self.injected = 0
+        self.sks = COUNTER_SKS  # the counters items it holds
 
     def __call__(self, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
         items = json.loads(params["body"]).get("TransactItems", [])  # the serialized request
-        hot = [a.get("Update", {}).get("Key", {}).get("SK", {}).get("S") in COUNTER_SKS for a in items]
+        hot = [a.get("Update", {}).get("Key", {}).get("SK", {}).get("S") in self.sks for a in items]
         if not self.remaining or not any(hot):
             return None
         self.remaining -= 1
@@ -351,3 +352,32 @@ def test_concurrent_counting_spreads_over_the_shards_and_reads_sum_them(resource
     many = store.sources_of(["bc", "nothing-here", "bc"])
     assert many["bc"] == store.source("bc") and many["bc"].total("send") == 207
     assert many["nothing-here"].total("send") == 0 and set(many) == {"bc", "nothing-here"}
+
+
+def test_a_conflict_on_the_active_count_neither_refuses_nor_doubles_an_execution_pair(
+    resources, store: SubscriberStore, conflicts: CounterConflicts
+) -> None:
+    # Given a subscriber, and each sequence's active-executions count held by concurrent
+    # transactions for the next two tries of every pair's write
+    store.upsert("ada@example.com")
+    conflicts.sks = frozenset({keys.ACTIVE})
+    arn = "arn:aws:states:us-east-1:123456789012:execution:onboarding:one"
+    stats_store = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
+
+    # When the pair is written: retried past the conflicts, one pair, counted once
+    conflicts.remaining = 2
+    store.put_execution("ada@example.com", "onboarding", arn)
+    assert conflicts.injected == 2
+    assert [e.execution_arn for e in store.list_executions("ada@example.com")] == [arn]
+    assert stats_store.active_of(["onboarding"]) == {"onboarding": 1}
+    assert store.sequence_members("onboarding") == ["ada@example.com"]
+
+    # And when it is deleted (the execution ended) under the same conflicts: gone, counted down
+    conflicts.remaining = 2
+    assert store.delete_execution("ada@example.com", "onboarding", arn) is True
+    assert conflicts.injected == 4
+    assert store.list_executions("ada@example.com") == []
+    assert stats_store.active_of(["onboarding"]) == {"onboarding": 0}
+    # a delete delivered again finds nothing and counts nothing
+    assert store.delete_execution("ada@example.com", "onboarding", arn) is False
+    assert stats_store.active_of(["onboarding"]) == {"onboarding": 0}

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from shared.core.aws import client
 from shared.core.errors import ExecutionAlreadyActive, SubscriberNotFound
 from shared.core.specs import EVENTS_TABLE, MAIN_TABLE
+from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.conftest import scan_all
 
@@ -165,6 +166,11 @@ class StoreMachine(RuleBasedStateMachine):
         assert {
             (e.email, e.sequence_id) for em in self.status for e in self.store.list_executions(em)
         } == set(self.execs)
+        # each sequence's active-executions count moves only with its pairs
+        stats = StatsStore(MAIN_TABLE.local_name, EVENTS_TABLE.local_name)
+        assert stats.active_of(["onboarding", "trial-expiring"]) == {
+            s: sum(1 for _, seq in self.execs if seq == s) for s in ("onboarding", "trial-expiring")
+        }
 
 
 def test_store_pairs_never_drift(resources) -> None:
@@ -211,8 +217,13 @@ def test_erase_removes_every_item_and_partner(resources, store: SubscriberStore)
     counts: dict[str, int] = defaultdict(int)
     for item in scan_all(MAIN_TABLE.local_name):
         counts[item["PK"].split("#")[0]] += 1
-    # the erase is remembered by a tombstone that holds a hash of the address, never the address
+    # the erase is remembered by a tombstone that holds a hash of the address, never the address;
+    # the sequence's active-executions count (STATS#onboarding / ACTIVE shards, no address in
+    # them) went +1 with the pair and -1 with its delete
+    stats = counts.pop("STATS")
     assert counts == {"SUB": 1, "TAG": 1, "DIR": 1, "ERASED": 1}  # stay@: profile, tag, directory
+    assert 1 <= stats <= 2
+    assert StatsStore(MAIN_TABLE.local_name, EVENTS_TABLE.local_name).active_of(["onboarding"]) == {"onboarding": 0}
     assert not [i for i in scan_all(MAIN_TABLE.local_name) if "gone@" in str(i)]
 
 
