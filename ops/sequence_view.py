@@ -2,8 +2,9 @@
 where their executions wait now (``mailstep sequences subscribers``, the MCP tool
 ``sequence_subscribers`` and the console's sequence page).
 
-Costs: the graph reads one counters item per send template (``StatsStore.template``: the
-template's totals over every source that sends it); members are the sequence's ``EXEC#``
+Costs: the graph reads the sequence's counters item (``StatsStore.steps``: its 16 shards in one
+BatchGetItem), whose per-step attributes count each step's mails sent and the subscribers who
+opened and clicked them (``shared.store.stats.step_attribute``); members are the sequence's ``EXEC#``
 partition (a Query) and one Query of each shown member's executions; "waiting here" asks Step
 Functions for the last events of at most :data:`MAX_LOCATED` executions.
 """
@@ -21,12 +22,12 @@ from shared.core.errors import FieldProblem, InvalidInput
 from shared.sequences.compiler import duration_label, step_code
 from shared.sequences.model import ExitStep, IfStep, SendStep, Sequence, TagStep, WaitStep, condition_to_data
 from shared.sequences.sfn import StepFunctions
-from shared.store.stats import Counters, StatsStore
+from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore
 
 MAX_MEMBERS = 100  # members listed on one page
 MAX_LOCATED = 200  # executions whose current step is looked up
-READERS = 8  # reads in flight at once (members' executions, templates' counters)
+READERS = 8  # reads in flight at once (members' executions)
 
 
 @dataclass(frozen=True)
@@ -128,23 +129,17 @@ def waiting_at(sfn: StepFunctions, executions: Iterable[str]) -> Counter[str]:
 def graph(
     sequence: Sequence, stats: StatsStore | None = None, waiting: Counter[str] | None = None
 ) -> list[StepNode]:
-    """The steps depth first (branches indented), each with its counts: sent, opened (unique)
-    and clicked (unique) of its templates, and how many executions are in it now."""
+    """The steps depth first (branches indented), each with its counts: its mails sent, the
+    subscribers who opened and clicked them, and how many executions are in it now."""
     waiting = waiting or Counter()
     nodes: list[StepNode] = []
-    read: dict[str, Counters] = {}
-    if stats is not None:  # every send template's counters, read at once
-        wanted = list(dict.fromkeys(t for node in graph(sequence) for t in node.templates))
-        with ThreadPoolExecutor(max_workers=READERS) as pool:
-            read = dict(zip(wanted, pool.map(stats.template, wanted), strict=True))
+    per_step = stats.steps(sequence.id) if stats is not None else {}
 
     def counts(code: str, templates: tuple[str, ...]) -> dict[str, int]:
         out = {"waiting": waiting.get(code, 0)}
         if stats is not None and templates:
-            totals = [read[t] for t in templates]
-            out["sent"] = sum(c.total("send") for c in totals)
-            out["opened"] = sum(c.uniques.get("open", 0) for c in totals)
-            out["clicked"] = sum(c.uniques.get("click", 0) for c in totals)
+            mine = per_step.get(code, {})
+            out.update({what: mine.get(what, 0) for what in ("sent", "opened", "clicked")})
         return out
 
     def add(steps: list[Any], path: tuple[Any, ...], depth: int) -> None:

@@ -291,7 +291,9 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         from ops import hygiene as list_hygiene
 
         at = request.query_params.get("at", "").strip()
-        found = await call(list_hygiene.report, c.target, at=at or None)
+        # as it opens: the last daily run's forecast; a day asked for, or "Forecast now": live
+        live = bool(at) or request.query_params.get("live") == "1"
+        found = await call(list_hygiene.report, c.target, at=at or None, live=live)
         return c.page(request, "hygiene.html", r=found, dry=None, at=at, title="Hygiene")
 
     async def hygiene_dry_run(request: Request) -> Response:

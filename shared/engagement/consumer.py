@@ -117,11 +117,14 @@ from shared.store.events import event_record
 from shared.store.send_log import SendEvidence
 from shared.store.stats import (
     SOURCE_SCOPE,
+    STEP_SCOPE,
     TEMPLATE_SCOPE,
     UNIQUE_METRICS,
     counter_adds,
     day_key,
     metric_of,
+    sequence_step,
+    step_attribute,
     unique_name,
 )
 from shared.store.subscribers import SubscriberStore
@@ -151,7 +154,9 @@ ITEM_ERRORS = frozenset(
 )
 
 ItemKey = tuple[str, str]
-Scope = tuple[str, str, ItemKey]  # (scope, source or template, key of its counters item)
+# (scope, source or template or "<step code>:<sequence>", key of its counters item); a step's
+# counts are attributes of its sequence's counters item (``stats.step_attribute``)
+Scope = tuple[str, str, ItemKey]
 WriteResult = str | BaseException  # RECORDED | DUPLICATE | why it failed
 
 
@@ -219,7 +224,7 @@ class EventWrite:
         source (``stats.day_key``: the day counters repeat the sources' counts)."""
         if self.metric is None:
             return []
-        found = [counters for _, _, counters in self.scopes]
+        found = [counters for scope, _, counters in self.scopes if scope != STEP_SCOPE]
         return [*found, day_key(self.at)] if self.has_source else found
 
     @property
@@ -589,6 +594,11 @@ def event_write(event: SesEvent, email: str, correlation: Correlation, data_ttl_
         scopes.append((SOURCE_SCOPE, correlation.source, (keys.stats_pk(correlation.source), keys.COUNTERS)))
     if metric is not None and correlation.template:
         scopes.append((TEMPLATE_SCOPE, correlation.template, keys.template_stats_key(correlation.template)))
+    code = sequence_step(correlation.step)
+    if metric in UNIQUE_METRICS and correlation.source and code is not None:  # who opened this step's mail
+        scopes.append(
+            (STEP_SCOPE, f"{code}:{correlation.source}", (keys.stats_pk(correlation.source), keys.COUNTERS))
+        )
     return EventWrite(item=item, email=email, metric=metric, scopes=tuple(scopes), put=serialize(item))
 
 
@@ -657,9 +667,13 @@ def transaction(
         for counters in write.counters():
             amounts.setdefault(counters, Counter())[write.metric] += 1
             latest[counters] = max(latest.get(counters, write.at), write.at)
-        for (scope, _, counters), marker in zip(write.scopes, write.markers(), strict=False):
+        for (scope, value, counters), marker in zip(write.scopes, write.markers(), strict=False):
             if marker not in present and marker not in claimed:  # the first open/click
                 claimed[marker] = write.at
+                if scope == STEP_SCOPE:  # the first of this step's mail: the step's count
+                    code = value.partition(":")[0]
+                    amounts.setdefault(counters, Counter())[step_attribute(code, write.metric)] += 1
+                    continue
                 amounts[counters][unique_name(write.metric)] += 1
                 if scope == SOURCE_SCOPE:  # the subscribers who opened a source's mail that day
                     amounts[day_key(write.at)][unique_name(write.metric)] += 1

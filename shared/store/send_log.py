@@ -313,7 +313,9 @@ class SendLog(TableAdapter):
         }
         if not count:
             return self._put_new(put)
-        counters = send_counters(self.table, {(record.source, record.template): 1}, at=record.sent_at)
+        counters = send_counters(
+            self.table, {(record.source, record.template): 1}, at=record.sent_at, step=record.step
+        )
         try:
             transact(
                 self.client,
@@ -351,7 +353,13 @@ class SendLog(TableAdapter):
     def _settle(self, record: SentRecord) -> bool:
         sent_key = key(keys.sub_pk(record.email), keys.sent_sk(record.sent_at, record.source, record.send_id))
         return settle_send(
-            self.client, self.table, sent_key, record.source, record.template, at=record.sent_at
+            self.client,
+            self.table,
+            sent_key,
+            record.source,
+            record.template,
+            at=record.sent_at,
+            step=record.step,
         )
 
     def record_evidence(self, evidence: list[SendEvidence], *, ttl_days: int) -> list[SendEvidence]:
@@ -465,7 +473,9 @@ class SendLog(TableAdapter):
         template = str(claim.get("template") or found.template)
         sent_key = key(str(entry["PK"]), str(entry["SK"]))
         settled = settle_soon(
-            lambda: settle_send(self.client, self.table, sent_key, found.source, template, at=clock.iso())
+            lambda: settle_send(
+                self.client, self.table, sent_key, found.source, template, at=clock.iso(), step=found.step
+            )
         )
         if settled is None:
             raise ConcurrentModification("a pending send count stayed busy: retry")

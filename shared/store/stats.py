@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -103,6 +104,40 @@ SEND_PATH_METRICS = frozenset({"send"})  # counted by the send path, not from ev
 # shared.store.events.UNINDEXED_TYPES); the counters have them.
 NOT_RECOUNTED = SEND_PATH_METRICS | UNINDEXED_TYPES
 SOURCE_SCOPE, TEMPLATE_SCOPE = "source", "template"
+
+# Per sequence step (the console's step graph): attributes ``<code>.sent``, ``<code>.opened``
+# (subscribers who opened that step's mail: a marker per step, scope ``step``) and
+# ``<code>.clicked`` of the sequence's own counters item, ADDed in the same actions as the
+# sequence's counts: no item more per mail. Only a sequence's mails have a step code (the send
+# job's step is ``<code>:<execution>``, shared.sequences.steps).
+STEP_SCOPE = "step"
+STEP_CODE = re.compile(r"S\d+(?:[TE]\d+)*")
+STEP_METRICS = {"send": "sent", "open": "opened", "click": "clicked"}
+
+
+def sequence_step(step: str | None) -> str | None:
+    """The step code of a sequence mail's send-once step (``S3T1:<execution>`` -> ``S3T1``);
+    None for any other mail (a broadcast's, a sign-up's, a test send's)."""
+    code, colon, _ = (step or "").partition(":")
+    return code if colon and STEP_CODE.fullmatch(code) else None
+
+
+def step_attribute(code: str, metric: str) -> str:
+    """The counters attribute of ``metric`` (send, open, click) of the step ``code``."""
+    return f"{code}.{STEP_METRICS[metric]}"
+
+
+def step_counts(item: Mapping[str, Any] | None) -> dict[str, dict[str, int]]:
+    """A sequence's counts per step code (``{"S1": {"sent": 9, "opened": 4}}``) from its summed
+    counters item."""
+    found: dict[str, dict[str, int]] = {}
+    for name, value in (item or {}).items():
+        code, dot, what = str(name).partition(".")
+        if dot and what in STEP_METRICS.values() and STEP_CODE.fullmatch(code):
+            found.setdefault(code, {})[what] = int(value)
+    return found
+
+
 # Rows of a report: (label, metric, rate numerator, rate denominator metric).
 REPORT_ROWS = (
     ("sent", "send", None, None),
@@ -272,18 +307,24 @@ def day_adds(table: str, adds: Mapping[str, int], *, at: str) -> TransactWriteIt
 
 
 def send_counters(
-    table: str, sends: Mapping[tuple[str, str], int], *, at: str
+    table: str, sends: Mapping[tuple[str, str], int], *, at: str, step: str | None = None
 ) -> list[TransactWriteItemTypeDef]:
     """Updates that ADD ``send`` to the source and template counters of ``sends``
-    (``{(source, template): n}``), one action per counters item. ``send`` is counted by the
-    send path, with the ``SENT#`` log (single sends) or a broadcast batch's marker: SES
-    Send events are not published (they would repeat what the send path knows, at a cost)."""
-    per_item: Counter[tuple[str, str]] = Counter()
+    (``{(source, template): n}``), one action per counters item; a sequence mail's ``step``
+    (its send-once step) also ADDs to the step's ``sent`` on the sequence's item. ``send`` is
+    counted by the send path, with the ``SENT#`` log (single sends) or a broadcast batch's
+    marker: SES Send events are not published (they would repeat what the send path knows)."""
+    per_item: dict[tuple[str, str], Counter[str]] = {}
+    code = sequence_step(step)
     for (source, template), n in sends.items():
-        per_item[(keys.stats_pk(source), keys.COUNTERS)] += n
-        per_item[keys.template_stats_key(template)] += n
-    per_item[day_key(at)] += sum(sends.values())
-    return [counter_adds(table, pk, sk, {"send": n}, at=at) for (pk, sk), n in per_item.items() if n]
+        per_item.setdefault((keys.stats_pk(source), keys.COUNTERS), Counter())["send"] += n
+        if code is not None:
+            per_item[(keys.stats_pk(source), keys.COUNTERS)][step_attribute(code, "send")] += n
+        per_item.setdefault(keys.template_stats_key(template), Counter())["send"] += n
+    per_item.setdefault(day_key(at), Counter())["send"] += sum(sends.values())
+    return [
+        counter_adds(table, pk, sk, adds, at=at) for (pk, sk), adds in per_item.items() if any(adds.values())
+    ]
 
 
 def signup_counters(table: str, metric: str, *, at: str) -> list[TransactWriteItemTypeDef]:
@@ -376,7 +417,14 @@ def retry_contended(
 
 # ----- send counts that could not be added with their send (counters off the send path) ------
 def settle_send(
-    client: DynamoDBClient, table: str, sent_key: Mapping[str, Any], source: str, template: str, *, at: str
+    client: DynamoDBClient,
+    table: str,
+    sent_key: Mapping[str, Any],
+    source: str,
+    template: str,
+    *,
+    at: str,
+    step: str | None = None,
 ) -> bool:
     """ADD 1 to ``send`` of ``source``'s and ``template``'s counters for the ``SENT#`` item at
     ``sent_key`` that carries :data:`COUNT_PENDING`, and remove that mark, in one transaction:
@@ -392,7 +440,7 @@ def settle_send(
             "ExpressionAttributeNames": {"#pending": COUNT_PENDING},
         }
     }
-    return _settle(client, unmark, send_counters(table, {(source, template): 1}, at=at))
+    return _settle(client, unmark, send_counters(table, {(source, template): 1}, at=at, step=step))
 
 
 def uncounted_add(table: str, source: str, template: str, n: int, *, at: str) -> TransactWriteItemTypeDef:
@@ -493,6 +541,11 @@ class StatsStore(TableAdapter):
         """The counters of several sources (:meth:`summed`)."""
         found = self.summed([(keys.stats_pk(source), keys.COUNTERS) for source in dict.fromkeys(sources)])
         return {keys.counter_scope(pk)[0]: Counters.from_item(item) for (pk, _), item in found.items()}
+
+    def steps(self, sequence_id: str) -> dict[str, dict[str, int]]:
+        """A sequence's counts per step code (:func:`step_counts`): its counters item's shards,
+        one BatchGetItem."""
+        return step_counts(self._item(keys.stats_pk(sequence_id), keys.COUNTERS))
 
     def active_of(self, sequence_ids: Iterable[str]) -> dict[str, int]:
         """Each sequence's active executions (``keys.active_key``: the count kept with the EXEC

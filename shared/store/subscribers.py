@@ -420,6 +420,23 @@ class SubscriberStore(TableAdapter):
         shards = (shard(kwargs, first) for kwargs, first in zip(requests, firsts, strict=True))
         yield from heapq.merge(*shards, key=lambda found: found[1])
 
+    def count_tag_members(self, tag: str) -> int:
+        """How many hold ``tag``: its TAG# partition counted by DynamoDB (``Select=COUNT``: no
+        item is returned; the partition is still read, 1 MB a page)."""
+        counted, start = 0, None
+        while True:
+            answer = self.client.query(
+                TableName=self.table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues=values(pk=keys.tag_pk(tag)),
+                Select="COUNT",
+                **page_start(start),
+            )
+            counted += answer.get("Count", 0)
+            start = answer.get("LastEvaluatedKey")
+            if not start:
+                return counted
+
     def iter_tag_members(
         self, tag: str, *, start: dict[str, Any] | None = None, page: int | None = None
     ) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -32,7 +32,7 @@ from ops.targets import Target
 from shared.broadcasts.model import PAUSED_REPUTATION, SENDING, BroadcastRequest
 from shared.broadcasts.records import BroadcastStore
 from shared.core import specs
-from shared.core.aws import client
+from shared.core.aws import client, register_hook, unregister_hook
 from shared.reputation.store import ReputationStore
 from shared.store import keys
 from shared.store.dynamo import deserialize, key
@@ -342,7 +342,10 @@ def test_the_hygiene_page_shows_the_report_and_its_dry_run_writes_nothing(
     )
     young = (date.today() + timedelta(days=30)).isoformat()  # new subscribers turn cold after 30 days
 
-    today = browser.get("/hygiene").text
+    opened = browser.get("/hygiene").text  # as it opens: no daily run has made a forecast yet
+    assert text_of(opened, "forecast").startswith("No daily run has made a forecast yet.")
+    assert 'id="next-run"' not in opened and 'id="at-risk"' not in opened
+    today = browser.get("/hygiene?live=1").text  # "Forecast now"
     assert text_of(today, "policy").startswith("Cold after 90 days without a human open or click (30 days")
     assert "unsubscribed 30 days later" in text_of(today, "policy")
     assert text_of(today, "last-run") == "never"
@@ -405,3 +408,40 @@ def test_the_cli_lists_the_held_broadcasts_and_the_machine_share(
     assert "broadcasts paused by the guardrail (resumed by `resume`): held-1" in status.output
     assert report.exit_code == 0, report.output
     assert "- (none) of opens, 75% (3 of 4) of clicks" in report.output
+
+
+def test_the_hygiene_page_opens_with_the_forecast_of_the_last_daily_run(
+    world: LocalResources, browser: Browser, target: Target
+) -> None:
+    from ops import hygiene
+
+    # Given three new subscribers (cold after 30 days) and a daily run twenty days from now
+    store = SubscriberStore(world.tables["table_name"], world.tables["events_table_name"])
+    for i in range(3):
+        store.upsert(f"new{i}@example.com")
+    run_day = (date.today() + timedelta(days=20)).isoformat()
+    young = (date.today() + timedelta(days=30)).isoformat()
+    assert hygiene.run(target, dry_run=False, at=run_day)["marked_cold"] == 0
+
+    # When the page opens on the run's day: the run's forecast, no day bucket read
+    reads: list[str] = []
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        if "HygieneIndex" in str(params.get("body", "")):
+            reads.append("HygieneIndex")
+
+    register_hook("before-call.dynamodb.Query", count)
+    try:
+        page = browser.get(f"/hygiene?at={run_day}").text  # a day asked for: live, for comparison
+        live_reads = len(reads)
+        opened = browser.get("/hygiene").text
+    finally:
+        unregister_hook("before-call.dynamodb.Query", count)
+
+    # Then the live report of that day and the stored forecast agree, and opening read no bucket
+    assert f"{young} 3" in text_of(page, "at-risk") and live_reads > 0
+    assert len(reads) == live_reads
+    assert f"As forecast by the daily run of {run_day}." in text_of(opened, "forecast")
+    assert 'id="next-run"' not in opened
+    assert "3" in text_of(opened, "hygiene-tiles")
+    assert text_of(opened, "last-run").startswith(f"{run_day}: 0 marked cold, 0 unsubscribed")

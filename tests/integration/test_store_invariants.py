@@ -223,7 +223,8 @@ def test_erase_removes_every_item_and_partner(resources, store: SubscriberStore)
     stats = counts.pop("STATS")
     assert counts == {"SUB": 1, "TAG": 1, "DIR": 1, "ERASED": 1}  # stay@: profile, tag, directory
     assert 1 <= stats <= 2
-    assert StatsStore(MAIN_TABLE.local_name, EVENTS_TABLE.local_name).active_of(["onboarding"]) == {"onboarding": 0}
+    stats_store = StatsStore(MAIN_TABLE.local_name, EVENTS_TABLE.local_name)
+    assert stats_store.active_of(["onboarding"]) == {"onboarding": 0}
     assert not [i for i in scan_all(MAIN_TABLE.local_name) if "gone@" in str(i)]
 
 
