@@ -182,16 +182,13 @@ class Checkpoint:
             run_day=item.get("run_day"),
         )
 
-    def write(self, store: SubscriberStore, report: RunReport, forecast: Mapping[str, int]) -> None:
-        """The checkpoint, with the run's summary and its at-risk ``forecast`` (:func:`at_risk`
-        from the run's day: what the console's Hygiene page shows without reading the buckets)."""
+    def write(self, store: SubscriberStore, report: RunReport) -> None:
         item = {
             "PK": keys.HYGIENE_PK,
             "SK": keys.HYGIENE_STATE,
             **{k: v for k, v in asdict(self).items() if v},
         }
         item["last_run"] = {k: v for k, v in report.summary().items() if k != "dry_run"}
-        item["forecast"] = {"day": report.day, "by_day": dict(forecast)}
         store.client.put_item(TableName=store.table, Item=serialize(item))
 
 
@@ -398,7 +395,7 @@ def run(
     for item in to_sunset:
         if item["email"] in chosen:
             _sunset(store, emit, item, report, at)
-    plan.checkpoint.write(store, report, at_risk(store, policy, day))
+    plan.checkpoint.write(store, report)
     logger.info("hygiene run", **{k: v for k, v in report.summary().items() if k != "skipped"})
     return report
 
@@ -483,12 +480,11 @@ def _sunset(store: SubscriberStore, emit: Emit, item: Mapping[str, Any], report:
 class HygieneReport:
     day: str
     cold: int
-    at_risk: int  # warm subscribers who turn cold within AT_RISK_DAYS
+    at_risk: int | None  # warm subscribers who turn cold within AT_RISK_DAYS (None: not read)
     at_risk_by_day: dict[str, int]
-    next_run: dict[str, Any] | None  # the next daily run's dry run (RunReport.summary); None: not live
+    next_run: dict[str, Any] | None  # the next daily run's dry run (RunReport.summary); None: not read
     last_run: dict[str, Any] | None
     policy: dict[str, int]
-    forecast_day: str | None = None  # the day the at-risk forecast was made (None: no run yet)
 
 
 def at_risk(
@@ -536,26 +532,22 @@ def report(
     """Cold subscribers (the ``cold`` tag), those at risk within ``AT_RISK_DAYS``, and what the
     next daily run would change (its dry run: today's when it has not run today, else tomorrow's).
 
-    ``live=False`` (the console's Hygiene page): the at-risk forecast the last daily run made
-    and no dry run, so no day bucket is read (one GetItem and the count of the ``cold`` tag)."""
+    ``live=False`` (the console's Hygiene page as it opens): neither the at-risk nor the dry run,
+    so no day bucket is read (one GetItem and the count of the ``cold`` tag)."""
     moment = now or datetime.now(UTC)
     day = day_of(clock.iso(moment))
     answer = store.client.get_item(TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_STATE))
-    state = from_dynamo(deserialize(answer["Item"])) if "Item" in answer else {}
-    last = state.get("last_run")
+    last = from_dynamo(deserialize(answer["Item"]).get("last_run")) if "Item" in answer else None
     cold = store.count_tag_members(COLD_TAG)
     if not live:
-        made = state.get("forecast") or {}
-        risky = {d: int(n) for d, n in sorted((made.get("by_day") or {}).items()) if d > day}
         return HygieneReport(
             day=day,
             cold=cold,
-            at_risk=sum(risky.values()),
-            at_risk_by_day=risky,
+            at_risk=None,
+            at_risk_by_day={},
             next_run=None,
             last_run=last,
             policy=asdict(policy),
-            forecast_day=made.get("day"),
         )
     done = Checkpoint.read(store)
     next_day = shift(done.run_day, 1) if done.run_day and done.run_day >= day else day
@@ -573,7 +565,6 @@ def report(
         },
         last_run=last,
         policy=asdict(policy),
-        forecast_day=day,
     )
 
 
