@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from botocore.exceptions import ClientError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -34,9 +35,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
         days = int(request.query_params.get("days", "30") or 30)
         catalog = c.catalog()
-        records, paused = await asyncio.gather(
-            call(c.broadcasts.list, 50), call(c.reputation.marketing_paused)
-        )
+        records, paused = await asyncio.gather(call(c.broadcasts.list, 50), marketing_paused())
         data = await call(build, c.stats, catalog, [r.id for r in records], days=days)
         return c.page(
             request,
@@ -46,6 +45,14 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             marketing_paused=paused,
             title="Overview",
         )
+
+    async def marketing_paused() -> bool | str:
+        """Whether marketing sending is paused, or why it is not known (the error code SES
+        answered: credentials that may not read SES still see the rest of the overview)."""
+        try:
+            return bool(await call(c.reputation.marketing_paused))
+        except ClientError as exc:
+            return str(exc.response.get("Error", {}).get("Code") or "an error")
 
     async def count_subscribers(request: Request) -> Response:
         from ops.overview import count_by_status

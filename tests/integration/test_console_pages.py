@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from cli.console.app import Console, build
 from cli.console.guard import COOKIE, CSRF_FIELD, Secrets
@@ -230,6 +231,29 @@ def test_the_reputation_page_shows_each_set_against_the_thresholds_and_the_held_
     assert "- never 5.00% / 10.00%" in transactional  # the guardrail never pauses it
     assert "held-1" in text_of(page, "held")
     assert browser.get("/").text.count('id="paused-banner"') == 1  # the overview says it too
+
+
+def test_the_overview_answers_when_the_credentials_may_not_read_ses(
+    world: LocalResources, browser: Browser
+) -> None:
+    # Given an operator whose credentials SES refuses (GetConfigurationSet: AccessDenied)
+    def refuse(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        error = {
+            "Error": {"Code": "AccessDeniedException", "Message": "not authorized"},
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        }
+        return AWSResponse("https://email.us-east-1.amazonaws.com/", 403, {}, None), error
+
+    register_hook("before-call.sesv2.GetConfigurationSet", refuse)
+    try:
+        answer = browser.get("/")
+    finally:
+        unregister_hook("before-call.sesv2.GetConfigurationSet", refuse)
+
+    # Then the overview is there, saying the pause is not known, and why
+    assert answer.status == 200 and 'id="overview-data"' in answer.text
+    assert "SES answered AccessDeniedException" in text_of(answer.text, "paused-unknown")
+    assert 'id="paused-banner"' not in answer.text
 
 
 def test_a_resume_above_the_threshold_is_refused_with_the_reason_and_changes_nothing(
