@@ -46,7 +46,7 @@ def install_local_ses(outbox: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes
 
 @contextlib.contextmanager
 def messaging_world() -> Iterator[LocalResources]:
-    """The tables, queues, topics and both configuration sets, deleted afterwards."""
+    """The tables, queues, topics and both configuration sets, all deleted afterwards."""
     res = provision(api_key="k" * 24, messaging=True)
     try:
         yield res
@@ -58,6 +58,14 @@ def messaging_world() -> Iterator[LocalResources]:
             sesv2.delete_configuration_set(ConfigurationSetName=name)
         for name in res.secrets.values():
             sm.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
+        # the queues too: moto lives for the session, and a queue created again by name (another
+        # test's) would still hold this test's messages
+        sqs, sns = client("sqs"), client("sns")
+        for queue in res.queues.values():
+            sqs.delete_queue(QueueUrl=queue.url)
+            sqs.delete_queue(QueueUrl=queue.dlq_url)
+        for arn in res.topics.values():
+            sns.delete_topic(TopicArn=arn)
 
 
 def settings_of(res: LocalResources) -> Settings:
