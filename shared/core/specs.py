@@ -555,7 +555,9 @@ SEQUENCE_CLEANUP_FUNCTION = FunctionSpec(
     name="sequence-cleanup",
     handler="functions.sequence_cleanup.handler.handler",
     description="Removes the EXEC pair of a sequence execution that failed, timed out or was aborted",
-    grants=(Grant(MAIN_TABLE, _ddb("DeleteItem")),),  # conditional delete of the pair (transaction)
+    # the conditional delete of the pair and the sequence's active-executions count (-1, an
+    # Update in the same transaction: TransactWriteItems is authorized per action)
+    grants=(Grant(MAIN_TABLE, _ddb("DeleteItem", "UpdateItem")),),
 )
 FUNCTIONS: tuple[FunctionSpec, ...] = (
     API_FUNCTION,

@@ -209,7 +209,10 @@ def test_every_sending_role_holds_at_least_what_cdk_grant_send_email_gives(
 
 def test_granted_actions_name_actions_by_resource_kind() -> None:
     granted = specs.granted_actions(specs.SEQUENCE_CLEANUP_FUNCTION)
-    assert granted == {"dynamodb:DeleteItem": frozenset({"table/MainTable"})}
+    assert granted == {
+        "dynamodb:DeleteItem": frozenset({"table/MainTable"}),
+        "dynamodb:UpdateItem": frozenset({"table/MainTable"}),
+    }
     sender = specs.granted_actions(specs.SENDER_FUNCTION)
     assert sender["ses:SendEmail"] == {
         "identity",
