@@ -243,6 +243,9 @@ def run(bench: Bench, subscribers: int, ses_rate: float = DEFAULT_SES_RATE,
     """One scale run on ``bench`` (a fresh local runtime): its report (:func:`report`)."""
     from bench.scenarios.broadcast import _service
 
+    quota = bench.runtime.ses.max_24_hour_send
+    if quota < subscribers:  # the local SES would defer the rest for a day, as SES does
+        raise RuntimeError(f"the local SES's 24-hour quota ({quota:,}) is below {subscribers:,} mails")
     with tempfile.TemporaryDirectory() as folder:
         source = Path(folder) / "scale.csv"
         write_csv(source, subscribers)
