@@ -11,7 +11,8 @@
 - SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
 - DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
   :func:`transact_write_items`);
-- a DynamoDB Query on a table's own key reads only its partition (:func:`partition_query`).
+- a DynamoDB Query on a table's own key reads only its partition, and one on an index only the
+  items holding the index key's value (:func:`partition_query`).
 
 :func:`self_check` fails loudly when one of these hooks moved (a moto upgrade): the
 runtime calls it before patching, and a test calls it too.
@@ -584,21 +585,49 @@ _QUERY_SIGNATURE = inspect.signature(_MOTO_TABLE_QUERY)
 
 def partition_query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
     """``Table.query`` reading only the queried partition when no index is named (moto's
-    backend passes ``index_name`` by position)."""
+    backend passes ``index_name`` by position), and only the items holding the index's key
+    value when one is (:func:`_index_items`)."""
     arguments = _QUERY_SIGNATURE.bind(self, hash_key, *args, **kwargs).arguments
-    if arguments.get("index_name") or hash_key is None:
+    if arguments.get("index_name"):
+        conditions = list(arguments.get("hash_key_conditions") or [])
+        if not conditions or any(getattr(v, "type", None) != "S" for _, v in conditions):
+            return _MOTO_TABLE_QUERY(self, hash_key, *args, **kwargs)  # string keys only
+        _partition.key = (self, None, conditions)
+    elif hash_key is None:
         return _MOTO_TABLE_QUERY(self, hash_key, *args, **kwargs)
-    _partition.key = (self, hash_key, arguments)
+    else:
+        _partition.key = (self, hash_key, arguments)
     try:
         return _MOTO_TABLE_QUERY(self, hash_key, *args, **kwargs)
     finally:
         _partition.key = None
 
 
+def _index_items(self: Any, conditions: list[tuple[str, Any]]) -> list[Any]:
+    """The table's items whose index key attributes equal ``conditions`` (a Query on a global
+    secondary index): one pass comparing the stored values, where moto's own pass runs its
+    key checks on every item of the table (the events table's index Queries took about 140 ms
+    each at 10,000 subscribers). moto then checks these few items as before."""
+    wanted = [(name, value.type, value.value) for name, value in conditions]
+    found = []
+    for stored in list(self.items.values()):  # a copy: writes to other partitions go on meanwhile
+        for item in list(stored.values()) if self.range_key_attr else [stored]:
+            attrs = item.attrs
+            for name, kind, value in wanted:
+                held = attrs.get(name)
+                if held is None or held.type != kind or held.value != value:
+                    break
+            else:
+                found.append(item)
+    return found
+
+
 def _all_items(self: Any) -> Any:
     restricted = getattr(_partition, "key", None)
     if restricted is None or restricted[0] is not self:
         return _MOTO_ALL_ITEMS(self)
+    if restricted[1] is None:
+        return _index_items(self, restricted[2])
     found = self.items.get(restricted[1])  # keyed by the hash key's DynamoType, as put_item stores it
     if found is None:
         return []

@@ -81,7 +81,30 @@ def _reads(client: Any) -> Iterator[Any]:
         ExpressionAttributeNames={"#g": "group"},
         ExpressionAttributeValues={":g": "g1"},
     )
+    yield client.query(  # an index key no item holds
+        TableName=TABLE,
+        IndexName="ByGroup",
+        KeyConditionExpression="#g = :g",
+        ExpressionAttributeNames={"#g": "group"},
+        ExpressionAttributeValues={":g": "g9"},
+    )
     after: dict[str, Any] | None = None
+    while True:  # an index with a sort-key condition, backwards, page by page
+        page = client.query(
+            TableName=TABLE,
+            IndexName="ByGroup",
+            KeyConditionExpression="#g = :g AND SK > :sk",
+            ExpressionAttributeNames={"#g": "group"},
+            ExpressionAttributeValues={":g": "g0", ":sk": "ITEM#010"},
+            ScanIndexForward=False,
+            Limit=4,
+            **({"ExclusiveStartKey": after} if after else {}),
+        )
+        yield page
+        after = page.get("LastEvaluatedKey")
+        if not after:
+            break
+    after = None
     while True:  # a partition backwards, page by page
         page = client.query(
             TableName=TABLE,
@@ -191,12 +214,24 @@ def test_reads_answer_as_moto_serializes_them(monkeypatch: pytest.MonkeyPatch) -
     assert "LastEvaluatedKey" in moto_answers[6] and moto_answers[7]["Count"] == 14
 
 
-def test_a_query_on_the_tables_key_reads_its_partition_and_answers_as_moto_does(
+def test_a_query_reads_its_partition_or_its_index_key_s_items_and_answers_as_moto_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     moto_answers = _answers(hooks._MOTO_DYNAMODB_SERIALIZED, monkeypatch)
+    index_reads: list[int] = []
+    only_index_items = hooks._index_items
+
+    def counted(table: Any, conditions: Any) -> list[Any]:
+        found = only_index_items(table, conditions)
+        index_reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(hooks, "_index_items", counted)
     partition_answers = _answers(hooks._MOTO_DYNAMODB_SERIALIZED, monkeypatch, partition_query=True)
 
     assert partition_answers == moto_answers
+    assert index_reads == [20, 0, 20, 20, 20, 20]  # each index Query was handed only its key's items
     assert moto_answers[8]["Items"] == []  # a missing partition
-    assert len(moto_answers[9]["Items"]) == 20 and len(moto_answers[10]["Items"]) == 5  # an index; a page
+    assert len(moto_answers[9]["Items"]) == 20 and moto_answers[10]["Items"] == []  # an index; none
+    assert [len(a["Items"]) for a in moto_answers[11:15]] == [4, 4, 4, 2]  # index pages: 14 of g0
+    assert len(moto_answers[15]["Items"]) == 5  # a page of a partition
