@@ -17,8 +17,9 @@ On a fresh local runtime in the deployed shape:
    functions').
 
 It prints, per page, the median and the largest answer time, whether the page answered under
-:data:`BUDGET_MS`, its DynamoDB requests per answer by operation (then any other service's, as
-the Reputation page's CloudWatch and SES requests), and a flag on any Scan.
+:data:`BUDGET_MS`, its DynamoDB requests per answer by operation, and a flag on any Scan (the
+meter's log holds DynamoDB requests only: the Reputation page's CloudWatch and SES requests are
+not in it, docs/console.md lists them).
 ``--json``: the same as one object. Not part of ``make test``: the import alone takes minutes.
 """
 
@@ -115,16 +116,14 @@ class Samples:
     ms: list[float] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
     requests: list[Counter[str]] = field(default_factory=list)  # DynamoDB operation -> count
-    others: list[Counter[str]] = field(default_factory=list)  # "<service> <operation>" -> count
     # a live count (the dry-run count's answers, each a part of the audience): the whole count
     # followed to its end once, its parts, their total and largest time, and the size found
     whole: dict[str, Any] | None = None
 
-    def add(self, ms: float, status: int, operations: Iterable[str], others: Iterable[str] = ()) -> None:
+    def add(self, ms: float, status: int, operations: Iterable[str]) -> None:
         self.ms.append(ms)
         self.statuses.append(status)
         self.requests.append(Counter(operations))
-        self.others.append(Counter(others))
 
 
 def row(samples: Samples, budget_ms: float = BUDGET_MS) -> dict[str, Any]:
@@ -137,9 +136,6 @@ def row(samples: Samples, budget_ms: float = BUDGET_MS) -> dict[str, Any]:
     per_answer: Counter[str] = Counter()
     for counted in samples.requests:
         per_answer |= counted  # the largest count of each operation over the answers
-    other: Counter[str] = Counter()
-    for counted in samples.others:
-        other |= counted
     return {
         "page": samples.page,
         "path": samples.path,
@@ -151,7 +147,6 @@ def row(samples: Samples, budget_ms: float = BUDGET_MS) -> dict[str, Any]:
         "dynamodb": dict(sorted(per_answer.items())),
         "dynamodb_requests": sum(per_answer.values()),
         "scan": per_answer.get("Scan", 0) > 0,
-        "other_requests": dict(sorted(other.items())),  # other services (CloudWatch, SES)
         **({"whole_count": samples.whole} if samples.whole else {}),
     }
 
@@ -179,8 +174,6 @@ def text(result: Mapping[str, Any]) -> str:
     ]
     for r in rows:
         requests = ", ".join(f"{op} {n}" for op, n in r["dynamodb"].items()) or "none"
-        if r.get("other_requests"):
-            requests += "; " + ", ".join(f"{op} {n}" for op, n in r["other_requests"].items())
         flag = "  SCAN" if r["scan"] else ""
         status = "" if r["statuses"] == [200] else f"  (HTTP {','.join(map(str, r['statuses']))})"
         lines.append(
@@ -312,10 +305,8 @@ def measure(
             if not page.path:
                 continue
             if round_:
-                mine = [r for r in log if r.origin == "runtime"]  # the console's, not the functions'
-                operations = (r.operation for r in mine if r.service == "dynamodb")
-                others = (f"{r.service} {r.operation}" for r in mine if r.service != "dynamodb")
-                samples[page.name].add(took, status, operations, others)
+                operations = (r.operation for r in log if r.origin == "runtime" and r.service == "dynamodb")
+                samples[page.name].add(took, status, operations)
                 if round_ == repeats and page.form is not None and status == 200 and "cursor" in body:
                     samples[page.name].whole = follow_count(browser, page, took, json.loads(body))
             elif status >= 400:
