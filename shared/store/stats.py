@@ -575,8 +575,7 @@ class StatsStore(TableAdapter):
     def _item(self, pk: str, sk: str) -> dict[str, Any] | None:
         """The counters item at (pk, sk): its shards read at once (one BatchGetItem, strongly
         consistent) and summed (None: no shard exists)."""
-        found = self._read_all([key(shard, sk) for shard in keys.counter_shard_pks(pk)])
-        return sum_shards(found) if found else None
+        return self.summed([(pk, sk)])[(pk, sk)]
 
     def _read_all(self, wanted: list[Any]) -> list[dict[str, Any]]:
         """Every item of ``wanted`` (at most 100 keys) that exists, strongly consistent."""
