@@ -75,9 +75,7 @@ class ConsoleBrowser(Browser):
 
         def capture() -> str | None:  # a page still laying out has no size yet: try again
             try:
-                return str(
-                    self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
-                )
+                return self.capture(captureBeyondViewport=True)
             except AssertionError as exc:
                 if "0 width" in str(exc) or "0 height" in str(exc):
                     return None

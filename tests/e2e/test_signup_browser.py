@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -91,6 +92,9 @@ class Browser:
             "sessionId"
         ]
         self.call("Page.enable")
+        # Headless Chromium composites no frame for a tab in the background, and a screenshot
+        # waits for a frame: the tab this browser drives is the one in front.
+        self.call("Page.bringToFront")
         # The runtime's https front has a self-signed certificate: this browser trusts it.
         self.call("Security.setIgnoreCertificateErrors", ignore=True, session=None)
 
@@ -110,7 +114,7 @@ class Browser:
         """Every message from the browser, answers and events, as it arrives (subclasses
         collect events here)."""
 
-    def call(self, method: str, session: Any = ..., **params: Any) -> dict[str, Any]:
+    def call(self, method: str, session: Any = ..., timeout_s: float = 30, **params: Any) -> dict[str, Any]:
         number = next(self._ids)
         answer: queue.Queue[dict[str, Any]] = queue.Queue()
         self._waiting[number] = answer
@@ -122,9 +126,9 @@ class Browser:
         with self._lock:
             os.write(self._commands, json.dumps(message).encode() + b"\0")
         try:
-            result = answer.get(timeout=30)
+            result = answer.get(timeout=timeout_s)
         except queue.Empty:
-            raise AssertionError(f"chromium did not answer {method} within 30 s") from None
+            raise AssertionError(f"chromium did not answer {method} within {timeout_s:g} s") from None
         finally:
             del self._waiting[number]
         if "error" in result:
@@ -180,10 +184,27 @@ class Browser:
         wait_for(focused, 10, f"{selector} to have the focus", interval_s=0.2)
         self.call("Input.insertText", text=text)
 
+    def capture(self, **params: Any) -> str:
+        """``Page.captureScreenshot``, base64 PNG. A capture waits for the compositor's next frame,
+        and headless Chromium sometimes leaves the surface idle and never answers: a capture not
+        answered in 15 s wakes the compositor (the tab to the front, a screencast's first frame)
+        and is asked again, three times in all."""
+        for attempt in range(3):
+            try:
+                return str(self.call("Page.captureScreenshot", timeout_s=15, format="png", **params)["data"])
+            except AssertionError as exc:
+                if "did not answer" not in str(exc) or attempt == 2:
+                    raise
+            self.call("Page.bringToFront")
+            self.call("Page.startScreencast", format="jpeg", quality=10, maxWidth=64, maxHeight=64)
+            time.sleep(0.3)
+            self.call("Page.stopScreencast")
+        raise AssertionError("unreachable")
+
     def screenshot(self, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         path = SCREENSHOTS / f"{name}.png"
-        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+        path.write_bytes(base64.b64decode(self.capture()))
         return path
 
     def close(self) -> None:
