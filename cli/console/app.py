@@ -9,6 +9,7 @@ a broadcast's progress). :mod:`cli.console.guard` wraps all of it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,20 @@ HERE = Path(__file__).parent
 T = TypeVar("T")
 PAGE = 50
 OUTBOX_PAGE = 50
+Signature = tuple[tuple[str, int, int], ...]
+
+
+def files_signature(*roots: Path) -> Signature:
+    """(path, size, modification time in ns) of every file under ``roots`` (files or folders;
+    a missing one adds nothing): any file added, removed or changed gives another value."""
+    found: list[tuple[str, int, int]] = []
+    for root in roots:
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in paths:
+            with contextlib.suppress(OSError):  # removed meanwhile: not there
+                stat = path.stat()
+                found.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
 
 
 @dataclass
@@ -53,6 +68,7 @@ class Console:
     topics_file: Path | None = None
     outbox: Path | None = None  # the local runtime's outbox (None: a deployed stack)
     env: Environment = field(init=False)
+    _catalog: tuple[Signature, Catalog] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.env = Environment(
@@ -112,12 +128,21 @@ class Console:
         return Renderer(self.templates_dir or TEMPLATES_DIR)
 
     def catalog(self) -> Catalog:
-        """The project's sequences (read each time: the files may change while it runs)."""
+        """The project's sequences. The files may change while the console runs: they are
+        loaded again when any file they are read from (the sequences, ``topics.yaml`` beside
+        them, the templates they name) was added, removed or changed since the last load, and
+        otherwise kept (loading and validating them takes about 60 ms, a page's whole budget
+        of DynamoDB requests; listing the files' sizes and times, about 1 ms)."""
         from shared.sequences import SEQUENCES_DIR
         from shared.sequences.validate import load_catalog
 
-        catalog, _ = load_catalog(self.sequences_dir or SEQUENCES_DIR, self.templates_dir)
-        return catalog
+        sequences = Path(self.sequences_dir or SEQUENCES_DIR)
+        templates = Path(self.templates_dir) if self.templates_dir else sequences.parent / "templates"
+        signature = files_signature(sequences, templates, sequences.parent / "topics.yaml")
+        if self._catalog is None or self._catalog[0] != signature:
+            catalog, _ = load_catalog(sequences, self.templates_dir)
+            self._catalog = (signature, catalog)
+        return self._catalog[1]
 
     # ----- responses ---------------------------------------------------------------------------
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
