@@ -23,8 +23,10 @@ from __future__ import annotations
 import base64
 import copy
 import inspect
+import io
 import itertools
 import json
+import socket
 import threading
 import time as _time
 import types
@@ -51,6 +53,7 @@ from moto.dynamodb.exceptions import (
 )
 from moto.dynamodb.models.table import StreamRecord, StreamShard
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
+from moto.moto_server.werkzeug_app import MotoRequestHandler
 from moto.sesv2 import urls as sesv2_urls
 from moto.sesv2.responses import SESV2Response
 from moto.sns.models import Subscription as SnsSubscription
@@ -90,6 +93,23 @@ _installed = False
 _install_lock = threading.Lock()
 
 
+def _source_problems() -> list[str]:
+    """What the patches below rely on in moto's own code (its source text)."""
+    from moto.moto_server import threaded_moto_server
+
+    relied_on: list[tuple[Any, str, str]] = [
+        (threaded_moto_server.ThreadedMotoServer, "request_handler=MotoRequestHandler",
+         "moto's threaded server no longer takes its request handler from MotoRequestHandler"),
+        (sfn_boto_client.boto_client_for, "moto_server_port()",
+         "the Step Functions interpreter no longer finds moto's port through moto_server_port"),
+        (_MOTO_TRANSACT_WRITE_ITEMS, "original_table_state",
+         "DynamoDB transact_write_items no longer snapshots whole tables: review the override"),
+        (_MOTO_TABLE_QUERY, "item.hash_key == hash_key",
+         "DynamoDB Table.query no longer keeps a partition's items of all_items"),
+    ]  # fmt: skip
+    return [problem for code, needle, problem in relied_on if needle not in inspect.getsource(code)]
+
+
 def self_check() -> None:
     import moto
 
@@ -120,14 +140,9 @@ def self_check() -> None:
             problems.append(f"{owner.__name__}.{name} signature changed: {inspect.signature(member)}")
     if not hasattr(retrier_decl, "time") or "time.sleep(" not in inspect.getsource(retrier_decl):
         problems.append("the Step Functions retrier no longer sleeps through retrier_decl.time")
-    if "moto_server_port()" not in inspect.getsource(sfn_boto_client.boto_client_for):
-        problems.append("the Step Functions interpreter no longer finds moto's port through moto_server_port")
+    problems += _source_problems()
     if not isinstance(getattr(sesv2_urls, "url_paths", None), dict):
         problems.append("moto.sesv2.urls.url_paths is no longer a dict")
-    if "original_table_state" not in inspect.getsource(_MOTO_TRANSACT_WRITE_ITEMS):
-        problems.append("DynamoDB transact_write_items no longer snapshots whole tables: review the override")
-    if "item.hash_key == hash_key" not in inspect.getsource(_MOTO_TABLE_QUERY):
-        problems.append("DynamoDB Table.query no longer keeps a partition's items of all_items")
     for (owner, name), source in _SQS_CLOCK.items():
         member = _MOTO_SQS_PROPERTIES[owner, name]
         if not isinstance(member, property) or source not in inspect.getsource(member.fget):  # type: ignore[arg-type]
@@ -494,6 +509,72 @@ def install() -> None:
         _installed = True
 
 
+class KeepAliveRequestHandler(MotoRequestHandler):
+    """moto's request handler, keeping the connection open between requests.
+
+    werkzeug's development server (3.x) answers every request with ``Connection: close``, so
+    each request to the endpoint opened a TCP connection and a server thread: a third of a
+    request's time in the console's reads went to connecting (``getaddrinfo``, ``connect``, the
+    thread start), and the server waited 10 ms on each closed socket for more input. Here a
+    request whose body has a ``Content-Length`` (every AWS SDK request but a chunked upload) is
+    read whole, handed to moto's application as werkzeug would, and answered with the
+    response's length, over HTTP/1.1 without closing: botocore's pool reuses the connection.
+    Anything else (a chunked body) goes to werkzeug's own handling, which closes the connection.
+    """
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def run_wsgi(self) -> None:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True
+            super().run_wsgi()
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length > 0 else b""
+        self.environ = environ = self.make_environ()
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        started: list[Any] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            started[:] = [status, headers]
+            return chunks.append
+
+        chunks: list[bytes] = []
+        try:
+            answer = self.server.app(environ, start_response)
+            try:
+                chunks.extend(answer)
+            finally:
+                if hasattr(answer, "close"):
+                    answer.close()
+        except Exception as exc:  # as werkzeug answers an application's error: a 500, closed
+            self.close_connection = True
+            self.server.log("error", f"Error on request: {type(exc).__name__}: {exc}")
+            started[:] = ["500 Internal Server Error", [("Content-Type", "text/plain")]]
+            chunks[:] = [b"Internal Server Error"]
+        status, headers = started
+        code, _, reason = status.partition(" ")
+        data = b"".join(chunks)
+        self.send_response(int(code), reason)
+        for key, value in headers:
+            if key.lower() not in {"content-length", "connection", "transfer-encoding"}:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        # the head and the body in one write: two small writes on an open connection wait for
+        # the client's delayed acknowledgement of the first (Nagle's algorithm), about 40 ms
+        self._headers_buffer.append(b"\r\n")  # type: ignore[attr-defined]
+        if self.command != "HEAD":
+            self._headers_buffer.append(data)  # type: ignore[attr-defined]
+        self.flush_headers()
+
+
 def _serve_faster() -> None:
     """Costs of moto's server that grow with the request rate or the queue length, not
     with the work:
@@ -513,11 +594,11 @@ def _serve_faster() -> None:
     - DynamoDB reads (see :func:`dynamodb_read_serialized`) walked the response model for
       every attribute of every item returned: 80 % of a Scan's time.
     """
-    from werkzeug.serving import WSGIRequestHandler
+    from moto.moto_server import threaded_moto_server
 
     modules = tuple(moto_backends.list_of_moto_modules())
     moto_backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
-    WSGIRequestHandler.protocol_version = "HTTP/1.1"  # keep-alive: no connection per request
+    threaded_moto_server.MotoRequestHandler = KeepAliveRequestHandler  # type: ignore[misc]
     SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
     _sqs_counts()
     SnsSubscription.get_post_data = _sns_post_data  # type: ignore[method-assign]
