@@ -760,29 +760,32 @@ def _table_written(table: Any) -> None:
     setattr(table, _VERSION, next(_VERSIONS))
 
 
-def _versioned_put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
-    _table_written(self)
-    try:
-        return _MOTO_TABLE_PUT_ITEM(self, *args, **kwargs)
-    finally:
-        _table_written(self)
+def _versioned(write: Callable[..., Any], table_of: Callable[..., Any]) -> Callable[..., Any]:
+    """``write`` (a method of moto's), giving the table it writes (``table_of(self, args,
+    kwargs)``) a new version before and after it."""
 
-
-def _versioned_delete_item(self: Any, *args: Any, **kwargs: Any) -> Any:
-    _table_written(self)
-    try:
-        return _MOTO_TABLE_DELETE_ITEM(self, *args, **kwargs)
-    finally:
-        _table_written(self)
-
-
-def _versioned_update_item(self: Any, table_name: str, *args: Any, **kwargs: Any) -> Any:
-    table = self.get_table(table_name)
-    _table_written(table)
-    try:
-        return _MOTO_UPDATE_ITEM(self, table_name, *args, **kwargs)
-    finally:
+    def versioned(self: Any, *args: Any, **kwargs: Any) -> Any:
+        table = table_of(self, args, kwargs)
         _table_written(table)
+        try:
+            return write(self, *args, **kwargs)
+        finally:
+            _table_written(table)
+
+    return versioned
+
+
+def _the_table(table: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return table
+
+
+def _named_table(backend: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return backend.get_table(args[0] if args else kwargs["table_name"])
+
+
+_versioned_put_item = _versioned(_MOTO_TABLE_PUT_ITEM, _the_table)
+_versioned_delete_item = _versioned(_MOTO_TABLE_DELETE_ITEM, _the_table)
+_versioned_update_item = _versioned(_MOTO_UPDATE_ITEM, _named_table)
 
 
 def _all_items(self: Any) -> Any:

@@ -161,6 +161,26 @@ def _reads(client: Any) -> Iterator[Any]:
     )
 
 
+def _create_table(resource: Any) -> Any:
+    """The table the reads run on: ``PK``/``SK``, and the index ``ByGroup`` on ``group``."""
+    return resource.create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("PK", "SK", "group")],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "ByGroup",
+                "KeySchema": [
+                    {"AttributeName": "group", "KeyType": "HASH"},
+                    {"AttributeName": "SK", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
 def _answers(
     serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, *, partition_query: bool = False
 ) -> list[Any]:
@@ -171,29 +191,7 @@ def _answers(
     monkeypatch.setattr(Table, "all_items", hooks._all_items if partition_query else hooks._MOTO_ALL_ITEMS)
     with mock_aws():
         resource = boto3.resource("dynamodb", region_name="us-east-1")
-        table = resource.create_table(
-            TableName=TABLE,
-            KeySchema=[
-                {"AttributeName": "PK", "KeyType": "HASH"},
-                {"AttributeName": "SK", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": "PK", "AttributeType": "S"},
-                {"AttributeName": "SK", "AttributeType": "S"},
-                {"AttributeName": "group", "AttributeType": "S"},
-            ],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "ByGroup",
-                    "KeySchema": [
-                        {"AttributeName": "group", "KeyType": "HASH"},
-                        {"AttributeName": "SK", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        table = _create_table(resource)
         with table.batch_writer() as batch:
             for item in _items():
                 batch.put_item(Item=item)
@@ -282,25 +280,7 @@ def test_index_queries_between_writes_read_the_table_once_and_every_write_is_see
     monkeypatch.setattr(hooks, "_every_item", counted)
     with mock_aws():
         resource = boto3.resource("dynamodb", region_name="us-east-1")
-        table = resource.create_table(
-            TableName=TABLE,
-            KeySchema=[
-                {"AttributeName": "PK", "KeyType": "HASH"},
-                {"AttributeName": "SK", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("PK", "SK", "group")],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "ByGroup",
-                    "KeySchema": [
-                        {"AttributeName": "group", "KeyType": "HASH"},
-                        {"AttributeName": "SK", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        table = _create_table(resource)
         client = resource.meta.client
         try:
             with table.batch_writer() as batch:
