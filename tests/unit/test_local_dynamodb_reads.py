@@ -161,6 +161,26 @@ def _reads(client: Any) -> Iterator[Any]:
     )
 
 
+def _create_table(resource: Any) -> Any:
+    """The table the reads run on: ``PK``/``SK``, and the index ``ByGroup`` on ``group``."""
+    return resource.create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("PK", "SK", "group")],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "ByGroup",
+                "KeySchema": [
+                    {"AttributeName": "group", "KeyType": "HASH"},
+                    {"AttributeName": "SK", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
 def _answers(
     serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, *, partition_query: bool = False
 ) -> list[Any]:
@@ -171,29 +191,7 @@ def _answers(
     monkeypatch.setattr(Table, "all_items", hooks._all_items if partition_query else hooks._MOTO_ALL_ITEMS)
     with mock_aws():
         resource = boto3.resource("dynamodb", region_name="us-east-1")
-        table = resource.create_table(
-            TableName=TABLE,
-            KeySchema=[
-                {"AttributeName": "PK", "KeyType": "HASH"},
-                {"AttributeName": "SK", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": "PK", "AttributeType": "S"},
-                {"AttributeName": "SK", "AttributeType": "S"},
-                {"AttributeName": "group", "AttributeType": "S"},
-            ],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "ByGroup",
-                    "KeySchema": [
-                        {"AttributeName": "group", "KeyType": "HASH"},
-                        {"AttributeName": "SK", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        table = _create_table(resource)
         with table.batch_writer() as batch:
             for item in _items():
                 batch.put_item(Item=item)
@@ -235,3 +233,102 @@ def test_a_query_reads_its_partition_or_its_index_key_s_items_and_answers_as_mot
     assert len(moto_answers[9]["Items"]) == 20 and moto_answers[10]["Items"] == []  # an index; none
     assert [len(a["Items"]) for a in moto_answers[11:15]] == [4, 4, 4, 2]  # index pages: 14 of g0
     assert len(moto_answers[15]["Items"]) == 5  # a page of a partition
+
+
+def _group_skus(client: Any, group: str) -> list[str]:
+    pages = client.get_paginator("query").paginate(
+        TableName=TABLE,
+        IndexName="ByGroup",
+        KeyConditionExpression="#g = :g",
+        ExpressionAttributeNames={"#g": "group"},
+        ExpressionAttributeValues={":g": group},
+    )
+    return sorted(item["SK"] for page in pages for item in page["Items"])
+
+
+def _mapped(client: Any, group: str) -> list[str]:
+    """The index's answer for ``group``, asked three times (the map is built by the second and
+    read by the third, so the next write must invalidate it): all three the same."""
+    answers = [_group_skus(client, group) for _ in range(3)]
+    assert answers[0] == answers[1] == answers[2]
+    return answers[0]
+
+
+def test_index_queries_between_writes_read_the_table_once_and_every_write_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given a table with a global secondary index, when its index is queried many times with
+    no write between, then the table is passed over twice (once to answer, once to map it) and
+    the rest are lookups; and after each kind of write (a Put, an UpdateItem that moves an item
+    to another index key in place, a Delete, a transaction, a batch write), the next Query
+    answers what the table holds."""
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table
+
+    monkeypatch.setattr(Table, "query", hooks.partition_query)
+    monkeypatch.setattr(Table, "all_items", hooks._all_items)
+    monkeypatch.setattr(Table, "put_item", hooks._versioned_put_item)
+    monkeypatch.setattr(Table, "delete_item", hooks._versioned_delete_item)
+    monkeypatch.setattr(DynamoDBBackend, "update_item", hooks._versioned_update_item)
+    passes: list[int] = []
+    every_item = hooks._every_item
+
+    def counted(table: Any) -> Iterator[Any]:
+        passes.append(1)
+        return every_item(table)
+
+    monkeypatch.setattr(hooks, "_every_item", counted)
+    with mock_aws():
+        resource = boto3.resource("dynamodb", region_name="us-east-1")
+        table = _create_table(resource)
+        client = resource.meta.client
+        try:
+            with table.batch_writer() as batch:
+                for item in _items():
+                    batch.put_item(Item=item)
+            g0 = [f"ITEM#{i:03d}" for i in range(0, 40, 2)]
+            passes.clear()
+            for _ in range(16):
+                assert _group_skus(client, "g0") == g0
+            assert _group_skus(client, "g9") == []
+            assert len(passes) == 2  # 17 Queries: one pass to answer, one to map, then lookups
+
+            table.put_item(Item={"PK": "SUB#9", "SK": "ITEM#100", "group": "g0"})
+            assert _mapped(client, "g0") == [*g0, "ITEM#100"]
+            client.update_item(
+                TableName=TABLE,
+                Key={"PK": "SUB#0", "SK": "ITEM#000"},
+                UpdateExpression="SET #g = :g",
+                ExpressionAttributeNames={"#g": "group"},
+                ExpressionAttributeValues={":g": "g1"},
+            )
+            assert _mapped(client, "g0") == [*g0[1:], "ITEM#100"]
+            assert "ITEM#000" in _group_skus(client, "g1")
+            table.delete_item(Key={"PK": "SUB#9", "SK": "ITEM#100"})
+            assert _mapped(client, "g0") == g0[1:]
+            client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": TABLE,
+                            "Item": {"PK": "SUB#8", "SK": "ITEM#200", "group": "g0"},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": TABLE,
+                            "Key": {"PK": "SUB#0", "SK": "ITEM#000"},
+                            "UpdateExpression": "SET #g = :g",
+                            "ExpressionAttributeNames": {"#g": "group"},
+                            "ExpressionAttributeValues": {":g": "g0"},
+                        }
+                    },
+                ]
+            )
+            assert _mapped(client, "g0") == [*g0, "ITEM#200"]
+            with table.batch_writer() as batch:
+                batch.delete_item(Key={"PK": "SUB#8", "SK": "ITEM#200"})
+                batch.put_item(Item={"PK": "SUB#7", "SK": "ITEM#300", "group": "g0"})
+            assert _mapped(client, "g0") == [*g0, "ITEM#300"]
+        finally:
+            table.delete()
