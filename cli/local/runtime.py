@@ -36,7 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cli.local import hooks, ses_events
+from cli.local import collector, hooks, ses_events
 from cli.local.artifact import Artifact, build
 from cli.local.cfn_stack import register_stack
 from cli.local.clock import VirtualClock
@@ -179,6 +179,7 @@ class LocalRuntime:
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         hooks.install()
+        collector.install()  # full collections skip what survived the last one (the emulator's store)
         self.clock = VirtualClock(speed=config.speed)
         self.ses = LocalSes(
             self.outbox,
