@@ -129,8 +129,9 @@ class Broadcasts:
         sample: int = SAMPLE,
     ) -> Counted:
         """Part of the exact dry-run count, from ``cursor`` on (None: the start): resolver
-        pages of :data:`COUNT_PAGE` recipients until ``budget_s`` seconds are spent or the
-        audience is exhausted. The caller adds the parts up and asks again with the returned
+        pages of :data:`COUNT_PAGE` recipients while the next one, taking as long as the last,
+        would end within ``budget_s`` seconds (at least one page), or until the audience is
+        exhausted. The caller adds the parts up and asks again with the returned
         cursor until it is None: the console's live count, each answer short whatever the
         audience's size. A cursor this method did not return is an :class:`InvalidInput`."""
         resolver = copy.copy(self.resolver)
@@ -143,11 +144,13 @@ class Broadcasts:
             if cursor is not None and not isinstance(json.loads(cursor), dict):
                 raise forged
             while True:
+                began = time.monotonic()
                 page = resolver.page(request.audience, cursor)
                 size += len(page.emails)
                 first += page.emails[: max(0, sample - len(first))]
                 cursor = page.cursor
-                if page.exhausted or time.monotonic() >= deadline:
+                # no page that would end past the budget: the next is taken to last as this one did
+                if page.exhausted or 2 * time.monotonic() - began >= deadline:
                     return Counted(size, first, None if page.exhausted else cursor)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise forged from None

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -117,6 +118,15 @@ def test_the_live_count_adds_up_in_parts_to_the_dry_run_and_refuses_a_forged_cur
     assert len(parts[0].sample) == len(sample) == 5 and set(parts[0].sample) <= wanted
     # and with time to spare, one answer counts it all
     assert env.service.count(request, budget_s=120).size == size
+    # and no answer starts a page it expects to end past the budget: on this clock each page
+    # takes 1/32 s, 1/32 s apart, so after two (at 4/32 s) a third would end past 100 ms
+    clock = iter(n / 32 for n in range(10_000))
+    monkeypatch.setattr(ops_broadcasts, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    pages: list[int] = []
+    page = AudienceResolver.page
+    monkeypatch.setattr(AudienceResolver, "page", lambda self, *a: pages.append(1) or page(self, *a))
+    counted = env.service.count(request, budget_s=0.1)
+    assert len(pages) == min(2, len(parts)) and (counted.cursor is None) == (len(parts) <= 2)
     # and a cursor it did not return is a clear error
     scan = '{"part": 0, "segments": "x", "open": {}}'  # the "everyone" Scan's cursor
     tag = '{"part": 0, "key": {"PK": {"N": "1"}}}'  # a tag partition's, with a key of another type
