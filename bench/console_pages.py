@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import re
 import statistics
@@ -36,7 +37,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ class Page:
     name: str
     path: str
     form: Mapping[str, str] | None = None  # a POST (the console's script sends the CSRF header)
+    # a read in the background (cli.console.jobs): redirected to its own URL, which answers
+    # "forecasting" and refreshes itself each second until the read is done
+    background: bool = False
 
 
 def pages(subscribers: int) -> list[Page]:
@@ -102,7 +106,7 @@ def pages(subscribers: int) -> list[Page]:
         Page("webhooks", "/webhooks"),
         Page("reputation", "/reputation"),
         Page("hygiene", "/hygiene"),
-        Page("hygiene: forecast now", "/hygiene?live=1"),
+        Page("hygiene: forecast now", "/hygiene?live=1", background=True),
     ]
 
 
@@ -119,6 +123,8 @@ class Samples:
     # a live count (the dry-run count's answers, each a part of the audience): the whole count
     # followed to its end once, its parts, their total and largest time, and the size found
     whole: dict[str, Any] | None = None
+    # a background read (Page.background): each one followed to its answer
+    reads: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, ms: float, status: int, operations: Iterable[str]) -> None:
         self.ms.append(ms)
@@ -148,6 +154,24 @@ def row(samples: Samples, budget_ms: float = BUDGET_MS) -> dict[str, Any]:
         "dynamodb_requests": sum(per_answer.values()),
         "scan": per_answer.get("Scan", 0) > 0,
         **({"whole_count": samples.whole} if samples.whole else {}),
+        **({"background_reads": background(samples.reads)} if samples.reads else {}),
+    }
+
+
+def background(reads: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The background reads of a page: how many, how long each took (the page's own figure)."""
+    seconds = [r["read_s"] for r in reads if r["read_s"] is not None]
+    first = [r["answers_ms"][0] for r in reads]
+    refreshes = [ms for r in reads for ms in r["answers_ms"][1:-1]]  # "still reading" again
+    shown = [r["answers_ms"][-1] for r in reads if len(r["answers_ms"]) > 1]  # the answer
+    return {
+        "reads": len(reads),
+        "first_max_ms": max(first),
+        "refresh_max_ms": max(refreshes, default=None),
+        "shown_max_ms": max(shown, default=None),
+        "median_s": round(statistics.median(seconds), 1) if seconds else None,
+        "max_s": round(max(seconds), 1) if seconds else None,
+        "dynamodb_requests": max(len(r["requests"]) for r in reads),
     }
 
 
@@ -187,6 +211,20 @@ def text(result: Mapping[str, Any]) -> str:
                 f"{r['page']}, followed to its end: {w['size']:,} recipients in {w['parts']} answers, "
                 f"{w['total_ms']:,.0f} ms in all, the slowest {w['max_ms']:.0f} ms"
             )
+        if "background_reads" in r:
+            b = r["background_reads"]
+            lines.append(
+                f"{r['page']}: {b['reads']} reads in the background, each {b['median_s']} s "
+                f"(median; the longest {b['max_s']} s), {b['dynamodb_requests']} DynamoDB requests; "
+                f"the slowest first answer {b['first_max_ms']} ms, refresh while reading "
+                f"{b['refresh_max_ms']} ms, answer shown {b['shown_max_ms']} ms"
+            )
+    if "gc" in result:
+        g = result["gc"]
+        lines.append(
+            f"full garbage collections meanwhile: {g['full_collections']}, "
+            f"the longest {g['longest_ms']:,.0f} ms"
+        )
     s = result["summary"]
     lines.append(f"over {budget:.0f} ms: {', '.join(s['over_budget']) or 'none'}")
     lines.append(f"scans: {', '.join(s['scans']) or 'none'}")
@@ -291,6 +329,13 @@ def measure(
         if round_:
             say(f"round {round_} of {repeats}")
         for page in resolved:
+            if page.background:
+                followed = follow_background(bench, browser, page)
+                if round_:
+                    for n, (ms, status) in enumerate(followed.pop("answers")):
+                        samples[page.name].add(ms, status, followed["requests"] if n == 0 else ())
+                    samples[page.name].reads.append(followed)
+                continue
             bench.meter.start_log()
             started = time.perf_counter()
             status, _, body = browser.send(page.path, page.form)
@@ -312,6 +357,35 @@ def measure(
             elif status >= 400:
                 say(f"{page.name} answered {status}: {body[:200]}")
     return [row(s) for s in samples.values() if s.ms]
+
+
+def follow_background(bench: Bench, browser: Browser, page: Page) -> dict[str, Any]:
+    """A background read followed as a browser does: the redirect to the read's own URL, then
+    that URL once a second (the page's refresh) until it shows the answer. Each answer's time
+    (the redirect and the first answer together, as one wait), the read's own time (the page
+    prints it) and its DynamoDB requests (all of them, made in the background)."""
+    bench.meter.start_log()
+    started = time.perf_counter()
+    status, headers, body = browser.send(page.path)
+    location = {k.lower(): v for k, v in headers.items()}.get("location")
+    if status != 303 or not location:
+        raise RuntimeError(f"{page.name} answered {status}, not a redirect to its read: {body[:200]}")
+    answers: list[tuple[float, int]] = []
+    while True:
+        status, _, body = browser.send(location)
+        answers.append(((time.perf_counter() - started) * 1000, status))
+        if status != 200 or 'id="forecasting"' not in body:
+            break
+        time.sleep(1.0)  # the page's <meta http-equiv="refresh" content="1">
+        started = time.perf_counter()
+    ready = re.search(r"read in ([0-9.]+) s", body)
+    log = bench.meter.take_log()
+    return {
+        "answers": answers,
+        "answers_ms": [round(ms, 1) for ms, _ in answers],
+        "read_s": float(ready.group(1)) if ready else None,
+        "requests": [r.operation for r in log if r.origin == "runtime" and r.service == "dynamodb"],
+    }
 
 
 def follow_count(browser: Browser, page: Page, first_ms: float, first: Mapping[str, Any]) -> dict[str, Any]:
@@ -349,7 +423,8 @@ def run(bench: Bench, subscribers: int, repeats: int, say: Callable[[str], None]
                     raise
                 time.sleep(0.1)
         say(f"console at {browser.base}: {len(pages(subscribers))} pages x {repeats}")
-        rows = measure(bench, browser, pages(subscribers), repeats, say)
+        with collections() as pauses:
+            rows = measure(bench, browser, pages(subscribers), repeats, say)
     finally:
         served.stop()
     return {
@@ -357,8 +432,35 @@ def run(bench: Bench, subscribers: int, repeats: int, say: Callable[[str], None]
         "repeats": repeats,
         "import": imported,
         "rows": rows,
+        "gc": pauses,
         "summary": summary(rows),
     }
+
+
+@contextlib.contextmanager
+def collections() -> Iterator[dict[str, Any]]:
+    """Python's collections of its oldest generation in this process while the pages are asked
+    (the emulator's items, the console and the bench share it): how many and the longest, in ms.
+    Each one stops every thread for a pass over every object the emulator holds."""
+    found: dict[str, Any] = {"full_collections": 0, "longest_ms": 0.0}
+    started: list[float] = []
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started:
+            found["full_collections"] += 1
+            found["longest_ms"] = round(
+                max(found["longest_ms"], (time.perf_counter() - started[0]) * 1000), 1
+            )
+
+    gc.callbacks.append(timed)
+    try:
+        yield found
+    finally:
+        gc.callbacks.remove(timed)
 
 
 def main(argv: list[str], runtime: Callable[[], contextlib.AbstractContextManager[Bench]]) -> int:

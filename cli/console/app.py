@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cli.console.guard import CSRF_FIELD, Guard, Secrets
+from cli.console.jobs import Jobs
 from shared.core.errors import Conflict, InvalidInput, MailstepError, NotFound
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class Console:
     topics_file: Path | None = None
     outbox: Path | None = None  # the local runtime's outbox (None: a deployed stack)
     env: Environment = field(init=False)
+    jobs: Jobs = field(default_factory=Jobs, init=False)  # reads longer than a page (the forecast)
     _catalog: tuple[Signature, Catalog] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import secrets
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from botocore.exceptions import ClientError
 from starlette.requests import Request
@@ -17,6 +19,9 @@ from shared.core.errors import InvalidInput, MailstepError, NotFound
 
 if TYPE_CHECKING:
     from starlette.datastructures import FormData
+
+
+RUN_ID = re.compile(r"[0-9a-f]{16}")  # a forecast's id in its URL (cli.console.jobs)
 
 
 def _lines(value: str) -> list[str]:
@@ -298,10 +303,22 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         from ops import hygiene as list_hygiene
 
         at = request.query_params.get("at", "").strip()
-        # as it opens: the last daily run's forecast; a day asked for, or "Forecast now": live
-        live = bool(at) or request.query_params.get("live") == "1"
-        found = await call(list_hygiene.report, c.target, at=at or None, live=live)
-        return c.page(request, "hygiene.html", r=found, dry=None, at=at, title="Hygiene")
+        if not at and request.query_params.get("live") != "1":  # as it opens: no day bucket read
+            found = await call(list_hygiene.report, c.target, live=False)
+            return c.page(request, "hygiene.html", r=found, dry=None, at=at, title="Hygiene")
+        # a day asked for, or "Forecast now": the full report, read in the background (cli.console.jobs)
+        if at:
+            list_hygiene.now(c.target, at)  # a day, or the problem page (no I/O for a day)
+        run = request.query_params.get("run", "")
+        wanted = {"at": at} if at else {"live": "1"}
+        if not RUN_ID.fullmatch(run):  # a new forecast: its own URL, so a reload shows this one
+            return RedirectResponse(f"/hygiene?{urlencode({**wanted, 'run': secrets.token_hex(8)})}", 303)
+        job = c.jobs.start(("hygiene", at, run), lambda: list_hygiene.report(c.target, at=at or None))
+        if not job.done.is_set():  # no waiting here: against AWS it takes a second or more anyway
+            return c.page(request, "hygiene.html", r=None, dry=None, at=at, forecasting=job, title="Hygiene")
+        if job.error is not None:
+            raise job.error
+        return c.page(request, "hygiene.html", r=job.result, dry=None, at=at, read=job, title="Hygiene")
 
     async def hygiene_dry_run(request: Request) -> Response:
         from ops import hygiene as list_hygiene

@@ -312,6 +312,11 @@ def test_resume_anyway_waits_for_the_typed_name_and_the_hygiene_dry_run_answers(
 
     browser.open(console.base + "/hygiene")
     browser.wait_text("#policy", lambda t: "Cold after" in t, "the hygiene report")
+    browser.click("#forecast-now")  # read in the background: the page refreshes itself until done
+    browser.wait_text("#forecast-read", lambda t: t.startswith("Forecast for"), "the forecast, refreshed in")
+    assert "run=" in browser.evaluate("location.search")
+    browser.wait_text("#at-risk", lambda t: "day" in t, "the at-risk table")
+    browser.shot("console-flow-hygiene-forecast")
     browser.click("#dry-run-button")
     browser.wait_text("#dry-run", lambda t: "to mark cold" in t, "the dry run's answer")
     browser.shot("console-flow-hygiene-dry-run")

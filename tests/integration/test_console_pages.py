@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -125,6 +127,20 @@ class Browser:
     def get(self, path: str) -> Answer:
         answer = self.request("GET", path)
         assert answer.status == 200, (answer.status, answer.text[:2000])
+        return answer
+
+    def forecast(self, path: str) -> Answer:
+        """A Hygiene forecast (``/hygiene?live=1`` or ``?at=``) followed as the page's refresh
+        does: the redirect to its own URL, then that URL until it no longer says "forecasting"."""
+        started = self.request("GET", path)
+        assert started.status == 303, (started.status, started.text[:2000])
+        url = started.headers["location"]
+        assert re.fullmatch(r"/hygiene\?(live=1|at=[0-9-]+)&run=[0-9a-f]{16}", url), url
+        deadline = time.monotonic() + 60
+        while 'id="forecasting"' in (answer := self.get(url)).text:
+            assert '<meta http-equiv="refresh" content="1">' in answer.text
+            assert time.monotonic() < deadline, "the forecast did not finish within 60 s"
+            time.sleep(0.05)
         return answer
 
     def press(self, path: str, button: str, **fill: str) -> Answer:
@@ -369,7 +385,7 @@ def test_the_hygiene_page_shows_the_report_and_its_dry_run_writes_nothing(
     opened = browser.get("/hygiene").text  # as it opens: the at-risk and the next run on request
     assert text_of(opened, "forecast").startswith("Forecast now : who turns cold in the next 14 days")
     assert 'id="next-run"' not in opened and 'id="at-risk"' not in opened
-    today = browser.get("/hygiene?live=1").text  # "Forecast now"
+    today = browser.forecast("/hygiene?live=1").text  # "Forecast now"
     assert text_of(today, "policy").startswith("Cold after 90 days without a human open or click (30 days")
     assert "unsubscribed 30 days later" in text_of(today, "policy")
     assert text_of(today, "last-run") == "never"
@@ -377,14 +393,14 @@ def test_the_hygiene_page_shows_the_report_and_its_dry_run_writes_nothing(
     machines = text_of(today, "machines")
     assert "opens (Apple MPP) 3 1 25.00%" in machines and "clicks (security scanners) 0 0 -" in machines
 
-    ahead = browser.get(f"/hygiene?at={young}").text
+    ahead = browser.forecast(f"/hygiene?at={young}").text
     assert "3 to mark cold, 0 to unsubscribe" in text_of(ahead, "next-run")
     assert all(f"/subscribers/{email.replace('@', '%40')}" in ahead for email in readers)
-    at_risk = browser.get(f"/hygiene?at={(date.today() + timedelta(days=20)).isoformat()}").text
+    at_risk = browser.forecast(f"/hygiene?at={(date.today() + timedelta(days=20)).isoformat()}").text
     assert f"{young} 3" in text_of(at_risk, "at-risk")
 
     before = hygiene_items(world)
-    dry = browser.press(f"/hygiene?at={young}", "Dry run now")
+    dry = browser.press("/hygiene", "Dry run now", at=young)
 
     assert dry.status == 200 and f"Dry run for {young}" in dry.text
     assert "3 to mark cold, 0 to unsubscribe" in text_of(dry.text, "dry-run")
@@ -458,7 +474,7 @@ def test_the_hygiene_page_opens_without_reading_a_day_bucket_and_forecasts_on_re
         # When the page opens, then when "Forecast now" is followed
         opened = browser.get("/hygiene").text
         on_opening = len(reads)
-        forecast = browser.get(f"/hygiene?at={run_day}").text  # a day asked for: the full report
+        forecast = browser.forecast(f"/hygiene?at={run_day}").text  # a day asked for: the full report
     finally:
         unregister_hook("before-call.dynamodb.Query", count)
 
@@ -469,3 +485,46 @@ def test_the_hygiene_page_opens_without_reading_a_day_bucket_and_forecasts_on_re
     assert 'href="/hygiene?live=1"' in opened and 'id="at-risk"' not in opened
     assert f"{young} 3" in text_of(forecast, "at-risk")
     assert "0 to mark cold, 0 to unsubscribe" in text_of(forecast, "next-run")
+
+
+def test_a_forecast_reads_in_the_background_once_per_run_and_a_new_one_reads_again(
+    world: LocalResources, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ops import hygiene
+
+    store = SubscriberStore(world.tables["table_name"], world.tables["events_table_name"])
+    store.upsert("new0@example.com")
+    gate = threading.Event()
+    reads: list[str] = []
+    report = hygiene.report
+
+    def slow_report(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        reads.append("report")
+        assert gate.wait(30), "the test never let the forecast finish"
+        return report(*args, **kwargs)
+
+    monkeypatch.setattr(hygiene, "report", slow_report)
+
+    # When "Forecast now" is followed while the read is slower than a page may wait
+    started = browser.request("GET", "/hygiene?live=1")
+    url = started.headers["location"]
+    waiting = browser.get(url).text
+    again = browser.get(url).text  # the refresh, still reading
+    gate.set()
+    done = browser.get(url)
+    while 'id="forecasting"' in done.text:
+        time.sleep(0.05)
+        done = browser.get(url)
+    reloaded = browser.get(url).text
+    fresh = browser.forecast("/hygiene?live=1").text
+
+    # Then the page answered at once, saying so and refreshing itself, and one read served the
+    # waiting pages, the answer and its reload; a new "Forecast now" read again
+    assert started.status == 303
+    for page in (waiting, again):
+        assert text_of(page, "forecasting").startswith("Forecasting today: reading the day buckets")
+        assert '<meta http-equiv="refresh" content="1">' in page and 'id="hygiene-tiles"' not in page
+    assert text_of(done.text, "forecast-read").startswith("Forecast for ")
+    assert 'id="at-risk"' in done.text and 'http-equiv="refresh"' not in done.text
+    assert text_of(reloaded, "forecast-read") == text_of(done.text, "forecast-read")
+    assert 'id="at-risk"' in fresh and reads == ["report", "report"]

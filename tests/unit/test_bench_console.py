@@ -75,3 +75,36 @@ def test_every_page_is_listed_once_with_the_bench_data_in_it() -> None:
     paths = " ".join(p.path for p in listed)
     assert "reader005000%40example.com" in paths and "/subscribers/reader000003@example.com" in paths
     assert {p.name for p in listed if p.form is not None} == {"dry-run count (20)", "dry-run count (10k)"}
+    assert [p.name for p in listed if p.background] == ["hygiene: forecast now"]
+
+
+def test_a_background_reads_row_tells_its_first_answers_refreshes_and_answers_apart() -> None:
+    # Given two forecasts followed to their end: a first answer, refreshes, then the answer shown
+    page = Samples("forecast", "/hygiene?live=1")
+    page.reads = [
+        {"answers_ms": [40.0, 90.0, 120.0, 60.0], "read_s": 3.1, "requests": ["Query"] * 530},
+        {"answers_ms": [50.0, 310.0, 70.0], "read_s": 3.5, "requests": ["Query"] * 529},
+    ]
+    for read in page.reads:
+        for n, ms in enumerate(read["answers_ms"]):
+            page.add(ms, 200, read["requests"] if n == 0 else ())
+
+    built = row(page)
+
+    # Then the slow refresh is named as a refresh, the reads' own time is the page's figure, and
+    # the request count is the whole read's (once, not per answer)
+    assert built["background_reads"] == {
+        "reads": 2,
+        "first_max_ms": 50.0,
+        "refresh_max_ms": 310.0,
+        "shown_max_ms": 70.0,
+        "median_s": 3.3,
+        "max_s": 3.5,
+        "dynamodb_requests": 530,
+    }
+    assert built["under_budget"] == "median only" and built["dynamodb"] == {"Query": 530}
+    report = text({"subscribers": 10, "repeats": 2, "rows": [built], "summary": summary([built])})
+    assert (
+        "forecast: 2 reads in the background, each 3.3 s" in report
+        and "refresh while reading 310.0 ms" in report
+    )
