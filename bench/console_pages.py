@@ -29,8 +29,10 @@ import argparse
 import contextlib
 import gc
 import json
+import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -219,6 +221,13 @@ def text(result: Mapping[str, Any]) -> str:
                 f"the slowest first answer {b['first_max_ms']} ms, refresh while reading "
                 f"{b['refresh_max_ms']} ms, answer shown {b['shown_max_ms']} ms"
             )
+    if "forecast_apart" in result:
+        a = result["forecast_apart"]
+        lines.append(
+            f"the forecast through `mailstep console` in its own process: {a['reads']} reads, each "
+            f"{a['median_s']} s (median); the slowest answer {a['max_ms']:,.0f} ms (first "
+            f"{a['first_max_ms']}, refresh {a['refresh_max_ms']}, answer {a['shown_max_ms']})"
+        )
     if "gc" in result:
         g = result["gc"]
         lines.append(
@@ -427,14 +436,54 @@ def run(bench: Bench, subscribers: int, repeats: int, say: Callable[[str], None]
             rows = measure(bench, browser, pages(subscribers), repeats, say)
     finally:
         served.stop()
+    say(f"the forecast through `mailstep console` in a process of its own, {repeats} times")
+    apart = forecast_apart(bench, repeats)
     return {
         "subscribers": subscribers,
         "repeats": repeats,
         "import": imported,
         "rows": rows,
         "gc": pauses,
+        "forecast_apart": apart,
         "summary": summary(rows),
     }
+
+
+CONSOLE_URL = re.compile(r"console: (http://127\.0\.0\.1:[0-9]+)/\?token=\S+")
+
+
+def forecast_apart(bench: Bench, repeats: int) -> dict[str, Any]:
+    """ "Forecast now" followed ``repeats`` times through ``mailstep console --target local``
+    run as a process of its own, as an operator runs it beside ``mailstep dev``: the console's
+    answers no longer share a process (and its interpreter lock) with the emulator serving the
+    read's requests, as they do in the table. Answer times only: that process's DynamoDB
+    requests are not in this process's meter."""
+    page = next(p for p in pages(SMALL) if p.background)
+    command = [sys.executable, "-m", "cli.main", "console", "--target", "local"]
+    command += ["--state-dir", str(bench.runtime.state_dir), "--port", "0", "--no-open"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)  # noqa: S603
+        try:
+            deadline = time.monotonic() + 90
+            while not (found := CONSOLE_URL.search(_read(out))):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"mailstep console did not start: {_read(out)[-2000:]}")
+                time.sleep(0.2)
+            browser = Browser(found.group(1))
+            browser.sign_in(found.group(0).removeprefix("console: "))
+            reads = [follow_background(bench, browser, page) for _ in range(repeats)]
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    found_reads = background(reads)
+    found_reads.pop("dynamodb_requests")
+    return {**found_reads, "max_ms": max(ms for r in reads for ms in r["answers_ms"])}
+
+
+def _read(out: Any) -> str:
+    out.seek(0)
+    return str(out.read())
 
 
 @contextlib.contextmanager

@@ -108,3 +108,12 @@ def test_a_background_reads_row_tells_its_first_answers_refreshes_and_answers_ap
         "forecast: 2 reads in the background, each 3.3 s" in report
         and "refresh while reading 310.0 ms" in report
     )
+
+
+def test_the_forecast_through_a_console_of_its_own_is_reported_under_the_table() -> None:
+    built = row(samples("fast", [5], [[]]))
+    apart = {"reads": 3, "median_s": 2.9, "max_s": 3.0, "first_max_ms": 12.0}
+    apart |= {"refresh_max_ms": 40.5, "shown_max_ms": 8.0, "max_ms": 40.5}
+    result = {"subscribers": 10, "repeats": 3, "rows": [built], "forecast_apart": apart}
+    report = text({**result, "summary": summary([built])})
+    assert "in its own process: 3 reads, each 2.9 s (median); the slowest answer 40 ms" in report
