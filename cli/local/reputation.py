@@ -60,10 +60,11 @@ class LocalAlarm:
 
 
 @dataclass
-class _Window:
-    """Counts with their times, oldest first, and their running sum: a rate is read on every
-    send, and summing the window each time made each send cost the sends of the last 24 hours
-    (a quarter of the emulator's time after 80,000 mails of one broadcast)."""
+class Window:
+    """Counts with their times, oldest first, and their running sum: a rate (and the SES quota's
+    ``SentLast24Hours``, ``cli.local.ses``) is read on every send, and summing the window each
+    time made each send cost the sends of the last 24 hours (a quarter of the emulator's time
+    after 80,000 mails of one broadcast)."""
 
     entries: deque[tuple[float, int]] = field(default_factory=deque)
     total: int = 0
@@ -81,9 +82,9 @@ class _Window:
 
 @dataclass
 class _Counts:
-    sends: _Window = field(default_factory=_Window)
-    bounces: _Window = field(default_factory=_Window)
-    complaints: _Window = field(default_factory=_Window)
+    sends: Window = field(default_factory=Window)
+    bounces: Window = field(default_factory=Window)
+    complaints: Window = field(default_factory=Window)
 
 
 class ReputationMonitor:

@@ -24,7 +24,6 @@ import os
 import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from email import message_from_bytes, policy
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.local import ses_events as ev
-from cli.local.reputation import ReputationMonitor
+from cli.local.reputation import ReputationMonitor, Window
 
 DEFAULT_MAX_SEND_RATE = 14.0
 DEFAULT_MAX_24_HOUR_SEND = 50_000
@@ -87,8 +86,7 @@ class LocalSes:
         self._tokens = self.max_send_rate
         self.throttled = 0  # TooManyRequests answers (bench)
         self._refilled = time.monotonic()
-        self._sent: deque[tuple[float, int]] = deque()  # (wall time, recipients) for 24 h
-        self._sent_total = 0  # the sum of ``_sent``'s recipients: a send costs the same at any volume
+        self._sent = Window()  # (wall time, recipients) of the last 24 h, and their sum
         self._lock = threading.Lock()
         # configuration set -> destination name -> EventDestination (SES v2 shape)
         self.destinations: dict[str, dict[str, dict[str, Any]]] = {}
@@ -110,9 +108,7 @@ class LocalSes:
                 self.max_24_hour_send = int(max_24_hour_send)
 
     def _sent_last_24h(self, now: float) -> int:
-        while self._sent and self._sent[0][0] < now - 86400:
-            self._sent_total -= self._sent.popleft()[1]
-        return self._sent_total
+        return self._sent.since(now - 86400)
 
     def _take(self, recipients: int) -> None:
         with self._lock:
@@ -126,8 +122,7 @@ class LocalSes:
                 self.throttled += 1
                 raise SesError("TooManyRequestsException", "Maximum sending rate exceeded.", 429)
             self._tokens -= recipients
-            self._sent.append((wall, recipients))
-            self._sent_total += recipients
+            self._sent.add(wall, recipients)
 
     def _sandbox_check(self, recipients: list[str], verified: Callable[[str], bool]) -> None:
         """In the SES sandbox every recipient must be a verified identity (the address or its
