@@ -158,13 +158,16 @@ class Browser:
         return str(self.evaluate("document.body.innerText"))
 
     def click(self, selector: str) -> None:
-        """A real mouse click in the middle of the element, once it is scrolled into view and is
-        what is under that point (a page still laying out, or a screenshot that resized the
-        view, may put something else there for a moment)."""
+        """A real mouse click in the middle of the element, once it is scrolled into view, stays
+        where it is for 50 ms and is what is under that point (a page still laying out, or a
+        full-page screenshot restoring the view, may move it or put something else there)."""
         aim = (
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
+            f"(async () => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
             " e.scrollIntoView({block: 'center', inline: 'center'});"
-            " const r = e.getBoundingClientRect(); const x = r.x + r.width / 2, y = r.y + r.height / 2;"
+            " const a = e.getBoundingClientRect(); await new Promise(done => setTimeout(done, 50));"
+            " const r = e.getBoundingClientRect();"
+            " if (a.x !== r.x || a.y !== r.y || a.width !== r.width || a.height !== r.height) return null;"
+            " const x = r.x + r.width / 2, y = r.y + r.height / 2;"
             " const hit = document.elementFromPoint(x, y);"
             " return hit && (hit === e || e.contains(hit)) ? [x, y] : null; })()"
         )
