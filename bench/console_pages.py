@@ -341,7 +341,8 @@ def measure(
             if page.background:
                 followed = follow_background(bench, browser, page)
                 if round_:
-                    for n, (ms, status) in enumerate(followed.pop("answers")):
+                    answers = zip(followed["answers_ms"], followed["statuses"], strict=True)
+                    for n, (ms, status) in enumerate(answers):
                         samples[page.name].add(ms, status, followed["requests"] if n == 0 else ())
                     samples[page.name].reads.append(followed)
                 continue
@@ -379,10 +380,12 @@ def follow_background(bench: Bench, browser: Browser, page: Page) -> dict[str, A
     location = {k.lower(): v for k, v in headers.items()}.get("location")
     if status != 303 or not location:
         raise RuntimeError(f"{page.name} answered {status}, not a redirect to its read: {body[:200]}")
-    answers: list[tuple[float, int]] = []
+    answers_ms: list[float] = []
+    statuses: list[int] = []
     while True:
         status, _, body = browser.send(location)
-        answers.append(((time.perf_counter() - started) * 1000, status))
+        answers_ms.append(round((time.perf_counter() - started) * 1000, 1))
+        statuses.append(status)
         if status != 200 or 'id="forecasting"' not in body:
             break
         time.sleep(1.0)  # the page's <meta http-equiv="refresh" content="1">
@@ -390,8 +393,8 @@ def follow_background(bench: Bench, browser: Browser, page: Page) -> dict[str, A
     ready = re.search(r"read in ([0-9.]+) s", body)
     log = bench.meter.take_log()
     return {
-        "answers": answers,
-        "answers_ms": [round(ms, 1) for ms, _ in answers],
+        "answers_ms": answers_ms,
+        "statuses": statuses,
         "read_s": float(ready.group(1)) if ready else None,
         "requests": [r.operation for r in log if r.origin == "runtime" and r.service == "dynamodb"],
     }

@@ -31,9 +31,6 @@ class Job:
     error: BaseException | None = None
     seconds: float | None = None  # how long it took, once done
 
-    def wait(self, timeout: float) -> bool:
-        return self.done.wait(timeout)
-
     def elapsed(self) -> float:
         return self.seconds if self.seconds is not None else time.monotonic() - self.started
 

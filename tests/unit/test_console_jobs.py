@@ -23,14 +23,14 @@ def test_a_key_reads_once_while_running_and_keeps_its_answer() -> None:
     first = jobs.start("k", read)
     again = jobs.start("k", read)  # while it runs: the same read
 
-    assert again is first and not first.wait(0.05)
+    assert again is first and not first.done.wait(0.05)
     gate.set()
-    assert first.wait(5) and first.result == "answer" and first.error is None
+    assert first.done.wait(5) and first.result == "answer" and first.error is None
     assert first.seconds is not None and first.elapsed() == first.seconds
     assert jobs.start("k", read) is first  # done: the same answer, no new read
     assert len(calls) == 1
     other = jobs.start("other", read)
-    assert other is not first and other.wait(5) and len(calls) == 2
+    assert other is not first and other.done.wait(5) and len(calls) == 2
 
 
 def test_a_failed_read_is_handed_out_once_then_read_again() -> None:
@@ -44,19 +44,19 @@ def test_a_failed_read_is_handed_out_once_then_read_again() -> None:
         return outcome
 
     failed = jobs.start("k", read)
-    assert failed.wait(5)
+    assert failed.done.wait(5)
     shown = jobs.start("k", read)  # the page that finds it done shows the failure
 
     assert shown is failed and isinstance(shown.error, RuntimeError)
     retried = jobs.start("k", read)
-    assert retried is not failed and retried.wait(5) and retried.result == "fine"
+    assert retried is not failed and retried.done.wait(5) and retried.result == "fine"
 
 
 @pytest.mark.parametrize("kept", [1, 3])
 def test_only_the_newest_finished_reads_are_kept(kept: int) -> None:
     jobs = Jobs(kept=kept)
     for n in range(kept + 2):
-        assert jobs.start(n, lambda n=n: n).wait(5)
+        assert jobs.start(n, lambda n=n: n).done.wait(5)
     running = threading.Event()
     jobs.start("running", lambda: running.wait(5))  # starting one drops the oldest finished ones
 
