@@ -6,15 +6,17 @@ The emulator keeps every stored item, message and record as Python objects in th
 tracked object while holding the interpreter lock: 1.35 s at 10,000 subscribers, measured by
 ``python -m bench console`` (docs/console.md), during which no request to the emulator, the
 console or a Lambda's endpoint is answered. CPython starts one when the objects that reached the
-oldest generation since the last one exceed a quarter of those it holds, so they come again as
-the store grows.
+oldest generation since the last one exceed a quarter of those it holds (``long_lived_pending``
+against ``long_lived_total / 4``, ``Modules/gcmodule.c``), so they come again as the store
+grows. ``gc.freeze`` (Python's ``gc`` documentation, 3.7 on) moves every tracked object to a
+permanent generation that collections ignore.
 
-Here, after a full collection, a thread moves everything that survived it to the permanent
-generation, which collections ignore: the next full collection walks only what reached the oldest
-generation since. Frozen objects are still freed by reference counting when the last reference
-goes (a deleted item, an expired message); only a cycle among them that becomes garbage after
-its freeze stays in memory (the emulator's stored data holds no cycles; a request's transient
-cycles are collected young, before they could be frozen, or are a few objects).
+Here, after a full collection, a thread freezes everything that survived it: the next full
+collection walks only what reached the oldest generation since. Frozen objects are still freed by
+reference counting when the last reference goes (a deleted item, an expired message); only a
+cycle among them that becomes garbage after its freeze stays in memory (the emulator's stored
+data holds no cycles; a request's transient cycles are collected young, before they could be
+frozen, or are a few objects).
 """
 
 from __future__ import annotations
