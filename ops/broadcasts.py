@@ -149,8 +149,9 @@ class Broadcasts:
                 size += len(page.emails)
                 first += page.emails[: max(0, sample - len(first))]
                 cursor = page.cursor
+                now = time.monotonic()
                 # no page that would end past the budget: the next is taken to last as this one did
-                if page.exhausted or 2 * time.monotonic() - began >= deadline:
+                if page.exhausted or now + (now - began) >= deadline:
                     return Counted(size, first, None if page.exhausted else cursor)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise forged from None

@@ -688,6 +688,9 @@ def partition_query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
         _partition.key = None
 
 
+_ByValue = dict[tuple[tuple[str, Any], ...], list[Any]]  # index key value -> its items
+
+
 def _index_items(self: Any, conditions: list[tuple[str, Any]]) -> list[Any]:
     """The table's items whose index key attributes equal ``conditions`` (a Query on a global
     secondary index), where moto's own pass runs its key checks on every item of the table (the
@@ -700,20 +703,17 @@ def _index_items(self: Any, conditions: list[tuple[str, Any]]) -> list[Any]:
     it, until the next write, are one lookup (a console page's 16 index Queries: one pass, not
     16). A table written between its index Queries keeps the single pass: no map is built that
     the next write would throw away."""
-    wanted = [(name, value.type, value.value) for name, value in conditions]
-    names = tuple(name for name, _, _ in wanted)
-    value = tuple((kind, held) for _, kind, held in wanted)
+    names = tuple(name for name, _ in conditions)
+    value = tuple((held.type, held.value) for _, held in conditions)
     version = getattr(self, _VERSION, 0)
-    kept = getattr(self, _INDEXES, None)
-    if kept is None:
-        kept = {}
-        setattr(self, _INDEXES, kept)
-    seen = kept.get(names)
-    if seen is not None and seen[0] == version and seen[1] is not None:
-        return list(seen[1].get(value, ()))
-    by_value: dict[tuple[tuple[str, Any], ...], list[Any]] | None = None
+    kept: dict[tuple[str, ...], tuple[int, _ByValue | None]] = self.__dict__.setdefault(_INDEXES, {})
+    seen_at, mapped = kept.get(names, (None, None))
+    unwritten = seen_at == version  # no write since the last index Query of these attributes
+    if unwritten and mapped is not None:
+        return list(mapped.get(value, ()))
+    by_value: _ByValue | None = None
     found: list[Any] = []
-    if seen is not None and seen[0] == version:  # read twice with no write between: map it
+    if unwritten:  # read twice with no write between: map it
         by_value = {}
         for item in _every_item(self):
             key = _index_value(item.attrs, names)

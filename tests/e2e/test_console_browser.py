@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import shutil
 import tempfile
@@ -67,24 +66,6 @@ class ConsoleBrowser(Browser):
         self.call(
             "Emulation.setDeviceMetricsOverride", width=pixels, height=900, deviceScaleFactor=1, mobile=False
         )
-
-    def follow(self, selector: str, path: str) -> None:
-        """Click a link and wait for its page. A click dispatched while the view was changing
-        (a full-page screenshot restores it afterwards) can land nowhere: clicked again, at most
-        three times in all."""
-
-        def opened() -> bool:
-            try:
-                return bool(self.evaluate("location.pathname") == path)
-            except AssertionError:  # navigating: the old page's context went away
-                return False
-
-        for _ in range(3):
-            self.click(selector)
-            with contextlib.suppress(AssertionError):
-                wait_for(opened, 5, f"{path} to open")
-                return
-        raise AssertionError(f"clicking {selector} three times did not open {path}")
 
     def shot(self, name: str) -> Path:
         """A full-page screenshot at the current width."""

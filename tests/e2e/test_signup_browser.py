@@ -175,6 +175,24 @@ class Browser:
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 
+    def follow(self, selector: str, path: str) -> None:
+        """Click a link and wait for its page. A click dispatched while the view was changing
+        (a full-page screenshot restores it afterwards) can land nowhere: clicked again, at most
+        three times in all."""
+
+        def opened() -> bool:
+            try:
+                return bool(self.evaluate("location.pathname") == path)
+            except AssertionError:  # navigating: the old page's context went away
+                return False
+
+        for _ in range(3):
+            self.click(selector)
+            with contextlib.suppress(AssertionError):
+                wait_for(opened, 5, f"{path} to open")
+                return
+        raise AssertionError(f"clicking {selector} three times did not open {path}")
+
     def type(self, selector: str, text: str) -> None:
         """Click the field until it has the focus (a page still laying out may put something
         else under the click's point), then type ``text`` into it."""
