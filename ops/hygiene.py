@@ -48,12 +48,17 @@ def now(target: Target, at: str | None = None) -> datetime:
     return datetime.now(UTC)
 
 
-def report(target: Target, *, at: str | None = None, live: bool = True) -> dict[str, Any]:
+def report(
+    target: Target, *, at: str | None = None, live: bool = True, readers: int = sunset.AT_RISK_READERS
+) -> dict[str, Any]:
     """Cold subscribers, those at risk within 14 days, what the next daily run would change, and
     the share of the last 30 days' opens and clicks that machines made. ``live=False``: the
     at-risk forecast of the last daily run and no dry run (``sunset.report``: the console's page
-    as it opens, reading no day bucket)."""
-    found = sunset.report(target.subscriber_store(), policy(target), now(target, at), live=live)
+    as it opens, reading no day bucket). ``readers``: the at-risk buckets' Queries in flight at
+    once (the console, reading in the background, asks for fewer: ``cli.console.jobs``)."""
+    found = sunset.report(
+        target.subscriber_store(), policy(target), now(target, at), live=live, readers=readers
+    )
     return {**asdict(found), "machines": machine_share(target.stats_store(), found.day)}
 
 

@@ -488,11 +488,16 @@ class HygieneReport:
 
 
 def at_risk(
-    store: SubscriberStore, policy: SunsetPolicy, day: str, horizon: int = AT_RISK_DAYS
+    store: SubscriberStore,
+    policy: SunsetPolicy,
+    day: str,
+    horizon: int = AT_RISK_DAYS,
+    *,
+    readers: int = AT_RISK_READERS,
 ) -> dict[str, int]:
     """Eligible warm subscribers who turn cold on each of the ``horizon`` days after ``day``:
     the E# buckets ``horizon`` days ahead of each rule (a Query per shard key and day, 448 for
-    14 days: :data:`AT_RISK_READERS` at once), the profiles of those found (BatchGetItem)."""
+    14 days: ``readers`` at once), the profiles of those found (BatchGetItem)."""
     ahead = [shift(day, n) for n in range(1, horizon + 1)]
     wanted = sorted(
         {
@@ -502,7 +507,7 @@ def at_risk(
         }
     )
     index_keys = [k for d in wanted for k in keys.hygiene_keys(keys.HYGIENE_WARM, d)]
-    with ThreadPoolExecutor(max_workers=AT_RISK_READERS, thread_name_prefix="at-risk") as pool:
+    with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="at-risk") as pool:
         read = dict(
             zip(index_keys, pool.map(lambda k: list(_index_items(store, k)), index_keys), strict=True)
         )
@@ -527,10 +532,16 @@ def at_risk(
 
 
 def report(
-    store: SubscriberStore, policy: SunsetPolicy, now: datetime | None = None, *, live: bool = True
+    store: SubscriberStore,
+    policy: SunsetPolicy,
+    now: datetime | None = None,
+    *,
+    live: bool = True,
+    readers: int = AT_RISK_READERS,
 ) -> HygieneReport:
-    """Cold subscribers (the ``cold`` tag), those at risk within ``AT_RISK_DAYS``, and what the
-    next daily run would change (its dry run: today's when it has not run today, else tomorrow's).
+    """Cold subscribers (the ``cold`` tag), those at risk within ``AT_RISK_DAYS`` (their buckets
+    read ``readers`` at once), and what the next daily run would change (its dry run: today's
+    when it has not run today, else tomorrow's).
 
     ``live=False`` (the console's Hygiene page as it opens): neither the at-risk nor the dry run,
     so no day bucket is read (one GetItem and the count of the ``cold`` tag)."""
@@ -552,7 +563,7 @@ def report(
     done = Checkpoint.read(store)
     next_day = shift(done.run_day, 1) if done.run_day and done.run_day >= day else day
     next_run = run(store, policy, datetime.fromisoformat(f"{next_day}T04:00:00+00:00"), dry_run=True)
-    risky = at_risk(store, policy, day)
+    risky = at_risk(store, policy, day, readers=readers)
     return HygieneReport(
         day=day,
         cold=cold,

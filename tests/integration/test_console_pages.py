@@ -528,3 +528,36 @@ def test_a_forecast_reads_in_the_background_once_per_run_and_a_new_one_reads_aga
     assert 'id="at-risk"' in done.text and 'http-equiv="refresh"' not in done.text
     assert text_of(reloaded, "forecast-read") == text_of(done.text, "forecast-read")
     assert 'id="at-risk"' in fresh and reads == ["report", "report"]
+
+
+def test_the_console_s_forecast_keeps_fewer_bucket_queries_in_flight_than_the_cli_s_report(
+    target: Target, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.console.pages import FORECAST_READERS
+    from ops import hygiene
+    from shared.engagement import sunset
+
+    # Given every at-risk bucket Query counted while it is in flight
+    original = sunset._index_items
+    lock, in_flight, peaks = threading.Lock(), [0], [0]
+
+    def counted(store: SubscriberStore, index_key: str) -> Iterator[dict[str, Any]]:
+        with lock:
+            in_flight[0] += 1
+            peaks[0] = max(peaks[0], in_flight[0])
+        try:
+            time.sleep(0.002)  # long enough for the other readers to overlap
+            yield from original(store, index_key)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(sunset, "_index_items", counted)
+
+    # When the console forecasts, and when the CLI's report (ops.hygiene.report as it is) reads
+    browser.forecast("/hygiene?live=1")
+    console_peak, peaks[0] = peaks[0], 0
+    hygiene.report(target)
+
+    # Then the console's read kept at most its readers in flight, where the CLI's kept more
+    assert 1 < console_peak <= FORECAST_READERS < peaks[0] <= sunset.AT_RISK_READERS
