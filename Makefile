@@ -14,7 +14,7 @@ PYTEST := $(PY) -m pytest
 GRANTS_CHECK := MAILSTEP_GRANTS_CHECK=1
 
 .PHONY: setup lambda-python chromium lock test test-unit test-integration test-infra test-e2e lint format synth \
-	demo dev bench clean
+	bootstrap diff deploy destroy demo dev bench clean
 
 setup: $(VENV)/.installed lambda-python
 
@@ -82,8 +82,35 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Deploying (docs/deploy.md). The CDK CLI runs through npx at a pinned version: CLI releases are
+# numbered apart from aws-cdk-lib (2.1xxx) and read the cloud assembly of every aws-cdk-lib
+# released before them; 2.1148.1 (2026-11-11) is newer than requirements.lock's aws-cdk-lib
+# 2.275.0 (2026-10-26). Move it forward when the lock's aws-cdk-lib moves past it.
+CDK_VERSION ?= 2.1148.1
+CDK := npx --yes aws-cdk@$(CDK_VERSION)
+# The command that synthesizes: this virtualenv's interpreter, whatever `python` is first on
+# PATH (cdk.json's "app", `python app.py`, is for a shell with the virtualenv activated).
+# Another virtualenv: make deploy VENV=/path/to/venv; no virtualenv at all (CI that installed
+# the packages into its python): make deploy PY=python.
+CDK_APP = $(PY) app.py
+# Context for one run, as the CDK CLI takes it (synth accepts only -c options):
+#   make deploy ARGS="-c mailstep:sesDomain=mail.example.com -c 'mailstep:fromAddress=Acme <hello@mail.example.com>'"
+ARGS ?=
+
 synth: setup
-	$(PY) app.py
+	$(CDK_APP) $(ARGS)
+
+bootstrap: setup
+	$(CDK) bootstrap --app "$(CDK_APP)" $(ARGS)
+
+diff: setup
+	$(CDK) diff --app "$(CDK_APP)" $(ARGS)
+
+deploy: setup
+	$(CDK) deploy --app "$(CDK_APP)" $(ARGS)
+
+destroy: setup
+	$(CDK) destroy --app "$(CDK_APP)" $(ARGS)
 
 demo: setup
 	$(BIN)/mailstep demo

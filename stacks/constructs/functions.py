@@ -5,13 +5,16 @@ All functions share ONE code asset: the folders in ``LAMBDA_SOURCE_DIRS`` and th
 dependencies (``[project].dependencies`` of pyproject.toml and what they need, at the versions
 of ``requirements.lock``, less what the Lambda runtime provides), installed for the Lambda
 platform by pip on the synthesizing machine (no Docker), then pruned of files nothing runs
-(``ASSET_EXCLUDES``). Offline synthesis skips bundling with the context
-``{"aws:cdk:bundling-stacks": []}``.
+(``ASSET_EXCLUDES``), and every module compiled to bytecode by the runtime's Python
+(:func:`compile_bytecode`), so a cold start does not compile them. Offline synthesis skips
+bundling with the context ``{"aws:cdk:bundling-stacks": []}``.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -96,6 +99,19 @@ ASSET_EXCLUDES: tuple[tuple[str, str], ...] = (
     ),
     ("**/*.pyi", "type stubs: only type checkers read them"),
 )
+# The asset ships its modules compiled, in the usual __pycache__/<module>.cpython-312.pyc layout:
+# /var/task is read-only, so a module without its .pyc is compiled again at every cold start (the
+# API handler's import took twice the CPU). "unchecked-hash" (PEP 552; Python docs, compileall
+# --invalidation-mode and importlib "Cached bytecode invalidation"): a default .pyc records its
+# source's mtime and size and is recompiled when they differ, and the asset's zip dates every
+# file 1980-01-01 (cdk-assets' zipDirectory, for a reproducible archive), so every such .pyc
+# would be stale on Lambda; a hash-based .pyc holds a hash of its source instead, and an
+# unchecked one is loaded without reading the source, which is right for an asset whose sources
+# and bytecode are built together and never change after. The paths in the bytecode are those
+# of the task root (/var/task), not of the build folder, and the hash seed is fixed: the same
+# sources give the same bytes.
+BYTECODE_OPTIONS = ("-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash")
+TASK_ROOT = "/var/task"
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;]+)\s*(?:;\s*(?P<marker>.+))?$")
 _VIA = re.compile(r"^\s+#\s+(?:via\s+|\s+)(?P<parent>[A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -225,14 +241,51 @@ def prune(out: Path) -> list[Path]:
     return removed
 
 
+def lambda_python() -> Path:
+    """Python 3.12, the Lambda runtime's version (bytecode is specific to one minor version):
+    ``MAILSTEP_LAMBDA_PYTHON``, this interpreter, ``python3.12`` on PATH, or pyenv's; the same
+    search as the local runtime's (``cli.local.artifact.lambda_python``)."""
+    candidates = [os.environ.get("MAILSTEP_LAMBDA_PYTHON", ""), sys.executable]
+    candidates.append(shutil.which(f"python{PYTHON_VERSION}") or "")
+    pyenv_root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
+    candidates += sorted(
+        glob.glob(f"{pyenv_root}/versions/{PYTHON_VERSION}.*/bin/python{PYTHON_VERSION}"), reverse=True
+    )
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(  # noqa: S603 - an interpreter path we found
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION:
+            return Path(candidate)
+    raise RuntimeError(
+        f"Python {PYTHON_VERSION} (the Lambda runtime {specs.LAMBDA_RUNTIME}) is needed to compile the "
+        f"asset's bytecode and was not found: `make setup` installs it with pyenv, or point "
+        "MAILSTEP_LAMBDA_PYTHON at one"
+    )
+
+
+def compile_bytecode(out: Path, python: Path) -> None:
+    """Compile every module of the asset ``out`` with ``python`` (see ``BYTECODE_OPTIONS``)."""
+    command = [str(python), *BYTECODE_OPTIONS, "-s", str(out), "-p", TASK_ROOT, str(out)]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)  # noqa: S603
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"compiling the asset's bytecode failed:\n{(result.stdout + result.stderr).strip()}"
+        )
+
+
 @jsii.implements(ILocalBundling)
 class PipBundling:
     """Installs the pinned runtime dependencies with pip for the Lambda platform (``--no-deps``:
     the lock already names every package), checks nothing they need is missing, prunes what
-    nothing runs, then copies the sources."""
+    nothing runs, copies the sources, then compiles the whole asset to bytecode with ``python``
+    (default: :func:`lambda_python`)."""
 
-    def __init__(self, root: Path = PROJECT_ROOT) -> None:
+    def __init__(self, root: Path = PROJECT_ROOT, python: Path | None = None) -> None:
         self.root = root
+        self.python = python
 
     def try_bundle(self, output_dir: str, _options: Any = None) -> bool:
         out = Path(output_dir)
@@ -256,6 +309,7 @@ class PipBundling:
         for name in specs.LAMBDA_SOURCE_FILES:
             if (self.root / name).is_file():
                 shutil.copy2(self.root / name, out / name)
+        compile_bytecode(out, self.python or lambda_python())
         return True
 
 
