@@ -32,7 +32,13 @@ app = typer.Typer(
 )
 console = Console()
 ID = typer.Argument(..., help="Broadcast id.")
-FINAL = ("done", "cancelled", "failed", "paused_reputation")  # paused: `mailstep reputation`
+# paused: `mailstep reputation`; held: it resumes by itself (docs/broadcasts.md, "Held")
+FINAL = ("done", "cancelled", "failed", "paused_reputation", "held")
+HOLD_REASONS = {
+    "identity_unverified": "SES has not verified the sending identity yet (`mailstep doctor` shows its DKIM status)",
+    "daily_quota": "the account's 24-hour SES quota is spent",
+    "warmup": "today's warm-up allowance is used (`mailstep warmup status`)",
+}
 FOLLOW_IDLE_S = 600.0  # the follow loop gives up when nothing moved for this long
 T = TypeVar("T")
 
@@ -245,7 +251,17 @@ def _follow(service: Any, broadcast_id: str, idle_timeout_s: float = FOLLOW_IDLE
         raise typer.Exit(1)
 
 
+def held_line(record: Any) -> str:
+    """Why a held broadcast waits and when it looks again ("" when it is not held)."""
+    if record.status != "held":
+        return ""
+    reason = HOLD_REASONS.get(record.hold_reason or "", record.hold_reason or "held")
+    return f"held, not failed: {reason}; it resumes by itself at {record.resume_at} (nothing is sent twice)"
+
+
 def _status(record: Any) -> str:
+    if record.status == "held":
+        return f"held: {record.hold_reason} until {record.resume_at}"
     if not record.dead_lettered_batches:
         return str(record.status)
     return f"{record.status} ({record.dead_lettered_batches} batch(es) in the DLQ: see `broadcast get`)"
@@ -253,9 +269,10 @@ def _status(record: Any) -> str:
 
 def _summary(record: Any) -> str:
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(record.skipped.items())) or "none"
+    held = held_line(record)
     return (
         f"{record.id}: {record.status}; audience {record.audience_size}, sent {record.sent}, "
-        f"failed {record.failed}, skipped: {skipped}"
+        f"failed {record.failed}, skipped: {skipped}" + (f"\n{held}" if held else "")
     )
 
 

@@ -35,6 +35,12 @@ def dev(
         help="Emulate an SES account in the sandbox: mail only to verified identities "
         "(`mailstep local verify ADDRESS`) and the mailbox simulator.",
     ),
+    identity_pending: bool = typer.Option(
+        False,
+        "--identity-pending",
+        help="Emulate a new sending domain that SES has not verified yet: its sends are refused "
+        "as SES refuses them (mail is held, not lost) until `mailstep local verify DOMAIN`.",
+    ),
     console_port: int = typer.Option(
         8790, "--console-port", help="Port of the web console on 127.0.0.1 (another free one when taken)."
     ),
@@ -76,6 +82,7 @@ def dev(
         state_dir=state_dir.resolve(),
         template_override=json.loads(template.read_text()) if template else None,
         ses_sandbox=ses_sandbox,
+        identity_pending=identity_pending,
         reputation_min_sends=reputation_min_sends,
         reputation_alarms=reputation_alarms,
     )

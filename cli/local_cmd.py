@@ -47,6 +47,23 @@ PERSON_CLICK_DELAY_S = 60
 SCANNER_CLICK_DELAY_S = 1  # --scanner: the gateway follows the link as the mail arrives
 
 
+def _post_local(state_dir: Path, path: str, body: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+    """POST ``body`` to the running runtime's control endpoint ``path``; its JSON answer."""
+    import urllib.request
+
+    from cli.local import read_state
+
+    state = read_state(state_dir.resolve())
+    request = urllib.request.Request(  # noqa: S310 - the local runtime's control endpoint
+        state["api_url"] + path,
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
+        return dict(json.loads(answer.read()))
+
+
 def calendar_offset(state: dict[str, Any]) -> float:
     """How far the running runtime's calendar is ahead of the wall clock (``advance``)."""
     import urllib.request
@@ -192,19 +209,7 @@ def advance(
 ) -> None:
     """Move the running runtime's calendar ahead: every scheduled rule (the daily list-hygiene
     run) fires for each scheduled time passed, in order; later SES events carry the new dates."""
-    import urllib.request
-
-    from cli.local import read_state
-
-    state = read_state(state_dir.resolve())
-    request = urllib.request.Request(  # noqa: S310 - the local runtime's control endpoint
-        state["api_url"] + "/_local/calendar",
-        data=json.dumps({"advance_days": days}).encode(),
-        headers={"content-type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=1800) as answer:  # noqa: S310
-        result = json.loads(answer.read())
+    result = _post_local(state_dir, "/_local/calendar", {"advance_days": days}, timeout=1800)
     failed = [r for r in result["runs"] if r["errored"]]
     console.print(
         f"calendar now {result['calendar']}: {len(result['runs'])} scheduled run(s), {len(failed)} failed"
@@ -241,7 +246,8 @@ def verify(
     state_dir: Path = STATE_DIR,
 ) -> None:
     """Verify an SES identity of the local account (SES v2 CreateEmailIdentity): with `mailstep dev
-    --ses-sandbox`, mail to it is then delivered. Locally it is verified at once (no mail, no DNS)."""
+    --ses-sandbox`, mail to it is then delivered; with `--identity-pending`, mail from the sending
+    domain goes out. Locally it is verified at once (no mail, no DNS)."""
     from cli.target import local
 
     value = identity.strip()
@@ -249,8 +255,16 @@ def verify(
         raise typer.BadParameter(
             f"{identity!r} is neither an email address nor a domain", param_hint="IDENTITY"
         )
-    local(state_dir).client("sesv2").create_email_identity(EmailIdentity=value)
-    console.print(f"verified [bold]{value}[/bold]")
+    from botocore.exceptions import ClientError
+
+    try:
+        local(state_dir).client("sesv2").create_email_identity(EmailIdentity=value)
+    except ClientError as exc:  # it exists: `mailstep dev --identity-pending`'s sending domain
+        if exc.response["Error"]["Code"] != "AlreadyExistsException":
+            raise
+    answer = _post_local(state_dir, "/_local/ses", {"verify": value})
+    note = " (it was waiting for verification: held mail goes out now)" if answer.get("was_pending") else ""
+    console.print(f"verified [bold]{value}[/bold]{note}")
 
 
 @app.command()

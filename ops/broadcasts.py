@@ -20,6 +20,7 @@ from shared.broadcasts.model import (
     ACTIVE,
     CANCELLED,
     FAILED,
+    HELD,
     PAUSED_REPUTATION,
     SCHEDULED,
     Broadcast,
@@ -216,7 +217,7 @@ class Broadcasts:
     def cancel(self, broadcast_id: str) -> tuple[Broadcast, bool]:
         """(record, changed). Batches already in a worker's hands finish; later ones are skipped."""
         record = self.get(broadcast_id)
-        if record.status not in ACTIVE | {PAUSED_REPUTATION}:
+        if record.status not in ACTIVE | {PAUSED_REPUTATION, HELD}:
             return record, False
         cancelled = self.records.cancel(record)
         if cancelled is None:
@@ -226,15 +227,16 @@ class Broadcasts:
         return cancelled, True
 
     def resume(self, broadcast_id: str) -> Broadcast:
-        """A cancelled, failed or reputation-paused broadcast starts a new round: the audience
-        is resolved again and whoever has not received it yet gets it now (send-once keeps the
-        others out). A ``paused_reputation`` one resumes with `mailstep reputation resume`, which
-        re-enables sending first (docs/reputation.md)."""
+        """A cancelled, failed, reputation-paused or held broadcast starts a new round: the
+        audience is resolved again and whoever has not received it yet gets it now (send-once
+        keeps the others out). A ``paused_reputation`` one resumes with `mailstep reputation
+        resume`, which re-enables sending first (docs/reputation.md); a ``held`` one resumes by
+        itself at its ``resume_at``, or now (after verifying the identity, say)."""
         record = self.get(broadcast_id)
-        if record.status not in (CANCELLED, FAILED, PAUSED_REPUTATION):
+        if record.status not in (CANCELLED, FAILED, PAUSED_REPUTATION, HELD):
             raise Conflict(
-                f"broadcast {broadcast_id!r} is {record.status}: only cancelled, failed or "
-                "paused_reputation ones resume"
+                f"broadcast {broadcast_id!r} is {record.status}: only cancelled, failed, "
+                "paused_reputation or held ones resume"
             )
         resumed = self.records.new_round(record, self.send_rate())
         if resumed is None:

@@ -84,6 +84,9 @@ class RuntimeConfig:
     # Emulate an account in the SES sandbox: mail only to verified identities (`mailstep local
     # verify`) and the mailbox simulator; sends authorized on the recipients' identities too.
     ses_sandbox: bool = False
+    # Emulate a new sending domain whose identity SES has not verified yet: sends from it are
+    # refused as SES refuses them until `mailstep local verify DOMAIN` (docs/local-runtime.md).
+    identity_pending: bool = False
     # The reputation guardrail's local CloudWatch (cli/local/reputation.py): sends a set needs
     # before its rates count, and whether the stack's reputation alarms are evaluated.
     reputation_min_sends: int = 200
@@ -268,6 +271,8 @@ class LocalRuntime:
             aws=self.aws,
         )
         self.environments.specs.update(self.deployment.environments)
+        if self.config.identity_pending:
+            self._hold_sending_identity()
         # The template's EventBridge rules on execution status changes (sequence cleanup).
         self.eventbridge = ExecutionStatusRules(
             rules_of(template),
@@ -504,6 +509,9 @@ class LocalRuntime:
             "ses": {
                 "sends": self.ses.sends,
                 "events": len(self.ses.events),
+                "refused_unverified": self.ses.refused_unverified,
+                "refused_daily_quota": self.ses.refused_daily_quota,
+                "pending_identities": sorted(self.ses.pending_identities),
                 **self.ses.account()["SendQuota"],
             },
             "http": {"requests": self.front.stats.requests},
@@ -549,6 +557,25 @@ class LocalRuntime:
         runs = self.schedules.fire_until(after) if self.schedules is not None else []
         return 200, {"calendar": after.isoformat(timespec="seconds"), "runs": runs}
 
+    def _hold_sending_identity(self) -> None:
+        """The sending domain (the functions' DEFAULT_FROM, else the built-in sender's) exists as
+        an SES identity that waits for verification (``mailstep dev --identity-pending``)."""
+        from email.utils import parseaddr
+
+        from shared.core.settings import Settings
+
+        assert self.deployment is not None
+        environments = [spec.environment for spec in self.deployment.environments.values()]
+        froms = [env["DEFAULT_FROM"] for env in environments if env.get("DEFAULT_FROM")]
+        address = parseaddr(froms[0] if froms else str(Settings.model_fields["default_from"].default))[1]
+        domain = address.rsplit("@", 1)[-1].lower()
+        try:
+            self.aws.client("sesv2").create_email_identity(EmailIdentity=domain)
+        except Exception as exc:  # it exists already: it still waits
+            if "AlreadyExists" not in type(exc).__name__ and "AlreadyExists" not in str(exc):
+                raise
+        self.ses.hold_identity(domain)
+
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send};
         ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry).
@@ -576,6 +603,9 @@ class LocalRuntime:
         if method == "POST" and path == "/_local/ses":
             try:
                 values = json.loads(body or b"{}")
+                if values.get("verify") is not None:
+                    waiting = self.ses.verify_identity(str(values["verify"]))
+                    return 200, {"identity": str(values["verify"]).lower(), "was_pending": waiting}
                 self.ses.configure(
                     max_send_rate=values.get("max_send_rate"), max_24_hour_send=values.get("max_24_hour_send")
                 )

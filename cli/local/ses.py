@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email import message_from_bytes, policy
 from email.message import EmailMessage, Message
-from email.utils import formatdate, getaddresses
+from email.utils import formatdate, getaddresses, parseaddr
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,8 @@ class LocalSes:
         self.max_24_hour_send = int(max_24_hour_send)
         self._tokens = self.max_send_rate
         self.throttled = 0  # TooManyRequests answers (bench)
+        self.refused_unverified = 0  # sends refused: the sending identity waits for verification
+        self.refused_daily_quota = 0  # sends refused: the 24-hour quota was spent
         self._refilled = time.monotonic()
         self._sent = Window()  # (wall time, recipients) of the last 24 h, and their sum
         self._lock = threading.Lock()
@@ -97,6 +99,10 @@ class LocalSes:
         self.paused_sets: dict[str, str] = {}
         self.fresh_starts: dict[str, str] = {}
         self.reputation = ReputationMonitor(publish, account=account_id, region=region)
+        # Identities waiting for verification (`mailstep dev --identity-pending`; a new domain
+        # whose DKIM records SES has not seen yet): a send from one is refused as SES refuses it,
+        # until `mailstep local verify IDENTITY`.
+        self.pending_identities: set[str] = set()
 
     # ----- quota -------------------------------------------------------------------------
     def configure(self, *, max_send_rate: float | None = None, max_24_hour_send: int | None = None) -> None:
@@ -107,6 +113,45 @@ class LocalSes:
             if max_24_hour_send is not None:
                 self.max_24_hour_send = int(max_24_hour_send)
 
+    @staticmethod
+    def _now() -> float:
+        """The quota's clock: the runtime's calendar (the wall clock plus every `mailstep local
+        advance`), so a spent 24-hour quota frees as the calendar's days pass."""
+        return time.time() + ev.CALENDAR["offset_s"]
+
+    # ----- identities waiting for verification ----------------------------------------------
+    def hold_identity(self, identity: str) -> None:
+        with self._lock:
+            self.pending_identities.add(identity.lower())
+
+    def verify_identity(self, identity: str) -> bool:
+        """``identity`` is verified now; whether it was waiting."""
+        with self._lock:
+            waiting = identity.lower() in self.pending_identities
+            self.pending_identities.discard(identity.lower())
+            return waiting
+
+    def identity_pending(self, identity: str) -> bool:
+        return identity.lower() in self.pending_identities
+
+    def _sender_check(self, source: str) -> None:
+        """A send from an identity that waits for verification (the address, or its domain when
+        the address is not an identity of its own) is refused: ``MessageRejected``, HTTP 400,
+        "Email address is not verified. The following identities failed the check in region
+        REGION: ..." (re:Post knowledge center "ses-554-400-message-rejected-error"; SES
+        Developer Guide "Amazon SES email sending errors")."""
+        if not self.pending_identities:
+            return
+        address = parseaddr(source)[1].lower()
+        if address in self.pending_identities or address.rsplit("@", 1)[-1] in self.pending_identities:
+            with self._lock:
+                self.refused_unverified += 1
+            raise SesError(
+                "MessageRejected",
+                "Email address is not verified. The following identities failed the check in region "
+                f"{self.region.upper()}: {address}",
+            )
+
     def _sent_last_24h(self, now: float) -> int:
         return self._sent.since(now - 86400)
 
@@ -115,9 +160,12 @@ class LocalSes:
             now = time.monotonic()
             self._tokens = min(self.max_send_rate, self._tokens + (now - self._refilled) * self.max_send_rate)
             self._refilled = now
-            wall = time.time()
+            wall = self._now()
             if self._sent_last_24h(wall) + recipients > self.max_24_hour_send:
-                raise SesError("LimitExceededException", "Daily message quota exceeded.")
+                self.refused_daily_quota += 1
+                # "a ThrottlingException error ... Daily message quota exceeded" (SES Developer
+                # Guide, "Errors related to the sending quotas for your Amazon SES account")
+                raise SesError("ThrottlingException", "Daily message quota exceeded.")
             if self._tokens < recipients:
                 self.throttled += 1
                 raise SesError("TooManyRequestsException", "Maximum sending rate exceeded.", 429)
@@ -143,7 +191,7 @@ class LocalSes:
 
     def account(self) -> dict[str, Any]:
         with self._lock:
-            sent = self._sent_last_24h(time.time())
+            sent = self._sent_last_24h(self._now())
         return {
             "DedicatedIpAutoWarmupEnabled": False,
             "EnforcementStatus": "HEALTHY",
@@ -271,6 +319,7 @@ class LocalSes:
             raise SesError("BadRequestException", "Missing final recipients.")
         if len(recipients) > MAX_RECIPIENTS:
             raise SesError("BadRequestException", f"Recipient count exceeds {MAX_RECIPIENTS}.")
+        self._sender_check(str(source))
         if self.sandbox:
             self._sandbox_check(recipients, verified)
 

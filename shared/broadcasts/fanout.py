@@ -34,16 +34,17 @@ from typing import TYPE_CHECKING, Any
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.model import (
     BATCH_CONTRACT,
+    HELD,
     RESOLVE_CONTRACT,
     RESOLVING,
     SCHEDULED,
     SENDING,
     BatchMessage,
+    Broadcast,
     ResolveMessage,
     to_body,
 )
-from shared.broadcasts.records import BroadcastStore, StoredPage, window_closed
-from shared.broadcasts.worker import BroadcastNotFound
+from shared.broadcasts.records import BroadcastNotFound, BroadcastStore, StoredPage, window_closed
 from shared.core.aws import client as aws_client
 from shared.core.observability import logger
 from shared.core.settings import Settings
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 # in one transaction on the broadcast record: 1 per 100 mails (0.01 transactions per mail on
 # that item; at 50 it was 0.02, plus the resolver's page checkpoints: docs/bench.md).
 BATCH_SIZE = 100
+MAX_DELAY_S = 900  # SQS's longest DelaySeconds
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,14 @@ class BroadcastQueues:
         self._send(self.batch_url, bodies)
         return len(bodies)
 
-    def send_resolve(self, message: ResolveMessage) -> None:
-        self._send(self.control_url, [to_body(RESOLVE_CONTRACT, message)])
+    def send_resolve(self, message: ResolveMessage, delay_s: int = 0) -> None:
+        send_bodies(
+            self.sqs,
+            self.control_url,
+            [to_body(RESOLVE_CONTRACT, message)],
+            what="broadcast messages",
+            delay_s=delay_s,
+        )
 
 
 def resolve_body(message: ResolveMessage) -> str:
@@ -101,7 +109,7 @@ def resolve_body(message: ResolveMessage) -> str:
 
 @dataclass(frozen=True)
 class StepResult:
-    status: str  # resolved_page | last_page | stale | stopped
+    status: str  # resolved_page | last_page | stale | stopped | held | resumed
     page: int
     recipients: int = 0
     batches: int = 0
@@ -138,6 +146,8 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
         closed = ctx.records.close_window(record)
         logger.warning("broadcast resolution after the send window stopped", failed=closed is not None, **log)
         return StepResult("stopped", message.page)
+    if record.status == HELD and message.wake:
+        return _wake(record, message, ctx)
     if record.status == SCHEDULED:
         record = ctx.records.start_resolving(record) or ctx.records.get(record.id) or record
     if record.status not in (RESOLVING, SENDING):
@@ -180,6 +190,31 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext) -> StepResult:
         "broadcast page resolved", recipients=len(emails), batches=len(batches), last=exhausted, **log
     )
     return StepResult("last_page" if exhausted else "resolved_page", message.page, len(emails), len(batches))
+
+
+def hold_wake(record: Broadcast, queues: BroadcastQueues, wait_s: int) -> None:
+    """A held broadcast's wake-up: its round's page-0 message marked ``wake``, delivered after
+    ``wait_s`` seconds (a chain of SQS's longest delays for a longer wait). The delays are the
+    timer, not the clock, so the local runtime's virtual clock runs a hold as it runs a Wait."""
+    delay = min(MAX_DELAY_S, max(0, wait_s))
+    message = ResolveMessage(
+        broadcast_id=record.id, round=record.round, page=0, wake=True, wake_after_s=max(0, wait_s - delay)
+    )
+    queues.send_resolve(message, delay)
+
+
+def _wake(record: Broadcast, message: ResolveMessage, ctx: FanoutContext) -> StepResult:
+    """A held broadcast's wake-up: while the wait lasts it travels on; then a new round resolves
+    the whole audience (send-once keeps whoever got the mail from a second one)."""
+    if message.wake_after_s > 0:
+        hold_wake(record, ctx.queues, message.wake_after_s)
+        return StepResult("held", message.page)
+    resumed = ctx.records.new_round(record, record.send_rate)
+    if resumed is None:  # resumed or cancelled meanwhile: nothing to do here
+        return StepResult("stale", message.page)
+    logger.info("held broadcast resumed", broadcast=record.id, reason=record.hold_reason, round=resumed.round)
+    ctx.queues.send_resolve(first_page(resumed.id, resumed.round))
+    return StepResult("resumed", message.page)
 
 
 def first_page(broadcast_id: str, round_: int) -> ResolveMessage:

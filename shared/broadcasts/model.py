@@ -47,7 +47,15 @@ FAILED = "failed"
 # The reputation guardrail paused marketing sending (docs/reputation.md): nothing more is sent,
 # nothing counted failed; `mailstep reputation resume` resumes it (a new round, send-once).
 PAUSED_REPUTATION = "paused_reputation"
-STATUSES = (SCHEDULED, RESOLVING, SENDING, DONE, CANCELLED, FAILED, PAUSED_REPUTATION)
+# SES said "not yet" (docs/broadcasts.md, "Held"): the sending identity is not verified yet
+# (``identity_unverified``), the account's 24-hour quota is spent (``daily_quota``) or today's
+# warm-up allowance is used (``warmup``). Nothing counted failed; it resumes by itself at
+# ``resume_at`` (a new round, send-once), or earlier with `mailstep broadcast resume`.
+HELD = "held"
+HOLD_UNVERIFIED = "identity_unverified"
+HOLD_DAILY_QUOTA = "daily_quota"
+HOLD_WARMUP = "warmup"
+STATUSES = (SCHEDULED, RESOLVING, SENDING, DONE, CANCELLED, FAILED, PAUSED_REPUTATION, HELD)
 ACTIVE = frozenset({SCHEDULED, RESOLVING, SENDING})
 STEP = "broadcast"  # the send-once key of a broadcast mail is (subscriber, broadcast id, STEP)
 SKIP_REASONS = ("no_profile", "suppressed", "unsubscribed", "topic_opt_out", "cancelled")
@@ -265,6 +273,7 @@ def parse_request(**values: Any) -> BroadcastRequest:
 _BROADCAST_KEYS = (
     "id status template subject audience_filter filters created_at at round resolved audience processed"
     " sent failed skipped finished_at error send_rate dead_lettered_batches dead_lettered_recipients"
+    " hold_reason resume_at"
 )
 
 
@@ -302,6 +311,8 @@ class Broadcast:
     # receive) and not counted since, and their recipients.
     dead_lettered_batches: int = 0
     dead_lettered_recipients: int = 0
+    hold_reason: str | None = None  # while ``held``: why (HOLD_*)
+    resume_at: str | None = None  # while ``held``: when it resumes by itself
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Broadcast:
@@ -330,6 +341,8 @@ class Broadcast:
             send_rate=float(item.get("send_rate", 1.0)),
             dead_lettered_batches=int(item.get("dead_lettered_batches", 0)),
             dead_lettered_recipients=int(item.get("dead_lettered_recipients", 0)),
+            hold_reason=item.get("hold_reason"),
+            resume_at=item.get("resume_at"),
         )
 
     @property
@@ -372,6 +385,11 @@ class ResolveMessage(BaseModel):
     broadcast_id: str
     round: int = Field(ge=1)
     page: int = Field(ge=0)
+    # A held broadcast's wake-up (put on the queue by the hold): the only message that resumes
+    # a ``held`` record; ``wake_after_s``: how much longer it waits once delivered (a hold
+    # longer than SQS's 15-minute delay travels as a chain of delayed messages).
+    wake: bool = False
+    wake_after_s: int = Field(default=0, ge=0)
 
     @field_validator("broadcast_id")
     @classmethod
@@ -388,6 +406,11 @@ class BatchMessage(BaseModel):
     broadcast_id: str
     round: int = Field(ge=1)
     page: int = Field(ge=0)
+    # A held broadcast's wake-up (put on the queue by the hold): the only message that resumes
+    # a ``held`` record; ``wake_after_s``: how much longer it waits once delivered (a hold
+    # longer than SQS's 15-minute delay travels as a chain of delayed messages).
+    wake: bool = False
+    wake_after_s: int = Field(default=0, ge=0)
     index: int = Field(ge=0)
     emails: tuple[str, ...] = Field(min_length=1, max_length=MAX_BATCH_EMAILS)
 

@@ -39,6 +39,7 @@ from shared.broadcasts.model import (
     CANCELLED,
     DONE,
     FAILED,
+    HELD,
     PAUSED_REPUTATION,
     RESOLVING,
     SCHEDULED,
@@ -48,7 +49,7 @@ from shared.broadcasts.model import (
     BroadcastRequest,
 )
 from shared.core import clock
-from shared.core.errors import Conflict
+from shared.core.errors import Conflict, NotFound
 from shared.core.observability import logger
 from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
@@ -105,8 +106,14 @@ NAMES = {
         "send_rate",
         "dead_lettered_batches",
         "dead_lettered_recipients",
+        "hold_reason",
+        "resume_at",
     )
 }
+
+
+class BroadcastNotFound(NotFound):
+    pass
 
 
 class StoredPage(NamedTuple):
@@ -304,7 +311,23 @@ class BroadcastStore(TableAdapter):
         )
 
     def cancel(self, record: Broadcast) -> Broadcast | None:
-        return self.set_status(record, CANCELLED, leaving=ACTIVE | {PAUSED_REPUTATION})
+        return self.set_status(record, CANCELLED, leaving=ACTIVE | {PAUSED_REPUTATION, HELD})
+
+    def hold(self, record: Broadcast, reason: str, resume_at: str) -> Broadcast | None:
+        """resolving/sending -> ``held`` until ``resume_at`` (model.HELD); None when it was not in
+        progress (another worker held it first, or it was cancelled or paused meanwhile)."""
+        return self._update(
+            record,
+            "SET #status = :held, #hold_reason = :reason, #resume_at = :resume, #updated_at = :now",
+            condition="#status IN (:resolving, :sending) AND #round = :round",
+            held=HELD,
+            reason=reason,
+            resume=resume_at,
+            now=_now(),
+            resolving=RESOLVING,
+            sending=SENDING,
+            round=record.round,
+        )
 
     def pause_for_reputation(self, record: Broadcast) -> Broadcast | None:
         """resolving/sending -> ``paused_reputation`` (docs/reputation.md); None when it was not
@@ -317,7 +340,7 @@ class BroadcastStore(TableAdapter):
         return self.set_status(
             record,
             FAILED,
-            leaving=ACTIVE,
+            leaving=ACTIVE | {HELD},
             error=f"send window ended {clock.iso(window_end(record))}: "
             f"what was not sent by then is not sent ({SEND_WINDOW_DAYS} days after its start)",
         )
@@ -332,7 +355,7 @@ class BroadcastStore(TableAdapter):
         self._update(record, "SET #execution_arn = :arn", arn=execution_arn)
 
     def new_round(self, record: Broadcast, send_rate: float) -> Broadcast | None:
-        """Resume (a cancelled, failed or ``paused_reputation`` broadcast): a fresh resolution of
+        """Resume (a cancelled, failed, ``paused_reputation`` or ``held`` broadcast): a fresh resolution of
         the whole audience in round ``round + 1`` with the
         counters of the new round at zero. Mails sent in earlier rounds are not sent again
         (send-once) and are counted as sent when their recipient comes up again. Raises
@@ -349,9 +372,10 @@ class BroadcastStore(TableAdapter):
             "#audience_size = :zero, #processed = :zero, #sent = :zero, #failed = :zero, "
             "#dead_lettered_batches = :zero, #dead_lettered_recipients = :zero, "
             f"{resets}, #updated_at = :now, #send_rate = :rate "
-            "REMOVE #cursor, #finished_at, #error",
-            condition="#status IN (:cancelled, :failed, :paused) AND #round = :round",
+            "REMOVE #cursor, #finished_at, #error, #hold_reason, #resume_at",
+            condition="#status IN (:cancelled, :failed, :paused, :held) AND #round = :round",
             names={"#cursor": "cursor", "#error": "error"},
+            held=HELD,
             resolving=RESOLVING,
             next=record.round + 1,
             zero=0,

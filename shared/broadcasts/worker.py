@@ -50,14 +50,25 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from shared.broadcasts.model import CANCELLED, FAILED, PAUSED_REPUTATION, STEP, BatchMessage, Broadcast
-from shared.broadcasts.records import BroadcastStore, items_until, window_closed
+from shared.broadcasts.fanout import BroadcastQueues, hold_wake
+from shared.broadcasts.model import (
+    CANCELLED,
+    FAILED,
+    HELD,
+    HOLD_DAILY_QUOTA,
+    HOLD_UNVERIFIED,
+    PAUSED_REPUTATION,
+    STEP,
+    BatchMessage,
+    Broadcast,
+)
+from shared.broadcasts.records import BroadcastNotFound, BroadcastStore, items_until, window_closed
 from shared.core import clock
-from shared.core.errors import NotFound
 from shared.core.observability import logger
 from shared.core.retry import Backoff
 from shared.core.settings import Settings
@@ -79,10 +90,13 @@ THROTTLE_RETRY = Backoff(attempts=1 + THROTTLE_RETRIES, base=BACKOFF_BASE_S, cap
 SAFETY_MARGIN_S = 15.0  # stop starting sends this long before the invocation's deadline
 RATE_SCOPE = RESERVED_SCOPE  # one budget for all broadcasts together, the other mail served first
 STATUS_CHECK_S = 2.0  # a batch being sent reads its broadcast's status this often (one GetItem)
-
-
-class BroadcastNotFound(NotFound):
-    pass
+# A held broadcast (docs/broadcasts.md, "Held") looks again this long after SES said "not yet":
+# a domain's verification takes minutes to 72 hours; SES does not say when a spent 24-hour
+# quota frees capacity (it frees as the last day's sends age out), and its guide advises
+# waiting and retrying. Each look resolves one page again and tries one send per batch.
+HOLD_RECHECK_S = {HOLD_UNVERIFIED: 900, HOLD_DAILY_QUOTA: 3600}
+# the pipeline's hold reasons -> the broadcast's (``paused`` is the reputation pause's own path)
+HOLD_REASONS = {"unverified": HOLD_UNVERIFIED, "daily_quota": HOLD_DAILY_QUOTA}
 
 
 class BatchIncomplete(Exception):
@@ -96,7 +110,7 @@ class BatchIncomplete(Exception):
 
 @dataclass(frozen=True)
 class BatchResult:
-    status: str  # counted | duplicate | stale | cancelled | expired | paused
+    status: str  # counted | duplicate | stale | cancelled | expired | paused | held
     counts: dict[str, int] = field(default_factory=dict)
     done: bool = False
 
@@ -136,6 +150,9 @@ class WorkerContext:
     threads: int = 4
     sleep: Callable[[float], None] = time.sleep
     send_fn: Callable[[SendJob, SendContext], SendOutcome] = pipeline_send
+    # where a held broadcast's wake-up goes (the resolver's queue); None: no hold, the batch
+    # fails and comes back like any deferred one
+    queues: BroadcastQueues | None = None
 
     def __post_init__(self) -> None:
         # A batch counts its sends once (records.count_batch), so single sends do not; and a
@@ -150,6 +167,7 @@ class WorkerContext:
             send=SendContext.from_settings(settings),
             pools=TokenPools(settings.table_name, reservations=Reservations(settings.table_name, RATE_SCOPE)),
             threads=settings.broadcast_worker_threads,
+            queues=BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url),
         )
 
 
@@ -207,9 +225,9 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
         closed = ctx.records.close_window(record)
         logger.warning("broadcast batch after the send window dropped", failed=closed is not None, **log)
         return BatchResult(status="expired")
-    if record.status == PAUSED_REPUTATION:  # resumed later as a new round: nothing counted now
-        logger.info("broadcast batch dropped: sending paused for reputation", **log)
-        return BatchResult(status="paused")
+    if record.status in (PAUSED_REPUTATION, HELD):  # resumed later as a new round: nothing counted now
+        logger.info("broadcast batch dropped: the broadcast is paused or held", status=record.status, **log)
+        return BatchResult(status="paused" if record.status == PAUSED_REPUTATION else "held")
     if record.status in (CANCELLED, FAILED):
         skipped = {"processed": len(message.emails), "skipped_cancelled": len(message.emails)}
         counted = ctx.records.count_batch(record, message.page, message.index, skipped)
@@ -219,6 +237,11 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     # this broadcast's claims expire with its markers, after the send window
     ctx = replace(ctx, send=replace(ctx.send, log=ctx.send.log.expiring_at(items_until(record))))
     outcomes = _send_all(record, message, ctx, deadline)
+    refusal = next(
+        (o.reason for o in outcomes if o is not None and o.held and o.reason in HOLD_REASONS), None
+    )
+    if refusal is not None and ctx.queues is not None:
+        return _hold(record, HOLD_REASONS[refusal], ctx.records, ctx.queues, log)
     if any(o is not None and o.status == "retryable" and o.reason == "paused" for o in outcomes):
         paused = ctx.records.pause_for_reputation(record)
         sent = sum(1 for o in outcomes if o is not None and o.status == "sent")
@@ -258,6 +281,23 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     )
 
 
+def _hold(
+    record: Broadcast, reason: str, records: BroadcastStore, queues: BroadcastQueues, log: dict[str, Any]
+) -> BatchResult:
+    """SES said "not yet" for the broadcast's mail: hold it (nothing counted, the SQS record is
+    done) and put its wake-up on the resolver's queue; another worker's batch that met the same
+    refusal finds it held already."""
+    wait_s = HOLD_RECHECK_S[reason]
+    resume_at = clock.iso(clock.utc_now() + timedelta(seconds=wait_s))
+    held = records.hold(record, reason, resume_at)
+    if held is not None:
+        hold_wake(held, queues, wait_s)
+    logger.warning(
+        "broadcast held: SES said not yet", reason=reason, resume_at=resume_at, moved=held is not None, **log
+    )
+    return BatchResult(status="held")
+
+
 def _send_all(
     record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None
 ) -> list[SendOutcome | None]:
@@ -266,8 +306,8 @@ def _send_all(
     slots = threading.Semaphore(ctx.threads)
     futures: list[Future[None]] = []
     checked = clock.epoch_seconds()
-    refused = threading.Event()  # SES refused a send: sending is paused (no further send starts)
-    paused = SendOutcome(status="retryable", send_id="-", reason="paused")
+    refused = threading.Event()  # SES said "not yet" for a send (paused, ...): no further send starts
+    refusals: list[SendOutcome] = []
 
     def stopped() -> str | None:
         """The status that stops the batch (cancelled, failed, paused_reputation) when the
@@ -279,13 +319,14 @@ def _send_all(
         current = ctx.records.get(record.id)
         if current is None:
             return CANCELLED
-        return current.status if current.status in (CANCELLED, FAILED, PAUSED_REPUTATION) else None
+        return current.status if current.status in (CANCELLED, FAILED, PAUSED_REPUTATION, HELD) else None
 
     def run(i: int, email: str) -> None:
         try:
             results[i] = _send_one(record, email, ctx, tokens, deadline)
             outcome = results[i]
-            if outcome is not None and outcome.status == "retryable" and outcome.reason == "paused":
+            if outcome is not None and outcome.held:
+                refusals.append(outcome)
                 refused.set()
         finally:
             slots.release()
@@ -294,11 +335,17 @@ def _send_all(
         for i, email in enumerate(message.emails):
             slots.acquire()
             status = stopped()
-            if refused.is_set() or status == PAUSED_REPUTATION:
+            if refused.is_set() or status in (PAUSED_REPUTATION, HELD):
                 slots.release()
-                results[i:] = [paused] * (len(message.emails) - i)
+                refusal = (
+                    refusals[0] if refusals else SendOutcome(status="retryable", send_id="-", reason="paused")
+                )
+                results[i:] = [refusal] * (len(message.emails) - i)
                 logger.info(
-                    "broadcast paused during a batch", broadcast=record.id, unsent=len(message.emails) - i
+                    "broadcast paused or held during a batch",
+                    broadcast=record.id,
+                    reason=refusal.reason,
+                    unsent=len(message.emails) - i,
                 )
                 break
             if status is not None:

@@ -500,7 +500,8 @@ SENDER_FUNCTION = FunctionSpec(
     handler="functions.sender.handler.handler",
     description="Send queue consumer: renders and sends one mail per send job, at most once",
     timeout_s=60,
-    grants=SEND_PIPELINE_GRANTS,
+    # a held job goes back on its own queue, delayed (shared.sending.jobs.hold)
+    grants=(*SEND_PIPELINE_GRANTS, Grant(SEND_QUEUE, ("sqs:SendMessage",))),
     event_sources=(EventSourceSpec(queue=SEND_QUEUE, batch_size=10, max_concurrency=2),),
     mail_settings=True,
 )
@@ -736,8 +737,9 @@ BROADCAST_WORKER_FUNCTION = FunctionSpec(
     memory_mb=1769,
     timeout_s=300,
     # the send pipeline (sends are counted per batch: marker Put + Update transaction), the
-    # shared rate limiter (UpdateItem ADD)
-    grants=SEND_PIPELINE_GRANTS,
+    # shared rate limiter (UpdateItem ADD); a held broadcast's wake-up message (SendMessage,
+    # delayed) on the resolver's queue
+    grants=(*SEND_PIPELINE_GRANTS, Grant(BROADCAST_CONTROL_QUEUE, ("sqs:SendMessage",))),
     # One batch (100 recipients) per invocation: the last batches of a broadcast still run
     # on every worker, so the tail of a send keeps the rate. The maximum concurrency here is
     # the smallest; the stack sets broadcast_workers(mailstep:sesMaxSendRate).

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.core.envelopes import decode, encode
 from shared.core.models import Email, TemplateKey, validate_data, validate_name
@@ -59,6 +61,8 @@ class SendJob(BaseModel):
     topic: str | None = None
     sender: SenderOverride | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    # When SES first said "not yet" for this job (the sender function's hold: :func:`hold`).
+    held_since: str | None = Field(default=None, max_length=40)
 
     @field_validator("source")
     @classmethod
@@ -77,10 +81,36 @@ class SendJob(BaseModel):
             raise ValueError("step must be 1-128 characters of letters, digits and _.:- (no '#')")
         return value
 
+    @field_validator("held_since")
+    @classmethod
+    def _held_since(cls, value: str | None) -> str | None:
+        if value is not None:
+            clock.parse_iso(value)  # ValueError: not a time
+        return value
+
     @field_validator("data", mode="before")
     @classmethod
     def _data(cls, value: Any) -> dict[str, Any]:
         return validate_data(value if value is not None else {})
+
+
+# A held job (shared.sending.sender.HOLD_STATUSES) goes back on the send queue this long later
+# (SQS's largest DelaySeconds), each time as a new message, so SQS's receive count (and with it
+# the dead-letter queue) counts real failures only; after HOLD_MAX_DAYS it is retried like any
+# deferred job and ends in the dead-letter queue if SES still says "not yet".
+HOLD_DELAY_S = 900
+HOLD_MAX_DAYS = 7
+
+
+def hold(job: SendJob, queue_url: str, *, now: datetime, client: SQSClient | None = None) -> bool:
+    """Put ``job`` back on the send queue, delayed :data:`HOLD_DELAY_S`, with the time it was
+    first held; False (nothing put) once it has been held :data:`HOLD_MAX_DAYS`."""
+    since = job.held_since or clock.iso(now)
+    if now - clock.parse_iso(since) >= timedelta(days=HOLD_MAX_DAYS):
+        return False
+    body = to_message(job.model_copy(update={"held_since": since}))
+    send_bodies(client or aws_client("sqs"), queue_url, [body], what="a held send job", delay_s=HOLD_DELAY_S)
+    return True
 
 
 def to_message(job: SendJob) -> str:
@@ -101,14 +131,17 @@ def enqueue(jobs: Iterable[SendJob], queue_url: str, client: SQSClient | None = 
     return len(bodies)
 
 
-def send_bodies(sqs: SQSClient, queue_url: str, bodies: list[str], *, what: str) -> None:
-    """Put ``bodies`` on ``queue_url``, ``SQS_BATCH`` a request; raise at the first request
-    SQS refused any of (``what`` names them in the error)."""
+def send_bodies(sqs: SQSClient, queue_url: str, bodies: list[str], *, what: str, delay_s: int = 0) -> None:
+    """Put ``bodies`` on ``queue_url``, ``SQS_BATCH`` a request, each delayed ``delay_s`` (at
+    most SQS's 900); raise at the first request SQS refused any of (``what`` names them)."""
     for start in range(0, len(bodies), SQS_BATCH):
         chunk = bodies[start : start + SQS_BATCH]
-        entries: list[SendMessageBatchRequestEntryTypeDef] = [
-            {"Id": str(i), "MessageBody": body} for i, body in enumerate(chunk)
-        ]
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        for i, body in enumerate(chunk):
+            entry: SendMessageBatchRequestEntryTypeDef = {"Id": str(i), "MessageBody": body}
+            if delay_s:
+                entry["DelaySeconds"] = delay_s
+            entries.append(entry)
         failed = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries).get("Failed") or []
         if failed:
             raise RuntimeError(f"SQS refused {len(failed)} {what}: {failed[0].get('Code')}")

@@ -13,10 +13,12 @@ raised (:class:`SendOutcome`):
   ``topic_opt_out`` (the job names a topic the reader does not receive; marketing only) |
   ``already_sent`` (the send-once key was used before).
 - ``retryable``: ``in_flight`` (another worker holds the claim) | ``throttled`` (SES
-  throttling, 5xx, timeouts) | ``account`` (quota, suspension...) | ``paused`` (SES refused:
-  sending is paused for the mail's configuration set or the account; docs/reputation.md).
-  Nothing was sent and the claim is released; the caller retries later (the sender Lambda
-  fails the SQS record, a sequence step waits, a broadcast pauses).
+  throttling, 5xx, timeouts) | ``account`` (suspension, missing permission...) | one of the
+  holds (:attr:`SendOutcome.held`): ``paused`` (sending is paused for the mail's configuration
+  set or the account; docs/reputation.md), ``unverified`` (the sending identity is not verified
+  yet), ``daily_quota`` (SES's 24-hour quota is spent). Nothing was sent and the claim is
+  released; the caller retries later (the sender Lambda fails the SQS record, or puts a held
+  job back on the queue with a delay; a sequence step waits; a broadcast pauses or holds).
 - ``failed``: ``rejected`` (SES refused this message) | ``render_error`` |
   ``invalid_message``. Permanent; recorded as a ``send_failed`` event.
 
@@ -69,7 +71,7 @@ from shared.sending.rendering import (
     build_context,
     renderer,
 )
-from shared.sending.sender import SesSender
+from shared.sending.sender import HOLD_STATUSES, SesSender
 from shared.sending.tokens import TokenClaims, issue
 from shared.store.pending import PendingSignup, PendingSignups
 from shared.store.send_log import SendLog, SentRecord
@@ -93,6 +95,12 @@ class SendOutcome(BaseModel):
     @property
     def retryable(self) -> bool:
         return self.status == "retryable"
+
+    @property
+    def held(self) -> bool:
+        """SES said "not yet" (paused, identity not verified, daily quota spent): the mail waits
+        for as long as that lasts instead of the short retries of a throttle."""
+        return self.status == "retryable" and self.reason in HOLD_STATUSES
 
 
 @dataclass(frozen=True)
@@ -315,10 +323,13 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
                 error_code=result.error_code,
                 detail=result.detail,
             )
-        reason = {"account": "account", "paused": "paused"}.get(result.status, "throttled")
-        # An account problem (a missing permission, sending paused) needs the operator: SES's
-        # message names the action or the state (never a recipient), so it is logged too.
-        detail = {"detail": result.detail} if reason in ("account", "paused") else {}
+        reason = (
+            result.status if result.status in HOLD_STATUSES or result.status == "account" else "throttled"
+        )
+        # An account problem or a hold (a missing permission, sending paused, the identity not
+        # verified) needs the operator or time: SES's message names the action, the state or the
+        # sending identity (a recipient only in the sandbox's refusal, which is ``rejected``).
+        detail = {"detail": result.detail} if reason != "throttled" else {}
         logger.warning(
             "send deferred", extra={**log, "reason": reason, "error_code": result.error_code, **detail}
         )

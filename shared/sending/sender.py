@@ -3,17 +3,32 @@
 Raw content is used so every header survives (List-Unsubscribe, List-Id, the send id).
 Errors are classified here and nowhere else (docs/sending.md):
 
-- ``retryable``: throttling, 5xx, timeouts, connection errors. Nothing was accepted; try
-  again later (the send queue's visibility timeout is the backoff).
-- ``rejected``: permanent for this message (MessageRejected, an invalid address).
-- ``account``: the account cannot send at all (AccountSuspended, daily quota, unverified
-  sending domain, missing configuration set). Nothing was sent; the job is retried and ends in
-  the dead-letter queue for a redrive once the account is fixed.
-- ``paused``: SES refused the send because sending is paused: for the configuration set the
-  send names (the reputation guardrail's pause, docs/reputation.md) or for the whole account.
-  SES v2 answers both with ``SendingPausedException`` (HTTP 400; the v2 API model has no
-  configuration-set-specific error, unlike v1's ``ConfigurationSetSendingPausedException``).
-  Nothing was sent: not a failure and no duplicate risk; the caller retries after the resume.
+- ``retryable``: throttling of the sending rate, 5xx, timeouts, connection errors. Nothing was
+  accepted; try again within seconds (the send queue's visibility timeout is the backoff).
+- ``rejected``: permanent for this message (MessageRejected, an invalid address; in the SES
+  sandbox, a recipient that is not a verified identity).
+- ``account``: the account cannot send at all (AccountSuspended, missing permission or
+  configuration set). Nothing was sent; the job is retried and ends in the dead-letter queue
+  for a redrive once the account is fixed.
+
+Three refusals mean "not yet", never "failed": nothing was sent and the same mail goes out
+later by itself (:data:`HOLD_STATUSES`; docs/sending.md, "Held, not failed"):
+
+- ``paused``: sending is paused for the configuration set the send names (the reputation
+  guardrail's pause, docs/reputation.md) or for the whole account. SES v2 answers with
+  ``SendingPausedException``; v1's ``ConfigurationSetSendingPausedException`` and
+  ``AccountSendingPausedException`` count the same (:data:`PAUSED_CODES`).
+- ``unverified``: the sending identity is not verified yet (a new domain whose DKIM records
+  are not seen yet). SES answers ``MessageRejected`` with "Email address is not verified. The
+  following identities failed the check in region REGION: identity, ..." (re:Post knowledge
+  center "ses-554-400-message-rejected-error"; SES Developer Guide "Amazon SES email sending
+  errors"). It is "not yet" only when a failed identity is the sender (its address or its
+  domain) or none is named; a failed recipient alone is the sandbox refusing that recipient
+  (``rejected``).
+- ``daily_quota``: the rolling 24-hour quota is spent. SES answers a throttling error whose
+  message includes "Daily message quota exceeded" (SES Developer Guide, "Errors related to the
+  sending quotas for your Amazon SES account"); unlike the rate throttle it frees capacity only
+  as the sends of the last 24 hours age out.
 
 Marketing and transactional mail name different configuration sets (``transactional``), so a
 paused marketing set leaves transactional mail going.
@@ -40,7 +55,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
 
 
-SendStatus = Literal["sent", "retryable", "rejected", "account", "paused"]
+SendStatus = Literal["sent", "retryable", "rejected", "account", "paused", "unverified", "daily_quota"]
+HOLD_STATUSES: frozenset[str] = frozenset({"paused", "unverified", "daily_quota"})
 
 RETRYABLE_CODES = frozenset(
     {
@@ -55,7 +71,13 @@ RETRYABLE_CODES = frozenset(
     }
 )
 REJECTED_CODES = frozenset({"MessageRejected", "BadRequestException", "InvalidParameterValue"})
-PAUSED_CODES = frozenset({"SendingPausedException"})
+# v2 SendEmail's paused error, and v1's two (SES API v1 reference, SendRawEmail "Errors")
+PAUSED_CODES = frozenset(
+    {"SendingPausedException", "ConfigurationSetSendingPausedException", "AccountSendingPausedException"}
+)
+DAILY_QUOTA_MESSAGE = "daily message quota exceeded"  # SES Developer Guide (module doc), lower case
+UNVERIFIED_MESSAGE = "email address is not verified"  # re:Post and the SES Developer Guide
+_FAILED_IDENTITIES = re.compile(r"failed the check in region [^:]*:\s*(.+)$", re.IGNORECASE | re.DOTALL)
 ACCOUNT_CODES = frozenset(
     {
         "AccountSuspendedException",
@@ -121,8 +143,20 @@ def decode_tag_value(value: str) -> str:
     return "".join(out)
 
 
-def classify(exc: Exception) -> SendResult:
-    """An exception from SendEmail -> a result (never raises)."""
+def _sender_unverified(message: str, from_email: str) -> bool:
+    """A "not verified" refusal names the identities that failed; the sender's (its address or
+    its domain), or none named, means the sending identity waits for verification."""
+    found = _FAILED_IDENTITIES.search(message)
+    if found is None:
+        return True
+    failed = {part.strip().strip(".").lower() for part in found.group(1).split(",")}
+    sender = from_email.strip().lower()
+    return not from_email or sender in failed or sender.rsplit("@", 1)[-1] in failed
+
+
+def classify(exc: Exception, from_email: str = "") -> SendResult:
+    """An exception from SendEmail -> a result (never raises). ``from_email``: the sending
+    address, to tell an unverified sender from a sandbox-refused recipient."""
     if isinstance(
         exc, ConnectTimeoutError | ReadTimeoutError | EndpointConnectionError | ConnectionClosedError
     ):
@@ -131,7 +165,14 @@ def classify(exc: Exception) -> SendResult:
         error = exc.response.get("Error", {})
         code = str(error.get("Code", ""))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        message = str(error.get("Message", ""))[:300]
+        full = str(error.get("Message", ""))
+        message = full[:300]
+        if DAILY_QUOTA_MESSAGE in full.lower():
+            return SendResult("daily_quota", error_code=code, detail=message)
+        if code == "MessageRejected" and UNVERIFIED_MESSAGE in full.lower():
+            if _sender_unverified(full, from_email):
+                return SendResult("unverified", error_code=code, detail=message)
+            return SendResult("rejected", error_code=code, detail=message)
         if code in RETRYABLE_CODES or status >= 500:
             return SendResult("retryable", error_code=code, detail=message)
         if code in PAUSED_CODES:
@@ -191,5 +232,5 @@ class SesSender:
             EndpointConnectionError,
             ConnectionClosedError,
         ) as exc:
-            return classify(exc)
+            return classify(exc, from_email)
         return SendResult("sent", message_id=response["MessageId"])

@@ -47,9 +47,11 @@ class SendRetryable(Exception):  # noqa: N818 - the name is the ASL error name t
 
 
 class SendPaused(Exception):  # noqa: N818 - the name is the ASL error name the Retry matches
-    """SES refused the send: sending is paused for the mail's configuration set (the reputation
-    guardrail, docs/reputation.md) or the account. Nothing was sent; the execution waits and
-    tries again (its own Retry: hourly for about a week), it does not fail."""
+    """SES said "not yet": sending is paused for the mail's configuration set (the reputation
+    guardrail, docs/reputation.md) or the account, the sending identity is not verified yet, or
+    the account's 24-hour quota is spent. Nothing was sent; the execution waits and tries again
+    (its own Retry: up to hourly for about a week, longer than the quota's rolling day and
+    SES's 72 hours for a domain's verification), it does not fail."""
 
 
 class SequenceHalted(Exception):  # noqa: N818 - the name is the ASL error name the Catch matches
@@ -181,8 +183,8 @@ def _send(request: StepRequest, deps: StepDeps) -> str:
         data={**request.data, "variant": variant} if request.variants else request.data,
     )
     outcome = deps.send(job)
-    if outcome.status == "retryable" and outcome.reason == "paused":
-        raise SendPaused(outcome.detail or "sending paused")
+    if outcome.held:
+        raise SendPaused(f"{outcome.reason}: {outcome.detail or ''}"[:300])
     if outcome.status == "retryable":
         raise SendRetryable(outcome.reason or "retryable")
     if outcome.status == "failed":

@@ -349,7 +349,7 @@ def test_the_daily_quota_is_enforced(local: Local) -> None:
         ses_send(local, "success@simulator.amazonses.com")
         with pytest.raises(ClientError) as caught:
             ses_send(local, "success@simulator.amazonses.com")
-        assert caught.value.response["Error"]["Code"] == "LimitExceededException"
+        assert caught.value.response["Error"]["Code"] == "ThrottlingException"
         assert caught.value.response["Error"]["Message"] == "Daily message quota exceeded."
         assert local.client("sesv2").get_account()["SendQuota"]["SentLast24Hours"] == sent + 1
     finally:

@@ -1,0 +1,231 @@
+"""Day one on moto: SES's "not yet" (the sending identity waits for verification, the 24-hour
+quota is spent) holds mail, it never fails it (docs/sending.md, "Held, not failed").
+
+Given the local runtime's SES emulation on moto's SES v2 with the sending domain waiting for
+verification (or a spent quota), when the sender function, a sequence step and a broadcast
+worker meet the refusal, then the job goes back on its queue with a delay (acknowledged, not
+failed), the step raises the error its Retry waits on, and the broadcast is ``held`` with its
+wake-up on the resolver's queue; once the identity is verified (or the quota frees) each mail
+goes out once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
+from cli.local.apigw import LambdaContext
+from cli.local.provision import LocalResources
+from cli.local.ses import LocalSes, read_outbox
+from shared.broadcasts.audience import AudienceResolver
+from shared.broadcasts.fanout import BroadcastQueues, FanoutContext, resolve_step
+from shared.broadcasts.model import HELD, HOLD_DAILY_QUOTA, HOLD_UNVERIFIED, BatchMessage, parse_resolve
+from shared.broadcasts.records import BroadcastStore
+from shared.broadcasts.worker import HOLD_RECHECK_S, TokenPools, WorkerContext, process_batch
+from shared.core import specs
+from shared.core.aws import client
+from shared.sending.jobs import HOLD_DELAY_S, SendJob, from_message, to_message
+from shared.sending.pipeline import send
+from shared.sequences.steps import SendPaused, StepDeps, StepRequest, run_step
+from tests.integration.conftest import sqs_record
+from tests.integration.reputation_support import install_local_ses, messaging_world, settings_of
+from tests.integration.test_reputation import _subscribers, ctx_of, sending
+
+DOMAIN = "example.com"  # the built-in sender's (hello@example.com)
+
+
+@pytest.fixture
+def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes:
+    return install_local_ses(tmp_path / "outbox", monkeypatch)
+
+
+@pytest.fixture
+def world(ses: LocalSes) -> Iterator[LocalResources]:
+    with messaging_world() as res:
+        yield res
+
+
+def queue_url(res: LocalResources, spec: specs.QueueSpec) -> str:
+    return res.queues[spec.id].url
+
+
+def delayed(url: str) -> int:
+    attributes = client("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessagesDelayed"])
+
+
+def receive_delayed(url: str) -> list[dict[str, Any]]:
+    """The queue's messages with each one's delay in whole seconds (moto keeps a delayed message
+    invisible: read its store)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.core.utils import unix_time_millis
+    from moto.sqs.models import sqs_backends
+
+    queue = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].queues[url.rsplit("/", 1)[-1]]
+    now = unix_time_millis()
+    return [{"body": m.body, "delay": round(max(0.0, m.delayed_until - now) / 1000)} for m in queue._messages]
+
+
+def sender_module(res: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Any:
+    settings = settings_of(res)
+    env = {**res.env(), specs.ENV["send_queue_url"]: settings.send_queue_url}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    sys.modules.pop("functions.sender.handler", None)
+    return importlib.import_module("functions.sender.handler")
+
+
+def test_a_held_send_job_goes_back_on_its_queue_delayed_and_is_sent_once_after_verification(
+    world: LocalResources, ses: LocalSes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (email,) = _subscribers(world, 1)
+    ses.hold_identity(DOMAIN)
+    module = sender_module(world, monkeypatch)
+    job = SendJob(email=email, template="welcome", source="receipts", step="r1", transactional=True)
+    url = queue_url(world, specs.SEND_QUEUE)
+
+    answer = module.handler(
+        {"Records": [sqs_record(to_message(job), "mailstep-send")]}, LambdaContext("sender")
+    )
+
+    assert answer == {"batchItemFailures": []}  # acknowledged: not a failure, no receive counted
+    assert read_outbox(ses.outbox) == [] and ses.refused_unverified == 1
+    (kept,) = receive_delayed(url)
+    assert kept["delay"] == HOLD_DELAY_S
+    again = from_message(kept["body"])
+    assert again.held_since is not None and again.model_copy(update={"held_since": None}) == job
+
+    # the job comes back after its delay, twice (at-least-once): the identity is verified by now
+    assert ses.verify_identity(DOMAIN) is True
+    for _ in range(2):
+        answer = module.handler(
+            {"Records": [sqs_record(kept["body"], "mailstep-send")]}, LambdaContext("sender")
+        )
+        assert answer == {"batchItemFailures": []}
+    assert [m["destination"] for m in read_outbox(ses.outbox)] == [[email]]  # once
+
+
+def test_a_job_held_for_a_week_fails_its_record_for_the_dead_letter_queue(
+    world: LocalResources, ses: LocalSes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (email,) = _subscribers(world, 1)
+    ses.hold_identity(DOMAIN)
+    module = sender_module(world, monkeypatch)
+    job = SendJob(
+        email=email,
+        template="welcome",
+        source="receipts",
+        step="r2",
+        transactional=True,
+        held_since="2026-01-01T00:00:00Z",
+    )
+    record = sqs_record(to_message(job), "mailstep-send")
+    with pytest.raises(BatchProcessingError, match="deferred: unverified"):  # a batch of one failed
+        module.handler({"Records": [record]}, LambdaContext("sender"))
+    assert delayed(queue_url(world, specs.SEND_QUEUE)) == 0
+
+
+def test_a_sequence_step_waits_while_the_identity_is_pending(world: LocalResources, ses: LocalSes) -> None:
+    (email,) = _subscribers(world, 1)
+    ses.hold_identity(DOMAIN)
+    ctx = ctx_of(world)
+    deps = StepDeps(store=ctx.store, send=lambda job: send(job, ctx))
+    request = StepRequest.model_validate(
+        {
+            "contract": "sequence.step",
+            "version": 1,
+            "action": "send",
+            "sequence": "onboarding",
+            "step": "S1",
+            "email": email,
+            "execution": "arn:aws:states:us-east-1:123456789012:execution:Mailstep-seq-onboarding:d1",
+            "one_off": True,
+            "template": "welcome",
+        }
+    )
+    with pytest.raises(SendPaused, match="unverified"):
+        run_step(request, deps)
+    ses.configure(max_24_hour_send=0)
+    ses.verify_identity(DOMAIN)
+    with pytest.raises(SendPaused, match="daily_quota"):
+        run_step(request, deps)
+    ses.configure(max_24_hour_send=50)
+    assert run_step(request, deps)["outcome"] == "sent"  # the Retry's next try
+    assert len(read_outbox(ses.outbox)) == 1
+
+
+@pytest.mark.parametrize(
+    ("refuse", "reason"),
+    [("unverified", HOLD_UNVERIFIED), ("quota", HOLD_DAILY_QUOTA)],
+)
+def test_a_broadcast_is_held_then_wakes_and_resumes_sending_each_reader_once(
+    world: LocalResources, ses: LocalSes, refuse: str, reason: str
+) -> None:
+    emails = _subscribers(world, 6)
+    record = sending(world, f"held-{refuse}")
+    table = world.tables["table_name"]
+    records = BroadcastStore(table)
+    settings = settings_of(world)
+    queues = BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url)
+    worker = WorkerContext(
+        records=records, send=ctx_of(world), pools=TokenPools(table), threads=1, queues=queues
+    )
+    if refuse == "unverified":
+        ses.hold_identity(DOMAIN)
+    else:
+        ses.configure(max_24_hour_send=2)  # two mails go, then the day is spent
+    message = BatchMessage(broadcast_id=record.id, round=1, page=0, index=0, emails=tuple(emails))
+
+    result = process_batch(message, worker)  # returns: the SQS record is done, nothing raised
+
+    assert result.status == "held"
+    held = records.get(record.id)
+    assert held is not None and held.status == HELD and held.hold_reason == reason and held.resume_at
+    assert (held.failed, held.processed) == (0, 0)  # nothing failed, nothing counted
+    before = len(read_outbox(ses.outbox))
+    assert before == (0 if refuse == "unverified" else 2)
+    # a redelivered batch while held sends nothing
+    assert process_batch(message, worker).status == "held"
+    assert len(read_outbox(ses.outbox)) == before
+    (wake,) = receive_delayed(settings.broadcast_control_queue_url)
+    wake_message = parse_resolve(wake["body"])
+    assert wake_message.wake and wake_message.round == 1
+    assert wake["delay"] + wake_message.wake_after_s == HOLD_RECHECK_S[reason]
+
+    # the resolver: the wake-up travels on while the wait lasts, then a new round starts
+    fanout = FanoutContext(records=records, resolver=AudienceResolver(table), queues=queues)
+    control = settings.broadcast_control_queue_url
+    client("sqs").purge_queue(QueueUrl=control)
+    hops = 1
+    while wake_message.wake_after_s:
+        assert resolve_step(wake_message, fanout).status == "held"
+        after = receive_delayed(control)[-1]
+        wake_message = parse_resolve(after["body"])
+        assert after["delay"] <= 900
+        hops += 1
+    assert hops == -(-HOLD_RECHECK_S[reason] // 900)  # a chain of SQS's longest delays
+    ses.verify_identity(DOMAIN)
+    ses.configure(max_24_hour_send=50)
+    assert resolve_step(wake_message, fanout).status == "resumed"
+    assert resolve_step(wake_message, fanout).status == "stale"  # delivered twice: one resume
+    resumed = records.get(record.id)
+    assert resumed is not None and resumed.status == "resolving" and resumed.round == 2
+    assert resumed.hold_reason is None and resumed.resume_at is None
+    first = [parse_resolve(m["body"]) for m in receive_delayed(control) if not json.loads(m["body"])["wake"]]
+    assert [(m.round, m.page) for m in first] == [(2, 0)]
+
+    records.save_page(resumed, 0, list(emails), None, True)
+    records.mark_resolved(records.get(record.id))  # type: ignore[arg-type]
+    done = process_batch(message.model_copy(update={"round": 2}), worker)
+    assert done.status == "counted" and done.counts == {"sent": 6, "processed": 6}
+    delivered = [d for m in read_outbox(ses.outbox) for d in m["destination"]]
+    assert sorted(delivered) == sorted(emails)  # each reader exactly once
