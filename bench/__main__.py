@@ -2,7 +2,9 @@
 ``python -m bench capacity [--json] [scenario ...]``: the capacity model (docs/bench.md).
 ``python -m bench scale [--subscribers N] [--json]``: the scale tier (docs/bench-scale.md).
 ``python -m bench console [--subscribers N] [--repeats N] [--json]``: the console's pages
-at size (docs/console.md)."""
+at size (docs/console.md).
+``python -m bench coldstart [--repeats N] [--json] [function ...]``: each function's import from
+the code asset, with and without its bytecode (docs/bench.md, "Cold starts")."""
 
 from __future__ import annotations
 
@@ -172,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import scale
 
         return scale.main(argv[1:], _runtime)
+    if argv[:1] == ["coldstart"]:
+        from bench import coldstart
+
+        return coldstart.main(argv[1:])
     if argv[:1] == ["console"]:
         from bench import console_pages
 

@@ -6,7 +6,8 @@ dependencies for the Lambda platform and Python 3.12) into a cache folder keyed 
 of everything that goes into the stack, so an unchanged checkout reuses its last build.
 :func:`lambda_python` finds the Python 3.12 interpreter that execution environments run on
 (the Lambda runtime's version), and :func:`runtime_libraries` installs the boto3/botocore
-that the Lambda Python runtime provides beside the asset, at the versions of requirements.lock.
+that the Lambda Python runtime provides beside the asset, at the versions of requirements.lock,
+compiled to bytecode like the asset (a provided library is not compiled at each cold start).
 """
 
 from __future__ import annotations
@@ -177,10 +178,11 @@ def runtime_pins(root: Path = ROOT) -> list[str]:
 
 def runtime_libraries(cache: Path, root: Path = ROOT) -> Path:
     """boto3/botocore for the execution environments, installed once per locked version (what
-    they need at the lock's versions too)."""
+    they need at the lock's versions too), compiled for the Lambda runtime's Python."""
     pins = runtime_pins(root)
     lock_id = hashlib.sha256((root / LOCK_FILE).read_bytes()).hexdigest()[:8]
-    folder = cache / ("lambda-runtime-" + "-".join(p.replace("==", "") for p in pins) + "-" + lock_id)
+    compiled_for = "cp" + LAMBDA_PYTHON_VERSION.replace(".", "")
+    folder = cache / "-".join(["lambda-runtime", *(p.replace("==", "") for p in pins), lock_id, compiled_for])
     if (folder / ".complete").exists():
         return folder
     partial = folder.with_name(folder.name + ".partial")
@@ -194,6 +196,16 @@ def runtime_libraries(cache: Path, root: Path = ROOT) -> Path:
     result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
     if result.returncode != 0:
         raise ArtifactError(f"installing the Lambda runtime's {', '.join(pins)} failed:\n{result.stderr}")
+    # As stacks.constructs.functions.compile_bytecode does for the asset (why unchecked-hash: there).
+    compiled = subprocess.run(  # noqa: S603 - the Lambda interpreter's compileall
+        [str(lambda_python()), "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+         str(partial)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if compiled.returncode != 0:
+        raise ArtifactError(
+            f"compiling the Lambda runtime's libraries failed:\n{compiled.stdout}{compiled.stderr}"
+        )
     (partial / ".complete").touch()
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)

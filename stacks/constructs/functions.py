@@ -213,10 +213,19 @@ def _source_files(root: Path) -> list[Path]:
 
 def source_hash(root: Path = PROJECT_ROOT) -> str:
     """Fingerprint of everything that goes into the code asset (sources, the pins it installs,
-    platform, exclusions): a change of the lock's runtime entries changes it, a dev tool's does not."""
+    platform, exclusions, how it is compiled): a change of the lock's runtime entries changes it,
+    a dev tool's does not."""
     digest = hashlib.sha256()
     excludes = [pattern for pattern, _ in ASSET_EXCLUDES]
-    digest.update("\n".join((*lambda_requirements(root), PIP_PLATFORM, PYTHON_VERSION, *excludes)).encode())
+    build = (
+        *lambda_requirements(root),
+        PIP_PLATFORM,
+        PYTHON_VERSION,
+        *excludes,
+        *BYTECODE_OPTIONS,
+        TASK_ROOT,
+    )
+    digest.update("\n".join(build).encode())
     for path in _source_files(root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

@@ -1,19 +1,24 @@
 """The Lambda asset's dependencies: what the bundler installs comes from requirements.lock, its
 hash follows the lock's runtime entries only, and what it prunes is unused by the sources.
 
-Offline: these tests read the lock and small trees they make; the real bundling (pip for the
-Lambda platform) is exercised by tests/e2e/test_artifact.py.
+Offline: these tests read the lock and small trees they make (the bytecode ones compile a small
+tree with the Lambda runtime's Python 3.12); the real bundling (pip for the Lambda platform) is
+exercised by tests/e2e/test_artifact.py.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
+from bench.coldstart import import_once
 from cli.local import artifact
 from shared.core import specs
 from stacks.constructs import functions
@@ -94,6 +99,19 @@ def test_the_asset_hash_follows_the_runtime_entries_of_the_lock_only(tmp_path: P
     assert source_hash(root) == before, "a dev tool's version changed the Lambda asset"
     project(tmp_path, LOCK.replace("c==1.0", "c==1.1"))
     assert source_hash(root) != before, "a runtime package's version did not change the asset hash"
+
+
+def test_the_asset_hash_follows_how_the_asset_is_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the hash of an asset (an asset of that hash already uploaded is not uploaded again)
+    root = project(tmp_path)
+    before = source_hash(root)
+    # When the bytecode is compiled differently, then the asset is a new one
+    monkeypatch.setattr(functions, "BYTECODE_OPTIONS", ("-m", "compileall", "-q"))
+    assert source_hash(root) != before, (
+        "an asset compiled differently kept its hash (it would not be uploaded)"
+    )
 
 
 def test_the_lock_pins_every_declared_dependency_at_its_pyproject_version() -> None:
@@ -206,16 +224,14 @@ def test_the_sources_use_nothing_the_asset_prunes() -> None:
     assert found == {}
 
 
-def test_bundling_installs_the_pins_checks_them_prunes_and_adds_the_sources(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given a project and a pip that installs what it is asked for (with the usual extra files)
-    root = project(tmp_path / "p")
-    (root / "shared").mkdir()
-    (root / "shared" / "logic.py").write_text("")
-    commands: list[list[str]] = []
+def fake_pip(commands: list[list[str]]) -> object:
+    """A pip that installs what it is asked for (with the usual extra files); any other command
+    (the bytecode compiler) runs for real."""
+    run = subprocess.run
 
-    def pip(command: list[str], **_: object) -> object:
+    def pip(command: list[str], **options: object) -> object:
+        if command[1:3] != ["-m", "pip"]:
+            return run(command, **options)  # type: ignore[call-overload]
         commands.append(command)
         out = Path(command[command.index("--target") + 1])
         for pin in command[command.index("--target") + 2 :]:
@@ -229,7 +245,33 @@ def test_bundling_installs_the_pins_checks_them_prunes_and_adds_the_sources(
             path.write_text("")
         return type("Done", (), {"returncode": 0, "stderr": ""})()
 
-    monkeypatch.setattr(functions.subprocess, "run", pip)
+    return pip
+
+
+def sources(root: Path) -> Path:
+    (root / "shared" / "core").mkdir(parents=True)
+    (root / "shared" / "__init__.py").write_text("")
+    (root / "shared" / "core" / "__init__.py").write_text("")
+    (root / "shared" / "logic.py").write_text("")
+    (root / "shared" / "core" / "rules.py").write_text("LIMIT = frozenset({'a', 'b', 'c'})\n")
+    (root / "functions" / "hello").mkdir(parents=True)
+    (root / "functions" / "__init__.py").write_text("")
+    (root / "functions" / "hello" / "__init__.py").write_text("")
+    (root / "functions" / "hello" / "handler.py").write_text(
+        "from shared.core.rules import LIMIT\n\n\ndef handler(event, context):\n    return sorted(LIMIT)\n"
+    )
+    return root
+
+
+def test_bundling_installs_the_pins_checks_them_prunes_and_adds_the_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a project and a pip that installs what it is asked for (with the usual extra files)
+    root = project(tmp_path / "p")
+    (root / "shared").mkdir()
+    (root / "shared" / "logic.py").write_text("")
+    commands: list[list[str]] = []
+    monkeypatch.setattr(functions.subprocess, "run", fake_pip(commands))
     out = tmp_path / "asset"
     # When the asset is bundled
     assert PipBundling(root).try_bundle(str(out))
@@ -241,3 +283,42 @@ def test_bundling_installs_the_pins_checks_them_prunes_and_adds_the_sources(
     monkeypatch.setattr(functions, "lambda_requirements", lambda root: ("a==1.0",))
     with pytest.raises(RuntimeError, match="b>=3"):
         PipBundling(root).try_bundle(str(tmp_path / "incomplete"))
+
+
+# The flags word of a PEP 552 .pyc header (bytes 4-8): bit 0 hash-based, bit 1 check the source.
+UNCHECKED_HASH = 0b01
+
+
+def test_the_asset_ships_bytecode_that_a_cold_start_loads_without_compiling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a project's asset bundled twice (pip faked, the bytecode compiled for real by 3.12)
+    root = sources(project(tmp_path / "p"))
+    monkeypatch.setattr(functions.subprocess, "run", fake_pip([]))
+    first, second = tmp_path / "asset", tmp_path / "again"
+    for out in (first, second):
+        assert PipBundling(root).try_bundle(str(out))
+    # Then every module has its 3.12 bytecode beside it, hash-based and unchecked
+    modules = sorted(first.rglob("*.py"))
+    assert len(modules) == 7
+    for module in modules:
+        cached = module.parent / "__pycache__" / f"{module.stem}.cpython-312.pyc"
+        assert cached.is_file(), f"{module.relative_to(first)} has no cpython-312 bytecode"
+        assert int.from_bytes(cached.read_bytes()[4:8], "little") == UNCHECKED_HASH, cached
+    # And the same sources give the same bytes (the asset is reproducible)
+    compiled = sorted(p.relative_to(first) for p in first.rglob("*.pyc"))
+    assert compiled == sorted(p.relative_to(second) for p in second.rglob("*.pyc"))
+    assert all((first / p).read_bytes() == (second / p).read_bytes() for p in compiled)
+    # When the asset is unpacked as Lambda gets it (the zip dates every file 1980-01-01) and a
+    # handler is imported by Python 3.12 with /var/task's read-only rules (-B: nothing written)
+    lambda_root = tmp_path / "task"
+    shutil.copytree(first, lambda_root)
+    for path in lambda_root.rglob("*"):
+        os.utime(path, (315532800, 315532800))
+    loaded = import_once(artifact.lambda_python(), lambda_root, "functions.hello.handler")
+    # Then none of the asset's modules was compiled: the bytecode was used
+    assert loaded.compiled == ()
+    # And without the bytecode the same import compiles every module it loads (the check works)
+    for cache in list(lambda_root.rglob("__pycache__")):
+        shutil.rmtree(cache)
+    assert len(import_once(artifact.lambda_python(), lambda_root, "functions.hello.handler").compiled) == 6
