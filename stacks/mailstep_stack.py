@@ -52,6 +52,7 @@ class MailstepStack(Stack):
             queues=messaging.queues,
             topics=messaging.topics,
             configuration_sets=sending.configuration_sets,
+            failure_queues=messaging.failure_queues,
         )
         api = Api(self, "Api", config=config)
         settings = {**config.mail_settings(), "public_base_url": api.url, **resources.settings()}
@@ -78,6 +79,7 @@ class MailstepStack(Stack):
             "Sequences",
             step_function=functions.functions[specs.SEQUENCE_STEP_FUNCTION.name],
             cleanup_function=functions.functions[specs.SEQUENCE_CLEANUP_FUNCTION.name],
+            cleanup_dead_letters=messaging.failure_queues[specs.SEQUENCE_CLEANUP_FAILURES],
             log_retention=config.log_retention,
         )
         Engagement(
@@ -90,8 +92,19 @@ class MailstepStack(Stack):
             mail_from_subdomain=config.mail_from_subdomain,
             inbound_domain=config.inbound_domain,
         )
-        Hygiene(self, "Hygiene", function=functions.functions[specs.HYGIENE_FUNCTION.name])
-        alarms = Alarms(self, "Alarms", config=config, dead_letter_queues=messaging.dead_letter_queues)
+        Hygiene(
+            self,
+            "Hygiene",
+            function=functions.functions[specs.HYGIENE_FUNCTION.name],
+            dead_letters=messaging.failure_queues[specs.HYGIENE_FAILURES],
+        )
+        alarms = Alarms(
+            self,
+            "Alarms",
+            config=config,
+            dead_letter_queues=messaging.dead_letter_queues,
+            failure_queues=messaging.failure_queues,
+        )
         alarms.watch_state_machines(sequences.state_machines)
         alarms.guard_reputation(  # docs/reputation.md
             sending.configuration_sets[specs.PAUSABLE_CONFIGURATION_SET],

@@ -8,7 +8,8 @@ template, resolved to those resources (``cli.local.template``):
 - every ``AWS::IAM::Role`` with its policies (recorded in moto's IAM for inspection, and
   enforced by the execution environments);
 - every ``AWS::Lambda::Function``: handler, runtime, memory, timeout, environment, role;
-- every ``AWS::Lambda::EventSourceMapping`` (batch size, concurrency, batching window);
+- every ``AWS::Lambda::EventSourceMapping`` (batch size, concurrency, batching window, on-failure
+  destination);
 - every ``AWS::StepFunctions::StateMachine`` (definition with its substitutions, role).
 
 :func:`deploy` returns the :class:`~cli.local.environments.EnvironmentSpec` of each function.
@@ -72,6 +73,9 @@ def bind(
             QueueUrl=queue.dlq_url,
             QueueName=dlq_name,
         )
+    for queue_id, failures in resources.failure_queues.items():
+        name = failures.url.rsplit("/", 1)[-1]
+        template.bind(queue_id, Ref=failures.url, Arn=failures.arn, QueueUrl=failures.url, QueueName=name)
     for topic_id, arn in resources.topics.items():
         template.bind(topic_id, Ref=arn, TopicArn=arn, TopicName=arn.rsplit(":", 1)[-1])
     for configuration_set in specs.CONFIGURATION_SETS:
@@ -281,6 +285,8 @@ def deploy(
             kwargs["FilterCriteria"] = mapping.filter_criteria
         if mapping.max_retry_attempts is not None:
             kwargs["MaximumRetryAttempts"] = mapping.max_retry_attempts
+        if mapping.on_failure:  # where a stream batch's on-failure record goes (cli.local.streams)
+            kwargs["DestinationConfig"] = {"OnFailure": {"Destination": mapping.on_failure}}
         if mapping.function_logical_id not in by_logical:
             raise ValueError(f"event source mapping {mapping.logical_id} names an unknown function")
         lam.create_event_source_mapping(**kwargs)

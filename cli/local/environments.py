@@ -330,6 +330,18 @@ class Environments:
             for call in calls:
                 self.calls[(function_name, call["action"], call["resource"], bool(call["allowed"]))] += 1
 
+    def authorize_service(self, function_name: str, action: str, resource: str) -> bool:
+        """A request the Lambda service makes with a function's execution role (an on-failure
+        record sent to its destination): decided by the role's policy and recorded like the
+        function's own requests. A function without an enforced policy is allowed."""
+        from cli.local.bootstrap import RolePolicy
+
+        with self._lock:
+            spec = self.specs.get(function_name)
+        allowed = spec is None or spec.policy is None or RolePolicy(spec.policy).decide(action, resource)
+        self._record(function_name, [{"action": action, "resource": resource, "allowed": allowed}])
+        return allowed
+
     def recorded(self) -> list[dict[str, Any]]:
         """Every AWS request the functions made: function, IAM action, resource, allowed, count."""
         with self._lock:

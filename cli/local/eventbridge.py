@@ -12,6 +12,16 @@ deliver, and invokes each matching target like EventBridge does (asynchronously,
 function error). :class:`ScheduledRules` fires the rules with a ``ScheduleExpression`` (the
 daily list-hygiene run) on the runtime's calendar. Other rules and event sources are not
 delivered.
+
+EventBridge hands the event to Lambda, which accepts it (an asynchronous invocation); a function
+error is then Lambda's to retry (the function's ``AWS::Lambda::EventInvokeConfig``
+``MaximumRetryAttempts``, 2 by default), and when the retries are spent Lambda sends an invocation
+record holding the event (``requestPayload``) to the function's on-failure destination
+(:func:`invoke_async`; Lambda Developer Guide, "Retaining records of asynchronous invocations").
+The rule target's dead-letter queue receives only events EventBridge itself could not deliver
+(the function gone, Lambda refusing the invocation: EventBridge User Guide, "Using dead-letter
+queues to process undelivered events"), which the local runtime never sees: it is read from the
+template, not emulated.
 """
 
 from __future__ import annotations
@@ -36,6 +46,64 @@ POLL_S = 0.5
 ATTEMPTS = 3  # Lambda retries a failed asynchronous invocation twice
 
 Invoke = Callable[[str, dict[str, Any]], bool]  # (function name, event) -> errored
+# (function name, destination ARN, invocation record): Lambda sends an on-failure record
+SendFailure = Callable[[str, str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class AsyncTarget:
+    """How Lambda treats an asynchronous invocation of one function (its EventInvokeConfig)."""
+
+    attempts: int = ATTEMPTS
+    on_failure: str | None = None  # the on-failure destination's ARN
+
+
+def async_failure_record(function_arn: str, event: dict[str, Any], attempts: int) -> dict[str, Any]:
+    """The invocation record Lambda sends an asynchronous invocation's on-failure destination when
+    its retries are spent: the event itself is in ``requestPayload``."""
+    return {
+        "version": "1.0",
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        "requestContext": {
+            "requestId": str(uuid.uuid4()),
+            "functionArn": f"{function_arn}:$LATEST",
+            "condition": "RetriesExhausted",
+            "approximateInvokeCount": attempts,
+        },
+        "requestPayload": event,
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+    }
+
+
+def invoke_async(
+    invoke: Invoke,
+    function: str,
+    event: dict[str, Any],
+    target: AsyncTarget,
+    *,
+    function_arn: str = "",
+    send_failure: SendFailure | None = None,
+) -> bool:
+    """Invoke ``function`` as Lambda runs an asynchronous invocation: retried on a function error
+    ``target.attempts`` times in all, then its record sent to the on-failure destination. True
+    when every attempt errored."""
+    for _ in range(max(1, target.attempts)):
+        if not invoke(function, json.loads(json.dumps(event))):
+            return False
+    if target.on_failure and send_failure is not None:
+        send_failure(function, target.on_failure, async_failure_record(function_arn, event, target.attempts))
+    return True
+
+
+def async_targets(template: LocalTemplate) -> dict[str, AsyncTarget]:
+    """Physical function name -> its asynchronous invocation settings, from the template."""
+    found = {}
+    for logical_id, config in template.async_invoke_configs().items():
+        name = template.physical[logical_id]["Ref"]
+        found[name] = AsyncTarget(attempts=config.retry_attempts + 1, on_failure=config.on_failure)
+    return found
+
+
 Statuses = Callable[[], Iterable[tuple[str, str]]]  # -> (execution ARN, status) of every execution
 
 
@@ -101,9 +169,13 @@ class ExecutionStatusRules:
         region: str,
         account: str,
         aws: ClientFactory | None = None,
+        targets: dict[str, AsyncTarget] | None = None,
+        send_failure: SendFailure | None = None,
     ) -> None:
         self.rules = rules
         self.invoke = invoke
+        self.targets = targets or {}
+        self.send_failure = send_failure
         self.statuses = statuses  # read in process: listing through the API costs the emulator
         self.region = region
         self.account = account
@@ -165,6 +237,9 @@ class ExecutionStatusRules:
             },
         }
 
+    def _function_arn(self, function: str) -> str:
+        return f"arn:aws:lambda:{self.region}:{self.account}:function:{function}"
+
     def _deliver(self, execution: dict[str, Any]) -> int:
         event = self.event(execution)
         sent = 0
@@ -172,9 +247,14 @@ class ExecutionStatusRules:
             if not matches(rule.pattern, event):
                 continue
             for function in rule.functions:
-                for _ in range(ATTEMPTS):
-                    if not self.invoke(function, json.loads(json.dumps(event))):
-                        break
+                invoke_async(
+                    self.invoke,
+                    function,
+                    event,
+                    self.targets.get(function, AsyncTarget()),
+                    function_arn=self._function_arn(function),
+                    send_failure=self.send_failure,
+                )
                 sent += 1
         return sent
 
@@ -260,9 +340,13 @@ class ScheduledRules:
         *,
         region: str,
         account: str,
+        targets: dict[str, AsyncTarget] | None = None,
+        send_failure: SendFailure | None = None,
     ) -> None:
         self.rules = rules
         self.invoke = invoke
+        self.targets = targets or {}
+        self.send_failure = send_failure
         self.calendar = calendar
         self.region = region
         self.account = account
@@ -317,10 +401,14 @@ class ScheduledRules:
         event = self.event(rule, moment)
         errored = False
         for function in rule.functions:
-            for _ in range(ATTEMPTS):
-                errored = self.invoke(function, json.loads(json.dumps(event)))
-                if not errored:
-                    break
+            errored = invoke_async(
+                self.invoke,
+                function,
+                event,
+                self.targets.get(function, AsyncTarget()),
+                function_arn=f"arn:aws:lambda:{self.region}:{self.account}:function:{function}",
+                send_failure=self.send_failure,
+            )
             self.delivered += 1
         return {
             "rule": rule.logical_id,

@@ -35,6 +35,14 @@ class LocalQueue:
 
 
 @dataclass(frozen=True)
+class LocalFailureQueue:
+    """A ``FailureQueueSpec`` queue: where an asynchronous edge keeps what it could not process."""
+
+    url: str
+    arn: str
+
+
+@dataclass(frozen=True)
 class LocalFunction:
     name: str  # physical function name
     arn: str
@@ -51,6 +59,7 @@ class LocalResources:
     topics: dict[str, str] = field(default_factory=dict)  # topic spec id -> topic ARN
     configuration_sets: dict[str, str] = field(default_factory=dict)  # settings field -> name
     functions: dict[str, LocalFunction] = field(default_factory=dict)  # spec name -> function
+    failure_queues: dict[str, LocalFailureQueue] = field(default_factory=dict)  # spec id -> queue
 
     def env(self) -> dict[str, str]:
         """Environment of the settings every function shares (tables, secrets, config sets)."""
@@ -142,6 +151,18 @@ def create_queue(spec: QueueSpec, *, aws: ClientFactory | None = None) -> LocalQ
     return LocalQueue(url=url, arn=arn, dlq_url=dlq_url, dlq_arn=dlq_arn)
 
 
+def create_failure_queue(
+    spec: specs.FailureQueueSpec, *, aws: ClientFactory | None = None
+) -> LocalFailureQueue:
+    """A failure queue as the stack makes it: kept 14 days, no dead-letter queue of its own."""
+    sqs = (aws or ClientFactory()).client("sqs")
+    url = sqs.create_queue(QueueName=spec.local_name, Attributes={"MessageRetentionPeriod": "1209600"})[
+        "QueueUrl"
+    ]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return LocalFailureQueue(url=url, arn=arn)
+
+
 def placeholder_code() -> bytes:
     """The code zip the emulated Lambda is given: the local runtime runs the real handler from
     the cdk.out code asset (``cli.local.deployment``)."""
@@ -182,6 +203,7 @@ def provision(
         return LocalResources(tables=tables, secrets=secret_names, api_key=key)
 
     queues = {q.id: create_queue(q, aws=aws) for q in all_queues()}
+    failure_queues = {q.id: create_failure_queue(q, aws=aws) for q in specs.FAILURE_QUEUES}
     sns = aws.client("sns")
     topics = {t.id: sns.create_topic(Name=t.local_name)["TopicArn"] for t in all_topics()}
     for sub in specs.SUBSCRIPTIONS:
@@ -217,4 +239,5 @@ def provision(
         queues=queues,
         topics=topics,
         configuration_sets=configuration_sets,
+        failure_queues=failure_queues,
     )

@@ -42,7 +42,13 @@ from cli.local.cfn_stack import register_stack
 from cli.local.clock import VirtualClock
 from cli.local.deployment import Deployment, bind, deploy, uploaded_function
 from cli.local.environments import DEFAULT_CONCURRENCY, Environments
-from cli.local.eventbridge import ExecutionStatusRules, ScheduledRules, rules_of, scheduled_rules_of
+from cli.local.eventbridge import (
+    ExecutionStatusRules,
+    ScheduledRules,
+    async_targets,
+    rules_of,
+    scheduled_rules_of,
+)
 from cli.local.http_front import Cors, HttpFront
 from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from cli.local.provision import LocalResources, local_function_name, provision
@@ -52,6 +58,7 @@ from cli.local.template import LocalTemplate
 from cli.local.tls import TlsFiles, client_context, ensure_certificate, server_context
 from shared.core import specs
 from shared.core.aws import AwsConfig, ClientFactory, reset_clients
+from shared.core.observability import logger
 from shared.core.secrets import reset_cache
 
 ACCOUNT_ID = "123456789012"
@@ -281,6 +288,8 @@ class LocalRuntime:
             region=self.config.region,
             account=ACCOUNT_ID,
             aws=self.aws,
+            targets=async_targets(template),
+            send_failure=self._send_failure,
         )
         self.eventbridge.start()
         self._reputation_alarms(template)
@@ -291,6 +300,8 @@ class LocalRuntime:
             self.clock.calendar_now,
             region=self.config.region,
             account=ACCOUNT_ID,
+            targets=async_targets(template),
+            send_failure=self._send_failure,
         )
         self.schedules.start()
         self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
@@ -451,6 +462,8 @@ class LocalRuntime:
                 raise ValueError(f"a second event source mapping on the stream of table {table.name}")
         patterns = [json.loads(f["Pattern"]) for f in (esm.filter_criteria or {}).get("Filters", [])]
         retries = esm.max_retry_attempts
+        function = self._backend("lambda").get_function(esm.function_arn)
+        destination = ((esm.destination_config or {}).get("OnFailure") or {}).get("Destination")
         poller = StreamPoller(
             shard=table.stream_shard,
             stream_arn=esm.event_source_arn,
@@ -461,6 +474,11 @@ class LocalRuntime:
             retry_attempts=int(retries) if retries is not None and int(retries) >= 0 else 10_000,
             bisect=bool(esm.bisect_on_error),
             trim=hooks.trim_stream,
+            on_failure=(
+                (lambda record: self._send_failure(function.function_name, destination, record))
+                if destination
+                else None
+            ),
         )
         with self._lock:
             self.pollers.append(poller)
@@ -476,6 +494,20 @@ class LocalRuntime:
 
         machines = list(get_backend(ACCOUNT_ID, self.config.region).state_machines)
         return [(e.execution_arn, str(e.status)) for m in machines for e in list(m.executions)]
+
+    def _send_failure(self, function_name: str, destination: str, record: dict[str, Any]) -> None:
+        """Send an on-failure record to an SQS destination as the Lambda service does: with the
+        function's execution role (sqs:SendMessage on the queue, recorded like the function's own
+        requests for the IAM report), dropped with a warning when the role may not."""
+        if self.environments is not None and not self.environments.authorize_service(
+            function_name, "sqs:SendMessage", destination
+        ):
+            logger.warning("on-failure record dropped: the role may not send it", destination=destination)
+            return
+        name = destination.rsplit(":", 1)[-1]
+        sqs = self.aws.client("sqs")
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(record))
 
     def _invoke_function(self, name: str, event: dict[str, Any]) -> bool:
         """Invoke a function by physical name (EventBridge targets): True when it errored."""

@@ -6,8 +6,11 @@ shard from inside the writer's request. Lambda does neither: it polls the stream
 mapping's filter criteria (records that match no filter are dropped, uninvoked), hands
 batches of ``BatchSize`` in stream order, and retries a batch that fails (splitting it with
 ``BisectBatchOnFunctionError``, resuming after the records a partial batch response says
-were done) up to ``MaximumRetryAttempts``. :class:`StreamPoller` does that here; the hook in
-``cli.local.hooks`` detaches moto's inline invocation.
+were done) up to ``MaximumRetryAttempts``, then skips the records and, with an on-failure
+destination, sends it an invocation record that says which records were skipped (shard, first and
+last sequence number, stream ARN: not the records themselves; Lambda Developer Guide, "Retaining
+discarded batch records for a DynamoDB event source in Lambda"). :class:`StreamPoller` does that
+here; the hook in ``cli.local.hooks`` detaches moto's inline invocation.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +40,52 @@ def lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
     found["dynamodb"] = body
     found["eventSourceARN"] = stream_arn
     return dict(json.loads(json.dumps(found, default=str)))
+
+
+def _iso(epoch: Any) -> str | None:
+    if not isinstance(epoch, int | float):
+        return None
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def on_failure_record(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    shard_id: str,
+    stream_arn: str,
+    function_arn: str,
+    invocations: int,
+    errored: bool,
+) -> dict[str, Any]:
+    """The invocation record Lambda sends a stream source's on-failure destination for the skipped
+    ``records`` (Lambda event format): which shard, the first and last sequence number and their
+    arrival times, the batch size, the stream. The records are not in it: they stay in the stream
+    (24 hours for DynamoDB) for an operator to read (docs/webhooks.md)."""
+    first, last = dict(records[0].get("dynamodb", {})), dict(records[-1].get("dynamodb", {}))
+    return {
+        "requestContext": {
+            "requestId": str(uuid.uuid4()),
+            "functionArn": function_arn,
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": invocations,
+        },
+        "responseContext": {
+            "statusCode": 200,
+            "executedVersion": "$LATEST",
+            **({"functionError": "Unhandled"} if errored else {}),
+        },
+        "version": "1.0",
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id,
+            "startSequenceNumber": str(first.get("SequenceNumber")),
+            "endSequenceNumber": str(last.get("SequenceNumber")),
+            "approximateArrivalOfFirstRecord": _iso(first.get("ApproximateCreationDateTime")),
+            "approximateArrivalOfLastRecord": _iso(last.get("ApproximateCreationDateTime")),
+            "batchSize": len(records),
+            "streamArn": stream_arn,
+        },
+    }
 
 
 def _value_matches(rule: Any, value: Any, present: bool) -> bool:
@@ -94,6 +144,7 @@ class StreamPoller:
         retry_attempts: int,
         bisect: bool,
         trim: Callable[[Any, int], None] | None = None,
+        on_failure: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.shard = shard
         self.stream_arn = stream_arn
@@ -104,6 +155,9 @@ class StreamPoller:
         self.retry_attempts = retry_attempts
         self.bisect = bisect
         self.trim = trim  # forgets records handed on (cli.local.hooks.trim_stream), None keeps them
+        # sends the on-failure record of skipped records to the mapping's destination (None: no destination)
+        self.on_failure = on_failure
+        self.skipped = 0
         self.position = 0  # index in the shard of the next record
         self.invocations = 0
         self.stop_event = threading.Event()
@@ -165,6 +219,18 @@ class StreamPoller:
                 logger.warning(
                     "stream records skipped after retries", stream=self.stream_arn, count=len(remaining)
                 )
+                self.skipped += len(remaining)
+                if self.on_failure is not None:
+                    self.on_failure(
+                        on_failure_record(
+                            remaining,
+                            shard_id=str(getattr(self.shard, "id", "")),
+                            stream_arn=self.stream_arn,
+                            function_arn=str(getattr(self.function, "function_arn", "")),
+                            invocations=attempts,
+                            errored=errored,
+                        )
+                    )
                 return
             if self.bisect and len(remaining) > 1:
                 half = len(remaining) // 2

@@ -58,6 +58,17 @@ class EventSourceMapping:
     filter_criteria: dict[str, Any] | None = None
     max_retry_attempts: int | None = None
     bisect_batch_on_error: bool = False
+    on_failure: str | None = None  # DestinationConfig.OnFailure.Destination (an SQS queue ARN)
+
+
+@dataclass(frozen=True)
+class AsyncInvokeConfig:
+    """One ``AWS::Lambda::EventInvokeConfig``: Lambda's retries of a failed asynchronous
+    invocation and where the invocation record goes when they are spent."""
+
+    function_logical_id: str
+    retry_attempts: int
+    on_failure: str | None
 
 
 @dataclass
@@ -203,7 +214,27 @@ class LocalTemplate:
                     filter_criteria=properties.get("FilterCriteria"),
                     max_retry_attempts=properties.get("MaximumRetryAttempts"),
                     bisect_batch_on_error=bool(properties.get("BisectBatchOnFunctionError", False)),
+                    on_failure=self._on_failure(properties),
                 )
+            )
+        return found
+
+    def _on_failure(self, properties: dict[str, Any]) -> str | None:
+        destination = ((properties.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+        return str(self.resolve(destination)) if destination else None
+
+    def async_invoke_configs(self) -> dict[str, AsyncInvokeConfig]:
+        """Function logical id -> its asynchronous invocation configuration (Lambda's default,
+        2 retries and no destination, for a function without one)."""
+        found = {}
+        for resource in self.of_type("AWS::Lambda::EventInvokeConfig").values():
+            properties = resource["Properties"]
+            function = properties["FunctionName"]
+            logical_id = function["Ref"] if isinstance(function, dict) else str(function)
+            found[logical_id] = AsyncInvokeConfig(
+                function_logical_id=logical_id,
+                retry_attempts=int(properties.get("MaximumRetryAttempts", 2)),
+                on_failure=self._on_failure(properties),
             )
         return found
 

@@ -145,6 +145,19 @@ class QueueSpec:
 
 
 @dataclass(frozen=True)
+class FailureQueueSpec:
+    """An SQS queue that keeps what an asynchronous edge could not process, for an operator to
+    read and replay (docs/operations.md, "What could not be processed"): the on-failure records
+    of a stream source, the events a rule could not deliver, the failed asynchronous invocations
+    of a function. Encrypted, SSL only, kept 14 days, alarmed when it holds a message; no
+    dead-letter queue of its own (nothing consumes it)."""
+
+    id: str
+    local_name: str
+    holds: str  # what ends here and what to do: the description of its alarm
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     id: str
     local_name: str
@@ -177,10 +190,11 @@ class EventSourceSpec:
 class StreamSourceSpec:
     """DynamoDB stream -> Lambda event source mapping: from the oldest record kept (TRIM_HORIZON),
     partial batch responses on, a failing batch split in two and retried (``retry_attempts``
-    times, then skipped), only records matching one of ``filters`` (Lambda event filtering:
-    the others cost no invocation)."""
+    times, then skipped, their on-failure record sent to ``on_failure``), only records matching
+    one of ``filters`` (Lambda event filtering: the others cost no invocation)."""
 
     table: TableSpec
+    on_failure: FailureQueueSpec
     filters: tuple[dict[str, Any], ...] = ()
     batch_size: int = 100
     max_batching_window_s: int = 1
@@ -274,6 +288,12 @@ STREAM_SOURCE_ACTIONS = (
     "dynamodb:GetShardIterator",
     "dynamodb:ListStreams",
 )
+# Granted on each FailureQueueSpec a function's stream sources or asynchronous invocations send
+# their failures to: the Lambda service sends the on-failure record with the function's execution
+# role ("the execution role needs sqs:SendMessage on the destination queue": Lambda Developer Guide,
+# "Retaining discarded batch records for a DynamoDB event source" and "Retaining records of
+# asynchronous invocations"). Used only when something fails; never by the function's code.
+ON_FAILURE_ACTIONS = ("sqs:SendMessage",)
 # The webhook endpoints' signing secrets: secret:mailstep/webhooks/<main table name>/* (one per
 # endpoint, created by the operator's `mailstep webhooks add`; shared.webhooks.store).
 WEBHOOK_SECRETS = "webhook-secret"
@@ -296,7 +316,15 @@ class TableStream:
 
 
 Resource = (
-    TableSpec | TableIndex | TableStream | SecretSpec | QueueSpec | TopicSpec | ConfigurationSetSpec | str
+    TableSpec
+    | TableIndex
+    | TableStream
+    | SecretSpec
+    | QueueSpec
+    | FailureQueueSpec
+    | TopicSpec
+    | ConfigurationSetSpec
+    | str
 )
 
 
@@ -315,6 +343,7 @@ def resource_key(resource: Resource) -> str:
         TableSpec: "table",
         SecretSpec: "secret",
         QueueSpec: "queue",
+        FailureQueueSpec: "queue",
         TopicSpec: "topic",
         ConfigurationSetSpec: "configuration-set",
     }[type(resource)]
@@ -368,6 +397,10 @@ class FunctionSpec:
     mail_settings: bool = False  # receives the MAIL_SETTINGS environment
     # Settings fields passed only when the deployment gives them a value (e.g. reply_forward_to).
     optional_settings: tuple[str, ...] = ()
+    # Invoked asynchronously (an EventBridge rule's target): what EventBridge cannot deliver (the
+    # target's dead-letter queue) and the invocations that still fail after Lambda's retries (the
+    # function's on-failure destination) end in this queue.
+    async_failures: FailureQueueSpec | None = None
 
     def _granted(self, kind: type[Any]) -> tuple[Any, ...]:
         found = [
@@ -411,8 +444,9 @@ class FunctionSpec:
 
 
 def all_grants(spec: FunctionSpec, settings: Mapping[str, str] | None = None) -> list[Grant]:
-    """The function's grants plus ``EVENT_SOURCE_ACTIONS`` on each event source queue and
-    ``STREAM_SOURCE_ACTIONS`` on each stream source's table stream.
+    """The function's grants plus ``EVENT_SOURCE_ACTIONS`` on each event source queue,
+    ``STREAM_SOURCE_ACTIONS`` on each stream source's table stream and ``ON_FAILURE_ACTIONS`` on
+    the failure queues of its stream sources and asynchronous invocations.
 
     ``settings`` (field -> deployment value): grants ``only_with`` an empty or absent field
     are left out; None keeps every grant (the most the function may ever hold).
@@ -420,7 +454,18 @@ def all_grants(spec: FunctionSpec, settings: Mapping[str, str] | None = None) ->
     grants = [g for g in spec.grants if settings is None or not g.only_with or settings.get(g.only_with)]
     grants += [Grant(source.queue, EVENT_SOURCE_ACTIONS) for source in spec.event_sources]
     grants += [Grant(TableStream(stream.table), STREAM_SOURCE_ACTIONS) for stream in spec.stream_sources]
+    grants += [Grant(stream.on_failure, ON_FAILURE_ACTIONS) for stream in spec.stream_sources]
+    if spec.async_failures is not None:
+        grants.append(Grant(spec.async_failures, ON_FAILURE_ACTIONS))
     return grants
+
+
+def failure_grants(spec: FunctionSpec) -> list[Grant]:
+    """The grants of ``all_grants`` that only a failure uses (the Lambda service sends an
+    on-failure record with the function's role): ``ON_FAILURE_ACTIONS`` on its failure queues."""
+    queues = [stream.on_failure for stream in spec.stream_sources]
+    queues += [spec.async_failures] if spec.async_failures is not None else []
+    return [Grant(queue, ON_FAILURE_ACTIONS) for queue in dict.fromkeys(queues)]
 
 
 def granted_actions(
@@ -552,6 +597,12 @@ SEQUENCE_STEP_FUNCTION = FunctionSpec(
     ),
     mail_settings=True,
 )
+SEQUENCE_CLEANUP_FAILURES = FailureQueueSpec(
+    id="SequenceCleanupFailures",
+    local_name="mailstep-sequence-cleanup-failures",
+    holds="ended sequence executions whose EXEC pair the cleanup could not remove (a stale pair "
+    "blocks a restart): replay each (docs/operations.md)",
+)
 SEQUENCE_CLEANUP_FUNCTION = FunctionSpec(
     name="sequence-cleanup",
     handler="functions.sequence_cleanup.handler.handler",
@@ -559,6 +610,7 @@ SEQUENCE_CLEANUP_FUNCTION = FunctionSpec(
     # the conditional delete of the pair and the sequence's active-executions count (-1, an
     # Update in the same transaction: TransactWriteItems is authorized per action)
     grants=(Grant(MAIN_TABLE, _ddb("DeleteItem", "UpdateItem")),),
+    async_failures=SEQUENCE_CLEANUP_FAILURES,  # the ExecutionEnded rule's target
 )
 FUNCTIONS: tuple[FunctionSpec, ...] = (
     API_FUNCTION,
@@ -570,6 +622,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
 QUEUES: tuple[QueueSpec, ...] = (SEND_QUEUE,)
 TOPICS: tuple[TopicSpec, ...] = ()  # SES event topics are named by CONFIGURATION_SETS
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = ()
+FAILURE_QUEUES: tuple[FailureQueueSpec, ...] = (SEQUENCE_CLEANUP_FAILURES,)
 
 
 def routes() -> list[tuple[RouteSpec, FunctionSpec]]:
@@ -849,6 +902,15 @@ WEBHOOK_EVENTS_FILTERS: tuple[dict[str, Any], ...] = (
         },
     },
 )
+# A stream batch that still fails after its retries: its on-failure record (which shard, which
+# sequence numbers: not the records) comes here; the records stay in the stream for 24 hours
+# (docs/webhooks.md, "Redriving a failed stream batch").
+WEBHOOK_STREAM_FAILURES = FailureQueueSpec(
+    id="WebhookStreamFailures",
+    local_name="mailstep-webhook-stream-failures",
+    holds="table stream batches the webhook dispatcher skipped after its retries: read the records "
+    "from the stream within 24 hours and replay them (docs/webhooks.md)",
+)
 WEBHOOK_DISPATCH_FUNCTION = FunctionSpec(
     name="webhook-dispatch",
     handler="functions.webhook_dispatch.handler.handler",
@@ -860,8 +922,10 @@ WEBHOOK_DISPATCH_FUNCTION = FunctionSpec(
         Grant(WEBHOOK_QUEUE, ("sqs:SendMessage",)),  # first attempts
     ),
     stream_sources=(
-        StreamSourceSpec(table=MAIN_TABLE, filters=WEBHOOK_MAIN_FILTERS),
-        StreamSourceSpec(table=EVENTS_TABLE, filters=WEBHOOK_EVENTS_FILTERS),
+        StreamSourceSpec(table=MAIN_TABLE, on_failure=WEBHOOK_STREAM_FAILURES, filters=WEBHOOK_MAIN_FILTERS),
+        StreamSourceSpec(
+            table=EVENTS_TABLE, on_failure=WEBHOOK_STREAM_FAILURES, filters=WEBHOOK_EVENTS_FILTERS
+        ),
     ),
 )
 WEBHOOK_DELIVER_FUNCTION = FunctionSpec(
@@ -880,6 +944,7 @@ WEBHOOK_DELIVER_FUNCTION = FunctionSpec(
     optional_settings=("webhook_allow_loopback_http",),
 )
 QUEUES = (*QUEUES, WEBHOOK_QUEUE)
+FAILURE_QUEUES = (*FAILURE_QUEUES, WEBHOOK_STREAM_FAILURES)
 FUNCTIONS = (*FUNCTIONS, WEBHOOK_DISPATCH_FUNCTION, WEBHOOK_DELIVER_FUNCTION)
 
 
@@ -905,9 +970,10 @@ REPUTATION_FUNCTION = FunctionSpec(
     grants=(
         # SES v2 PutConfigurationSetSendingOptions (SendingEnabled false) on the marketing set only
         Grant(PAUSABLE_CONFIGURATION_SET, ("ses:PutConfigurationSetSendingOptions",)),
-        # the REPUTATION record (conditional Put/Update), broadcasts in progress (Query the
-        # BROADCAST partition, conditional status UpdateItem)
-        Grant(MAIN_TABLE, _ddb("GetItem", "PutItem", "UpdateItem", "Query")),
+        # the REPUTATION record (conditional UpdateItem: shared.reputation.store), broadcasts in
+        # progress (Query the BROADCAST partition, conditional status UpdateItem:
+        # shared.broadcasts.records); it reads and puts no item
+        Grant(MAIN_TABLE, _ddb("UpdateItem", "Query")),
     ),
     event_sources=(EventSourceSpec(queue=REPUTATION_QUEUE, batch_size=1),),
     optional_settings=(PAUSABLE_CONFIGURATION_SET.setting,),  # the name of the set it pauses
@@ -926,6 +992,12 @@ HYGIENE_INDEX = next(g.name for g in EVENTS_TABLE.gsis if g.partition_key == "hy
 SUNSET_SETTINGS = ("cold_after_days", "new_subscriber_cold_after_days", "sunset_grace_days")
 ENV |= {field: field.upper() for field in SUNSET_SETTINGS}
 HYGIENE_SCHEDULE = "cron(0 4 * * ? *)"  # every day at 04:00 UTC (EventBridge cron, UTC)
+HYGIENE_FAILURES = FailureQueueSpec(
+    id="HygieneFailures",
+    local_name="mailstep-hygiene-failures",
+    holds="daily hygiene runs that failed after their retries (the next day's run resumes from the "
+    "checkpoint): find why in the hygiene function's logs (docs/operations.md)",
+)
 HYGIENE_FUNCTION = FunctionSpec(
     name="hygiene",
     handler="functions.hygiene.handler.handler",
@@ -943,5 +1015,7 @@ HYGIENE_FUNCTION = FunctionSpec(
         *SEQUENCE_CONTROL_GRANTS,  # trigger: subscriber.cold; unsubscribing stops marketing
     ),
     optional_settings=SUNSET_SETTINGS,
+    async_failures=HYGIENE_FAILURES,  # the daily rule's target
 )
 FUNCTIONS = (*FUNCTIONS, HYGIENE_FUNCTION)
+FAILURE_QUEUES = (*FAILURE_QUEUES, HYGIENE_FAILURES)

@@ -3,6 +3,9 @@
 - SES reputation (account level, ``AWS/SES``): ``Reputation.BounceRate`` above 5 % and
   ``Reputation.ComplaintRate`` above 0.1 % (SES reviews accounts from 5 % / 0.1 %).
 - Every dead-letter queue: any message visible (a record failed ``maxReceiveCount`` times).
+- Every failure queue (``shared.core.specs.FAILURE_QUEUES``): any message visible (a stream batch
+  skipped after its retries, an event a rule could not deliver, an asynchronous invocation that
+  failed after Lambda's retries; docs/operations.md, "What could not be processed").
 - The reputation guardrail (docs/reputation.md, :meth:`Alarms.guard_reputation`): the marketing
   configuration set's own ``Reputation.BounceRate`` / ``Reputation.ComplaintRate`` (dimension
   ``ses:configuration-set``) above ``mailstep:reputationBounceRatePercent`` /
@@ -56,6 +59,7 @@ class Alarms(Construct):
         *,
         config: MailstepConfig,
         dead_letter_queues: Mapping[specs.QueueSpec, sqs.IQueue],
+        failure_queues: Mapping[specs.FailureQueueSpec, sqs.IQueue],
     ) -> None:
         super().__init__(scope, construct_id)
         self.topic = sns.Topic(self, "AlarmTopic", display_name="mailstep alarms", enforce_ssl=True)
@@ -92,6 +96,13 @@ class Alarms(Construct):
                 dlq.metric_approximate_number_of_messages_visible(period=WORK_PERIOD, statistic="Maximum"),
                 0,
                 f"{spec.id} dead letters: records failed {spec.max_receives} times; inspect, fix, redrive",
+            )
+        for failure_spec, queue in failure_queues.items():
+            self._add(
+                failure_spec.id,
+                queue.metric_approximate_number_of_messages_visible(period=WORK_PERIOD, statistic="Maximum"),
+                0,
+                f"{failure_spec.id}: {failure_spec.holds}",
             )
         self._add(
             "SequenceFailures",

@@ -16,15 +16,32 @@ This construct adds:
   (consumed by the inbound function, which may read the bucket). The bucket policy lets SES
   put objects and the topic policy lets SES publish, both only for this account's receipt
   rule set. SES receives mail only
-  through the ACTIVE rule set: activate it once (``aws ses set-active-receipt-rule-set``)
-  and point the domain's MX record at ``inbound-smtp.<region>.amazonaws.com``.
+  through the ACTIVE rule set: activate it once (``aws ses set-active-receipt-rule-set``; it
+  replaces the region's active rule set, docs/engagement.md) and point the domain's MX record at
+  ``inbound-smtp.<region>.amazonaws.com``;
+- with replies on, a CloudFormation rule that stops the deploy in a region where SES does not
+  receive email (``SES_RECEIVING_REGIONS``), and the reply domain's own SES identity (Easy DKIM;
+  its CNAME records are stack outputs ``InboundDkimRecord<n>Name`` / ``Value``) when it is not the
+  sending domain and the stack owns identities (not ``mailstep:useExistingIdentity``).
 """
 
 from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import (
+    Acknowledgment,
+    Aws,
+    CfnOutput,
+    CfnResource,
+    CfnRule,
+    CfnRuleAssertion,
+    Duration,
+    Fn,
+    RemovalPolicy,
+    Stack,
+    Validations,
+)
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ses as ses
@@ -39,6 +56,30 @@ from stacks.constructs.functions import Functions
 INBOUND_PREFIX = "inbound/"
 INBOUND_RETENTION = Duration.days(30)
 DKIM_RECORDS = 3  # Easy DKIM: three CNAME records
+# The regions where SES receives email: the "Email Receiving endpoints" table of "Amazon Simple
+# Email Service endpoints and quotas" (AWS General Reference,
+# https://docs.aws.amazon.com/general/latest/gr/ses.html#ses_inbound_endpoints, linked from the SES
+# Developer Guide's "Regions and Amazon SES"), as that table read in January 2024. AWS adds
+# receiving regions over time: when it lists yours, add it here (docs/engagement.md).
+SES_RECEIVING_REGIONS = (
+    "us-east-1",
+    "us-east-2",
+    "us-west-2",
+    "ca-central-1",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-central-1",
+    "ap-northeast-1",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-southeast-3",
+)
+RECEIVING_REGION_RULE = "SesReceivingRegion"  # the template's Rules entry
+
+
+def inbound_dkim_output_keys(index: int) -> tuple[str, str]:
+    """Stack output keys of the reply domain's ``index``-th (1-based) DKIM CNAME record."""
+    return f"InboundDkimRecord{index}Name", f"InboundDkimRecord{index}Value"
 
 
 def dkim_output_keys(index: int) -> tuple[str, str]:
@@ -85,8 +126,49 @@ class Engagement(Construct):
                 )
         self.inbound_bucket: s3.Bucket | None = None
         self.receipt_rules: ses.ReceiptRuleSet | None = None
+        self.inbound_identity: ses.EmailIdentity | None = None
         if inbound_domain:
+            self._receiving_region_rule()
+            if inbound_domain != config.ses_domain and not config.use_existing_identity:
+                self.inbound_identity = self._inbound_identity(inbound_domain)
             self._inbound(inbound_domain, functions, topics[specs.INBOUND_TOPIC])
+
+    def _receiving_region_rule(self) -> None:
+        """Stop the deploy (before any resource is made) in a region where SES does not receive
+        email: the receipt rule set would be created and never receive anything."""
+        regions = ", ".join(SES_RECEIVING_REGIONS)
+        CfnRule(
+            Stack.of(self),
+            RECEIVING_REGION_RULE,
+            assertions=[
+                CfnRuleAssertion(
+                    assert_=Fn.condition_contains(list(SES_RECEIVING_REGIONS), Aws.REGION),
+                    assert_description="mailstep:inboundDomain (replies) needs SES email receiving, "
+                    f"which this region does not have; deploy to one of: {regions} (or leave "
+                    "mailstep:inboundDomain unset). See docs/engagement.md.",
+                )
+            ],
+        )
+
+    def _inbound_identity(self, domain: str) -> ses.EmailIdentity:
+        """SES receives mail only for a verified domain: the reply domain's identity (Easy DKIM:
+        publishing its three CNAME records verifies it), when it is not the sending domain."""
+        identity = ses.EmailIdentity(
+            self,
+            "InboundIdentity",
+            identity=ses.Identity.domain(domain),
+            dkim_identity=ses.DkimIdentity.easy_dkim(),
+        )
+        stack = Stack.of(self)
+        for index, record in enumerate(identity.dkim_records[:DKIM_RECORDS], start=1):
+            name_key, value_key = inbound_dkim_output_keys(index)
+            CfnOutput(
+                stack, name_key, value=record.name, description=f"reply domain DKIM CNAME {index}: name"
+            )
+            CfnOutput(
+                stack, value_key, value=record.value, description=f"reply domain DKIM CNAME {index}: value"
+            )
+        return identity
 
     def _inbound(self, domain: str, functions: Functions, topic: sns.Topic) -> None:
         bucket = s3.Bucket(

@@ -41,6 +41,7 @@ from aws_cdk import (
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from packaging.markers import Marker
 from packaging.requirements import Requirement
@@ -389,6 +390,38 @@ def _check_event_sources(spec: specs.FunctionSpec) -> None:
             )
 
 
+# Lambda's own retries of a failed asynchronous invocation (the default is 2, within 6 hours):
+# stated, so that the template says what happens before an invocation reaches its failure queue.
+ASYNC_RETRY_ATTEMPTS = 2
+ASYNC_MAX_EVENT_AGE = Duration.hours(6)
+
+
+@jsii.implements(lambda_.IEventSourceDlq)
+class _OnFailureQueue:
+    """A stream source's on-failure destination (``DestinationConfig.OnFailure``) that grants
+    nothing itself: CDK's ``SqsDlq`` would also grant sqs:GetQueueAttributes and
+    sqs:GetQueueUrl, which Lambda does not use; the role's sqs:SendMessage comes from the spec
+    (``ON_FAILURE_ACTIONS``, bound by ``Functions.grant``) like every other grant."""
+
+    def __init__(self, queue: sqs.IQueue) -> None:
+        self.queue = queue
+
+    def bind(self, _target: Any, _target_handler: Any) -> lambda_.DlqDestinationConfig:
+        return lambda_.DlqDestinationConfig(destination=self.queue.queue_arn)
+
+
+@jsii.implements(lambda_.IDestination)
+class _AsyncFailureQueue:
+    """A function's on-failure destination for asynchronous invocations
+    (``AWS::Lambda::EventInvokeConfig``), granting nothing itself for the same reason."""
+
+    def __init__(self, queue: sqs.IQueue) -> None:
+        self.queue = queue
+
+    def bind(self, _scope: Any, _fn: Any, *, type: Any = None) -> lambda_.DestinationConfig:  # noqa: A002
+        return lambda_.DestinationConfig(destination=self.queue.queue_arn)
+
+
 def _python_function(
     scope: Construct,
     spec: specs.FunctionSpec,
@@ -455,8 +488,15 @@ def _python_function(
             max_batching_window=Duration.seconds(stream.max_batching_window_s),
             bisect_batch_on_error=True,
             retry_attempts=stream.retry_attempts,
+            on_failure=_OnFailureQueue(resources.failure_queues[stream.on_failure]),
             report_batch_item_failures=True,
             filters=[lambda_.FilterCriteria.filter(f) for f in stream.filters],
+        )
+    if spec.async_failures is not None:
+        fn.configure_async_invoke(
+            on_failure=_AsyncFailureQueue(resources.failure_queues[spec.async_failures]),
+            retry_attempts=ASYNC_RETRY_ATTEMPTS,
+            max_event_age=ASYNC_MAX_EVENT_AGE,
         )
     Validations.of(fn).acknowledge(
         Acknowledgment(
@@ -513,6 +553,8 @@ class Functions(Construct):
             self.grant(secret_spec, [secret.secret_arn])
         for queue_spec, queue in resources.queues.items():
             self.grant(queue_spec, [queue.queue_arn])
+        for failure_spec, queue in resources.failure_queues.items():
+            self.grant(failure_spec, [queue.queue_arn])
         for topic_spec, topic in resources.topics.items():
             self.grant(topic_spec, [topic.topic_arn])
         for set_spec, configuration_set in sending.configuration_sets.items():

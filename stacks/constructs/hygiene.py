@@ -12,13 +12,16 @@ from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from shared.core import specs
 
 
 class Hygiene(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, function: lambda_.IFunction) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, function: lambda_.IFunction, dead_letters: sqs.IQueue
+    ) -> None:
         super().__init__(scope, construct_id)
         self.schedule = events.Rule(
             self,
@@ -26,5 +29,12 @@ class Hygiene(Construct):
             description="List hygiene: marks subscribers without human engagement cold, unsubscribes them "
             "after the grace period (docs/hygiene.md)",
             schedule=events.Schedule.expression(specs.HYGIENE_SCHEDULE),
-            targets=[targets.LambdaFunction(function, retry_attempts=2, max_event_age=Duration.hours(6))],
+            targets=[
+                targets.LambdaFunction(
+                    function,
+                    retry_attempts=2,
+                    max_event_age=Duration.hours(6),
+                    dead_letter_queue=dead_letters,  # CDK adds the queue policy for this rule
+                )
+            ],
         )

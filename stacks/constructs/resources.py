@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from aws_cdk import CfnResource
@@ -13,7 +13,14 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from shared.core.specs import ConfigurationSetSpec, QueueSpec, SecretSpec, TableSpec, TopicSpec
+from shared.core.specs import (
+    ConfigurationSetSpec,
+    FailureQueueSpec,
+    QueueSpec,
+    SecretSpec,
+    TableSpec,
+    TopicSpec,
+)
 
 
 def pin_logical_id(resource: Construct, logical_id: str) -> None:
@@ -28,6 +35,8 @@ class Resources:
     queues: dict[QueueSpec, sqs.Queue]
     topics: dict[TopicSpec, sns.Topic]
     configuration_sets: dict[ConfigurationSetSpec, ses.ConfigurationSet]
+    # where the asynchronous edges that are not SQS keep what they could not process
+    failure_queues: dict[FailureQueueSpec, sqs.Queue] = field(default_factory=dict)
 
     def settings(self) -> dict[str, str]:
         """Settings field -> the value a Lambda receives for it (a CloudFormation token)."""

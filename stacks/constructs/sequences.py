@@ -10,7 +10,9 @@
 - each machine logs ALL events to its own log group (execution data excluded: it holds
   the subscriber's address) and has a role that may invoke only the step function;
 - an EventBridge rule sends FAILED / TIMED_OUT / ABORTED executions of these machines to
-  the cleanup function, which removes the EXEC pair;
+  the cleanup function, which removes the EXEC pair; an event EventBridge cannot deliver, and an
+  invocation that still fails after Lambda's retries, end in ``SEQUENCE_CLEANUP_FAILURES``
+  (docs/operations.md: a stale pair would block the sequence's restart);
 - the functions that start or stop executions get the ARN prefix in their environment and
   exactly the states actions their spec grants (``stacks.constructs.functions``).
 """
@@ -25,6 +27,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
@@ -75,6 +78,7 @@ class Sequences(Construct):
         *,
         step_function: lambda_.IFunction,
         cleanup_function: lambda_.IFunction,
+        cleanup_dead_letters: sqs.IQueue | None = None,
         sequences_dir: Path = SEQUENCES_DIR,
         templates_dir: Path = TEMPLATES_DIR,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
@@ -99,7 +103,12 @@ class Sequences(Construct):
                 detail={"status": ENDED_STATUSES, "stateMachineArn": [{"prefix": self.arn_prefix}]},
             ),
             targets=[
-                targets.LambdaFunction(cleanup_function, retry_attempts=8, max_event_age=Duration.hours(24))
+                targets.LambdaFunction(
+                    cleanup_function,
+                    retry_attempts=8,
+                    max_event_age=Duration.hours(24),
+                    dead_letter_queue=cleanup_dead_letters,  # CDK adds the queue policy for this rule
+                )
             ],
         )
 

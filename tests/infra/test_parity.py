@@ -71,7 +71,7 @@ def _arn(service: str, resource: str) -> str:
 
 def expected_arns(synth: Synth, resource: specs.Resource, stack_name: str, domain: str) -> set[str]:
     """How the template spells the ARN(s) of a granted resource."""
-    if isinstance(resource, specs.TableSpec | specs.QueueSpec):
+    if isinstance(resource, specs.TableSpec | specs.QueueSpec | specs.FailureQueueSpec):
         return {f"<{resource.id}.Arn>"}
     if isinstance(resource, specs.TableIndex):
         return {f"<{resource.table.id}.Arn>/index/{resource.index}"}
@@ -212,6 +212,8 @@ def test_granted_actions_name_actions_by_resource_kind() -> None:
     assert granted == {
         "dynamodb:DeleteItem": frozenset({"table/MainTable"}),
         "dynamodb:UpdateItem": frozenset({"table/MainTable"}),
+        # the Lambda service sends a failed asynchronous invocation's record with the role
+        "sqs:SendMessage": frozenset({"queue/SequenceCleanupFailures"}),
     }
     sender = specs.granted_actions(specs.SENDER_FUNCTION)
     assert sender["ses:SendEmail"] == {

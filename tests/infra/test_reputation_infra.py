@@ -117,8 +117,6 @@ def test_the_guard_may_pause_only_the_marketing_set(synth: Synth) -> None:
     actions = {a for s in statements for a in as_list(s["Action"])}
     assert actions == {
         "ses:PutConfigurationSetSendingOptions",
-        "dynamodb:GetItem",
-        "dynamodb:PutItem",
         "dynamodb:UpdateItem",
         "dynamodb:Query",
         "sqs:ReceiveMessage",

@@ -45,8 +45,9 @@ def assert_agrees_with_specs(synth: Synth) -> None:
     # Secrets.
     assert set(synth.resources("AWS::SecretsManager::Secret")) == {s.id for s in specs.SECRETS}
 
-    # Queues: each with its dead-letter queue; nothing unspecced.
+    # Queues: each with its dead-letter queue, and the failure queues; nothing unspecced.
     queue_ids = {q.id for q in specs.QUEUES} | {f"{q.id}DeadLetters" for q in specs.QUEUES}
+    queue_ids |= {q.id for q in specs.FAILURE_QUEUES}
     assert set(synth.resources("AWS::SQS::Queue")) == queue_ids
     for queue in specs.QUEUES:
         props = resources[queue.id]["Properties"]
@@ -58,6 +59,11 @@ def assert_agrees_with_specs(synth: Synth) -> None:
         for queue_id in (queue.id, f"{queue.id}DeadLetters"):
             assert resources[queue_id]["Properties"]["SqsManagedSseEnabled"] is True
             assert _denies_insecure_transport(synth, queue_id)
+    for failures in specs.FAILURE_QUEUES:  # kept 14 days, encrypted, SSL only; nothing consumes them
+        props = resources[failures.id]["Properties"]
+        assert props["MessageRetentionPeriod"] == 14 * 24 * 3600 and "RedrivePolicy" not in props
+        assert props["SqsManagedSseEnabled"] is True
+        assert _denies_insecure_transport(synth, failures.id)
 
     # Topics and subscriptions.
     # (The alarms' notification topic is operational, deploy-only: it is not a runtime resource.)
