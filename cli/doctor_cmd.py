@@ -1,5 +1,6 @@
 """``mailstep doctor``: SES identity and DKIM, sandbox, quota, configuration set, alarms, DLQs,
-open Step Functions executions against their quota."""
+open Step Functions executions against their quota, Lambda concurrency, replies' inbound
+identity and receipt rule set (ops/doctor.py)."""
 
 from __future__ import annotations
 

@@ -2,11 +2,15 @@
 
 Each check reports pass, fail or skip with a detail and, when it fails, a hint.
 
-- ses-identity: SES v2 GetEmailIdentity of the sender's domain (else the address) is
-  verified for sending. Local runtime: skip (the local SES accepts every sender).
-- ses-dkim: the same identity's DKIM status is SUCCESS and signing is on. Local: skip.
+- ses-identity: SES v2 GetEmailIdentity of the sender's domain (else the address):
+  ``VerifiedForSendingStatus``. Not yet verified (DKIM PENDING: the CNAMEs are not seen yet)
+  warns and says what happens meanwhile (``HELD_MEANWHILE``); no identity, or DKIM FAILED,
+  fails. Local runtime: skip (the local SES accepts every sender).
+- ses-dkim: the same identity's ``DkimAttributes.Status`` is SUCCESS and signing is on; else
+  the CNAME records to publish (from ``DkimAttributes.Tokens``). Local: skip.
 - ses-production: GetAccount says production access (not the sandbox), sending enabled,
-  enforcement HEALTHY. Local: emulated (always production).
+  enforcement HEALTHY; in the sandbox it says what the sandbox allows and how to leave it.
+  Local: emulated (production, or the sandbox with ``mailstep dev --ses-sandbox``).
 - ses-quota: GetAccount SendQuota (max send rate, 24-hour quota); fails at >= 90 % used.
   Local: meaningful (``mailstep dev --max-send-rate/--max-24-hour-send``).
 - configuration-set: exists with an enabled SNS event destination for BOUNCE, COMPLAINT and
@@ -20,6 +24,17 @@ Each check reports pass, fail or skip with a detail and, when it fails, a hint.
   quota, warns at 50 % or when the count stopped early. Local: meaningful.
 - webhooks: fails when an endpoint is disabled (410 Gone, or failing for 5 days) and says
   why; warns when one has been failing (no success since). Local: meaningful.
+- lambda-concurrency: the account's Lambda concurrency (``lambda:GetAccountSettings``:
+  ``AccountLimit.ConcurrentExecutions``, ``UnreservedConcurrentExecutions``) against what the
+  stack's functions need at least (:func:`concurrency_needed`: the SQS mappings'
+  ``ScalingConfig.MaximumConcurrency``, read live from ``ListEventSourceMappings``, plus a
+  floor for the uncapped SQS mappings, the stream mappings and the functions without a
+  mapping); warns below it, and lists reserved concurrency. Local: skip while the endpoint does
+  not answer GetAccountSettings (moto does not).
+- inbound-identity, receipt-rule-set: with replies on (the stack has a receipt rule set), the
+  inbound domain's SES identity exists and is verified, and the stack's rule set is the active
+  one (SES v1 ``DescribeActiveReceiptRuleSet``: one per account and region). Skip with replies
+  off.
 
 Statuses: pass, warn (look soon; does not fail the report), fail, skip.
 """
@@ -27,7 +42,7 @@ Statuses: pass, warn (look soon; does not fail the report), fail, skip.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Any
@@ -55,6 +70,36 @@ EXECUTIONS_GUIDANCE = (
     " (Service Quotas console, or Support Center), or shorten long drips: each subscriber in a"
     " drip is one open execution for the drip's whole length"
 )
+# What happens to mail while the sending identity is not verified (docs/deploy.md, "Day one").
+HELD_MEANWHILE = (
+    "mail is held, not lost: sequence steps wait, confirmations and transactional mail stay queued,"
+    " broadcasts hold with status `held` (reason identity_unverified) and resume by themselves once"
+    " verified"
+)
+SANDBOX = (
+    "the SES sandbox: mail goes only to verified addresses and domains (and the mailbox simulator),"
+    " at most 200 messages in 24 hours and 1 per second"
+)
+PRODUCTION_ACCESS = (
+    "request production access: SES console, Account dashboard, 'Request production access', or"
+    " aws sesv2 put-account-details --production-access-enabled --mail-type MARKETING"
+    " --website-url https://... --use-case-description '...' (AWS answers within about a day;"
+    " docs/deploy.md, 'Day one')"
+)
+# Lambda concurrency (lambda-concurrency): an SQS mapping without a maximum concurrency counts
+# as at least the smallest maximum Lambda allows (2); a stream mapping as its parallelization
+# factor (one shard at least); a function without a mapping (the API's, the pages', the
+# schedules', the sequence steps') as one.
+UNCAPPED_SQS_FLOOR = 2
+CONCURRENCY_QUOTA_CODE = "L-B99A9384"  # Service Quotas: Lambda "Concurrent executions"
+CONCURRENCY_REQUEST = (
+    "ask for a higher Lambda concurrency (at least 1,000): aws service-quotas"
+    f" request-service-quota-increase --service-code lambda --quota-code {CONCURRENCY_QUOTA_CODE}"
+    " --desired-value 1000 (docs/deploy.md, 'Day one'); until then invocations beyond the limit are"
+    " throttled: queue messages wait and are retried, API requests may answer 429"
+)
+# Errors of an endpoint that does not implement a call (moto, the local runtime) rather than of AWS.
+NOT_ANSWERED = ("404", "NotImplemented", "UnknownOperationException", "InvalidAction")
 
 
 @dataclass(frozen=True)
@@ -111,6 +156,12 @@ def _identity(target: Target, sender: str) -> tuple[str, dict[str, Any] | None]:
     return domain or address, None
 
 
+def dkim_records(name: str, identity: dict[str, Any]) -> list[str]:
+    """The Easy DKIM CNAME records of a domain identity, as ``name CNAME value``."""
+    tokens = (identity.get("DkimAttributes") or {}).get("Tokens") or []
+    return [f"{t}._domainkey.{name} CNAME {t}.dkim.amazonses.com" for t in tokens]
+
+
 def check_identity(target: Target, sender: str) -> list[Check]:
     if target.kind == LOCAL:
         reason = "not emulated: the local SES accepts every sender"
@@ -122,26 +173,40 @@ def check_identity(target: Target, sender: str) -> list[Check]:
             Check("ses-identity", FAIL, f"{name}: no SES identity", hint),
             Check("ses-dkim", FAIL, f"{name}: no SES identity", hint),
         ]
-    checks = []
-    if identity.get("VerifiedForSendingStatus"):
-        checks.append(Check("ses-identity", PASS, f"{name} verified for sending"))
-    else:
-        checks.append(
-            Check("ses-identity", FAIL, f"{name} not verified", "publish the DKIM CNAMEs (or click the link)")
-        )
+    verified = bool(identity.get("VerifiedForSendingStatus"))
     dkim = identity.get("DkimAttributes") or {}
     status, signing = dkim.get("Status", "NOT_STARTED"), dkim.get("SigningEnabled", False)
-    if status == "SUCCESS" and signing:
-        checks.append(Check("ses-dkim", PASS, f"{name}: DKIM {status}, signing on"))
-    else:
-        checks.append(
-            Check(
-                "ses-dkim",
-                FAIL,
-                f"{name}: DKIM {status}, signing {'on' if signing else 'off'}",
-                "publish the three DKIM CNAME records SES lists for the domain",
-            )
+    records = dkim_records(name, identity)
+    publish = (
+        "publish these DNS records: " + "; ".join(records)
+        if records
+        else f"publish the DKIM CNAME records: aws sesv2 get-email-identity --email-identity {name}"
+    )
+    state = f"VerifiedForSendingStatus {str(verified).lower()}, DKIM {status}"
+    checks = []
+    if verified:
+        checks.append(Check("ses-identity", PASS, f"{name} verified for sending ({state})"))
+    elif status in ("FAILED", "TEMPORARY_FAILURE"):
+        hint = (
+            f"SES could not find the DKIM records ({status}): correct them, then SES checks again"
+            f" (FAILED: restart verification in the SES console); meanwhile {HELD_MEANWHILE}"
         )
+        checks.append(Check("ses-identity", FAIL, f"{name} not verified ({state})", hint))
+    else:
+        waiting = (
+            "waiting for the link SES mailed to the address to be clicked"
+            if identity.get("IdentityType") == "EMAIL_ADDRESS"
+            else "waiting for SES to see the DKIM records (minutes to 72 hours)"
+        )
+        hint = f"{waiting}; meanwhile {HELD_MEANWHILE}"
+        checks.append(Check("ses-identity", WARN, f"{name} not verified yet ({state})", hint))
+    detail = f"{name}: DKIM {status}, signing {'on' if signing else 'off'}"
+    if status == "SUCCESS" and signing:
+        checks.append(Check("ses-dkim", PASS, detail))
+    elif status == "PENDING" and not verified:
+        checks.append(Check("ses-dkim", WARN, detail, publish))
+    else:
+        checks.append(Check("ses-dkim", FAIL, detail, publish))
     return checks
 
 
@@ -156,25 +221,21 @@ def check_account(target: Target) -> list[Check]:
         checks.append(Check("ses-production", PASS, f"{mode}, sending enabled, {enforcement}"))
     else:
         hint = (
-            "request production access (SES console: Account dashboard)"
+            PRODUCTION_ACCESS
             if not production
             else "sending is paused or the account is under review: see the SES account dashboard"
         )
-        checks.append(
-            Check(
-                "ses-production",
-                FAIL,
-                f"{mode}, sending {'enabled' if enabled else 'disabled'}, {enforcement}",
-                hint,
-            )
-        )
+        detail = f"{mode}, sending {'enabled' if enabled else 'disabled'}, {enforcement}"
+        if not production:
+            detail = f"{detail}; {SANDBOX}"
+        checks.append(Check("ses-production", FAIL, detail, hint))
     quota = account.get("SendQuota", {})
     rate, daily, sent = (
         float(quota.get("MaxSendRate", 0)),
         float(quota.get("Max24HourSend", 0)),
         float(quota.get("SentLast24Hours", 0)),
     )
-    detail = f"max {rate:g}/s, {sent:g} of {daily:g} sent in the last 24 h"
+    detail = f"MaxSendRate {rate:g}/s, SentLast24Hours {sent:g} of Max24HourSend {daily:g}"
     if daily > 0 and sent / daily < QUOTA_WARN and rate > 0:
         checks.append(Check("ses-quota", PASS, detail))
     else:
@@ -381,6 +442,166 @@ def check_reputation(target: Target) -> Check:
     return Check("reputation", PASS, "marketing sending is on")
 
 
+@dataclass(frozen=True)
+class ConcurrencyNeed:
+    """What the stack's functions need at least at once (see ``UNCAPPED_SQS_FLOOR``)."""
+
+    capped: dict[str, int]  # function -> the sum of its SQS mappings' MaximumConcurrency
+    uncapped_sqs: int  # SQS mappings without a maximum concurrency
+    streams: int  # the stream mappings' parallelization factors
+    unmapped: int  # functions without an event source mapping
+
+    @property
+    def total(self) -> int:
+        return (
+            sum(self.capped.values()) + self.uncapped_sqs * UNCAPPED_SQS_FLOOR + self.streams + self.unmapped
+        )
+
+    def describe(self) -> str:
+        capped = ", ".join(
+            f"{name} {n}" for name, n in sorted(self.capped.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        return (
+            f"{sum(self.capped.values())} for the capped SQS mappings ({capped or 'none'}),"
+            f" {self.uncapped_sqs * UNCAPPED_SQS_FLOOR} for {self.uncapped_sqs} uncapped SQS mappings,"
+            f" {self.streams} for the stream mappings, {self.unmapped} for {self.unmapped} functions"
+            " without a mapping (API, pages, schedules, sequence steps)"
+        )
+
+
+def _function_name(arn: str) -> str:
+    """``arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>]`` -> ``<name>``."""
+    return arn.split(":function:", 1)[-1].split(":", 1)[0]
+
+
+def concurrency_needed(target: Target) -> ConcurrencyNeed:
+    """The stack's event source mappings as deployed (ListEventSourceMappings; the broadcast
+    workers' maximum concurrency depends on ``mailstep:sesMaxSendRate``), summed per kind."""
+    functions = set(target.resources.get("functions", ()))
+    mapped: set[str] = set()
+    capped: dict[str, int] = {}
+    uncapped = streams = 0
+    for page in target.client("lambda").get_paginator("list_event_source_mappings").paginate():
+        for mapping in page.get("EventSourceMappings", []):
+            function = _function_name(str(mapping.get("FunctionArn", "")))
+            if function not in functions:
+                continue  # another stack's, or the account's
+            mapped.add(function)
+            source = str(mapping.get("EventSourceArn", ""))
+            if source.startswith("arn:aws:sqs:") or ":sqs:" in source:
+                maximum = int((mapping.get("ScalingConfig") or {}).get("MaximumConcurrency") or 0)
+                if maximum:
+                    capped[function] = capped.get(function, 0) + maximum
+                else:
+                    uncapped += 1
+            else:  # a DynamoDB stream: one shard at least, its parallelization factor each
+                streams += int(mapping.get("ParallelizationFactor") or 1)
+    return ConcurrencyNeed(capped, uncapped, streams, len(functions - mapped))
+
+
+def reserved_concurrency(target: Target) -> dict[str, int]:
+    """Function -> its reserved concurrency, for the stack's functions that have one."""
+    lam = target.client("lambda")
+    found: dict[str, int] = {}
+    for function in target.resources.get("functions", ()):
+        reserved = lam.get_function_concurrency(FunctionName=function).get("ReservedConcurrentExecutions")
+        if reserved is not None:
+            found[function] = int(reserved)
+    return found
+
+
+def check_concurrency(
+    target: Target, account_settings: Callable[[], Mapping[str, Any]] | None = None
+) -> Check:
+    """The account's Lambda concurrency against what the stack needs at least.
+
+    ``account_settings`` answers ``lambda:GetAccountSettings`` (default: the target's Lambda
+    client). It is the one call a test replaces (moto does not implement it); the stack's
+    mappings and functions are read from the target as always."""
+    if not target.resources.get("functions"):
+        return Check("lambda-concurrency", SKIP, "no function deployed")
+    ask = account_settings or target.client("lambda").get_account_settings
+    try:
+        settings = ask()
+    except ClientError as exc:
+        code = str(exc.response["Error"].get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in NOT_ANSWERED or status == 404:
+            return Check(
+                "lambda-concurrency", SKIP, f"this endpoint does not answer GetAccountSettings ({code})"
+            )
+        raise
+    limit = int(settings.get("AccountLimit", {}).get("ConcurrentExecutions", 0))
+    unreserved = int(settings.get("AccountLimit", {}).get("UnreservedConcurrentExecutions", limit))
+    need = concurrency_needed(target)
+    ours = reserved_concurrency(target)
+    # the stack's functions draw on the unreserved pool, except those with reserved concurrency
+    available = unreserved + sum(ours.values())
+    reserved = f"{limit - unreserved:,} reserved in the account"
+    if ours:
+        reserved += " (this stack: " + ", ".join(f"{f} {n}" for f, n in sorted(ours.items())) + ")"
+    detail = (
+        f"ConcurrentExecutions {limit:,}, UnreservedConcurrentExecutions {unreserved:,} ({reserved});"
+        f" the stack needs at least {need.total:,}: {need.describe()}"
+    )
+    if available < need.total:
+        return Check("lambda-concurrency", WARN, detail, CONCURRENCY_REQUEST)
+    return Check("lambda-concurrency", PASS, detail)
+
+
+def _rule_set_domains(target: Target, rule_set: str) -> list[str]:
+    rules = target.client("ses").describe_receipt_rule_set(RuleSetName=rule_set).get("Rules", [])
+    return sorted({r.lower() for rule in rules for r in rule.get("Recipients", []) if "@" not in r})
+
+
+def check_inbound(target: Target) -> list[Check]:
+    """Replies (docs/engagement.md): the inbound domain's identity and the active rule set."""
+    rule_sets = tuple(target.resources.get("receipt_rule_sets", ()))
+    if not rule_sets:
+        off = "replies are off (no mailstep:inboundDomain)"
+        return [Check("inbound-identity", SKIP, off), Check("receipt-rule-set", SKIP, off)]
+    checks: list[Check] = []
+    domains = [d for name in rule_sets for d in _rule_set_domains(target, name)]
+    ses = target.client("sesv2")
+    for domain in domains:
+        try:
+            identity = dict(ses.get_email_identity(EmailIdentity=domain))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "NotFoundException":
+                raise
+            hint = (
+                f"SES receives mail only for a verified domain: aws sesv2 create-email-identity"
+                f" --email-identity {domain}, then publish its DKIM records"
+            )
+            checks.append(Check("inbound-identity", FAIL, f"{domain}: no SES identity", hint))
+            continue
+        if identity.get("VerifiedForSendingStatus"):
+            checks.append(Check("inbound-identity", PASS, f"{domain} verified"))
+        else:
+            status = (identity.get("DkimAttributes") or {}).get("Status", "NOT_STARTED")
+            records = dkim_records(domain, identity)
+            hint = "publish its DKIM records" + (": " + "; ".join(records) if records else "")
+            checks.append(
+                Check(
+                    "inbound-identity",
+                    WARN,
+                    f"{domain} not verified yet (DKIM {status}); no reply arrives",
+                    hint,
+                )
+            )
+    active = target.client("ses").describe_active_receipt_rule_set().get("Metadata", {}).get("Name", "")
+    if active in rule_sets:
+        checks.append(Check("receipt-rule-set", PASS, f"{active} is the active receipt rule set"))
+    else:
+        hint = (
+            f"activate it (one rule set is active per account and region): aws ses"
+            f" set-active-receipt-rule-set --rule-set-name {rule_sets[0]}"
+        )
+        now = f"the active one is {active}" if active else "no rule set is active"
+        checks.append(Check("receipt-rule-set", FAIL, f"{rule_sets[0]} is not active ({now})", hint))
+    return checks
+
+
 def _guard(name: str, run: Callable[[], list[Check]]) -> list[Check]:
     """A check whose API call fails reports that failure instead of stopping the others."""
     try:
@@ -399,7 +620,10 @@ def run(
     *,
     executions_quota: int = OPEN_EXECUTIONS_QUOTA,
     executions_counted: int = EXECUTIONS_COUNTED,
+    lambda_account_settings: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Report:
+    """Every check; ``lambda_account_settings`` answers lambda:GetAccountSettings in place of the
+    target's client (:func:`check_concurrency`)."""
     checks: list[Check] = []
     checks += _guard("ses-identity", lambda: check_identity(target, sender_of(target)))
     checks += _guard("ses-account", lambda: check_account(target))
@@ -416,4 +640,6 @@ def run(
     )
     checks += _guard("webhooks", lambda: [check_webhooks(target)])
     checks += _guard("reputation", lambda: [check_reputation(target)])
+    checks += _guard("lambda-concurrency", lambda: [check_concurrency(target, lambda_account_settings)])
+    checks += _guard("inbound-identity", lambda: check_inbound(target))
     return Report(target=target.label, checks=tuple(checks))

@@ -54,7 +54,8 @@ class Target:
     settings: Settings
     api_url: str = ""
     # Physical resources by kind: "queues" (URLs), "configuration_sets", "alarms" (names),
-    # "state_machines" (ARNs), "functions" (names). Empty lists mean "none found".
+    # "state_machines" (ARNs), "functions" (names), "receipt_rule_sets" (names). Empty lists mean
+    # "none found".
     resources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     aws: ClientFactory = field(default_factory=ClientFactory, compare=False, repr=False)
 
@@ -130,11 +131,13 @@ RESOURCE_TYPES = {
     "AWS::CloudWatch::Alarm": "alarms",
     "AWS::StepFunctions::StateMachine": "state_machines",
     "AWS::Lambda::Function": "functions",
+    "AWS::SES::ReceiptRuleSet": "receipt_rule_sets",  # replies on (mailstep:inboundDomain)
 }
 
 
 def stack_resources(stack_name: str, aws: ClientFactory) -> dict[str, tuple[str, ...]]:
-    """Physical ids of the stack's queues, configuration sets, alarms, state machines and functions."""
+    """Physical ids of the stack's queues, configuration sets, alarms, state machines, functions
+    and receipt rule sets."""
     found: dict[str, list[str]] = {kind: [] for kind in RESOURCE_TYPES.values()}
     cfn = aws.client("cloudformation")
     token: str | None = None

@@ -158,12 +158,22 @@ def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> N
         "open-executions",
         "webhooks",
         "reputation",
+        "lambda-concurrency",
+        "inbound-identity",
+        "receipt-rule-set",
     ]
     assert all(c["status"] in ("pass", "warn", "fail", "skip") for c in report["checks"])
     statuses = {c["name"]: c["status"] for c in report["checks"]}
     assert statuses["ses-identity"] == statuses["alarms"] == "skip"  # not emulated locally
     assert statuses["ses-production"] == statuses["ses-quota"] == statuses["configuration-set"] == "pass"
     assert statuses["reputation"] == "pass"  # marketing sending is on (docs/reputation.md)
+    # the local endpoint does not answer lambda:GetAccountSettings; replies are off
+    assert (
+        statuses["lambda-concurrency"]
+        == statuses["inbound-identity"]
+        == statuses["receipt-rule-set"]
+        == "skip"
+    )
     # the local sequences' RUNNING executions, far from the open-executions quota
     assert statuses["open-executions"] == "pass"
     # the template's workers, sized for mailstep:sesMaxSendRate (14/s by default), against this
