@@ -350,6 +350,25 @@ class Environments:
                 for (f, a, r, ok), n in sorted(self.calls.items())
             ]
 
+    def grants(self, ignore: tuple[str, ...] = ()) -> list[dict[str, str]]:
+        """Every (function, action, resource) an Allow of a function's role policy grants: each
+        action of a statement on each of its resources is one grant (``ignore``: as below)."""
+        from cli.local.bootstrap import as_list, matches
+
+        with self._lock:
+            specs = dict(self.specs)
+        found = []
+        for name, spec in sorted(specs.items()):
+            for statement in spec.policy or []:
+                if statement.get("Effect") != "Allow":
+                    continue
+                for action in as_list(statement.get("Action", [])):
+                    if any(matches(pattern, action, case_sensitive=False) for pattern in ignore):
+                        continue
+                    for resource in as_list(statement.get("Resource", [])):
+                        found.append({"function": name, "action": action, "resource": resource})
+        return found
+
     def unused_grants(self, ignore: tuple[str, ...] = ()) -> list[dict[str, str]]:
         """Every (function, action, resource) an Allow of a function's role policy grants that no
         recorded request used. ``ignore``: action patterns used by services on the function's

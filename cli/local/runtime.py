@@ -553,11 +553,12 @@ class LocalRuntime:
         """The AWS requests the functions made (IAM action, resource, allowed, count) and the
         grants of the template's role policies that none of them used so far."""
         if self.environments is None:
-            return {"calls": [], "unused_grants": []}
+            return {"calls": [], "grants": [], "unused_grants": []}
         # Used by services for the function, not by its code: log delivery, SQS and stream event sources.
         service_actions = ("logs:*", *specs.EVENT_SOURCE_ACTIONS, *specs.STREAM_SOURCE_ACTIONS)
         return {
             "calls": self.environments.recorded(),
+            "grants": self.environments.grants(ignore=service_actions),
             "unused_grants": self.environments.unused_grants(ignore=service_actions),
         }
 

@@ -27,6 +27,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from shared.core import specs
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60  # a 2-core machine running two workers (measured: 12 s alone)
 
@@ -245,6 +247,50 @@ NOT_REACHED_BY_E2E = {
 }
 
 
+# Grants only a failure uses: the Lambda service sends an on-failure record with the function's
+# role (shared.core.specs.ON_FAILURE_ACTIONS on its failure queues). Function -> (failure queue,
+# where the path is tested); the e2e run makes no stream batch or scheduled run fail for good.
+FAILURE_ONLY = {
+    f"{specs.APP_NAME}-{fn.name}": [
+        (
+            grant.resource.local_name,  # type: ignore[union-attr]
+            "a stream batch skipped after its retries (tests/unit/test_local_streams.py: the on-failure "
+            "record; tests/infra/test_failure_destinations.py: the destination)"
+            if fn.stream_sources
+            else "an asynchronous invocation that failed after Lambda's retries "
+            "(tests/unit/test_local_eventbridge_failures.py; tests/infra/test_failure_destinations.py)",
+        )
+        for grant in specs.failure_grants(fn)
+    ]
+    for fn in specs.FUNCTIONS
+    if specs.failure_grants(fn)
+}
+
+
+def failure_only(grant: tuple[str, str, str]) -> bool:
+    """Whether a (function, action, resource) grant is one of ``FAILURE_ONLY``."""
+    function, action, resource = grant
+    return action in specs.ON_FAILURE_ACTIONS and any(
+        resource.endswith(f":{queue}") for queue, _ in FAILURE_ONLY.get(function, [])
+    )
+
+
+def unused_grants(reports: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """The (function, action, resource) grants of the reports that no report used: each action
+    on each resource of each Allow statement is one grant, used only by a request for that action
+    on that resource (another action of the same statement, or of a CDK grant method's group,
+    does not count). A grant is used when a report that holds it does not list it unused; a
+    report that holds none (a runtime without functions) changes nothing."""
+    key = ("function", "action", "resource")
+    granted: set[tuple[str, ...]] = set()
+    used: set[tuple[str, ...]] = set()
+    for report in reports:
+        held = {tuple(g[k] for k in key) for g in report.get("grants", report["unused_grants"])}
+        granted |= held
+        used |= held - {tuple(g[k] for k in key) for g in report["unused_grants"]}
+    return {(f, a, r) for f, a, r in granted - used}
+
+
 def iam_reports(factory: pytest.TempPathFactory) -> Path:
     """Where each session runtime leaves its IAM report (shared by the xdist workers)."""
     base = factory.getbasetemp()
@@ -261,8 +307,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reports = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
     if not reports:
         return
-    key = ("function", "action", "resource")
-    unused = set.intersection(*({tuple(g[k] for k in key) for g in r["unused_grants"]} for r in reports))
+    unused = unused_grants(reports)
     template_functions = {g["function"] for r in reports for g in r["unused_grants"]} | {
         c["function"] for r in reports for c in r["calls"] if c["function"].startswith("mailstep-")
     }
@@ -272,7 +317,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for c in r["calls"]
         if not c["allowed"] and c["function"] in template_functions
     }
-    unused = {g for g in unused if (g[0], g[1]) not in NOT_REACHED_BY_E2E}
+    unused = {g for g in unused if (g[0], g[1]) not in NOT_REACHED_BY_E2E and not failure_only(g)}
     problems = [f"granted but never used by the e2e run: {g}" for g in sorted(unused)]
     problems += [f"denied during the e2e run: {d}" for d in sorted(denied)]
     if problems:

@@ -142,3 +142,33 @@ def test_trimming_forgets_handed_on_records() -> None:
     p = poller(shard, lambda f, e: ({"batchItemFailures": []}, False), trim=trim)
     assert p.poll_once() and shard.items == [] and shard.starting_sequence_number == 4
     assert not p.poll_once()
+
+
+def test_skipped_records_send_an_on_failure_record_that_points_at_them() -> None:
+    # Given a mapping with an on-failure destination and a record that always fails its batch
+    shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(1, 3)])
+    sent: list[dict[str, Any]] = []
+
+    def invoke(function: Any, event: dict[str, Any]) -> tuple[Any, bool]:
+        return None, 2 in seqs(event)
+
+    p = poller(shard, invoke, retry_attempts=1, bisect=False, on_failure=sent.append)
+    # When the retries are spent
+    p.poll_once()
+    # Then one record goes to the destination: the shard and sequence numbers, not the records
+    (record,) = sent
+    info = record["DDBStreamBatchInfo"]
+    assert (info["startSequenceNumber"], info["endSequenceNumber"], info["batchSize"]) == ("1", "2", 2)
+    assert info["streamArn"] == "arn:s"
+    assert record["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert record["requestContext"]["approximateInvokeCount"] == 2
+    assert record["responseContext"]["functionError"] == "Unhandled"
+    assert "Records" not in record and "NewImage" not in str(record)
+    assert p.skipped == 2
+
+
+def test_without_a_destination_skipped_records_leave_no_trace_but_the_count() -> None:
+    shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=1))])
+    p = poller(shard, lambda function, event: (None, True), retry_attempts=0)
+    p.poll_once()
+    assert p.skipped == 1
