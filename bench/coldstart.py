@@ -70,7 +70,8 @@ before = resource.getrusage(resource.RUSAGE_SELF)
 importlib.import_module(module)
 after = resource.getrusage(resource.RUSAGE_SELF)
 cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-print(json.dumps({"cpu_s": cpu, "peak_kb": after.ru_maxrss, "compiled": compiled}))
+found = {"cpu_s": cpu, "peak_kb": after.ru_maxrss, "compiled": compiled, "modules": sorted(sys.modules)}
+print(json.dumps(found))
 """
 
 
@@ -81,6 +82,7 @@ class Sample:
     cpu_s: float
     peak_mb: float
     compiled: tuple[str, ...]  # the asset's modules compiled from source during the import
+    modules: frozenset[str] = frozenset()  # every module loaded by then
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,12 @@ def import_once(
     if result.returncode != 0:
         raise RuntimeError(f"importing {module} from {asset} failed:\n{result.stderr[-3000:]}")
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    return Sample(cpu_s=found["cpu_s"], peak_mb=found["peak_kb"] / 1024, compiled=tuple(found["compiled"]))
+    return Sample(
+        cpu_s=found["cpu_s"],
+        peak_mb=found["peak_kb"] / 1024,
+        compiled=tuple(found["compiled"]),
+        modules=frozenset(found["modules"]),
+    )
 
 
 def vcpu_share(memory_mb: int) -> float:

@@ -223,14 +223,16 @@ def context_from_settings(settings: Any) -> ReplyContext:
     from shared.sending.sender import SesSender
     from shared.sequences import SEQUENCES_DIR
     from shared.sequences.engine import SequenceEngine
-    from shared.sequences.validate import require_catalog
+    from shared.sequences.validate import require_catalog, templates_checked_at_synth
     from shared.store.subscribers import SubscriberStore
     from shared.web.ingest import make_idempotency
 
     store = SubscriberStore(settings.table_name, settings.events_table_name)
     idempotency, persistence = make_idempotency(settings.table_name, settings.idempotency_ttl_seconds)
     engine = SequenceEngine(
-        catalog=require_catalog(SEQUENCES_DIR), arn_prefix=settings.state_machine_arn_prefix, store=store
+        catalog=require_catalog(SEQUENCES_DIR, templates=templates_checked_at_synth),
+        arn_prefix=settings.state_machine_arn_prefix,
+        store=store,
     )
     ingest_ctx = IngestContext(
         store=store,

@@ -41,7 +41,7 @@ from shared.sequences.compiler import tag_key
 from shared.sequences.evaluate import evaluate
 from shared.sequences.model import Sequence
 from shared.sequences.sfn import RUNNING, StepFunctions, execution_arn
-from shared.sequences.validate import Catalog, require_catalog
+from shared.sequences.validate import Catalog, require_catalog, templates_checked_at_synth
 from shared.store.subscribers import Execution, Profile, SubscriberStore
 
 STOP_ERROR = "mailstep.stopped"
@@ -235,7 +235,7 @@ def engine_from_settings(
     if not settings.state_machine_arn_prefix:
         return None
     return SequenceEngine(
-        catalog=require_catalog(sequences_dir),
+        catalog=require_catalog(sequences_dir, templates=templates_checked_at_synth),
         arn_prefix=settings.state_machine_arn_prefix,
         store=store or SubscriberStore(settings.table_name, settings.events_table_name),
     )

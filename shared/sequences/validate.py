@@ -41,6 +41,14 @@ SEQUENCE_SUFFIXES = (".yaml", ".yml")
 TemplateCheck = Callable[[str, str | None], list[str]]
 
 
+def templates_checked_at_synth(_key: str, _subject: str | None) -> list[str]:
+    """The template check of a deployed function: none, again. Synth refuses any sequence whose
+    templates fail :func:`renderer_template_check` (stacks/constructs/sequences.py) and the code
+    asset ships those same files, so a cold start neither repeats the checks (0.2 s of CPU) nor
+    loads the renderer and its HTML libraries for them."""
+    return []
+
+
 def renderer_template_check(templates_dir: Path) -> TemplateCheck:
     """The renderer's own checks: the template exists, its body, layout and front matter use
     only known variables, and the subject (given or from front matter) is valid."""

@@ -104,7 +104,7 @@ def test_every_module_of_the_asset_ships_its_bytecode_and_every_handler_imports_
         elif int.from_bytes(cached.read_bytes()[4:8], "little") != UNCHECKED_HASH:
             checked.append(str(cached.relative_to(asset)))
     assert (missing, checked) == ([], [])
-    compiled = {}
+    compiled, rendering = {}, []
     for target in targets_of(artifact):
         handler_module = target.spec.handler.rsplit(".", 1)[0]
         loaded = import_once(
@@ -116,4 +116,10 @@ def test_every_module_of_the_asset_ships_its_bytecode_and_every_handler_imports_
         )
         if loaded.compiled:
             compiled[target.spec.name] = loaded.compiled
+        if "shared.sending.rendering" in loaded.modules:
+            rendering.append(target.spec.name)
     assert compiled == {}
+    # The functions that load the sequence catalog but send no mail of their own do not load the
+    # renderer at their cold start (synth checked the catalog's templates with it).
+    assert not set(rendering) & {"api", "hygiene", "inbound"}
+    assert "broadcast-worker" in rendering  # (the check sees the renderer where it is loaded)
