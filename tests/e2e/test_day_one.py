@@ -1,0 +1,206 @@
+"""Day one on a new AWS account, on the local runtime (docs/deploy.md, "Day one"; docs/sending.md,
+"Held, not failed").
+
+The runtime is this file's own: ``mailstep dev --identity-pending --ses-sandbox`` (the sending
+domain waits for verification, mail only to verified identities) with a 200-a-day quota.
+
+1. While the identity waits, a subscribe's welcome (a sequence step) and a sign-up's confirmation
+   (the sender function) are refused as SES refuses them; nothing is sent, no execution fails and
+   nothing reaches a dead-letter queue. After `mailstep local verify example.com` each of them
+   is delivered once.
+2. A broadcast to 500 under the 200-a-day quota sends 200, is ``held`` (``daily_quota``) with the
+   time it looks again, goes on as the calendar's days pass and completes on the third day with
+   500 mails to 500 readers, 0 failed; a sequence step that meets the spent quota waits (its
+   Retry, held by the paused clock here) and sends once when the quota frees.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.core import specs
+from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
+from tests.e2e.helpers import ok_json, ops, outbox, paused_clock, sent_by, subscribe, unique_email, wait_for
+from tests.e2e.test_signup import CONFIRM_TEMPLATE, sign_up
+
+DAILY_QUOTA = 200
+AUDIENCE = 500
+DOMAIN = "example.com"  # the sending domain (hello@example.com) and the readers' (verified with it)
+
+
+@pytest.fixture(scope="module")
+def day_one(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
+    state_dir: Path = tmp_path_factory.mktemp("mailstep-day-one")
+    process = start_dev(
+        state_dir,
+        "--identity-pending",
+        "--ses-sandbox",
+        "--max-24-hour-send",
+        str(DAILY_QUOTA),
+        "--max-send-rate",
+        "200",
+        "--no-reputation-alarms",
+    )
+    try:
+        state = wait_for_state(state_dir, process, START_TIMEOUT_S)
+        local = Local(state=state, state_dir=state_dir)
+        yield local
+        keep_iam_report(local, tmp_path_factory, "day-one")
+    finally:
+        stop_dev(process)
+
+
+def ses_status(local: Local) -> dict[str, Any]:
+    return dict(local.status()["ses"])
+
+
+def failed_executions(local: Local) -> list[str]:
+    sfn = local.client("stepfunctions")
+    machines = sfn.list_state_machines()["stateMachines"]
+    return [
+        e["name"]
+        for m in machines
+        for e in sfn.list_executions(stateMachineArn=m["stateMachineArn"], statusFilter="FAILED")[
+            "executions"
+        ]
+    ]
+
+
+def dead_letters(local: Local) -> dict[str, int]:
+    """Messages waiting in each dead-letter queue (none may hold any)."""
+    sqs = local.client("sqs")
+    found = {}
+    for url in sqs.list_queues().get("QueueUrls", []):
+        if "dead" in url.lower() or "dlq" in url.lower():
+            attributes = sqs.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+            )
+            found[url.rsplit("/", 1)[-1]] = int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+    return found
+
+
+def mails_to(local: Local, email: str) -> list[dict[str, Any]]:
+    return [m for m in outbox(local) if email in m["destination"]]
+
+
+def welcomes(local: Local, email: str) -> list[dict[str, Any]]:
+    return [m for m in mails_to(local, email) if m["template"] == "onboarding/welcome"]
+
+
+def test_mail_before_the_identity_is_verified_is_held_then_delivered_once(day_one: Local) -> None:
+    local = day_one
+    assert ses_status(local)["pending_identities"] == [DOMAIN]
+    ann, bob = unique_email("welcome"), unique_email("confirm")
+    with paused_clock(local):  # the step's Retry waits on the virtual clock: held here
+        subscribe(local, ann, first_name="Ann")
+        status, _, _ = sign_up(local, {"email": bob}, as_json=True)
+        assert status == 200
+        logs = Path(local.state["logs"])
+
+        def refused(function: str) -> bool:
+            log = logs / f"mailstep-{function}.log"
+            return log.exists() and '"reason":"unverified"' in log.read_text()
+
+        # the state asserted: SES refused each of them as unverified, and they are held
+        wait_for(lambda: refused("sequence-step") and refused("sender"), 60, "both refusals")
+        assert mails_to(local, ann) == [] and mails_to(local, bob) == []
+        assert failed_executions(local) == []
+        verify = ops(local, "local", "verify", DOMAIN)
+        assert verify.returncode == 0, verify.stderr
+        assert "held mail goes out now" in verify.stdout
+    assert ses_status(local)["pending_identities"] == []
+
+    welcome = wait_for(lambda: welcomes(local, ann), 60, "the welcome")
+    confirm = wait_for(
+        lambda: [m for m in mails_to(local, bob) if m["template"] == CONFIRM_TEMPLATE], 60, "the confirmation"
+    )
+    assert len(welcome) == 1 and len(confirm) == 1
+    assert failed_executions(local) == []
+    assert not any(dead_letters(local).values()), dead_letters(local)
+    # the held confirmation's job is settled: nothing more arrives for bob
+    wait_for(lambda: _queue_empty(local, specs.SEND_QUEUE.local_name), 60, "the send queue drained")
+    assert len([m for m in mails_to(local, bob) if m["template"] == CONFIRM_TEMPLATE]) == 1
+
+
+def _queue_empty(local: Local, name: str) -> bool:
+    sqs = local.client("sqs")
+    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return all(
+        attributes[k] == "0"
+        for k in (
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        )
+    )
+
+
+def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
+    return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
+
+
+def test_a_broadcast_over_the_daily_quota_sends_over_three_days_once_each(day_one: Local) -> None:
+    local = day_one
+    run = uuid.uuid4().hex[:6]
+    tag = f"quota-{run}"
+    readers = [f"r{i:03d}-{run}@{DOMAIN}" for i in range(AUDIENCE)]
+    for start in range(0, AUDIENCE, 100):
+        events = [
+            {"type": "contact.created", "email": e, "tags": [tag]} for e in readers[start : start + 100]
+        ]
+        status, answer = local.http("POST", "/v1/events", {"events": events}, local.api_key)
+        assert status == 200, answer
+    # the day starts with the whole quota: what the first test sent is a day old
+    ops(local, "local", "advance", "--days", "1", timeout=600)
+    assert ses_status(local)["SentLast24Hours"] == 0
+
+    broadcast_id = f"quota-{run}"
+    sent = ops(
+        local, "broadcast", "send", "--template", "newsletter/monthly", "--tag", tag, "--id", broadcast_id,
+        "--yes", "--no-wait",
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+
+    for day, total in ((1, DAILY_QUOTA), (2, 2 * DAILY_QUOTA)):
+        held = wait_for(
+            lambda: (
+                (b := broadcast(local, broadcast_id))["status"] == "held"
+                and len(sent_by(local, broadcast_id)) == total
+                and b
+            ),
+            240,
+            f"day {day}: {total} sent and the broadcast held",
+        )
+        assert held["hold_reason"] == "daily_quota" and held["resume_at"], held
+        assert held["failed"] == 0
+        # the next day frees the quota: the held broadcast goes on by itself
+        advanced = ops(local, "local", "advance", "--days", "1", timeout=600)
+        assert advanced.returncode == 0, advanced.stderr
+
+    done = wait_for(
+        lambda: (b := broadcast(local, broadcast_id))["status"] == "done" and b, 240, "the broadcast done"
+    )
+    assert done["failed"] == 0 and done["sent"] == AUDIENCE
+    delivered = [d for m in sent_by(local, broadcast_id) for d in m["destination"]]
+    assert sorted(delivered) == sorted(readers)  # 500 mails, each reader once
+    assert not any(dead_letters(local).values()), dead_letters(local)
+
+    # a sequence step that meets the spent quota waits, and sends once when the quota frees
+    spent = int(ses_status(local)["SentLast24Hours"])
+    local.http("POST", "/_local/ses", {"max_24_hour_send": spent})
+    carol = unique_email("quota-step")
+    with paused_clock(local):
+        before = ses_status(local)["refused_daily_quota"]
+        subscribe(local, carol, first_name="Carol")
+        wait_for(lambda: ses_status(local)["refused_daily_quota"] > before, 120, "the welcome refused: quota")
+        assert mails_to(local, carol) == []
+        local.http("POST", "/_local/ses", {"max_24_hour_send": spent + 20})
+    welcome = wait_for(lambda: welcomes(local, carol), 120, "the welcome")
+    assert len(welcome) == 1
+    assert failed_executions(local) == []
