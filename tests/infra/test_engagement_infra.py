@@ -119,7 +119,8 @@ def test_functions_consume_their_queue_with_partial_batch_responses(
 
 
 def test_domain_identity_has_easy_dkim_the_configuration_set_and_mail_from(built: Built) -> None:
-    (_, identity) = built.one("AWS::SES::EmailIdentity", "Engagement")
+    # the sending domain's identity (the reply domain, another one, has its own: InboundIdentity)
+    (_, identity) = built.one("AWS::SES::EmailIdentity", "EngagementDomainIdentity")
     props = identity["Properties"]
     assert props["EmailIdentity"] == "acme.test"
     assert props["DkimAttributes"] == {"SigningEnabled": True}
