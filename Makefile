@@ -121,6 +121,7 @@ dev: setup
 bench: setup
 	$(PY) -m bench
 	$(PY) -m bench capacity
+	$(PY) -m bench coldstart
 	$(PYTEST) -p no:xdist -m bench -q
 
 clean:

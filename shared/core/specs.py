@@ -500,6 +500,7 @@ API_FUNCTION = FunctionSpec(
     name="api",
     handler="functions.api.handler.handler",
     description="HTTP API: POST /v1/events",
+    memory_mb=1280,  # its import within a second of its vCPU share (docs/bench.md, "Cold starts")
     grants=(
         *INGEST_GRANTS,
         Grant(API_KEY_SECRET, ("secretsmanager:GetSecretValue",)),
@@ -555,6 +556,7 @@ UNSUBSCRIBE_FUNCTION = FunctionSpec(
     handler="functions.unsubscribe.handler.handler",
     description="Preference centre: GET /u/{token} (topics, unsubscribe), POST /u/{token} (one-click), "
     "preferences, resubscribe",
+    memory_mb=1280,  # as the API's
     grants=(
         # profile (un/resubscribe transaction), the unsubscribe counter (UpdateItem ADD), the
         # subscriber's EXEC pairs (Query, DeleteItem) when marketing executions stop
@@ -829,6 +831,7 @@ SIGNUP_FUNCTION = FunctionSpec(
     name="signup",
     handler="functions.signup.handler.handler",
     description="Sign-up: POST /v1/signup (double opt-in), GET/POST /c/{token} (confirm)",
+    memory_mb=1280,  # as the API's
     grants=(
         # the sign-up's one read (profile, SUPPRESSION, erase tombstone, pending item, mailbox
         # cooldown, domain counter: BatchGetItem), its admission (transaction: pending Put,
