@@ -35,7 +35,7 @@ ID = typer.Argument(..., help="Broadcast id.")
 # paused: `mailstep reputation`; held: it resumes by itself (docs/broadcasts.md, "Held")
 FINAL = ("done", "cancelled", "failed", "paused_reputation", "held")
 HOLD_REASONS = {
-    "identity_unverified": "SES has not verified the sending identity yet (`mailstep doctor` shows its DKIM status)",
+    "identity_unverified": "SES has not verified the sending identity yet (`mailstep doctor`: its DKIM)",
     "daily_quota": "the account's 24-hour SES quota is spent",
     "warmup": "today's warm-up allowance is used (`mailstep warmup status`)",
 }
@@ -136,10 +136,12 @@ def send(
     if dry_run:  # the whole audience, read now: its exact size
         size, sample = service.preview(request)
         _audience(f"[bold]{size}[/bold] subscriber(s) ({described}) on {target.label}", sample)
+        _warmup(target, size)
         return
     when = f" at {request.at.isoformat()}" if request.at else " now"
     if yes:  # no read here: the resolver reads the audience once and counts it as it goes
         _audience(f"{described} on {target.label} (the resolver counts it as it sends)", [])
+        _warmup(target, None)
     else:  # the first page only: a lower bound, exact when the audience fits one page
         glance = service.glance(request)
         counted = (
@@ -149,6 +151,7 @@ def send(
             f"[bold]{glance.describe()}[/bold] subscriber(s) ({described}) on {target.label}{counted}",
             glance.sample,
         )
+        _warmup(target, glance.size if glance.complete else None)
         if not typer.confirm(
             f"Send {request.template} to {glance.describe()} subscriber(s) on {target.label}{when}?"
         ):
@@ -164,6 +167,28 @@ def send(
     if no_wait or record.at:
         return
     _follow(service, record.id)
+
+
+def _warmup(target: Target, size: int | None) -> None:
+    """The warm-up's plan for ``size`` recipients (None: not counted here: today's allowance)."""
+    from ops.warmup import WarmupService
+
+    service = WarmupService.of(target)
+    if not service.on:
+        return
+    if size is not None:
+        found = service.plan(size)
+        if found is not None:
+            console.print(f"warm-up: {found.line}", soft_wrap=True, highlight=False)
+        return
+    status = service.status()
+    if status["on"]:
+        console.print(
+            f"warm-up: today {status['left']:,} of {status['allowance']:,} left; a larger audience goes on "
+            "from tomorrow 00:00 UTC (`mailstep warmup plan SIZE`, --dry-run shows the plan)",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def _audience(line: str, sample: list[str]) -> None:

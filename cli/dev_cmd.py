@@ -41,6 +41,12 @@ def dev(
         help="Emulate a new sending domain that SES has not verified yet: its sends are refused "
         "as SES refuses them (mail is held, not lost) until `mailstep local verify DOMAIN`.",
     ),
+    warmup: str | None = typer.Option(
+        None,
+        "--warmup",
+        help="The sending domain's warm-up (docs/sending.md): daily volumes of day 1, 2, ... "
+        "('200,400,800'), 'default' or 'off' (the local default: off).",
+    ),
     console_port: int = typer.Option(
         8790, "--console-port", help="Port of the web console on 127.0.0.1 (another free one when taken)."
     ),
@@ -72,6 +78,13 @@ def dev(
     def _stop(signum: int, frame: Any) -> None:
         stop.set()
 
+    if warmup is not None:
+        from shared.core.specs import parse_warmup
+
+        try:
+            parse_warmup(warmup)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--warmup") from None
     config = RuntimeConfig(
         port=port,
         api_port=api_port,
@@ -83,6 +96,7 @@ def dev(
         template_override=json.loads(template.read_text()) if template else None,
         ses_sandbox=ses_sandbox,
         identity_pending=identity_pending,
+        context={"mailstep:warmup": warmup} if warmup is not None else None,
         reputation_min_sends=reputation_min_sends,
         reputation_alarms=reputation_alarms,
     )

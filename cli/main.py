@@ -25,6 +25,7 @@ from cli import (
     suppression_cmd,
     templates_cmd,
     topics_cmd,
+    warmup_cmd,
     webhooks_cmd,
 )
 
@@ -54,6 +55,7 @@ app.command("events", help=events_cmd.events.__doc__)(events_cmd.events)
 app.add_typer(suppression_cmd.app, name="suppression")
 app.add_typer(webhooks_cmd.app, name="webhooks")
 app.add_typer(reputation_cmd.app, name="reputation")
+app.add_typer(warmup_cmd.app, name="warmup")
 app.add_typer(hygiene_cmd.app, name="hygiene")
 local_cmd.app.command("reply", help=replies_cmd.reply.__doc__)(replies_cmd.reply)
 

@@ -22,6 +22,8 @@ then returns plain JSON:
 - broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send:
   ``ops.broadcasts.Broadcasts`` list/details/check+preview/send with
   ``shared.broadcasts.model.parse_request`` (``mailstep broadcast list|get|send [--dry-run]``);
+- warmup_status (and broadcast_dry_run's ``warmup`` plan): ``ops.warmup.WarmupService``
+  (``mailstep warmup status|plan``);
 - doctor: ``ops.doctor.run`` (``mailstep doctor``);
 - webhooks_add/list/remove/enable/test/deliveries/replay/rotate: ``ops.webhooks.Webhooks``
   (``mailstep webhooks ...``);
@@ -373,7 +375,8 @@ def _broadcast_tools(tool: Register[Any], target: Target) -> None:
     @tool
     @_broadcast_tool
     def broadcast_dry_run(**arguments: Any) -> dict[str, Any]:
-        """Who a broadcast would reach, without sending: audience size and a sample. Audience:
+        """Who a broadcast would reach, without sending: audience size, a sample, and under a
+        warm-up ramp the plan of days it spreads over (warmup.line). Audience:
         ALL of tags, at least one of any_tags, none of exclude_tags, attribute conditions in
         where (plan=pro, plan!=free, seats>3, country in de,fr); with topic (topics_list) only
         readers who receive that topic."""
@@ -381,7 +384,15 @@ def _broadcast_tools(tool: Register[Any], target: Target) -> None:
         service = broadcasts()
         service.check(request)
         size, sample = service.preview(request)
-        return {"audience_size": size, "sample": sample, "audience": request.audience.describe()}
+        from ops.warmup import WarmupService
+
+        plan = WarmupService.of(target).plan(size)  # the warm-up's spread over days (None: all today)
+        return {
+            "audience_size": size,
+            "sample": sample,
+            "audience": request.audience.describe(),
+            "warmup": plan.public() if plan is not None else None,
+        }
 
     @tool
     @_broadcast_tool
@@ -397,6 +408,13 @@ def _broadcast_tools(tool: Register[Any], target: Target) -> None:
             )
         answer = broadcasts().send(_broadcast_request(arguments, broadcast_id))
         return {"created": answer.created, "same": answer.same, "broadcast": answer.record.public()}
+
+    @tool
+    def warmup_status() -> dict[str, Any]:
+        """The sending domain's warm-up: the ramp's day, today's allowance, sent today, left."""
+        from ops.warmup import WarmupService
+
+        return WarmupService.of(target).status()
 
 
 def _health_tools(tool: Register[Any], target: Target, suppressions: Suppressions) -> None:

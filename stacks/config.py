@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.core import specs
 from shared.core.specs import STACK_NAME
 
 PREFIX = "mailstep:"
@@ -93,6 +94,7 @@ KEYS: dict[str, str] = {
     "cold_after_days": "coldAfterDays",
     "new_subscriber_cold_after_days": "newSubscriberColdAfterDays",
     "sunset_grace_days": "sunsetGraceDays",
+    "warmup": "warmup",
     "local": "local",
 }
 # Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
@@ -237,6 +239,10 @@ class MailstepConfig(BaseModel):
     # sized for (their concurrency: shared.core.specs.broadcast_workers). `mailstep doctor`
     # compares it with the account's; a higher rate needs a deploy with the new value.
     ses_max_send_rate: float = Field(default=14.0, ge=1, le=100_000)
+    # Used by sending (docs/sending.md, "Warm-up"): the sending domain's daily volumes while it is
+    # new: "auto" (the default ramp when the stack creates the sesDomain identity, off for an
+    # existing one), "default", "off", or the volumes of day 1, 2, ... ("200,400,800").
+    warmup: str = "auto"
     # Synthesized for the local runtime and the tests (cli.local.artifact sets it), not for a
     # deployment: the sending identity may stay unset (the built-in default sender is used).
     local: bool = False
@@ -247,6 +253,22 @@ class MailstepConfig(BaseModel):
         if value not in RETENTION_DAYS:
             raise ValueError(f"must be one of {sorted(RETENTION_DAYS)} (CloudWatch Logs retention periods)")
         return value
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, value: str) -> str:
+        text = value.strip().lower()
+        if text != "auto":
+            specs.parse_warmup(text)  # ValueError: the day that is wrong
+        return text
+
+    def warmup_schedule(self) -> str:
+        """The schedule the mail functions get (``off``: none): auto ramps a domain this stack
+        creates the identity of, not an existing one nor the built-in sender."""
+        if self.warmup == "auto":
+            new_domain = bool(self.ses_domain) and not self.use_existing_identity
+            return specs.warmup_text(specs.DEFAULT_WARMUP if new_domain else ())
+        return specs.warmup_text(specs.parse_warmup(self.warmup))
 
     @field_validator("log_level")
     @classmethod

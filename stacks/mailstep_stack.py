@@ -59,6 +59,7 @@ class MailstepStack(Stack):
         settings["state_machine_arn_prefix"] = state_machine_arn_prefix(self)
         if config.reply_forward_to:
             settings["reply_forward_to"] = config.reply_forward_to
+        settings["warmup_schedule"] = config.warmup_schedule()  # docs/sending.md, "Warm-up"
         settings |= config.signup_settings()  # only the sign-up keys the deployment sets
         settings |= config.set_settings(specs.HYGIENE_SETTINGS)
         settings |= config.set_settings(specs.SUNSET_SETTINGS)

@@ -144,14 +144,17 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         built = _request(form)
         cursor = str(form.get("cursor") or "") or None
         part = await call(c.broadcasts.count, built, cursor)
-        return JSONResponse(
-            {
-                "size": part.size,
-                "sample": part.sample,
-                "cursor": part.cursor,
-                "audience": built.audience.describe(),
-            }
-        )
+        answer: dict[str, Any] = {
+            "size": part.size,
+            "sample": part.sample,
+            "cursor": part.cursor,
+            "audience": built.audience.describe(),
+        }
+        if part.cursor is None:  # the last part: the whole audience's warm-up plan (None: all today)
+            counted = str(form.get("counted") or "0")
+            total = part.size + (int(counted) if counted.isdigit() else 0)
+            answer["warmup"] = await call(_warmup_line, c.target, total)
+        return JSONResponse(answer)
 
     async def broadcast_send(request: Request) -> Response:
         form = await request.form()
@@ -464,6 +467,15 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
 PAGE = 50
 OUTBOX_PAGE = 50
+
+
+def _warmup_line(target: Any, size: int) -> str | None:
+    from ops.warmup import WarmupService
+
+    found = WarmupService.of(target).plan(size)
+    return found.line if found is not None and found.spread else None
+
+
 WEBHOOK_PAGE = 50  # deliveries shown, newest first (one Query)
 
 

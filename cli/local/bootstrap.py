@@ -440,6 +440,14 @@ def peak_rss_kb() -> int:
     return int(peak // 1024 if sys.platform == "darwin" else peak)  # bytes on macOS
 
 
+def _set_calendar(offset_s: float) -> None:
+    """The runtime's calendar for this invocation (``shared.core.clock.calendar_now``: the day a
+    per-day budget counts in); the functions' other clocks stay the wall clock."""
+    if offset_s or "shared.core.clock" in sys.modules:
+        module: Any = importlib.import_module("shared.core.clock")
+        module.CALENDAR_OFFSET_S = offset_s
+
+
 def serve(requests: Any, replies: Any) -> None:
     """One JSON line in, one JSON line out. The first line is ``init``; an import error is
     reported on every invocation (Lambda's ``Runtime.ImportModuleError``)."""
@@ -463,6 +471,7 @@ def serve(requests: Any, replies: Any) -> None:
             reply = {"payload": json.dumps(init_error), "errored": True, "calls": []}
         else:
             context = LambdaContext(**request["context"])
+            _set_calendar(float(request.get("calendar_offset_s") or 0.0))
             cpu_started = time.process_time()
             payload, errored = call_handler(handler, request["event"], context)
             reply = {"payload": payload, "errored": errored, "calls": guard.calls if guard else []}

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cli.local.lambdas import context_of, report
+from cli.local.ses_events import CALENDAR
 
 BOOTSTRAP = Path(__file__).resolve().with_name("bootstrap.py")
 DEFAULT_CONCURRENCY = 8
@@ -293,6 +294,8 @@ class Environments:
                 "timeout_s": context.timeout_s,
                 "aws_request_id": context.aws_request_id,
             },
+            # the runtime's calendar (`mailstep local advance`): "today" of per-day budgets
+            "calendar_offset_s": CALENDAR["offset_s"],
         }
         try:
             environment = pool.acquire()

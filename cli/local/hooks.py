@@ -268,6 +268,25 @@ def _put_sending_options(self: Any) -> str:
 
 
 _MOTO_GET_CONFIGURATION_SET = SESV2Response.get_configuration_set
+_MOTO_GET_EMAIL_IDENTITY = SESV2Response.get_email_identity
+
+
+def _get_email_identity(self: Any) -> str:
+    """moto's answer with the local SES's verification: an identity waiting for verification
+    (`mailstep dev --identity-pending`) is ``VerifiedForSendingStatus`` false with DKIM
+    ``PENDING``; any other is verified with DKIM ``SUCCESS`` (the local SES verifies at once)."""
+    answer = json.loads(_MOTO_GET_EMAIL_IDENTITY(self))
+    ses = ACTIVE.ses
+    if ses is not None:
+        name = str(self._get_param("EmailIdentity"))
+        pending = ses.identity_pending(name)
+        answer["VerifiedForSendingStatus"] = not pending
+        answer["VerificationStatus"] = "PENDING" if pending else "SUCCESS"
+        dkim = answer.setdefault("DkimAttributes", {})
+        dkim.update({"SigningEnabled": True, "Status": "PENDING" if pending else "SUCCESS"})
+        dkim.setdefault("Tokens", [f"local{i}{name.replace('.', '')[:20]}" for i in range(1, 4)])
+        dkim.setdefault("SigningAttributesOrigin", "AWS_SES")
+    return json.dumps(answer)
 
 
 def _get_configuration_set(self: Any) -> str:
@@ -505,6 +524,7 @@ def install() -> None:
         SESV2Response.delete_configuration_set_event_destination = _delete_event_destination  # type: ignore[attr-defined]
         SESV2Response.put_configuration_set_sending_options = _put_sending_options  # type: ignore[attr-defined]
         SESV2Response.get_configuration_set = _get_configuration_set  # type: ignore[method-assign]
+        SESV2Response.get_email_identity = _get_email_identity  # type: ignore[method-assign]
         _serve_faster()
         _installed = True
 

@@ -62,6 +62,7 @@ from shared.broadcasts.model import (
     HELD,
     HOLD_DAILY_QUOTA,
     HOLD_UNVERIFIED,
+    HOLD_WARMUP,
     PAUSED_REPUTATION,
     STEP,
     BatchMessage,
@@ -76,6 +77,7 @@ from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome
 from shared.sending.pipeline import send as pipeline_send
 from shared.sending.rate import RESERVED_SCOPE, Reservations, TokenPool, WindowLimiter
+from shared.sending.warmup import Warmup, seconds_to_next_day
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -96,7 +98,7 @@ STATUS_CHECK_S = 2.0  # a batch being sent reads its broadcast's status this oft
 # waiting and retrying. Each look resolves one page again and tries one send per batch.
 HOLD_RECHECK_S = {HOLD_UNVERIFIED: 900, HOLD_DAILY_QUOTA: 3600}
 # the pipeline's hold reasons -> the broadcast's (``paused`` is the reputation pause's own path)
-HOLD_REASONS = {"unverified": HOLD_UNVERIFIED, "daily_quota": HOLD_DAILY_QUOTA}
+HOLD_REASONS = {"unverified": HOLD_UNVERIFIED, "daily_quota": HOLD_DAILY_QUOTA, "warmup": HOLD_WARMUP}
 
 
 class BatchIncomplete(Exception):
@@ -153,12 +155,17 @@ class WorkerContext:
     # where a held broadcast's wake-up goes (the resolver's queue); None: no hold, the batch
     # fails and comes back like any deferred one
     queues: BroadcastQueues | None = None
+    # the sending domain's warm-up: a batch takes its share of the day before it sends
+    warmup: Warmup | None = None
 
     def __post_init__(self) -> None:
         # A batch counts its sends once (records.count_batch), so single sends do not; and a
         # broadcast's sends take the tokens the other mail left, they reserve none.
-        if self.send.count_sends or self.send.reserve is not None:
-            self.send = replace(self.send, count_sends=False, reserve=None)
+        # The warm-up is taken per batch here, not counted per send.
+        if self.warmup is None:
+            self.warmup = self.send.warmup
+        if self.send.count_sends or self.send.reserve is not None or self.send.warmup is not None:
+            self.send = replace(self.send, count_sends=False, reserve=None, warmup=None)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:
@@ -236,10 +243,8 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
 
     # this broadcast's claims expire with its markers, after the send window
     ctx = replace(ctx, send=replace(ctx.send, log=ctx.send.log.expiring_at(items_until(record))))
-    outcomes = _send_all(record, message, ctx, deadline)
-    refusal = next(
-        (o.reason for o in outcomes if o is not None and o.held and o.reason in HOLD_REASONS), None
-    )
+    outcomes = _send_within_warmup(record, message, ctx, deadline)
+    refusal = _hold_reason(outcomes)
     if refusal is not None and ctx.queues is not None:
         return _hold(record, HOLD_REASONS[refusal], ctx.records, ctx.queues, log)
     if any(o is not None and o.status == "retryable" and o.reason == "paused" for o in outcomes):
@@ -281,14 +286,57 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     )
 
 
+def _send_within_warmup(
+    record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None
+) -> list[SendOutcome | None]:
+    """The batch's sends within today's warm-up allowance (all of them without a ramp). What was
+    taken and not sent (already sent, skipped) goes back to the day and is taken again for the
+    recipients still waiting; those left when the day's allowance is used are ``warmup``."""
+    if ctx.warmup is None:
+        return _send_all(record, message, ctx, deadline, limit=len(message.emails))
+    outcomes: list[SendOutcome | None] = [None] * len(message.emails)
+    waiting = list(range(len(message.emails)))
+    later = SendOutcome(status="retryable", send_id="-", reason="warmup")
+    while waiting:
+        granted = ctx.warmup.take(len(waiting))
+        if not granted:
+            break
+        now, waiting = waiting[:granted], waiting[granted:]
+        part = message.model_copy(update={"emails": tuple(message.emails[i] for i in now)})
+        sent = _send_all(record, part, ctx, deadline, limit=granted)
+        for i, outcome in zip(now, sent, strict=True):
+            outcomes[i] = outcome
+        unsent = sum(1 for o in sent if o is None or o.status != "sent")
+        ctx.warmup.give_back(unsent)
+        refused = next((o for o in sent if o is not None and o.held), None)
+        if refused is not None or not unsent:  # SES said "not yet", or the day's allowance is spent
+            later = refused or later
+            break
+    for i in waiting:
+        outcomes[i] = later
+    return outcomes
+
+
+def _hold_reason(outcomes: list[SendOutcome | None]) -> str | None:
+    """The first "not yet" among the outcomes that holds a broadcast (paused has its own path)."""
+    for outcome in outcomes:
+        if outcome is not None and outcome.status == "retryable" and outcome.reason in HOLD_REASONS:
+            return outcome.reason
+    return None
+
+
 def _hold(
     record: Broadcast, reason: str, records: BroadcastStore, queues: BroadcastQueues, log: dict[str, Any]
 ) -> BatchResult:
     """SES said "not yet" for the broadcast's mail: hold it (nothing counted, the SQS record is
     done) and put its wake-up on the resolver's queue; another worker's batch that met the same
     refusal finds it held already."""
-    wait_s = HOLD_RECHECK_S[reason]
-    resume_at = clock.iso(clock.utc_now() + timedelta(seconds=wait_s))
+    if reason == HOLD_WARMUP:  # the next day's allowance: its 00:00 UTC
+        now = clock.calendar_now()
+        wait_s = seconds_to_next_day(now)
+    else:
+        now, wait_s = clock.utc_now(), HOLD_RECHECK_S[reason]
+    resume_at = clock.iso(now + timedelta(seconds=wait_s))
     held = records.hold(record, reason, resume_at)
     if held is not None:
         hold_wake(held, queues, wait_s)
@@ -299,8 +347,10 @@ def _hold(
 
 
 def _send_all(
-    record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None
+    record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None, limit: int
 ) -> list[SendOutcome | None]:
+    """Send to the batch's recipients, the first ``limit`` of them (the rest: today's warm-up
+    allowance is used, ``warmup``)."""
     tokens = ctx.pools.for_rate(record.send_rate)
     results: list[SendOutcome | None] = [None] * len(message.emails)
     slots = threading.Semaphore(ctx.threads)
@@ -333,6 +383,15 @@ def _send_all(
 
     with ThreadPoolExecutor(max_workers=ctx.threads, thread_name_prefix="broadcast-send") as pool:
         for i, email in enumerate(message.emails):
+            if i >= limit:
+                later = SendOutcome(status="retryable", send_id="-", reason="warmup")
+                results[i:] = [later] * (len(message.emails) - i)
+                logger.info(
+                    "broadcast batch past today's warm-up allowance",
+                    broadcast=record.id,
+                    unsent=len(message.emails) - i,
+                )
+                break
             slots.acquire()
             status = stopped()
             if refused.is_set() or status in (PAUSED_REPUTATION, HELD):

@@ -18,6 +18,17 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+# The local runtime's calendar (`mailstep local advance`) is this far ahead of the wall clock; its
+# execution environments set it per invocation. Always 0 in Lambda.
+CALENDAR_OFFSET_S = 0.0
+
+
+def calendar_now() -> datetime:
+    """The moment whose date counts as "today" for per-day budgets (the warm-up): the wall
+    clock in Lambda; locally, the runtime's calendar, so a test can move to the next day."""
+    return datetime.now(UTC) + timedelta(seconds=CALENDAR_OFFSET_S)
+
+
 def iso(moment: datetime | None = None) -> str:
     """``moment`` (default: now) as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` in UTC."""
     return (moment or utc_now()).astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

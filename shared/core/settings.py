@@ -46,6 +46,9 @@ class Settings(BaseModel):
     broadcast_max_send_rate: float = Field(default=0.0, ge=0)  # cap (mails/s); 0: the account's rate
     broadcast_rate_share: float = Field(default=1.0, gt=0, le=1)  # of the rate (other mail goes first)
     broadcast_worker_threads: int = Field(default=8, ge=1, le=32)  # sends in flight per worker
+    # Warm-up (shared.sending.warmup, docs/sending.md): the sending domain's daily volumes of day
+    # 1, 2, ... (no limit after the last); "off" or empty: no ramp.
+    warmup_schedule: str = "off"
 
     # List hygiene (docs/hygiene.md): this many soft-bounced mails within this many days
     # suppress the address (shared/engagement/soft_bounces.py).

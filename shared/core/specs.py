@@ -51,6 +51,7 @@ ENV: dict[str, str] = {
     "broadcast_max_send_rate": "BROADCAST_MAX_SEND_RATE",
     "broadcast_rate_share": "BROADCAST_RATE_SHARE",
     "broadcast_worker_threads": "BROADCAST_WORKER_THREADS",
+    "warmup_schedule": "WARMUP_SCHEDULE",
     "webhook_queue_url": "WEBHOOK_QUEUE_URL",
     "webhook_allow_loopback_http": "WEBHOOK_ALLOW_LOOPBACK_HTTP",
 }
@@ -541,6 +542,7 @@ MAIL_SETTINGS: tuple[str, ...] = (
     "send_claim_lease_seconds",
 )
 MAIL_SETTINGS = (*MAIL_SETTINGS, "transactional_configuration_set")  # docs/reputation.md
+MAIL_SETTINGS = (*MAIL_SETTINGS, "warmup_schedule")  # docs/sending.md, "Warm-up"
 SENDER_FUNCTION = FunctionSpec(
     name="sender",
     handler="functions.sender.handler.handler",
@@ -646,9 +648,58 @@ def stack_outputs() -> dict[str, str]:
     outputs |= {f"{q.id}Url": q.setting for q in QUEUES}
     outputs |= {f"{t.id}Arn": t.setting for t in TOPICS}
     outputs[BROADCAST_SCHEDULE_OUTPUT] = "broadcast_schedule_arn"
+    outputs[WARMUP_OUTPUT] = "warmup_schedule"  # the CLI's and console's plan (docs/sending.md)
     outputs[STATE_MACHINE_ARN_PREFIX_OUTPUT] = "state_machine_arn_prefix"
     outputs |= {f"{c.id}Name": c.setting for c in CONFIGURATION_SETS}  # which set is which (reputation)
     return outputs
+
+
+WARMUP_OUTPUT = "WarmupSchedule"
+# Warm-up (shared.sending.warmup): roughly doubling from 200 a day over two weeks, the pace
+# warm-up guides suggest for a new domain (SES's own advice is to increase the volume gradually:
+# "Amazon SES sending review process FAQs"); no limit after day 14.
+DEFAULT_WARMUP = (
+    200,
+    300,
+    500,
+    800,
+    1_200,
+    2_000,
+    3_000,
+    5_000,
+    8_000,
+    12_000,
+    20_000,
+    30_000,
+    50_000,
+    80_000,
+)
+
+
+def parse_warmup(text: str) -> tuple[int, ...]:
+    """``"200,400,800"`` -> ``(200, 400, 800)``; ``""``/``off`` -> ``()`` (no ramp); ``default``
+    -> :data:`DEFAULT_WARMUP`. ValueError names the day that is wrong."""
+    value = text.strip().lower()
+    if value in ("", "off"):
+        return ()
+    if value == "default":
+        return DEFAULT_WARMUP
+    volumes = []
+    for day, part in enumerate(value.split(","), start=1):
+        try:
+            volume = int(part.strip())
+        except ValueError:
+            raise ValueError(f"day {day}: {part.strip()!r} is not a whole number of mails") from None
+        if volume < 1:
+            raise ValueError(f"day {day}: {volume} must be at least 1 mail")
+        volumes.append(volume)
+    if len(volumes) > 366:
+        raise ValueError("at most 366 days")
+    return tuple(volumes)
+
+
+def warmup_text(schedule: tuple[int, ...]) -> str:
+    return ",".join(str(v) for v in schedule) or "off"
 
 
 # The state machine that waits until a broadcast's --at time (stack output of the broadcasts construct).

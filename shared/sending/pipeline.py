@@ -58,6 +58,7 @@ from shared.core.models import UNSUBSCRIBED
 from shared.core.observability import logger, redact_email
 from shared.core.retry import Backoff
 from shared.core.settings import Settings
+from shared.core.specs import parse_warmup
 from shared.core.topics import TopicCatalog, require_topics
 from shared.sending.jobs import SendJob
 from shared.sending.mime import Envelope, build_message, parse_mailbox, to_bytes
@@ -73,6 +74,7 @@ from shared.sending.rendering import (
 )
 from shared.sending.sender import HOLD_STATUSES, SesSender
 from shared.sending.tokens import TokenClaims, issue
+from shared.sending.warmup import Warmup
 from shared.store.pending import PendingSignup, PendingSignups
 from shared.store.send_log import SendLog, SentRecord
 from shared.store.stats import SIGNUP_SOURCE
@@ -166,6 +168,9 @@ class SendContext:
     sleep: Callable[[float], None] = time.sleep
     renderer: Renderer = field(default_factory=renderer)
     topics: TopicCatalog = field(default_factory=TopicCatalog)  # topics.yaml: defaults and names
+    # The sending domain's warm-up (shared.sending.warmup): each mail sent from it is counted
+    # in its day; None: no ramp (or a broadcast's send: the worker takes its batch's share).
+    warmup: Warmup | None = None
 
     @classmethod
     def from_settings(
@@ -186,6 +191,8 @@ class SendContext:
                 return str(provider.get(settings.unsubscribe_secret))
 
         ddb = aws.client("dynamodb") if aws else None
+        schedule = parse_warmup(settings.warmup_schedule)
+        domain = parse_mailbox(settings.default_from, "DEFAULT_FROM")[1].rsplit("@", 1)[-1]
         return cls(
             store=store or SubscriberStore(settings.table_name, settings.events_table_name, client=ddb),
             log=SendLog(settings.table_name, client=ddb),
@@ -201,6 +208,7 @@ class SendContext:
             lease_seconds=settings.send_claim_lease_seconds,
             topics=require_topics(),
             reserve=Reservations(settings.table_name, RESERVED_SCOPE, client=ddb).reserve,
+            warmup=Warmup(settings.table_name, domain, schedule, client=ddb) if schedule else None,
         )
 
 
@@ -358,8 +366,20 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         logger.info("send log already written from an SES event", extra=log)
     if confirmation is not None:
         _pending(ctx).sent(confirmation, job.source, at=clock.iso(moment))
+    _count_warmup(ctx, envelope.from_email, log)
     logger.info("sent", extra={**log, "message_id": result.message_id, "after_takeover": claim.took_over})
     return SendOutcome(status="sent", send_id=send_id, message_id=result.message_id)
+
+
+def _count_warmup(ctx: SendContext, from_email: str, log: dict[str, Any]) -> None:
+    """A sent mail from the warming domain counts in its day; a failed count never fails the mail."""
+    if ctx.warmup is None or from_email.rsplit("@", 1)[-1].lower() != ctx.warmup.domain:
+        return
+    try:
+        ctx.warmup.count()
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "?")
+        logger.warning("warm-up count failed", extra={**log, "error_code": code})
 
 
 def _log_ttl(moment: datetime, ctx: SendContext) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from datetime import date
 
 SEP = "#"
 
@@ -23,6 +24,8 @@ PROFILE = "PROFILE"
 SUPPRESSION = "SUPPRESSION"
 COUNTERS = "COUNTERS"
 BROADCAST = "BROADCAST"
+WARMUP = "WARMUP"  # PK prefix of a sending domain's warm-up (shared.sending.warmup)
+WARMUP_STATE = "STATE"
 REPUTATION = "REPUTATION"  # PK of the reputation guardrail's records (SK: the configuration set's spec id)
 ERASED = "ERASED"
 DIR = "DIR"
@@ -90,6 +93,14 @@ def sent_sk(iso_ts: str, source: str, send_id: str) -> str:
 
 SENT_PREFIX = f"{SENT}{SEP}"
 EXEC_PREFIX = f"{EXEC}{SEP}"
+
+
+def warmup_pk(domain: str) -> str:
+    return f"{WARMUP}{SEP}{_part(domain.lower(), 'domain')}"
+
+
+def warmup_day_sk(day: date) -> str:
+    return f"DAY{SEP}{day.isoformat()}"
 
 
 def stats_pk(source: str) -> str:

@@ -511,13 +511,13 @@ def test_an_existing_identity_is_left_alone_and_still_scopes_sending(synth: Synt
 def test_docs_describe_the_first_deploy_in_order() -> None:
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     steps = [
-        "aws-cdk@2 bootstrap",
-        "aws-cdk@2 deploy",
+        "make bootstrap  ",
+        "make deploy  ",
         "DkimRecord1Name",
         "sandbox",
         "curl",
         "mailstep broadcast send --stack",
-        "aws-cdk@2 destroy",
+        "make destroy  ",
     ]
     positions = [deploy.find(step) for step in steps]
     assert -1 not in positions, dict(zip(steps, positions, strict=True))

@@ -63,7 +63,8 @@
       out.textContent = "Audience: " + text;
     }
     function part(mine, total, cursor) {
-      post("/api/audience", form, cursor ? { cursor: cursor } : {}).then(({ ok, body }) => {
+      const extra = cursor ? { cursor: cursor, counted: String(total) } : {};
+      post("/api/audience", form, extra).then(({ ok, body }) => {
         if (mine !== asked) return;
         if (!ok) return fail(mine, body.error);
         if (!cursor) {
@@ -82,7 +83,8 @@
         }
         out.dataset.state = "counted";
         out.dataset.size = String(total);
-        out.textContent = "Audience: " + total + " subscriber(s), " + body.audience;
+        out.textContent = "Audience: " + total + " subscriber(s), " + body.audience +
+          (body.warmup ? ". Warm-up: " + body.warmup : "");
       }).catch(() => fail(mine, "cannot count"));
     }
     function count() {
