@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,23 @@ class Target:
     def client(self, service: str) -> Any:
         """A boto3 client of ``service`` for this target."""
         return self.aws.client(service)
+
+    def calendar_now(self) -> datetime:
+        """Now as the target counts its days (the warm-up's "today"): a local runtime's calendar,
+        which `mailstep local advance` moves ahead of the wall clock; a stack's is the wall clock."""
+        now = datetime.now(UTC)
+        if self.kind != LOCAL:
+            return now
+        import json
+        import urllib.request
+
+        try:  # the runtime's control endpoint, named in its state folder (runtime.json)
+            api_url = json.loads((Path(self.name) / "runtime.json").read_text())["api_url"]
+            with urllib.request.urlopen(api_url + "/_local/status", timeout=10) as answer:  # noqa: S310
+                offset = float(json.loads(answer.read())["clock"].get("calendar_offset_s", 0.0))
+        except (OSError, ValueError, KeyError, TypeError):
+            return now
+        return now + timedelta(seconds=offset)
 
     # ----- the shared adapters, wired to this target's settings and clients -------------------
     def subscriber_store(self) -> SubscriberStore:

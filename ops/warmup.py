@@ -4,6 +4,7 @@ warmup`, `mailstep broadcast send`), the MCP server and the console."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
@@ -42,22 +43,26 @@ class WarmupPlan:
 
 
 class WarmupService:
-    def __init__(self, warmup: Warmup) -> None:
+    def __init__(self, warmup: Warmup, now: Callable[[], datetime] = clock.calendar_now) -> None:
         self.warmup = warmup
+        self.now = now  # the target's "today" (a local runtime's calendar)
 
     @classmethod
     def of(cls, target: Target) -> WarmupService:
         settings = target.settings
         domain = parse_mailbox(settings.default_from, "DEFAULT_FROM")[1].rsplit("@", 1)[-1]
         schedule = parse_warmup(settings.warmup_schedule)
-        return cls(Warmup(settings.table_name, domain, schedule, client=target.client("dynamodb")))
+        return cls(
+            Warmup(settings.table_name, domain, schedule, client=target.client("dynamodb")),
+            target.calendar_now,
+        )
 
     @property
     def on(self) -> bool:
         return self.warmup.on
 
     def status(self, now: datetime | None = None) -> dict[str, Any]:
-        today = (now or clock.calendar_now()).date()
+        today = (now or self.now()).date()
         state = self.warmup.state()
         limit = allowance(self.warmup.schedule, state, today)
         used = self.warmup.used(today) if self.on else 0
@@ -79,7 +84,7 @@ class WarmupService:
         """How a broadcast of ``size`` spreads over days; None when no ramp limits it today or later."""
         if not self.on:
             return None
-        today = (now or clock.calendar_now()).date()
+        today = (now or self.now()).date()
         state = self.warmup.state()
         if allowance(self.warmup.schedule, state, today) is None and state.start_day is not None:
             return None
@@ -88,7 +93,7 @@ class WarmupService:
         )
 
     def restart(self, now: datetime | None = None) -> dict[str, Any]:
-        self.warmup.restart((now or clock.calendar_now()).date())
+        self.warmup.restart((now or self.now()).date())
         return self.status(now)
 
     def finish(self) -> dict[str, Any]:

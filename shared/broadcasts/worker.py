@@ -295,17 +295,20 @@ def _send_within_warmup(
     if ctx.warmup is None:
         return _send_all(record, message, ctx, deadline, limit=len(message.emails))
     outcomes: list[SendOutcome | None] = [None] * len(message.emails)
-    waiting = list(range(len(message.emails)))
+    # A resumed broadcast's recipients who got it in an earlier round take nothing from the day
+    # (their sends answer already_sent): one BatchGetItem of their claims, keys only.
+    claimed = ctx.send.log.claimed(message.emails, record.id, STEP) if record.round > 1 else set()
+    before = [i for i, email in enumerate(message.emails) if email in claimed]
+    if before:
+        _send_part(record, message, before, outcomes, ctx, deadline)
+    waiting = [i for i, email in enumerate(message.emails) if email not in claimed]
     later = SendOutcome(status="retryable", send_id="-", reason="warmup")
     while waiting:
         granted = ctx.warmup.take(len(waiting))
         if not granted:
             break
         now, waiting = waiting[:granted], waiting[granted:]
-        part = message.model_copy(update={"emails": tuple(message.emails[i] for i in now)})
-        sent = _send_all(record, part, ctx, deadline, limit=granted)
-        for i, outcome in zip(now, sent, strict=True):
-            outcomes[i] = outcome
+        sent = _send_part(record, message, now, outcomes, ctx, deadline)
         unsent = sum(1 for o in sent if o is None or o.status != "sent")
         ctx.warmup.give_back(unsent)
         refused = next((o for o in sent if o is not None and o.held), None)
@@ -315,6 +318,22 @@ def _send_within_warmup(
     for i in waiting:
         outcomes[i] = later
     return outcomes
+
+
+def _send_part(
+    record: Broadcast,
+    message: BatchMessage,
+    indexes: list[int],
+    outcomes: list[SendOutcome | None],
+    ctx: WorkerContext,
+    deadline: float | None,
+) -> list[SendOutcome | None]:
+    """Send to the batch's recipients at ``indexes``; their outcomes, also set in ``outcomes``."""
+    part = message.model_copy(update={"emails": tuple(message.emails[i] for i in indexes)})
+    sent = _send_all(record, part, ctx, deadline, limit=len(indexes))
+    for i, outcome in zip(indexes, sent, strict=True):
+        outcomes[i] = outcome
+    return sent
 
 
 def _hold_reason(outcomes: list[SendOutcome | None]) -> str | None:

@@ -30,7 +30,7 @@ from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.core.specs import TTL_ATTRIBUTE, warmup_text
 from shared.store import keys
-from shared.store.dynamo import deserialize, key, values
+from shared.store.dynamo import deserialize, key, serialize, values
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -64,6 +64,8 @@ def allowance(schedule: tuple[int, ...], state: WarmupState, day: date) -> int |
 def plan(size: int, used_today: int, schedule: tuple[int, ...], state: WarmupState, today: date) -> list[Day]:
     """How a broadcast of ``size`` recipients spreads over days from ``today`` when nothing else
     uses the allowance meanwhile (sequences and transactional mail of later days count too)."""
+    if state.start_day is None:  # nothing sent yet: today would be day 1
+        state = WarmupState(state.domain, today, state.finished)
     days: list[Day] = []
     left, day, used = size, today, used_today
     while left > 0:
@@ -114,6 +116,12 @@ class Warmup:
     def on(self) -> bool:
         return bool(self.schedule)
 
+    def _state_item(self, **fields: Any) -> dict[str, Any]:
+        return {
+            **key(keys.warmup_pk(self.domain), keys.WARMUP_STATE),
+            **serialize({"schedule": warmup_text(self.schedule), **fields}),
+        }
+
     def state(self) -> WarmupState:
         item = self.client.get_item(
             TableName=self.table, Key=key(keys.warmup_pk(self.domain), keys.WARMUP_STATE), ConsistentRead=True
@@ -139,10 +147,7 @@ class Warmup:
         try:
             self.client.put_item(
                 TableName=self.table,
-                Item={
-                    **key(keys.warmup_pk(self.domain), keys.WARMUP_STATE),
-                    **values(start_day=day.isoformat(), schedule=warmup_text(self.schedule)),
-                },
+                Item=self._state_item(start_day=day.isoformat()),
                 ConditionExpression="attribute_not_exists(PK)",
             )
         except ClientError as exc:
@@ -203,21 +208,13 @@ class Warmup:
         """Day 1 is ``day`` (`mailstep warmup restart`)."""
         self.client.put_item(
             TableName=self.table,
-            Item={
-                **key(keys.warmup_pk(self.domain), keys.WARMUP_STATE),
-                **values(start_day=day.isoformat(), schedule=warmup_text(self.schedule)),
-            },
+            Item=self._state_item(start_day=day.isoformat()),
         )
         return WarmupState(self.domain, day)
 
     def finish(self) -> WarmupState:
         """No limit from now on (`mailstep warmup finish`)."""
         current = self.state()
-        item: dict[str, Any] = {"finished": True}
-        if current.start_day is not None:
-            item["start_day"] = current.start_day.isoformat()
-        self.client.put_item(
-            TableName=self.table,
-            Item={**key(keys.warmup_pk(self.domain), keys.WARMUP_STATE), **values(**item)},
-        )
+        start = {"start_day": current.start_day.isoformat()} if current.start_day is not None else {}
+        self.client.put_item(TableName=self.table, Item=self._state_item(finished=True, **start))
         return WarmupState(self.domain, current.start_day, True)

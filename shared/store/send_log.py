@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -273,6 +273,17 @@ class SendLog(TableAdapter):
                 return Claim("already_sent", message_id=(logged or {}).get("ses_message_id"))
             return Claim("claimed", claim_id=claim_id, took_over=True)
         return Claim("claimed", claim_id=claim_id)
+
+    def claimed(self, emails: Iterable[str], source: str, step: str) -> set[str]:
+        """Those of ``emails`` whose (source, step) send was claimed: sent, or in flight (a
+        released claim is deleted). One BatchGetItem per 100, keys only."""
+        found = batch_get(
+            self.client,
+            self.table,
+            [key(keys.sub_pk(e), keys.send_claim_sk(source, step)) for e in emails],
+            ProjectionExpression="PK",
+        )
+        return {keys.email_from_sub(deserialize(raw)["PK"]) for raw in found}
 
     def sent(self, email: str, source: str, step: str) -> dict[str, Any] | None:
         """The ``SENT#`` item of (source, step), if this subscriber's log holds one."""

@@ -73,6 +73,7 @@ def test_a_broadcast_takes_the_day_s_allowance_holds_and_sends_the_rest_the_next
     delivered = [d for m in read_outbox(ses.outbox) for d in m["destination"]]
     assert len(delivered) == 1 + 4 and len(set(delivered)) == 5  # the day's 4, no duplicate
     assert warmup.used(today) == 4  # exactly the allowance: the already-sent slot was given back
+    assert warmup.state().start_day == today  # day 1 is the first day that sent
 
     # sequence and transactional mail count against the day, and are never held by it
     counted = replace(ctx_of(world), warmup=warmup)
@@ -99,3 +100,6 @@ def test_a_broadcast_takes_the_day_s_allowance_holds_and_sends_the_rest_the_next
     ]
     assert sorted(broadcast) == sorted(emails)
     assert warmup.used(clock.calendar_now().date()) == 3  # day 2 (allowance 5): the 3 still waiting
+    assert warmup.state().start_day == today
+    warmup.finish()
+    assert warmup.state().finished and warmup.state().start_day == today

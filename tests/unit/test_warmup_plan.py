@@ -43,6 +43,10 @@ def test_a_broadcast_larger_than_today_spreads_over_the_next_days() -> None:
     assert line == "today 100 of 500; the rest from tomorrow 00:00 UTC (2026-11-29: 200, 2026-11-30: 200)"
 
 
+def test_a_domain_that_never_sent_starts_its_ramp_today() -> None:
+    assert [d.count for d in plan(500, 0, (100, 200, 400), state(None), DAY1)] == [100, 200, 200]
+
+
 def test_what_was_sent_today_counts_and_a_used_day_starts_tomorrow() -> None:
     assert [d.count for d in plan(500, 60, (100, 200, 400), state(), DAY1)] == [40, 200, 260]
     used_up = plan(150, 100, (100, 200, 400), state(), DAY1)

@@ -1,0 +1,108 @@
+"""The warm-up on the local runtime (docs/sending.md, "Warm-up"): ``mailstep dev --warmup
+100,200,400`` (the sending domain's first three days).
+
+Given 500 readers, `mailstep broadcast send --dry-run` prints the plan (today 100, then 200 and
+200); the broadcast sent is spread exactly as printed, day by day as the runtime's calendar moves
+on (`mailstep local advance --days 1`), each reader once; a welcome (a sequence) goes out on a day
+whose allowance is used: it counts, it is never held.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
+from tests.e2e.helpers import ok_json, ops, outbox, sent_by, subscribe, unique_email, wait_for
+
+SCHEDULE = "100,200,400"
+AUDIENCE = 500
+
+
+@pytest.fixture(scope="module")
+def warming(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
+    state_dir: Path = tmp_path_factory.mktemp("mailstep-warmup")
+    process = start_dev(state_dir, "--warmup", SCHEDULE, "--max-send-rate", "200", "--no-reputation-alarms")
+    try:
+        state = wait_for_state(state_dir, process, START_TIMEOUT_S * 3)  # a template of its own: synthesized
+        local = Local(state=state, state_dir=state_dir)
+        yield local
+        keep_iam_report(local, tmp_path_factory, "warmup")
+    finally:
+        stop_dev(process)
+
+
+def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
+    return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
+
+
+@pytest.mark.timeout(900)  # three calendar days of a 500-reader broadcast, a template of its own
+def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Local) -> None:
+    local = warming
+    run = uuid.uuid4().hex[:6]
+    tag = f"warm-{run}"
+    readers = [f"w{i:03d}-{run}@example.com" for i in range(AUDIENCE)]
+    for start in range(0, AUDIENCE, 100):
+        chunk = readers[start : start + 100]
+        events = [{"type": "contact.created", "email": e, "tags": [tag]} for e in chunk]
+        status, answer = local.http("POST", "/v1/events", {"events": events}, local.api_key)
+        assert status == 200, answer
+    command = ("broadcast", "send", "--template", "newsletter/monthly", "--tag", tag, "--id", f"warm-{run}")
+
+    dry = ops(local, *command, "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    printed = " ".join(dry.stdout.split())
+    found = re.search(r"warm-up: today (\d+) of 500; the rest from tomorrow 00:00 UTC \(([^)]*)\)", printed)
+    assert found, printed
+    later = [
+        (day, int(count.replace(",", "")))
+        for day, count in re.findall(r"(\d{4}-\d\d-\d\d): ([\d,]+)", found[2])
+    ]
+    plan = [int(found[1]), *(count for _, count in later)]
+    assert plan == [100, 200, 200]
+
+    sent = ops(local, *command, "--yes", "--no-wait")
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert "warm-up: today 100 of 100 left" in " ".join(sent.stdout.split())
+    broadcast_id = f"warm-{run}"
+
+    for day, total in ((1, 100), (2, 300)):
+        # the state asserted: the day's allowance sent, and the broadcast held for the next day
+        # (while the calendar stands still, each look at the next day finds it used and holds again)
+        wait_for(lambda: len(sent_by(local, broadcast_id)) >= total, 240, f"day {day}: {total} sent")
+        held = wait_for(
+            lambda: (b := broadcast(local, broadcast_id))["status"] == "held" and b,
+            120,
+            f"day {day}: the broadcast held for the warm-up",
+        )
+        assert len(sent_by(local, broadcast_id)) == total
+        assert held["hold_reason"] == "warmup" and "T00:00:0" in held["resume_at"], held  # the next 00:00 UTC
+        if day == 1:  # a sequence's mail on a used-up day: counted, never held
+            ann = unique_email("warm-welcome")
+            subscribe(local, ann, first_name="Ann")
+            wait_for(
+                lambda: [m for m in outbox(local) if ann in m["destination"]],
+                60,
+                "the welcome on a used-up day",
+            )
+            status = ok_json(ops(local, "warmup", "status", "--json"))
+            assert status["allowance"] == 100 and status["used"] > 100 and status["day"] == 1, status
+        advanced = ops(local, "local", "advance", "--days", "1", timeout=600)
+        assert advanced.returncode == 0, advanced.stderr
+
+    done = wait_for(
+        lambda: (b := broadcast(local, broadcast_id))["status"] == "done" and b, 240, "the broadcast done"
+    )
+    assert done["failed"] == 0 and done["sent"] == AUDIENCE
+    mails = sent_by(local, broadcast_id)
+    assert sorted(d for m in mails for d in m["destination"]) == sorted(readers)  # each reader once
+    per_day = Counter(m["timestamp"][:10] for m in mails)  # the SES events' calendar days
+    days = sorted(per_day)
+    assert [per_day[d] for d in days] == plan  # spread exactly as printed
+    assert days[1:] == [day for day, _ in later]
