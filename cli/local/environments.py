@@ -373,26 +373,18 @@ class Environments:
         return found
 
     def unused_grants(self, ignore: tuple[str, ...] = ()) -> list[dict[str, str]]:
-        """Every (function, action, resource) an Allow of a function's role policy grants that no
-        recorded request used. ``ignore``: action patterns used by services on the function's
-        behalf (log delivery, event source polling), never by its code."""
-        from cli.local.bootstrap import RolePolicy, as_list, matches
+        """Every grant (:meth:`grants`) that no recorded request used. ``ignore``: action patterns
+        used by services on the function's behalf (log delivery, event source polling), never by
+        its code."""
+        from cli.local.bootstrap import RolePolicy
 
         with self._lock:
             used = [(f, a, r) for (f, a, r, ok), n in self.calls.items() if ok]
-            specs = dict(self.specs)
         unused = []
-        for name, spec in sorted(specs.items()):
-            for statement in spec.policy or []:
-                if statement.get("Effect") != "Allow":
-                    continue
-                for action in as_list(statement.get("Action", [])):
-                    if any(matches(pattern, action, case_sensitive=False) for pattern in ignore):
-                        continue
-                    for resource in as_list(statement.get("Resource", [])):
-                        grant = RolePolicy([{"Effect": "Allow", "Action": action, "Resource": resource}])
-                        if not any(f == name and grant.decide(a, r) for f, a, r in used):
-                            unused.append({"function": name, "action": action, "resource": resource})
+        for g in self.grants(ignore):
+            grant = RolePolicy([{"Effect": "Allow", "Action": g["action"], "Resource": g["resource"]}])
+            if not any(f == g["function"] and grant.decide(a, r) for f, a, r in used):
+                unused.append(g)
         return unused
 
     def kill_one(self, function_name: str) -> int | None:

@@ -25,7 +25,17 @@ import pytest
 
 from shared.core import specs
 from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
-from tests.e2e.helpers import ok_json, ops, outbox, paused_clock, sent_by, subscribe, unique_email, wait_for
+from tests.e2e.helpers import (
+    add_contacts,
+    ok_json,
+    ops,
+    outbox,
+    paused_clock,
+    sent_by,
+    subscribe,
+    unique_email,
+    wait_for,
+)
 from tests.e2e.test_signup import CONFIRM_TEMPLATE, sign_up
 
 DAILY_QUOTA = 200
@@ -150,12 +160,7 @@ def test_a_broadcast_over_the_daily_quota_sends_over_three_days_once_each(day_on
     run = uuid.uuid4().hex[:6]
     tag = f"quota-{run}"
     readers = [f"r{i:03d}-{run}@{DOMAIN}" for i in range(AUDIENCE)]
-    for start in range(0, AUDIENCE, 100):
-        events = [
-            {"type": "contact.created", "email": e, "tags": [tag]} for e in readers[start : start + 100]
-        ]
-        status, answer = local.http("POST", "/v1/events", {"events": events}, local.api_key)
-        assert status == 200, answer
+    add_contacts(local, readers, tag)
     # the day starts with the whole quota: what the first test sent is a day old
     ops(local, "local", "advance", "--days", "1", timeout=600)
     assert ses_status(local)["SentLast24Hours"] == 0

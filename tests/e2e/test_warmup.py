@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
-from tests.e2e.helpers import ok_json, ops, outbox, sent_by, subscribe, unique_email, wait_for
+from tests.e2e.helpers import add_contacts, ok_json, ops, outbox, sent_by, subscribe, unique_email, wait_for
 
 SCHEDULE = "100,200,400"
 AUDIENCE = 500
@@ -48,11 +48,7 @@ def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Lo
     run = uuid.uuid4().hex[:6]
     tag = f"warm-{run}"
     readers = [f"w{i:03d}-{run}@example.com" for i in range(AUDIENCE)]
-    for start in range(0, AUDIENCE, 100):
-        chunk = readers[start : start + 100]
-        events = [{"type": "contact.created", "email": e, "tags": [tag]} for e in chunk]
-        status, answer = local.http("POST", "/v1/events", {"events": events}, local.api_key)
-        assert status == 200, answer
+    add_contacts(local, readers, tag)
     command = ("broadcast", "send", "--template", "newsletter/monthly", "--tag", tag, "--id", f"warm-{run}")
 
     dry = ops(local, *command, "--dry-run")

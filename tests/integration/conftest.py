@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from moto.ses.models import ses_backends
 
 from cli.local import hooks
 from cli.local.provision import LocalResources, provision
+from cli.local.ses import LocalSes
 from shared.core.aws import client, register_hook, reset_clients, unregister_hook
 from shared.core.secrets import reset_cache
 from shared.core.specs import TABLES
@@ -171,3 +173,20 @@ def api(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> ApiClient
         monkeypatch.setenv(name, value)
     module = importlib.import_module("functions.api.handler")
     return ApiClient(module)
+
+
+@pytest.fixture
+def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes:
+    """The local runtime's SES behind moto's SES v2 API, for this test (reputation_support)."""
+    from tests.integration.reputation_support import install_local_ses
+
+    return install_local_ses(tmp_path / "outbox", monkeypatch)
+
+
+@pytest.fixture
+def world(ses: LocalSes) -> Iterator[LocalResources]:
+    """Tables, queues, topics and both configuration sets on moto, with the local SES."""
+    from tests.integration.reputation_support import messaging_world
+
+    with messaging_world() as res:
+        yield res

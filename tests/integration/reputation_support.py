@@ -20,6 +20,7 @@ from cli.local.ses import LocalSes
 from shared.core import specs
 from shared.core.aws import client
 from shared.core.settings import Settings
+from shared.sequences.steps import StepRequest
 
 MARKETING = specs.CONFIGURATION_SET.local_name
 TRANSACTIONAL = specs.TRANSACTIONAL_CONFIGURATION_SET.local_name
@@ -112,3 +113,23 @@ def forget_cloudwatch() -> None:
     backend = cloudwatch_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
     backend.alarms.clear()
     backend.metric_data.clear()
+
+
+EXECUTION_ARN_PREFIX = "arn:aws:states:us-east-1:123456789012:execution:Mailstep-seq-onboarding:"
+
+
+def step_request(email: str, execution: str, template: str = "welcome") -> StepRequest:
+    """A one-off ``send`` step of onboarding for ``email`` in execution ``execution``."""
+    return StepRequest.model_validate(
+        {
+            "contract": "sequence.step",
+            "version": 1,
+            "action": "send",
+            "sequence": "onboarding",
+            "step": "S1",
+            "email": email,
+            "execution": f"{EXECUTION_ARN_PREFIX}{execution}",
+            "one_off": True,
+            "template": template,
+        }
+    )

@@ -14,8 +14,6 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,23 +31,12 @@ from shared.core import specs
 from shared.core.aws import client
 from shared.sending.jobs import HOLD_DELAY_S, SendJob, from_message, to_message
 from shared.sending.pipeline import send
-from shared.sequences.steps import SendPaused, StepDeps, StepRequest, run_step
+from shared.sequences.steps import SendPaused, StepDeps, run_step
 from tests.integration.conftest import sqs_record
-from tests.integration.reputation_support import install_local_ses, messaging_world, settings_of
+from tests.integration.reputation_support import settings_of, step_request
 from tests.integration.test_reputation import _subscribers, ctx_of, sending
 
 DOMAIN = "example.com"  # the built-in sender's (hello@example.com)
-
-
-@pytest.fixture
-def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes:
-    return install_local_ses(tmp_path / "outbox", monkeypatch)
-
-
-@pytest.fixture
-def world(ses: LocalSes) -> Iterator[LocalResources]:
-    with messaging_world() as res:
-        yield res
 
 
 def queue_url(res: LocalResources, spec: specs.QueueSpec) -> str:
@@ -139,19 +126,7 @@ def test_a_sequence_step_waits_while_the_identity_is_pending(world: LocalResourc
     ses.hold_identity(DOMAIN)
     ctx = ctx_of(world)
     deps = StepDeps(store=ctx.store, send=lambda job: send(job, ctx))
-    request = StepRequest.model_validate(
-        {
-            "contract": "sequence.step",
-            "version": 1,
-            "action": "send",
-            "sequence": "onboarding",
-            "step": "S1",
-            "email": email,
-            "execution": "arn:aws:states:us-east-1:123456789012:execution:Mailstep-seq-onboarding:d1",
-            "one_off": True,
-            "template": "welcome",
-        }
-    )
+    request = step_request(email, "d1")
     with pytest.raises(SendPaused, match="unverified"):
         run_step(request, deps)
     ses.configure(max_24_hour_send=0)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +24,7 @@ from shared.core import specs
 from shared.core.aws import client
 from shared.reputation.store import ReputationStore
 from shared.sending.pipeline import SendContext, send
-from shared.sequences.steps import SendPaused, StepDeps, StepRequest, run_step
+from shared.sequences.steps import SendPaused, StepDeps, run_step
 from shared.store.subscribers import SubscriberStore
 from tests.integration.conftest import SECRET, sqs_record
 from tests.integration.reputation_support import (
@@ -34,23 +32,10 @@ from tests.integration.reputation_support import (
     MARKETING,
     TRANSACTIONAL,
     guard_alarms,
-    install_local_ses,
-    messaging_world,
     publish_rate,
     settings_of,
+    step_request,
 )
-
-
-@pytest.fixture
-def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes:
-    """The local SES behind moto's SES v2 API, for this test."""
-    return install_local_ses(tmp_path / "outbox", monkeypatch)
-
-
-@pytest.fixture
-def world(ses: LocalSes) -> Iterator[LocalResources]:
-    with messaging_world() as res:
-        yield res
 
 
 def ctx_of(res: LocalResources) -> SendContext:
@@ -233,19 +218,7 @@ def test_a_marketing_sequence_step_waits_it_does_not_fail(world: LocalResources,
     ses.set_sending(MARKETING, False)
     ctx = ctx_of(world)
     deps = StepDeps(store=ctx.store, send=lambda job: send(job, ctx))
-    request = StepRequest.model_validate(
-        {
-            "contract": "sequence.step",
-            "version": 1,
-            "action": "send",
-            "sequence": "onboarding",
-            "step": "S1",
-            "email": email,
-            "execution": "arn:aws:states:us-east-1:123456789012:execution:Mailstep-seq-onboarding:x1",
-            "one_off": True,
-            "template": "welcome",
-        }
-    )
+    request = step_request(email, "x1")
     with pytest.raises(SendPaused):
         run_step(request, deps)
     assert read_outbox(ses.outbox) == []

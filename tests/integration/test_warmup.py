@@ -6,10 +6,8 @@ and not sent goes back; sequence and transactional mail count and are never held
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -23,22 +21,11 @@ from shared.core import clock
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import send
 from shared.sending.warmup import Warmup
-from tests.integration.reputation_support import install_local_ses, messaging_world, settings_of
+from tests.integration.reputation_support import settings_of
 from tests.integration.test_reputation import _subscribers, ctx_of, sending
 
 DOMAIN = "example.com"
 SCHEDULE = (4, 5)
-
-
-@pytest.fixture
-def ses(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalSes:
-    return install_local_ses(tmp_path / "outbox", monkeypatch)
-
-
-@pytest.fixture
-def world(ses: LocalSes) -> Iterator[LocalResources]:
-    with messaging_world() as res:
-        yield res
 
 
 def test_a_broadcast_takes_the_day_s_allowance_holds_and_sends_the_rest_the_next_day(

@@ -42,7 +42,9 @@ def test_every_paused_code_is_paused(code: str) -> None:
 def test_not_verified_is_not_yet_for_the_sender_and_rejected_for_a_sandbox_recipient(
     failed: str, status: str
 ) -> None:
-    message = f"Email address is not verified. The following identities failed the check in region US-EAST-1: {failed}"
+    message = (
+        f"Email address is not verified. The following identities failed the check in region X: {failed}"
+    )
     result = classify(refusal("MessageRejected", message), FROM)
     assert result.status == status
     assert result.error_code == "MessageRejected"
