@@ -157,7 +157,38 @@ def _millis(value: Any) -> int | None:
     return int(value.timestamp() * 1000) if isinstance(value, datetime) else None
 
 
-class ExecutionStatusRules:
+class _Watcher:
+    """A daemon thread that calls :meth:`tick` every ``interval`` seconds while the rules
+    exist, until :meth:`stop` (a failing tick is logged: the endpoint may be going away)."""
+
+    rules: list[Any]
+
+    def _watch(self, name: str, interval: float) -> None:
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        if self.rules:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.tick()
+            except Exception:  # the endpoint went away (stopping)
+                logger.exception("eventbridge watcher failed", watcher=self._thread.name)
+
+
+class ExecutionStatusRules(_Watcher):
     """Delivers execution status changes to the rules' Lambda targets (one watcher thread)."""
 
     def __init__(
@@ -182,24 +213,10 @@ class ExecutionStatusRules:
         self.aws = aws or ClientFactory()  # the emulated endpoint's clients (the local runtime's)
         self.delivered = 0
         self._seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="eventbridge-states", daemon=True)
+        self._watch("eventbridge-states", POLL_S)
 
-    def start(self) -> None:
-        if self.rules:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_S):
-            try:
-                self.poll()
-            except Exception:  # the endpoint went away (stopping)
-                logger.exception("eventbridge poll failed")
+    def tick(self) -> None:
+        self.poll()
 
     def poll(self) -> int:
         """Deliver every execution that reached a terminal status since the last poll."""
@@ -326,7 +343,7 @@ def scheduled_rules_of(template: LocalTemplate) -> list[ScheduledRule]:
     return found
 
 
-class ScheduledRules:
+class ScheduledRules(_Watcher):
     """Fires the scheduled rules on the runtime's calendar: a watcher thread for the wall clock,
     and :meth:`advance` for the days ``mailstep local advance`` passes (each scheduled time in
     order, its targets invoked one after another, a function error retried like EventBridge's
@@ -353,24 +370,10 @@ class ScheduledRules:
         self.delivered = 0
         self._checked = calendar()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="eventbridge-schedules", daemon=True)
+        self._watch("eventbridge-schedules", SCHEDULE_POLL_S)
 
-    def start(self) -> None:
-        if self.rules:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SCHEDULE_POLL_S):
-            try:
-                self.fire_until(self.calendar())
-            except Exception:  # the endpoint went away (stopping)
-                logger.exception("eventbridge schedule failed")
+    def tick(self) -> None:
+        self.fire_until(self.calendar())
 
     def fire_until(self, until: datetime) -> list[dict[str, Any]]:
         """Deliver every scheduled time in (last checked, ``until``]; each delivery's
