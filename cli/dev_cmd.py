@@ -26,14 +26,18 @@ def dev(
     speed: float = typer.Option(
         3600.0, help="Step Functions Wait/Retry speed-up (3600: an hour per second; 0: instant)."
     ),
-    max_send_rate: float = typer.Option(14.0, help="SES MaxSendRate (messages per second)."),
-    max_24_hour_send: int = typer.Option(50_000, help="SES Max24HourSend quota."),
+    max_send_rate: float | None = typer.Option(
+        None, help="SES MaxSendRate (messages per second); default 14, with --ses-sandbox 1."
+    ),
+    max_24_hour_send: int | None = typer.Option(
+        None, help="SES Max24HourSend quota; default 50,000, with --ses-sandbox 200."
+    ),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, help="Where runtime.json and the outbox/ live."),
     ses_sandbox: bool = typer.Option(
         False,
         "--ses-sandbox",
         help="Emulate an SES account in the sandbox: mail only to verified identities "
-        "(`mailstep local verify ADDRESS`) and the mailbox simulator.",
+        "(`mailstep local verify ADDRESS`) and the mailbox simulator, 200 a day, 1 a second.",
     ),
     identity_pending: bool = typer.Option(
         False,
@@ -90,8 +94,12 @@ def dev(
         api_port=api_port,
         public_port=public_port,
         speed=None if speed <= 0 else speed,
-        max_send_rate=max_send_rate,
-        max_24_hour_send=max_24_hour_send,
+        # the sandbox's quotas: 200 messages in 24 hours, 1 a second (SES Developer Guide,
+        # "Request production access"); a production account's default here: 50,000 and 14
+        max_send_rate=max_send_rate if max_send_rate is not None else (1.0 if ses_sandbox else 14.0),
+        max_24_hour_send=max_24_hour_send
+        if max_24_hour_send is not None
+        else (200 if ses_sandbox else 50_000),
         state_dir=state_dir.resolve(),
         template_override=json.loads(template.read_text()) if template else None,
         ses_sandbox=ses_sandbox,
