@@ -561,3 +561,30 @@ def test_the_console_s_forecast_keeps_fewer_bucket_queries_in_flight_than_the_cl
 
     # Then the console's read kept at most its readers in flight, where the CLI's kept more
     assert 1 < console_peak <= FORECAST_READERS < peaks[0] <= sunset.AT_RISK_READERS
+
+
+# ----- a held broadcast (docs/broadcasts.md, "Held") ------------------------------------------------
+def test_a_held_broadcast_s_page_says_why_and_when_and_resume_now_starts_a_round(
+    world: LocalResources, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.sesv2.responses import SESV2Response
+
+    from cli.local import hooks
+
+    monkeypatch.setattr(SESV2Response, "get_account", hooks._get_account, raising=False)  # the resume's rate
+    records = BroadcastStore(world.tables["table_name"])
+    created, _ = records.create(
+        BroadcastRequest.model_validate({"id": "quota-1", "template": "newsletter/monthly"}), send_rate=1000
+    )
+    moving = records.set_status(created, SENDING, leaving=frozenset({created.status}))
+    assert moving is not None and records.hold(moving, "daily_quota", "2026-11-29T00:00:01.000Z") is not None
+
+    page = browser.get("/broadcasts/quota-1").text
+    assert text_of(page, "b-status") == "held"
+    held = text_of(page, "b-held")
+    assert held == "the account's 24-hour SES quota is spent; nothing failed, it resumes by itself at " + (
+        "2026-11-29 00:00:01"
+    )
+    answer = browser.press("/broadcasts/quota-1", "Resume now")
+    assert flash(answer) == "broadcast quota-1 resumed (round 2)"
+    assert status_of(world, "quota-1") == "resolving"
