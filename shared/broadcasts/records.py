@@ -288,22 +288,33 @@ class BroadcastStore(TableAdapter):
         return Broadcast.from_item(deserialize(response["Attributes"]))
 
     def set_status(
-        self, record: Broadcast, new: str, *, leaving: frozenset[str], error: str | None = None
+        self,
+        record: Broadcast,
+        new: str,
+        *,
+        leaving: frozenset[str],
+        error: str | None = None,
+        same_round: bool = False,
     ) -> Broadcast | None:
-        """Move to ``new`` if the record is in one of ``leaving``; None otherwise."""
+        """Move to ``new`` if the record is in one of ``leaving`` (and, with ``same_round``, still
+        in ``record``'s round); None otherwise."""
         allowed = sorted(leaving)
         placeholders = ", ".join(f":from{i}" for i in range(len(allowed)))
-        extra = {f"from{i}": s for i, s in enumerate(allowed)}
+        extra: dict[str, Any] = {f"from{i}": s for i, s in enumerate(allowed)}
         expression = "SET #status = :new, #updated_at = :now"
         if new in (DONE, CANCELLED, FAILED):
             expression += ", #finished_at = :now"
         if error is not None:
             expression += ", #error = :error"
             extra["error"] = error[:500]
+        condition = f"#status IN ({placeholders})"
+        if same_round:
+            condition += " AND #round = :round"
+            extra["round"] = record.round
         return self._update(
             record,
             expression,
-            condition=f"#status IN ({placeholders})",
+            condition=condition,
             names={"#error": "error"} if error is not None else None,
             new=new,
             now=_now(),
@@ -331,8 +342,11 @@ class BroadcastStore(TableAdapter):
 
     def pause_for_reputation(self, record: Broadcast) -> Broadcast | None:
         """resolving/sending -> ``paused_reputation`` (docs/reputation.md); None when it was not
-        in progress (done, cancelled, failed, scheduled, or paused already)."""
-        return self.set_status(record, PAUSED_REPUTATION, leaving=frozenset({RESOLVING, SENDING}))
+        in progress (done, cancelled, failed, scheduled, held, or paused already) or is in another
+        round than ``record`` (a batch of an earlier round never pauses the resumed one)."""
+        return self.set_status(
+            record, PAUSED_REPUTATION, leaving=frozenset({RESOLVING, SENDING}), same_round=True
+        )
 
     def close_window(self, record: Broadcast) -> Broadcast | None:
         """An active broadcast whose send window ended -> ``failed``, naming why; None when it

@@ -98,6 +98,7 @@ STATUS_CHECK_S = 2.0  # a batch being sent reads its broadcast's status this oft
 # waiting and retrying. Each look resolves one page again and tries one send per batch.
 HOLD_RECHECK_S = {HOLD_UNVERIFIED: 900, HOLD_DAILY_QUOTA: 3600}
 # the pipeline's hold reasons -> the broadcast's (``paused`` is the reputation pause's own path)
+HELD_ELSEWHERE = "held_elsewhere"  # a batch that found its broadcast held by another worker's batch
 HOLD_REASONS = {"unverified": HOLD_UNVERIFIED, "daily_quota": HOLD_DAILY_QUOTA, "warmup": HOLD_WARMUP}
 
 
@@ -244,19 +245,9 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     # this broadcast's claims expire with its markers, after the send window
     ctx = replace(ctx, send=replace(ctx.send, log=ctx.send.log.expiring_at(items_until(record))))
     outcomes = _send_within_warmup(record, message, ctx, deadline)
-    refusal = _hold_reason(outcomes)
-    if refusal is not None and ctx.queues is not None:
-        return _hold(record, HOLD_REASONS[refusal], ctx.records, ctx.queues, log)
-    if any(o is not None and o.status == "retryable" and o.reason == "paused" for o in outcomes):
-        paused = ctx.records.pause_for_reputation(record)
-        sent = sum(1 for o in outcomes if o is not None and o.status == "sent")
-        logger.warning(
-            "broadcast paused: sending is paused for its configuration set",
-            moved=paused is not None,
-            sent_before_pause=sent,
-            **log,
-        )
-        return BatchResult(status="paused")
+    stopped = _stopped_by_ses(record, outcomes, ctx, log)
+    if stopped is not None:
+        return stopped
     counts: Counter[str] = Counter()
     deferred: Counter[str] = Counter()
     for outcome in outcomes:
@@ -286,6 +277,30 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     )
 
 
+def _stopped_by_ses(
+    record: Broadcast, outcomes: list[SendOutcome | None], ctx: WorkerContext, log: dict[str, Any]
+) -> BatchResult | None:
+    """The batch's end when SES (or the warm-up) said "not yet": the broadcast held (by this
+    batch, or another's), or paused for reputation; None when nothing stopped it."""
+    refusal = _hold_reason(outcomes)
+    if refusal is not None and ctx.queues is not None:
+        return _hold(record, HOLD_REASONS[refusal], ctx.records, ctx.queues, log)
+    if any(o is not None and o.reason == HELD_ELSEWHERE for o in outcomes):  # nothing counted now
+        logger.info("broadcast batch stopped: another batch held the broadcast", **log)
+        return BatchResult(status="held")
+    if any(o is not None and o.status == "retryable" and o.reason == "paused" for o in outcomes):
+        paused = ctx.records.pause_for_reputation(record)
+        sent = sum(1 for o in outcomes if o is not None and o.status == "sent")
+        logger.warning(
+            "broadcast paused: sending is paused for its configuration set",
+            moved=paused is not None,
+            sent_before_pause=sent,
+            **log,
+        )
+        return BatchResult(status="paused")
+    return None
+
+
 def _send_within_warmup(
     record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None
 ) -> list[SendOutcome | None]:
@@ -293,7 +308,7 @@ def _send_within_warmup(
     taken and not sent (already sent, skipped) goes back to the day and is taken again for the
     recipients still waiting; those left when the day's allowance is used are ``warmup``."""
     if ctx.warmup is None:
-        return _send_all(record, message, ctx, deadline, limit=len(message.emails))
+        return _send_all(record, message, ctx, deadline)
     outcomes: list[SendOutcome | None] = [None] * len(message.emails)
     # A resumed broadcast's recipients who got it in an earlier round take nothing from the day
     # (their sends answer already_sent): one BatchGetItem of their claims, keys only.
@@ -330,7 +345,7 @@ def _send_part(
 ) -> list[SendOutcome | None]:
     """Send to the batch's recipients at ``indexes``; their outcomes, also set in ``outcomes``."""
     part = message.model_copy(update={"emails": tuple(message.emails[i] for i in indexes)})
-    sent = _send_all(record, part, ctx, deadline, limit=len(indexes))
+    sent = _send_all(record, part, ctx, deadline)
     for i, outcome in zip(indexes, sent, strict=True):
         outcomes[i] = outcome
     return sent
@@ -366,10 +381,8 @@ def _hold(
 
 
 def _send_all(
-    record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None, limit: int
+    record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None
 ) -> list[SendOutcome | None]:
-    """Send to the batch's recipients, the first ``limit`` of them (the rest: today's warm-up
-    allowance is used, ``warmup``)."""
     tokens = ctx.pools.for_rate(record.send_rate)
     results: list[SendOutcome | None] = [None] * len(message.emails)
     slots = threading.Semaphore(ctx.threads)
@@ -402,21 +415,15 @@ def _send_all(
 
     with ThreadPoolExecutor(max_workers=ctx.threads, thread_name_prefix="broadcast-send") as pool:
         for i, email in enumerate(message.emails):
-            if i >= limit:
-                later = SendOutcome(status="retryable", send_id="-", reason="warmup")
-                results[i:] = [later] * (len(message.emails) - i)
-                logger.info(
-                    "broadcast batch past today's warm-up allowance",
-                    broadcast=record.id,
-                    unsent=len(message.emails) - i,
-                )
-                break
             slots.acquire()
             status = stopped()
             if refused.is_set() or status in (PAUSED_REPUTATION, HELD):
                 slots.release()
+                # SES's refusal here, or what another worker found: held (it holds, not this batch)
+                # or paused for reputation
+                found = HELD_ELSEWHERE if status == HELD else "paused"
                 refusal = (
-                    refusals[0] if refusals else SendOutcome(status="retryable", send_id="-", reason="paused")
+                    refusals[0] if refusals else SendOutcome(status="retryable", send_id="-", reason=found)
                 )
                 results[i:] = [refusal] * (len(message.emails) - i)
                 logger.info(
