@@ -204,3 +204,47 @@ def test_a_broadcast_is_held_then_wakes_and_resumes_sending_each_reader_once(
     assert done.status == "counted" and done.counts == {"sent": 6, "processed": 6}
     delivered = [d for m in read_outbox(ses.outbox) for d in m["destination"]]
     assert sorted(delivered) == sorted(emails)  # each reader exactly once
+
+
+def test_a_batch_that_finds_its_broadcast_held_elsewhere_stops_and_never_pauses_it(
+    world: LocalResources, ses: LocalSes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shared.broadcasts.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "STATUS_CHECK_S", 0.0)  # the status read before every send
+    emails = _subscribers(world, 4)
+    record = sending(world, "race-1")
+    table = world.tables["table_name"]
+    records = BroadcastStore(table)
+    settings = settings_of(world)
+    queues = BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url)
+
+    def send_then_held_elsewhere(job: Any, ctx: Any) -> Any:
+        outcome = send(job, ctx)
+        current = records.get(record.id)
+        assert current is not None
+        if current.status != HELD:  # another worker's batch met the daily quota meanwhile
+            assert records.hold(current, HOLD_DAILY_QUOTA, "2026-11-29T00:00:00.000Z") is not None
+        return outcome
+
+    worker = WorkerContext(
+        records=records,
+        send=ctx_of(world),
+        pools=TokenPools(table),
+        threads=1,
+        queues=queues,
+        send_fn=send_then_held_elsewhere,
+    )
+    message = BatchMessage(broadcast_id=record.id, round=1, page=0, index=0, emails=tuple(emails))
+
+    assert process_batch(message, worker).status == "held"  # stopped, nothing counted
+    held = records.get(record.id)
+    assert held is not None and held.status == HELD and held.processed == 0
+    assert len(read_outbox(ses.outbox)) == 1  # no send started after the hold was seen
+
+    # resumed meanwhile: a batch of the held round never pauses the new one
+    resumed = records.new_round(held, 1000)
+    assert resumed is not None and resumed.round == 2
+    assert records.pause_for_reputation(record) is None  # round 1's view of it
+    current = records.get(record.id)
+    assert current is not None and current.status == "resolving"
