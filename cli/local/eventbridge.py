@@ -158,37 +158,32 @@ def _millis(value: Any) -> int | None:
 
 
 class _Watcher:
-    """A daemon thread that calls :meth:`tick` every ``interval`` seconds while the rules
-    exist, until :meth:`stop` (a failing tick is logged: the endpoint may be going away)."""
+    """A daemon thread that calls ``tick`` every ``interval`` seconds until :meth:`stop` (a
+    failing tick is logged: the endpoint may be going away)."""
 
-    rules: list[Any]
-
-    def _watch(self, name: str, interval: float) -> None:
+    def __init__(self, name: str, interval: float, tick: Callable[[], Any]) -> None:
         self._interval = interval
+        self._tick = tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
-        if self.rules:
-            self._thread.start()
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
 
-    def tick(self) -> None:
-        raise NotImplementedError
-
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                self.tick()
+                self._tick()
             except Exception:  # the endpoint went away (stopping)
                 logger.exception("eventbridge watcher failed", watcher=self._thread.name)
 
 
-class ExecutionStatusRules(_Watcher):
+class ExecutionStatusRules:
     """Delivers execution status changes to the rules' Lambda targets (one watcher thread)."""
 
     def __init__(
@@ -213,10 +208,14 @@ class ExecutionStatusRules(_Watcher):
         self.aws = aws or ClientFactory()  # the emulated endpoint's clients (the local runtime's)
         self.delivered = 0
         self._seen: set[str] = set()
-        self._watch("eventbridge-states", POLL_S)
+        self._watcher = _Watcher("eventbridge-states", POLL_S, self.poll)
 
-    def tick(self) -> None:
-        self.poll()
+    def start(self) -> None:
+        if self.rules:
+            self._watcher.start()
+
+    def stop(self) -> None:
+        self._watcher.stop()
 
     def poll(self) -> int:
         """Deliver every execution that reached a terminal status since the last poll."""
@@ -343,7 +342,7 @@ def scheduled_rules_of(template: LocalTemplate) -> list[ScheduledRule]:
     return found
 
 
-class ScheduledRules(_Watcher):
+class ScheduledRules:
     """Fires the scheduled rules on the runtime's calendar: a watcher thread for the wall clock,
     and :meth:`advance` for the days ``mailstep local advance`` passes (each scheduled time in
     order, its targets invoked one after another, a function error retried like EventBridge's
@@ -370,10 +369,16 @@ class ScheduledRules(_Watcher):
         self.delivered = 0
         self._checked = calendar()
         self._lock = threading.Lock()
-        self._watch("eventbridge-schedules", SCHEDULE_POLL_S)
+        self._watcher = _Watcher(
+            "eventbridge-schedules", SCHEDULE_POLL_S, lambda: self.fire_until(self.calendar())
+        )
 
-    def tick(self) -> None:
-        self.fire_until(self.calendar())
+    def start(self) -> None:
+        if self.rules:
+            self._watcher.start()
+
+    def stop(self) -> None:
+        self._watcher.stop()
 
     def fire_until(self, until: datetime) -> list[dict[str, Any]]:
         """Deliver every scheduled time in (last checked, ``until``]; each delivery's
