@@ -38,7 +38,7 @@ lock:
 # The local runtime runs every function on Python 3.12, the Lambda runtime's version:
 # found on PATH or in pyenv, else installed with pyenv (docs/local-runtime.md).
 lambda-python: $(VENV)/.installed
-	@$(PY) -c "from cli.local.artifact import lambda_python; lambda_python()" 2>/dev/null \
+	@$(PY) -c "from local_aws.artifact import lambda_python; lambda_python()" 2>/dev/null \
 		|| pyenv install --skip-existing 3.12
 
 # The browser test (tests/e2e/test_signup_browser.py) drives Debian's headless Chromium. It is

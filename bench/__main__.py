@@ -146,7 +146,7 @@ def _runtime(context: dict[str, Any] | None = None) -> Iterator[Any]:
     """A fresh local runtime in the deployed shape, its requests metered: a :class:`Bench`."""
     from bench.harness import Bench
     from bench.meter import Meter
-    from cli.local import LocalRuntime, RuntimeConfig
+    from local_aws import LocalRuntime, RuntimeConfig
 
     meter = Meter()
     meter.install()

@@ -79,7 +79,7 @@ def template_shapes(bench: Bench) -> dict[str, model.FunctionShape]:
 def _per_function(bench: Bench) -> dict[str, dict[str, float]]:
     """Per function (spec name), so far: CPU seconds as its execution environments report it,
     invocations, and cold starts (environments started)."""
-    from cli.local.lambdas import STATS
+    from local_aws.lambdas import STATS
 
     physical = {f.name: name for name, f in bench.runtime.resources.functions.items()}
     environments = bench.runtime.environments
@@ -207,8 +207,8 @@ def specs_rate_share() -> float:
 def engagement(bench: Bench) -> Run:
     """An Open for every mail of the measured broadcast and a Click for every other one,
     published by the local SES as SES publishes them (run after :func:`broadcast`)."""
-    from cli.local import ses_events as ev
-    from cli.local.ses import read_outbox
+    from local_aws import ses_events as ev
+    from ops.outbox import read_outbox
     from shared.sending.sender import decode_tag_value
 
     mails = [

@@ -229,8 +229,8 @@ def _placeholder(logical_id: str, attribute: str) -> str:
 
 def targets_of(artifact: Any, names: Sequence[str] = ()) -> list[Target]:
     """Every function of the specs (or those named) with its environment from the template."""
-    from cli.local.deployment import lambda_environment
-    from cli.local.template import LocalTemplate
+    from local_aws.deployment import lambda_environment
+    from local_aws.template import LocalTemplate
 
     template = LocalTemplate(
         artifact.template, region=REGION, account=ACCOUNT, stack_name="Mailstep", fallback=_placeholder
@@ -255,7 +255,7 @@ def targets_of(artifact: Any, names: Sequence[str] = ()) -> list[Target]:
 
 
 def main(argv: list[str]) -> int:
-    from cli.local import artifact as artifacts
+    from local_aws import artifact as artifacts
 
     parser = argparse.ArgumentParser(prog="python -m bench coldstart", description=__doc__)
     parser.add_argument("functions", nargs="*", metavar="function",

@@ -9,7 +9,7 @@ On a fresh local runtime in the deployed shape:
    (``bench.capacity_runs._broadcast``: sent, delivered, its events drained);
 3. the shipped ``onboarding`` sequence deployed and run for :data:`SEQUENCE_SUBSCRIBERS` new
    subscribers (``bench.scenarios.sequences``), to their end on the virtual clock;
-4. the console served as ``mailstep console`` serves it (``cli.console.server.serve``: uvicorn
+4. the console served as ``mailstep console`` serves it (``console.server.serve``: uvicorn
    on 127.0.0.1, the guard, a session from the printed URL's token, the CSRF token of a page);
 5. every page (:func:`pages`) asked once to warm up, then ``--repeats`` times (default 5), the
    pages interleaved; each answer timed (the request sent to the body read) and its DynamoDB
@@ -69,7 +69,7 @@ class Page:
     name: str
     path: str
     form: Mapping[str, str] | None = None  # a POST (the console's script sends the CSRF header)
-    # a read in the background (cli.console.jobs): redirected to its own URL, which answers
+    # a read in the background (console.jobs): redirected to its own URL, which answers
     # "forecasting" and refreshes itself each second until the read is done
     background: bool = False
 
@@ -415,7 +415,7 @@ def follow_count(browser: Browser, page: Page, first_ms: float, first: Mapping[s
 
 
 def run(bench: Bench, subscribers: int, repeats: int, say: Callable[[str], None]) -> dict[str, Any]:
-    from cli.console.server import serve
+    from console.server import serve
     from ops.targets import local_target
 
     imported = prepare(bench, subscribers, say)

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.capacity import LAMBDA_MB_PER_VCPU
 from bench.meter import Measurement, Meter
-from cli.local.lambdas import STATS
+from local_aws.lambdas import STATS
 from shared.core.aws import ClientFactory
 
 
@@ -31,7 +31,7 @@ def state_transitions(aws: ClientFactory) -> int:
 
 @dataclass
 class Bench:
-    runtime: Any  # cli.local.LocalRuntime
+    runtime: Any  # local_aws.LocalRuntime
     meter: Meter
 
     @property

@@ -1,5 +1,5 @@
 """``mailstep console``: the web console on 127.0.0.1, against the local runtime or a stack
-(the target options of ``cli.target.targeted``). The server is ``cli.console``."""
+(the target options of ``cli.target.targeted``). The server is ``console``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def console(
 ) -> None:
     """The web console on 127.0.0.1 with your credentials: overview, subscribers, broadcasts,
     templates, sequences, topics, suppression (Ctrl-C stops)."""
-    from cli.console.server import local_outbox, serve
+    from console.server import local_outbox, serve
 
     try:
         served = serve(target, port, outbox=local_outbox(target))

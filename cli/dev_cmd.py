@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-DEFAULT_STATE_DIR = Path(".mailstep")
+from ops.targets import DEFAULT_STATE_DIR
 
 
 def dev(
@@ -73,7 +73,7 @@ def dev(
     ),
 ) -> None:
     """Run mailstep locally: emulated AWS, the deployed artifact's Lambdas, local SES and the HTTP API."""
-    from cli.local import LocalRuntime, RuntimeConfig
+    from local_aws import LocalRuntime, RuntimeConfig
 
     # Redirected to a file (a log), long paths and commands must stay on one line each.
     console = Console() if sys.stdout.isatty() else Console(width=400)
@@ -108,7 +108,7 @@ def dev(
         reputation_min_sends=reputation_min_sends,
         reputation_alarms=reputation_alarms,
     )
-    from cli.local.artifact import ArtifactError
+    from local_aws.artifact import ArtifactError
 
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -134,8 +134,8 @@ def dev(
 def _console(state_dir: Path, port: int) -> Any:
     """``mailstep console`` for this runtime on a thread (None, with a warning, when it
     cannot start: the runtime runs without it)."""
-    from cli.console.server import local_outbox, serve
     from cli.target import TargetError, resolve
+    from console.server import local_outbox, serve
     from shared.core.errors import MailstepError
 
     try:

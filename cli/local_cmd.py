@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from cli.dev_cmd import DEFAULT_STATE_DIR
+from ops.tables import outbox_table
+from ops.targets import DEFAULT_STATE_DIR
 
 app = typer.Typer(
     help="Local runtime helpers: outbox, engagement (open, click, bounce, complaint), verify an identity.",
@@ -29,7 +29,7 @@ TARGET = typer.Argument(..., help="SES message id, or a recipient (their latest 
 
 
 def find_message(outbox: Path, target: str) -> dict[str, Any]:
-    from cli.local.ses import read_outbox
+    from ops.outbox import read_outbox
 
     direct = outbox / f"{target}.json"
     if direct.exists():
@@ -51,7 +51,7 @@ def _post_local(state_dir: Path, path: str, body: dict[str, Any], timeout: float
     """POST ``body`` to the running runtime's control endpoint ``path``; its JSON answer."""
     import urllib.request
 
-    from cli.local import read_state
+    from local_aws import read_state
 
     state = read_state(state_dir.resolve())
     request = urllib.request.Request(  # noqa: S310 - the local runtime's control endpoint
@@ -90,7 +90,7 @@ def hidden_link(outbox: Path, message_id: str) -> str:
 def click_time(mail: dict[str, Any], *, scanner: bool) -> str:
     from datetime import timedelta
 
-    from cli.local import ses_events as ev
+    from local_aws import ses_events as ev
     from shared.core.clock import parse_iso
 
     sent = parse_iso(str(mail["timestamp"]))
@@ -111,9 +111,9 @@ def publish_event(
     hidden: bool = False,
 ) -> dict[str, Any]:
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
-    from cli.local import read_state
-    from cli.local import ses_events as ev
     from cli.target import local
+    from local_aws import read_state
+    from local_aws import ses_events as ev
 
     state = read_state(state_dir)
     ev.CALENDAR["offset_s"] = calendar_offset(state)  # SES stamps events with the runtime's time
@@ -270,24 +270,8 @@ def verify(
 @app.command()
 def outbox(state_dir: Path = STATE_DIR) -> None:
     """List the messages in the local outbox."""
-    from cli.local import read_state
-    from cli.local.ses import read_outbox
+    from local_aws import read_state
+    from ops.outbox import read_outbox
 
     state = read_state(state_dir.resolve())
     console.print(outbox_table(read_outbox(Path(state["outbox"]))))
-
-
-def outbox_table(messages: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"Outbox ({len(messages)} messages)")
-    for column in ("time", "to", "subject", "outcome", "message id"):
-        table.add_column(column)
-    for message in messages:
-        outcomes = message.get("outcomes", {})
-        table.add_row(
-            message["timestamp"][11:19],
-            ", ".join(message["destination"]),
-            message.get("subject", ""),
-            ", ".join(sorted(set(outcomes.values()))),
-            message["message_id"],
-        )
-    return table

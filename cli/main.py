@@ -7,7 +7,7 @@ import typer
 from cli import (
     broadcast_cmd,
     console_cmd,
-    demo,
+    demo_cmd,
     dev_cmd,
     doctor_cmd,
     events_cmd,
@@ -37,7 +37,7 @@ app = typer.Typer(
 )
 
 app.command("dev", help=dev_cmd.dev.__doc__)(dev_cmd.dev)
-app.command("demo", help=demo.demo.__doc__)(demo.demo)
+app.command("demo", help=demo_cmd.demo.__doc__)(demo_cmd.demo)
 app.add_typer(local_cmd.app, name="local")
 app.add_typer(broadcast_cmd.app, name="broadcast")
 app.add_typer(subscribers_cmd.app, name="subscribers")

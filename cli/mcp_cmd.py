@@ -13,6 +13,6 @@ if TYPE_CHECKING:
 @targeted
 def mcp(*, target: Target) -> None:
     """Serve mailstep's operations as MCP tools on stdin/stdout (an assistant starts this)."""
-    from cli.mcp_server import serve
+    from mcp_server.tools import serve
 
     serve(target)

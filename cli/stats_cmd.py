@@ -8,44 +8,19 @@ Works against the running local runtime (``--state-dir``, the default) or a depl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from cli.target import targeted
+from ops.tables import counters_table, signups_table
 
 if TYPE_CHECKING:
     from ops.targets import Target
 
 console = Console()
 app = typer.Typer(help="Engagement statistics per sequence, broadcast or template; sign-ups.")
-
-
-def _percent(rate: float | None) -> str:
-    return "" if rate is None else f"{rate * 100:.1f}%"
-
-
-def counters_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=title)
-    for column, justify in (("metric", "left"), ("total", "right"), ("unique", "right"), ("rate", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for row in rows:
-        unique = "" if row["unique"] is None else str(row["unique"])
-        total = "n/a" if row["total"] is None else str(row["total"])  # sends in a --since report
-        table.add_row(row["metric"], total, unique, _percent(row["rate"]))
-    return table
-
-
-def signups_table(counts: dict[str, Any]) -> Table:
-    table = Table(title="Sign-ups")
-    for column, justify in (("metric", "left"), ("total", "right"), ("rate", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    table.add_row("signed up (double opt-in)", str(counts["signups"]), "")
-    table.add_row("confirmed", str(counts["confirmed"]), _percent(counts["confirmation_rate"]))
-    table.add_row("subscribed at once (single opt-in)", str(counts["single_opt_in"]), "")
-    return table
 
 
 @app.command()

@@ -18,7 +18,7 @@ resolved :class:`ops.targets.Target` as its ``target`` parameter: the settings a
 configured clients (``shared.core.aws.ClientFactory``) of that deployment, which the command
 passes on to ``ops`` and to the adapters. Both kinds end in ``ops.targets.stack_target``: the
 local runtime registers itself in its emulated CloudFormation as the stack ``Mailstep``
-(``cli.local.cfn_stack``), so choosing it only means clients aimed at its endpoint.
+(``local_aws.cfn_stack``), so choosing it only means clients aimed at its endpoint.
 The process environment is read (``AWS_REGION``, ``AWS_ENDPOINT_URL``), never written.
 """
 
@@ -37,7 +37,7 @@ from urllib.parse import urlparse
 
 import typer
 
-from cli.dev_cmd import DEFAULT_STATE_DIR
+from ops.targets import DEFAULT_STATE_DIR, STATE_FILE
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -53,7 +53,6 @@ Region = Annotated[
 ]
 StateDir = Annotated[Path, typer.Option("--state-dir", help="State folder of the running `mailstep dev`.")]
 AS_JSON = typer.Option(False, "--json", help="Print JSON.")
-STATE_FILE = "runtime.json"  # written by cli.local.runtime (LocalRuntime._write_state)
 # The options :func:`targeted` adds to a command: (parameter, annotation, default).
 TARGET_OPTIONS = (
     ("target_kind", TargetKind, None),

@@ -8,7 +8,6 @@ the unsubscribe link in a preview is a placeholder.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import webbrowser
 from pathlib import Path
@@ -29,23 +28,6 @@ def _renderer(directory: Path | None) -> Any:
     from shared.sending.rendering import TEMPLATES_DIR, Renderer
 
     return Renderer(directory or TEMPLATES_DIR)
-
-
-def identity_from_env() -> Any:
-    """The sending identity from the environment (defaults where unset)."""
-    from shared.core.specs import ENV
-    from shared.sending.pipeline import MailIdentity
-
-    defaults = MailIdentity()
-    fields = {
-        "from_": "default_from",
-        "reply_to": "default_reply_to",
-        "postal_address": "postal_address",
-        "footer_reason": "mail_footer_reason",
-        "public_base_url": "public_base_url",
-    }
-    values = {attr: os.environ.get(ENV[setting], getattr(defaults, attr)) for attr, setting in fields.items()}
-    return MailIdentity(**values)
 
 
 @app.command("list")
@@ -97,6 +79,8 @@ def preview(
             raise ValueError("must be a JSON object")
     except ValueError as exc:
         raise typer.BadParameter(f"--data: {exc}") from None
+    from ops.templates import identity_from_env
+
     identity = identity_from_env()
     engine = _renderer(directory)
     try:

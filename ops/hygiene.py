@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ops.targets import STATE_FILE
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.engagement import sunset
 
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from ops.targets import Target
     from shared.store.stats import StatsStore
 
-RUNTIME_STATE = "runtime.json"  # the running local runtime's state file (cli.local.runtime)
 RUN_HOUR = 4  # the schedule's hour (shared.core.specs.HYGIENE_SCHEDULE): an `at` day runs at 04:00 UTC
 MACHINE_WINDOW_DAYS = 30  # the report's share of machine opens and clicks: the last 30 days
 
@@ -42,7 +42,7 @@ def now(target: Target, at: str | None = None) -> datetime:
             ) from None
         return datetime(day.year, day.month, day.day, RUN_HOUR, tzinfo=UTC)
     if target.kind == "local":  # the runtime's calendar (its state folder names its API)
-        state = json.loads((Path(target.name) / RUNTIME_STATE).read_text())
+        state = json.loads((Path(target.name) / STATE_FILE).read_text())
         with urllib.request.urlopen(state["api_url"] + "/_local/status", timeout=10) as answer:  # noqa: S310
             return datetime.fromisoformat(json.loads(answer.read())["clock"]["calendar"])
     return datetime.now(UTC)
@@ -55,7 +55,7 @@ def report(
     the share of the last 30 days' opens and clicks that machines made. ``live=False``: the
     at-risk forecast of the last daily run and no dry run (``sunset.report``: the console's page
     as it opens, reading no day bucket). ``readers``: the at-risk buckets' Queries in flight at
-    once (the console, reading in the background, asks for fewer: ``cli.console.jobs``)."""
+    once (the console, reading in the background, asks for fewer: ``console.jobs``)."""
     found = sunset.report(
         target.subscriber_store(), policy(target), now(target, at), live=live, readers=readers
     )

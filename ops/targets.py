@@ -7,7 +7,7 @@ environment; ``list_stack_resources`` finds what the outputs do not name (queues
 DLQs, the SES configuration set, alarms, functions, state machines) for ``mailstep doctor``.
 
 The local runtime registers itself in its emulated CloudFormation as a stack named
-``specs.STACK_NAME`` (``cli.local.cfn_stack``): :func:`local_target` is :func:`stack_target`
+``specs.STACK_NAME`` (``local_aws.cfn_stack``): :func:`local_target` is :func:`stack_target`
 against the runtime's endpoint, labelled as the local runtime.
 
 A :class:`Target` is a value: the settings, the resources and the configured clients
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from shared.store.subscribers import SubscriberStore
 
 LOCAL, STACK = "local", "stack"
+# The running local runtime (`mailstep dev`) writes its endpoints and keys here (local_aws.runtime).
+DEFAULT_STATE_DIR = Path(".mailstep")
+STATE_FILE = "runtime.json"
 
 
 class StackNotFound(NotFound):
@@ -78,7 +81,7 @@ class Target:
         import urllib.request
 
         try:  # the runtime's control endpoint, named in its state folder (runtime.json)
-            api_url = json.loads((Path(self.name) / "runtime.json").read_text())["api_url"]
+            api_url = json.loads((Path(self.name) / STATE_FILE).read_text())["api_url"]
             with urllib.request.urlopen(api_url + "/_local/status", timeout=10) as answer:  # noqa: S310
                 offset = float(json.loads(answer.read())["clock"].get("calendar_offset_s", 0.0))
         except (OSError, ValueError, KeyError, TypeError):

@@ -8,11 +8,29 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shared.sending.jobs import SendJob
-from shared.sending.pipeline import TEST_SOURCE, SendOutcome, send
+from shared.sending.pipeline import TEST_SOURCE, MailIdentity, SendOutcome, send
 from shared.sending.rendering import Renderer
 
 if TYPE_CHECKING:
     from ops.targets import Target
+
+
+def identity_from_env() -> MailIdentity:
+    """The sending identity from the environment (defaults where unset)."""
+    import os
+
+    from shared.core.specs import ENV
+
+    defaults = MailIdentity()
+    fields = {
+        "from_": "default_from",
+        "reply_to": "default_reply_to",
+        "postal_address": "postal_address",
+        "footer_reason": "mail_footer_reason",
+        "public_base_url": "public_base_url",
+    }
+    values = {attr: os.environ.get(ENV[setting], getattr(defaults, attr)) for attr, setting in fields.items()}
+    return MailIdentity(**values)
 
 
 def rows(engine: Renderer) -> list[dict[str, Any]]:

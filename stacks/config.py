@@ -243,7 +243,7 @@ class MailstepConfig(BaseModel):
     # new: "auto" (the default ramp when the stack creates the sesDomain identity, off for an
     # existing one), "default", "off", or the volumes of day 1, 2, ... ("200,400,800").
     warmup: str = "auto"
-    # Synthesized for the local runtime and the tests (cli.local.artifact sets it), not for a
+    # Synthesized for the local runtime and the tests (local_aws.artifact sets it), not for a
     # deployment: the sending identity may stay unset (the built-in default sender is used).
     local: bool = False
 

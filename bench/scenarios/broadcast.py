@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 from bench.harness import Bench
 from bench.meter import Measurement
-from cli.local.ses import read_outbox
 from ops.broadcasts import Broadcasts
+from ops.outbox import read_outbox
 from shared.broadcasts.model import parse_request
 from shared.core import specs
 from shared.core.aws import ClientFactory

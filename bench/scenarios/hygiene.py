@@ -81,7 +81,7 @@ def _mailed(bench: Bench, sends: int, timeout_s: float = 300) -> None:
 
 def _opens(bench: Bench, emails: list[str]) -> None:
     """One SES Open per address (a person's user agent), published as SES publishes it."""
-    from cli.local import ses_events as ev
+    from local_aws import ses_events as ev
     from shared.sending.sender import encode_tag_value
 
     for email in emails:

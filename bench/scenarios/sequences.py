@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench.harness import Bench
 from bench.meter import Measurement
-from cli.local.sequence_machines import deploy_state_machines
+from local_aws.sequence_machines import deploy_state_machines
 from shared.core import specs
 from shared.core.aws import ClientFactory
 from shared.core.models import InboundEvent

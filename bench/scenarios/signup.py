@@ -39,7 +39,7 @@ def _signup(bench: Bench, email: str) -> None:
 
 def _confirm_path(bench: Bench, email: str) -> str:
     """The /c/<token> path of the newest confirmation mail to ``email`` in the outbox."""
-    from cli.local.ses import read_outbox
+    from ops.outbox import read_outbox
 
     # The confirmation goes out through the send queue (the sender function), not inside the
     # sign-up request: wait for it.

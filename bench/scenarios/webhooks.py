@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.harness import Bench
 from bench.meter import Measurement
-from cli.local.streams import StreamPoller
+from local_aws.streams import StreamPoller
 
 NAME = "webhooks"
 DESCRIPTION = (

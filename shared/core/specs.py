@@ -1,5 +1,5 @@
 """One description of mailstep's cloud resources, read by the CDK constructs (``stacks/``)
-and by the local runtime's bootstrapper (``cli/local``).
+and by the local runtime's bootstrapper (``local_aws``).
 
 Nothing here imports CDK or boto3: it is plain data. An infra test proves that the
 synthesized template and these specs agree.

@@ -254,7 +254,7 @@ def prune(out: Path) -> list[Path]:
 def lambda_python() -> Path:
     """Python 3.12, the Lambda runtime's version (bytecode is specific to one minor version):
     ``MAILSTEP_LAMBDA_PYTHON``, this interpreter, ``python3.12`` on PATH, or pyenv's; the same
-    search as the local runtime's (``cli.local.artifact.lambda_python``)."""
+    search as the local runtime's (``local_aws.artifact.lambda_python``)."""
     candidates = [os.environ.get("MAILSTEP_LAMBDA_PYTHON", ""), sys.executable]
     candidates.append(shutil.which(f"python{PYTHON_VERSION}") or "")
     pyenv_root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")

@@ -149,7 +149,7 @@ class Local:
 def artifact() -> Any:
     """The deployment artifact (synthesized template + bundled asset), built once here so that
     `mailstep dev` starts within its start timeout (the build is cached and shared by workers)."""
-    from cli.local.artifact import build
+    from local_aws.artifact import build
 
     return build()
 

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from cli.local.ses import read_outbox
+from ops.outbox import read_outbox
 from shared.core.specs import STATE_MACHINE_PREFIX
 from shared.sending.jobs import SendJob, to_message
 from shared.sending.sender import decode_tag_value

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.coldstart import import_once, targets_of
-from cli.local.deployment import lambda_environment
-from cli.local.environments import EnvironmentSpec, ExecutionEnvironment
-from cli.local.template import LocalTemplate
+from local_aws.deployment import lambda_environment
+from local_aws.environments import EnvironmentSpec, ExecutionEnvironment
+from local_aws.template import LocalTemplate
 from shared.core import specs
 
 

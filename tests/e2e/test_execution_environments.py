@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.artifact import build_dir, lambda_python, runtime_libraries
-from cli.local.environments import EnvironmentLost, EnvironmentSpec, ExecutionEnvironment, FunctionPool
+from local_aws.artifact import build_dir, lambda_python, runtime_libraries
+from local_aws.environments import EnvironmentLost, EnvironmentSpec, ExecutionEnvironment, FunctionPool
 
 HANDLERS = Path(__file__).with_name("handlers.py")
 

@@ -488,7 +488,7 @@ def serve_and_stop(tmp_path: Path) -> float:
     built (the ``artifact`` fixture; the build is cached in ``.mailstep/build``): the very
     first start of a checkout also synthesizes and bundles, which takes longer. Ctrl-C ends
     it, its execution environments included, within a few seconds."""
-    from cli.local.artifact import build
+    from local_aws.artifact import build
 
     build()  # cached: the same artifact unless a source changed since the session started
     port = free_port()
@@ -525,6 +525,6 @@ def serve_and_stop(tmp_path: Path) -> float:
 
 
 def test_the_moto_hooks_are_where_the_runtime_expects_them() -> None:
-    from cli.local.hooks import self_check
+    from local_aws.hooks import self_check
 
     self_check()

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cli.local.sequence_machines import deploy_state_machines
+from local_aws.sequence_machines import deploy_state_machines
 from shared.core.specs import STATE_MACHINE_PREFIX
 from shared.sequences.sfn import StepFunctions
 from tests.e2e.conftest import ROOT, Local

@@ -19,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from bench.coldstart import import_once
-from cli.local import artifact
+from local_aws import artifact
 from shared.core import specs
 from stacks.constructs import functions
 from stacks.constructs.functions import (

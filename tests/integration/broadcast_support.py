@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cli.local.provision import LocalResources, create_queue
+from local_aws.provision import LocalResources, create_queue
 from ops.broadcasts import Broadcasts
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, FanoutContext, resolve_step

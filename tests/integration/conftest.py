@@ -13,9 +13,9 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import DynamoDBBackend
 from moto.ses.models import ses_backends
 
-from cli.local import hooks
-from cli.local.provision import LocalResources, provision
-from cli.local.ses import LocalSes
+from local_aws import hooks
+from local_aws.provision import LocalResources, provision
+from local_aws.ses import LocalSes
 from shared.core.aws import client, register_hook, reset_clients, unregister_hook
 from shared.core.secrets import reset_cache
 from shared.core.specs import TABLES
@@ -37,7 +37,7 @@ IDENTITY = MailIdentity(
 
 @pytest.fixture(scope="session")
 def aws() -> Iterator[None]:
-    # DynamoDB transactions as the local runtime emulates them (cli.local.hooks): moto's own
+    # DynamoDB transactions as the local runtime emulates them (local_aws.hooks): moto's own
     # deep-copies every table a transaction names, a cost that grows with each item stored.
     with mock_aws(), pytest.MonkeyPatch.context() as patch:
         patch.setattr(DynamoDBBackend, "transact_write_items", hooks.transact_write_items)
@@ -150,7 +150,7 @@ class ApiClient:
     ) -> tuple[int, Any]:
         import json
 
-        from cli.local.apigw import LambdaContext, http_api_event
+        from local_aws.apigw import LambdaContext, http_api_event
 
         hdrs = {"content-type": "application/json", **(headers or {})}
         if key is not None:

@@ -14,9 +14,9 @@ from moto.cloudwatch.models import cloudwatch_backends
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sesv2.responses import SESV2Response
 
-from cli.local import hooks
-from cli.local.provision import LocalResources, provision
-from cli.local.ses import LocalSes
+from local_aws import hooks
+from local_aws.provision import LocalResources, provision
+from local_aws.ses import LocalSes
 from shared.core import specs
 from shared.core.aws import client
 from shared.core.settings import Settings

@@ -1,5 +1,5 @@
 """Target selection by stack name (CloudFormation outputs and resources, on moto), the local
-runtime's registration as a stack (cli.local.cfn_stack) and the doctor checks against a
+runtime's registration as a stack (local_aws.cfn_stack) and the doctor checks against a
 deployed-stack target."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from cli.local import cfn_stack
-from cli.local.provision import LocalResources
+from local_aws import cfn_stack
+from local_aws.provision import LocalResources
 from ops import doctor
 from ops.targets import LOCAL, STACK, StackNotFound, local_target, sequence_state_machines, stack_target
 from shared.core import specs

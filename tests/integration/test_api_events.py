@@ -307,7 +307,7 @@ def test_contention_that_outlasts_the_retries_is_a_503_to_retry_and_the_retry_su
     api: ApiClient, store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import shared.store.subscribers
-    from cli.local.apigw import LambdaContext, http_api_event
+    from local_aws.apigw import LambdaContext, http_api_event
     from shared.store.dynamo import TransactionConflict
 
     def always_conflicting(client: object, actions: object) -> None:

@@ -16,8 +16,8 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from botocore.stub import Stubber
 from typer.testing import CliRunner
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
 from ops.targets import LOCAL, Target
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.model import DONE, Audience, parse_batch, parse_request

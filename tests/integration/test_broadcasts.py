@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from ops import broadcasts as ops_broadcasts
 from shared.broadcasts import worker as worker_module
 from shared.broadcasts.audience import AudienceResolver

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from shared.broadcasts.model import parse_batch, parse_request
 from shared.broadcasts.records import dead_letter_sk
 from shared.broadcasts.worker import BatchIncomplete, process_batch

@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from shared.consent.confirm import confirm, inspect
 from shared.consent.context import ConsentConfig, ConsentContext
 from shared.consent.record import CONFIRMED_EVENT, Requester

@@ -27,10 +27,11 @@ from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from cli.console.app import Console, build
-from cli.console.guard import COOKIE, CSRF_FIELD, Secrets
-from cli.local.provision import LocalResources
-from cli.local.ses import LocalSes
+from console.app import build
+from console.guard import COOKIE, CSRF_FIELD, Secrets
+from console.site import Console
+from local_aws.provision import LocalResources
+from local_aws.ses import LocalSes
 from ops.targets import Target
 from shared.broadcasts.model import PAUSED_REPUTATION, SENDING, BroadcastRequest
 from shared.broadcasts.records import BroadcastStore
@@ -533,7 +534,7 @@ def test_a_forecast_reads_in_the_background_once_per_run_and_a_new_one_reads_aga
 def test_the_console_s_forecast_keeps_fewer_bucket_queries_in_flight_than_the_cli_s_report(
     target: Target, browser: Browser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.console.pages import FORECAST_READERS
+    from console.pages import FORECAST_READERS
     from ops import hygiene
     from shared.engagement import sunset
 
@@ -569,7 +570,7 @@ def test_a_held_broadcast_s_page_says_why_and_when_and_resume_now_starts_a_round
 ) -> None:
     from moto.sesv2.responses import SESV2Response
 
-    from cli.local import hooks
+    from local_aws import hooks
 
     monkeypatch.setattr(SESV2Response, "get_account", hooks._get_account, raising=False)  # the resume's rate
     records = BroadcastStore(world.tables["table_name"])

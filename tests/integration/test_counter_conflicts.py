@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
 from shared.broadcasts.model import STEP, parse_batch, parse_request
 from shared.core.aws import client, register_hook, unregister_hook
 from shared.core.retry import Backoff

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources
-from cli.local.ses import LocalSes, read_outbox
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
+from local_aws.ses import LocalSes
+from ops.outbox import read_outbox
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, FanoutContext, resolve_step
 from shared.broadcasts.model import HELD, HOLD_DAILY_QUOTA, HOLD_UNVERIFIED, BatchMessage, parse_resolve

@@ -24,7 +24,7 @@ from botocore.stub import Stubber
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from ops import doctor
 from ops.targets import Target, stack_target
 from shared.core import specs

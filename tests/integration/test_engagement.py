@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
 from shared.core.aws import client
 from shared.core.settings import Settings
 from shared.engagement.consumer import EngagementContext, process_body

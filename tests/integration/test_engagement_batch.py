@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
 from shared.core.aws import client, register_hook, unregister_hook
 from shared.engagement import consumer as engagement
 from shared.engagement.consumer import EngagementBatch, EngagementContext, WriteConflict, process_body

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from shared.broadcasts import records as broadcast_records
 from shared.broadcasts.model import DONE, FAILED, STEP, parse_batch, parse_request, parse_resolve
 from shared.broadcasts.records import (

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.http_front import HttpFront
-from cli.local.tls import client_context, ensure_certificate, server_context
+from local_aws.http_front import HttpFront
+from local_aws.tls import client_context, ensure_certificate, server_context
 from shared.core.specs import FunctionSpec, RouteSpec
 
 FUNCTION = FunctionSpec(name="stub", handler="stub.handler", description="stub")

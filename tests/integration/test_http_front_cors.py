@@ -8,7 +8,7 @@ from __future__ import annotations
 import http.client
 from typing import Any
 
-from cli.local.http_front import Cors, HttpFront
+from local_aws.http_front import Cors, HttpFront
 from tests.integration.test_http_front import DEADLINE_S, ROUTES, Stub
 
 ALLOWED, OTHER = "https://www.acme.test", "https://evil.test"

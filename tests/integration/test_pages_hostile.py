@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.apigw import LambdaContext, http_api_event
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext, http_api_event
+from local_aws.provision import LocalResources
 from shared.core.secrets import get_secret
 from shared.engagement.suppression import Suppression, Suppressions
 from shared.sending.tokens import TokenClaims, issue

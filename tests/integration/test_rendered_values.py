@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
 from shared.sending.jobs import SendJob, to_message
 from tests.integration.conftest import ApiClient, sqs_record
 

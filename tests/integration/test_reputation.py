@@ -2,7 +2,7 @@
 one pause), the broadcast worker on SES's refusal (no failure, no duplicate, the batch returns),
 a sequence step's wait, and `mailstep reputation` status and resume.
 
-SES is the local runtime's emulation of it (``cli.local.ses``, installed here on moto's
+SES is the local runtime's emulation of it (``local_aws.ses``, installed here on moto's
 in-process SES v2): moto has no PutConfigurationSetSendingOptions and never refuses a send.
 """
 
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from cli.local.provision import LocalResources
-from cli.local.ses import LocalSes, read_outbox
+from local_aws.provision import LocalResources
+from local_aws.ses import LocalSes
+from ops.outbox import read_outbox
 from shared.broadcasts.model import PAUSED_REPUTATION, SENDING, BatchMessage, BroadcastRequest
 from shared.broadcasts.records import BroadcastStore
 from shared.broadcasts.worker import TokenPools, WorkerContext, process_batch
@@ -88,7 +89,7 @@ def guard_handler(res: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_the_guard_delivered_twice_pauses_once(
     world: LocalResources, ses: LocalSes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.local.apigw import LambdaContext
+    from local_aws.apigw import LambdaContext
 
     module = guard_handler(world, monkeypatch)
     broadcast = sending(world, "guard-b1")
@@ -113,7 +114,7 @@ def test_the_guard_delivered_twice_pauses_once(
 def test_the_guard_ignores_ok_states_other_sets_and_fails_only_a_bad_record(
     world: LocalResources, ses: LocalSes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.local.apigw import LambdaContext
+    from local_aws.apigw import LambdaContext
 
     module = guard_handler(world, monkeypatch)
     bad = sqs_record("{not json", specs.REPUTATION_QUEUE.local_name)
@@ -250,7 +251,7 @@ def test_status_and_resume(world: LocalResources, ses: LocalSes, monkeypatch: py
     guard_alarms(bounce=0.04, complaint=0.0008)
     publish_rate(COMPLAINT, 0.2)
     guard = guard_handler(world, monkeypatch)
-    from cli.local.apigw import LambdaContext
+    from local_aws.apigw import LambdaContext
 
     guard.handler({"Records": [sqs_record(alarm_body(), "q")]}, LambdaContext("reputation-guard"))
     broadcast = BroadcastStore(world.tables["table_name"]).get("guard-b3") or sending(world, "guard-b3")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
 from shared.core.errors import InvalidInput
 from shared.sending.jobs import SendJob, from_message, to_message
 from shared.store import keys

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from shared.core.aws import client
 from shared.sending.jobs import SenderOverride, SendJob
 from shared.sending.pipeline import SendContext, send, send_id_for

@@ -9,7 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from shared.broadcasts.worker import WorkerContext
 from shared.core.settings import Settings
 from shared.sending.jobs import SendJob

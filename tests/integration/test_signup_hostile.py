@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from cli.local.apigw import LambdaContext, http_api_event
-from cli.local.provision import LocalResources
+from local_aws.apigw import LambdaContext, http_api_event
+from local_aws.provision import LocalResources
 from shared.consent.record import ip_hash
 from shared.core.aws import client
 from shared.core.secrets import get_secret

@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from cli.local.provision import LocalResources
+from local_aws.provision import LocalResources
 from ops import doctor
 from ops.csv_io import SequenceTrigger, checkpoint_path, import_csv
 from ops.targets import LOCAL, Target
@@ -295,7 +295,7 @@ def test_throttling_on_the_events_api_loses_no_start_and_a_refusal_is_a_503_to_r
 
 
 def test_a_503_names_retry_after(sequenced_api: tuple[ApiClient, Machines], throttle: Throttle) -> None:
-    from cli.local.apigw import LambdaContext, http_api_event
+    from local_aws.apigw import LambdaContext, http_api_event
 
     api, _ = sequenced_api
     throttle.stuck = {"stuck@example.com"}

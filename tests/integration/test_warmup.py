@@ -11,8 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from cli.local.provision import LocalResources
-from cli.local.ses import LocalSes, read_outbox
+from local_aws.provision import LocalResources
+from local_aws.ses import LocalSes
+from ops.outbox import read_outbox
 from shared.broadcasts.fanout import BroadcastQueues
 from shared.broadcasts.model import HELD, HOLD_WARMUP, BatchMessage
 from shared.broadcasts.records import BroadcastStore

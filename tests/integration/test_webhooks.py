@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from cli.local.apigw import LambdaContext
-from cli.local.provision import LocalResources, create_queue
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources, create_queue
 from ops.webhooks import Webhooks
 from shared.core import clock, specs
 from shared.core.errors import InvalidInput

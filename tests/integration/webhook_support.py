@@ -10,7 +10,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 from moto.sqs.models import sqs_backends
 
-from cli.local.streams import lambda_record, record_passes
+from local_aws.streams import lambda_record, record_passes
 from shared.core.specs import WEBHOOK_DISPATCH_FUNCTION
 
 

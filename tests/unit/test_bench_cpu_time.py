@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cli.local.artifact import lambda_python
-from cli.local.environments import Environments, EnvironmentSpec
+from local_aws.artifact import lambda_python
+from local_aws.environments import Environments, EnvironmentSpec
 
 pytestmark = pytest.mark.bench
 

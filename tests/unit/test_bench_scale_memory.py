@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.local.environments import Environments
+from local_aws.environments import Environments
 from tests.unit.test_bench_cpu_time import function, spec
 
 pytestmark = pytest.mark.bench

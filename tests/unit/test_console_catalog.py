@@ -15,8 +15,8 @@ from typing import Any, cast
 
 import pytest
 
-from cli.console.app import Console
-from cli.console.guard import Secrets
+from console.guard import Secrets
+from console.site import Console
 from shared.sequences import validate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The console's guard (``cli.console.guard.Guard``) in front of a recording ASGI app: which
+"""The console's guard (``console.guard.Guard``) in front of a recording ASGI app: which
 requests reach a route, and what the others get."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cli.console.guard import COOKIE, Guard, Secrets
+from console.guard import COOKIE, Guard, Secrets
 
 PORT = 8790
 HOST = f"127.0.0.1:{PORT}"

@@ -1,4 +1,4 @@
-"""The console's background reads (cli.console.jobs): one read per key, its answer kept, a
+"""The console's background reads (console.jobs): one read per key, its answer kept, a
 failure handed out once and then read again, the oldest finished reads dropped."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cli.console.jobs import Jobs
+from console.jobs import Jobs
 
 
 def test_a_key_reads_once_while_running_and_keeps_its_answer() -> None:

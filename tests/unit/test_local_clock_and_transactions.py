@@ -1,5 +1,5 @@
 """Two pieces of the local runtime, without starting it: the virtual clock's pause and the
-item-level rollback of DynamoDB transactions (``cli.local.hooks.transact_write_items``,
+item-level rollback of DynamoDB transactions (``local_aws.hooks.transact_write_items``,
 called directly on a moto backend: nothing is patched globally)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from moto.dynamodb.exceptions import TransactionCanceledException
 from moto.dynamodb.models import DynamoDBBackend
 
-from cli.local.clock import VirtualClock
-from cli.local.hooks import transact_write_items
+from local_aws.clock import VirtualClock
+from local_aws.hooks import transact_write_items
 
 TABLE = "t"
 

@@ -1,4 +1,4 @@
-"""The local runtime's garbage collector policy (cli.local.collector): after a full collection,
+"""The local runtime's garbage collector policy (local_aws.collector): after a full collection,
 what survived it is frozen, so the next full collection does not walk it; frozen objects are
 still freed when their last reference goes. Run in a child process: freezing is process-wide."""
 
@@ -22,7 +22,7 @@ CHILD = textwrap.dedent(
             time.sleep(0.01)
         return gc.get_freeze_count()
 
-    from cli.local import collector
+    from local_aws import collector
     collector.install()
     collector.install()  # idempotent: one callback
     store = [Item() for _ in range(50_000)]

@@ -1,4 +1,4 @@
-"""The local runtime's DynamoDB read responses (``cli.local.hooks.dynamodb_read_serialized``)
+"""The local runtime's DynamoDB read responses (``local_aws.hooks.dynamodb_read_serialized``)
 are the ones moto's own serializer makes.
 
 Given a table holding items of every attribute type, when the same GetItem, BatchGetItem,
@@ -17,7 +17,7 @@ import pytest
 from moto import mock_aws
 from moto.dynamodb.responses import DynamoHandler
 
-from cli.local import hooks
+from local_aws import hooks
 
 TABLE = "reads"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cli.local.eventbridge import AsyncTarget, invoke_async
+from local_aws.eventbridge import AsyncTarget, invoke_async
 from tests.e2e.conftest import failure_only, unused_grants
 
 

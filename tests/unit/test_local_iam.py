@@ -3,7 +3,7 @@ identity-based policy decides it (explicit Deny wins, then Allow, else the impli
 
 from __future__ import annotations
 
-from cli.local.bootstrap import Guard, RolePolicy, requests_for
+from local_aws.bootstrap import Guard, RolePolicy, requests_for
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 MAIN = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/mailstep-main"

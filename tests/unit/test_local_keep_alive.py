@@ -1,4 +1,4 @@
-"""The local runtime's endpoint keeps connections open (``cli.local.hooks.KeepAliveRequestHandler``).
+"""The local runtime's endpoint keeps connections open (``local_aws.hooks.KeepAliveRequestHandler``).
 
 werkzeug's development server closes the connection after every answer; the runtime's handler
 answers over HTTP/1.1 with the body's length and keeps the connection for the next request.
@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
-from cli.local.hooks import KeepAliveRequestHandler
+from local_aws.hooks import KeepAliveRequestHandler
 
 
 def _serve(app: Any) -> Iterator[int]:

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli.local.bootstrap import WholeLines
+from local_aws.bootstrap import WholeLines
 
 WRITER = """
 import json, os, sys
 sys.path.insert(0, {root!r})
-from cli.local.bootstrap import WholeLines
+from local_aws.bootstrap import WholeLines
 out = WholeLines(os.open({path!r}, os.O_WRONLY | os.O_APPEND))
 for i in range(400):
     print(json.dumps({{"writer": {n}, "i": i, "pad": "x" * 300}}), file=out)  # two writes each

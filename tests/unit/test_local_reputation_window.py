@@ -1,4 +1,4 @@
-"""The local runtime's reputation rates (``cli.local.reputation.ReputationMonitor.rates``): a
+"""The local runtime's reputation rates (``local_aws.reputation.ReputationMonitor.rates``): a
 running sum over the last 24 hours, equal to summing the window each time.
 
 Given sends, permanent bounces and complaints observed at random times over three days, when the
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cli.local import reputation
-from cli.local.reputation import WINDOW_S, ReputationMonitor
+from local_aws import reputation
+from local_aws.reputation import WINDOW_S, ReputationMonitor
 
 SET = "marketing"
 

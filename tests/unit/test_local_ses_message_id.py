@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cli.local.ses import LocalSes, ses_message_id_header
+from local_aws.ses import LocalSes, ses_message_id_header
 
 RAW = (
     b"From: Acme <hello@acme.test>\r\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.local.ses import LocalSes, SesError
+from local_aws.ses import LocalSes, SesError
 
 
 def local_ses(tmp_path: Path, *, sandbox: bool) -> LocalSes:
@@ -59,7 +59,7 @@ def test_out_of_the_sandbox_any_recipient_is_delivered(tmp_path: Path) -> None:
 def test_the_24_hour_quota_counts_the_last_day_s_recipients_and_frees_them_a_day_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.local import ses as ses_module
+    from local_aws import ses as ses_module
 
     now = [1_000_000.0]
     monkeypatch.setattr(ses_module.time, "time", lambda: now[0])

@@ -1,4 +1,4 @@
-"""The local runtime's SQS message counts (``cli.local.hooks.sqs_visible`` and the approximate
+"""The local runtime's SQS message counts (``local_aws.hooks.sqs_visible`` and the approximate
 counts) are moto's own, read with one clock read per count instead of one per message.
 
 Given a queue holding visible, delayed and in-flight messages, when both the runtime's counts
@@ -13,7 +13,7 @@ import boto3
 from moto import mock_aws
 from moto.sqs.models import Queue, sqs_backends
 
-from cli.local import hooks
+from local_aws import hooks
 
 ORIGINAL = hooks._MOTO_SQS_PROPERTIES
 

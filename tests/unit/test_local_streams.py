@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from cli.local.streams import StreamPoller, lambda_record, pattern_matches, record_passes
+from local_aws.streams import StreamPoller, lambda_record, pattern_matches, record_passes
 from shared.core.specs import WEBHOOK_EVENTS_FILTERS, WEBHOOK_MAIN_FILTERS
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from cli.local.tls import VALID_DAYS, client_context, ensure_certificate, server_context
+from local_aws.tls import VALID_DAYS, client_context, ensure_certificate, server_context
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
 

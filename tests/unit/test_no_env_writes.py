@@ -2,7 +2,7 @@
 
 The operator commands, ``mailstep demo``, the bench and the local runtime reach AWS through
 ``shared.core.aws.ClientFactory`` values; the environment is read, never written. The one
-documented exception is ``cli/local/bootstrap.py``: the process of a Lambda execution
+documented exception is ``local_aws/bootstrap.py``: the process of a Lambda execution
 environment, given the function's environment as Lambda does.
 
 Given every module of ``cli/`` and ``ops/``, when its syntax tree is read, then no statement
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("cli", "ops")
 # Module -> the one function of it that may write (None: anywhere in the module).
 ALLOWED: dict[str, str | None] = {
-    "cli/local/bootstrap.py": None,
+    "local_aws/bootstrap.py": None,
 }
 MUTATING_METHODS = {"update", "pop", "popitem", "setdefault", "clear", "__setitem__", "__delitem__"}
 OS_WRITERS = {"putenv", "unsetenv"}
@@ -170,7 +170,7 @@ def test_the_named_places_are_where_the_writes_are() -> None:
     ],
 )
 def test_the_checker_catches_a_planted_write(source: str) -> None:
-    for relative in ("cli/local/runtime.py", "cli/local/lambdas.py", "ops/targets.py", "cli/main.py"):
+    for relative in ("local_aws/runtime.py", "local_aws/lambdas.py", "ops/targets.py", "cli/main.py"):
         assert violations(relative, source), (relative, source)
 
 
@@ -182,9 +182,9 @@ def test_the_checker_allows_reads_and_only_the_named_function() -> None:
         "copy = dict(os.environ)\n"
         "other = {}\nother['A'] = os.environ['B']\nother.update(os.environ)\n"
     )
-    assert violations("cli/local/runtime.py", reads) == []
+    assert violations("local_aws/runtime.py", reads) == []
     write = "import os\ndef helper(values):\n    os.environ.update(values)\n"
-    assert violations("cli/local/runtime.py", write) == [
-        "cli/local/runtime.py:3 os.environ.update() in helper()"
+    assert violations("local_aws/runtime.py", write) == [
+        "local_aws/runtime.py:3 os.environ.update() in helper()"
     ]
-    assert violations("cli/local/bootstrap.py", write) == []
+    assert violations("local_aws/bootstrap.py", write) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from cli.local.apigw import http_api_event
+from local_aws.apigw import http_api_event
 from shared.core.errors import InvalidInput, PayloadTooLarge
 from shared.core.json_input import loads_strict
 from shared.web.http import form_fields, request_body

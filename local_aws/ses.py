@@ -2,7 +2,7 @@
 
 moto's own ``send_email`` drops configuration sets, EmailTags, headers and text parts and
 never publishes events. :class:`LocalSes` takes over ``SendEmail`` (see
-``cli.local.hooks``), so product code keeps talking plain boto3 to the endpoint:
+``local_aws.hooks``), so product code keeps talking plain boto3 to the endpoint:
 
 - every accepted message lands in ``<outbox>/<message-id>.eml`` (the MIME as sent; Simple
   content becomes equivalent MIME) plus ``<message-id>.json`` (configuration set,
@@ -32,8 +32,8 @@ from email.utils import formatdate, getaddresses, parseaddr
 from pathlib import Path
 from typing import Any
 
-from cli.local import ses_events as ev
-from cli.local.reputation import ReputationMonitor, Window
+from local_aws import ses_events as ev
+from local_aws.reputation import ReputationMonitor, Window
 
 DEFAULT_MAX_SEND_RATE = 14.0
 DEFAULT_MAX_24_HOUR_SEND = 50_000
@@ -95,7 +95,7 @@ class LocalSes:
         self.sends = 0
         self.events: list[dict[str, Any]] = []  # every record published (tests, bench)
         # Configuration sets whose sending was disabled (SES v2 PutConfigurationSetSendingOptions)
-        # -> when; each set's reputation rates and the alarms on them (cli.local.reputation).
+        # -> when; each set's reputation rates and the alarms on them (local_aws.reputation).
         self.paused_sets: dict[str, str] = {}
         self.fresh_starts: dict[str, str] = {}
         self.reputation = ReputationMonitor(publish, account=account_id, region=region)
@@ -461,12 +461,6 @@ def _simple_to_mime(
     else:
         message.set_content("")
     return message
-
-
-def read_outbox(outbox: Path) -> list[dict[str, Any]]:
-    """Metadata of every message in the outbox, oldest first."""
-    items = [json.loads(p.read_text()) for p in outbox.glob("*.json")]
-    return sorted(items, key=lambda m: m["timestamp"])
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -10,7 +10,7 @@ were done) up to ``MaximumRetryAttempts``, then skips the records and, with an o
 destination, sends it an invocation record that says which records were skipped (shard, first and
 last sequence number, stream ARN: not the records themselves; Lambda Developer Guide, "Retaining
 discarded batch records for a DynamoDB event source in Lambda"). :class:`StreamPoller` does that
-here; the hook in ``cli.local.hooks`` detaches moto's inline invocation.
+here; the hook in ``local_aws.hooks`` detaches moto's inline invocation.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class StreamPoller:
         self.patterns = list(patterns)
         self.retry_attempts = retry_attempts
         self.bisect = bisect
-        self.trim = trim  # forgets records handed on (cli.local.hooks.trim_stream), None keeps them
+        self.trim = trim  # forgets records handed on (local_aws.hooks.trim_stream), None keeps them
         # sends the on-failure record of skipped records to the mapping's destination (None: no destination)
         self.on_failure = on_failure
         self.skipped = 0

@@ -5,17 +5,17 @@
 
 Starts moto's server in this process and talks to it through one client factory
 (``rt.aws``, a ``shared.core.aws.ClientFactory`` for the endpoint): provisions everything in
-``shared.core.specs`` through ``cli.local.provision``,
-runs every Lambda from the deployment artifact (``cli.local.artifact``: the synthesized
+``shared.core.specs`` through ``local_aws.provision``,
+runs every Lambda from the deployment artifact (``local_aws.artifact``: the synthesized
 template and the bundled code asset) in execution environments of its own on Python 3.12
-with the template's environment and IAM (``cli.local.deployment``, ``cli.local.environments``),
+with the template's environment and IAM (``local_aws.deployment``, ``local_aws.environments``),
 Step Functions on a virtual clock, a faithful SES, and an HTTP front for the API routes,
 served twice: plain http on ``api_port`` (``api_url``) and https on ``public_port``
 (``public_url``, the public base URL of links in mail) with a self-signed certificate made
-at start in ``<state dir>/tls/`` (``cli.local.tls``).
+at start in ``<state dir>/tls/`` (``local_aws.tls``).
 The runtime never writes its process environment: whatever runs in this process (provisioning,
 the stack registration, EventBridge, ``mailstep demo``, the bench) reaches the endpoint through
-``rt.aws``, and moto's Step Functions interpreter through ``cli.local.hooks`` (``ACTIVE.port``).
+``rt.aws``, and moto's Step Functions interpreter through ``local_aws.hooks`` (``ACTIVE.port``).
 One runtime per process (moto's backends and the hooks are process-wide).
 """
 
@@ -36,33 +36,33 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cli.local import collector, hooks, ses_events
-from cli.local.artifact import Artifact, build
-from cli.local.cfn_stack import register_stack
-from cli.local.clock import VirtualClock
-from cli.local.deployment import Deployment, bind, deploy, uploaded_function
-from cli.local.environments import DEFAULT_CONCURRENCY, Environments
-from cli.local.eventbridge import (
+from local_aws import collector, hooks, ses_events
+from local_aws.artifact import Artifact, build
+from local_aws.cfn_stack import register_stack
+from local_aws.clock import VirtualClock
+from local_aws.deployment import Deployment, bind, deploy, uploaded_function
+from local_aws.environments import DEFAULT_CONCURRENCY, Environments
+from local_aws.eventbridge import (
     ExecutionStatusRules,
     ScheduledRules,
     async_targets,
     rules_of,
     scheduled_rules_of,
 )
-from cli.local.http_front import Cors, HttpFront
-from cli.local.lambdas import STATS, PollerCounts, SqsPoller, invoke
-from cli.local.provision import LocalResources, local_function_name, provision
-from cli.local.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
-from cli.local.streams import StreamPoller
-from cli.local.template import LocalTemplate
-from cli.local.tls import TlsFiles, client_context, ensure_certificate, server_context
+from local_aws.http_front import Cors, HttpFront
+from local_aws.lambdas import STATS, PollerCounts, SqsPoller, invoke
+from local_aws.provision import LocalResources, local_function_name, provision
+from local_aws.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
+from local_aws.streams import StreamPoller
+from local_aws.template import LocalTemplate
+from local_aws.tls import TlsFiles, client_context, ensure_certificate, server_context
+from ops.targets import STATE_FILE
 from shared.core import specs
 from shared.core.aws import AwsConfig, ClientFactory, reset_clients
 from shared.core.observability import logger
 from shared.core.secrets import reset_cache
 
 ACCOUNT_ID = "123456789012"
-STATE_FILE = "runtime.json"
 # Batches in flight per SQS mapping without a MaximumConcurrency (LocalRuntime._start_poller).
 LOCAL_MAPPING_CONCURRENCY = 1
 
@@ -94,7 +94,7 @@ class RuntimeConfig:
     # Emulate a new sending domain whose identity SES has not verified yet: sends from it are
     # refused as SES refuses them until `mailstep local verify DOMAIN` (docs/local-runtime.md).
     identity_pending: bool = False
-    # The reputation guardrail's local CloudWatch (cli/local/reputation.py): sends a set needs
+    # The reputation guardrail's local CloudWatch (local_aws/reputation.py): sends a set needs
     # before its rates count, and whether the stack's reputation alarms are evaluated.
     reputation_min_sends: int = 200
     reputation_alarms: bool = True
@@ -344,7 +344,7 @@ class LocalRuntime:
             self._tmp = None
 
     def stack_outputs(self) -> dict[str, str]:
-        """Outputs of the stack the runtime registers as ``specs.STACK_NAME`` (cli.local.cfn_stack):
+        """Outputs of the stack the runtime registers as ``specs.STACK_NAME`` (local_aws.cfn_stack):
         ``specs.stack_outputs()`` keys and ``specs.API_URL_OUTPUT`` (the https front), local values."""
         if self.deployment is None:
             raise RuntimeError("the local runtime has not deployed the artifact yet")
@@ -383,8 +383,8 @@ class LocalRuntime:
     def _reputation_alarms(self, template: Any) -> None:
         """The template's alarms on the sets' reputation metrics: created in the emulated
         CloudWatch (where `mailstep reputation status` reads their thresholds) and evaluated by
-        the local SES's reputation monitor (cli/local/reputation.py)."""
-        from cli.local.reputation import NAMESPACE, SET_DIMENSION, alarms_of
+        the local SES's reputation monitor (local_aws/reputation.py)."""
+        from local_aws.reputation import NAMESPACE, SET_DIMENSION, alarms_of
 
         cloudwatch = self.aws.client("cloudwatch")
         for alarm in alarms_of(template):
@@ -405,7 +405,7 @@ class LocalRuntime:
             self.ses.reputation.watch(alarm)
 
     def _put_reputation_metric(self, configuration_set: str, metric: str, value: float) -> None:
-        from cli.local.reputation import NAMESPACE, SET_DIMENSION
+        from local_aws.reputation import NAMESPACE, SET_DIMENSION
 
         self._backend("cloudwatch").put_metric_data(
             NAMESPACE,

@@ -1,13 +1,13 @@
 """Every patch of moto's private internals, in one place (moto is pinned exactly).
 
 - ``LambdaFunction._invoke_lambda`` -> the function's execution environments
-  (``ACTIVE.invoker``: ``cli.local.environments``);
+  (``ACTIVE.invoker``: ``local_aws.environments``);
 - the endpoint moto's Step Functions interpreter calls Lambda on -> the runtime's
   (``ACTIVE.port``; moto reads ``MOTO_PORT`` from the process environment otherwise);
 - ``WaitFunction._wait_interval`` and the ``time`` of the Step Functions retrier -> the
-  virtual clock (``cli.local.clock``);
+  virtual clock (``local_aws.clock``);
 - SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
-  event destinations) -> the local SES (``cli.local.ses``);
+  event destinations) -> the local SES (``local_aws.ses``);
 - SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
 - DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
   :func:`transact_write_items`);
@@ -63,8 +63,8 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.utils import boto_client as sfn_boto_client
 
-from cli.local.clock import VirtualClock
-from cli.local.ses import LocalSes, SesError
+from local_aws.clock import VirtualClock
+from local_aws.ses import LocalSes, SesError
 
 MOTO_VERSION = "5.2.5"
 
@@ -260,7 +260,7 @@ def _update_event_destination(self: Any) -> str:
 
 def _put_sending_options(self: Any) -> str:
     """SES v2 PutConfigurationSetSendingOptions (moto lacks it): the local SES refuses sends
-    through a disabled set (``cli.local.ses``)."""
+    through a disabled set (``local_aws.ses``)."""
     ses = _require_ses()
     name = _existing_configuration_set(self)
     ses.set_sending(name, bool(self._get_param("SendingEnabled", False)))
@@ -345,7 +345,7 @@ _STREAMS = threading.Lock()
 def _stream_add(self: Any, old: Any, new: Any) -> None:
     """Record one change in the table's stream as moto does, without moto's inline invocation of
     the mapped functions (from inside the writer's request, with the whole shard): the runtime's
-    stream pollers (``cli.local.streams``) hand the records to them, as Lambda polls a stream."""
+    stream pollers (``local_aws.streams``) hand the records to them, as Lambda polls a stream."""
     stream_type = self.table.stream_specification["StreamViewType"]
     event_name = "INSERT" if old is None else "REMOVE" if new is None else "MODIFY"
     with _STREAMS:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.console.guard import Secrets
+from console.guard import Secrets
 
 if TYPE_CHECKING:
     import uvicorn
@@ -67,7 +67,8 @@ def serve(
     """The console for ``target``, bound and ready to :meth:`Served.run`."""
     import uvicorn
 
-    from cli.console.app import Console, build
+    from console.app import build
+    from console.site import Console
 
     sock = bind(port, fallback)
     port = sock.getsockname()[1]

@@ -302,7 +302,7 @@ def _template_tools(tool: Register[Any], templates_dir: Path) -> None:
         transactional: bool = False,
     ) -> dict[str, Any]:
         """Render one template for a sample subscriber: subject, preheader, text and HTML."""
-        from cli.templates_cmd import identity_from_env
+        from ops.templates import identity_from_env
 
         context = identity_from_env().preview_context(
             email=email, first_name=first_name, data=data or {}, transactional=transactional

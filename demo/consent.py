@@ -9,18 +9,15 @@ posts, links from the outbox); the broadcast through the same operator code as
 from __future__ import annotations
 
 import re
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-if TYPE_CHECKING:
-    from cli.demo import Demo
+from demo.story import Demo, until
 
 READER = "hedy@example.com"
 TOPIC = "product-updates"  # topics.yaml: default on
@@ -49,21 +46,9 @@ def _browser(demo: Demo, url: str, form: list[tuple[str, str]] | None = None) ->
         return int(exc.code), exc.read().decode()
 
 
-# The longest the demo waits for one outcome (a mail, an execution's end): generous, as the functions
-# share the machine with everything else on it; a quiet laptop sees each in a few seconds.
-WAIT_S = 90.0
-
-
-def _until(check: Callable[[], T], timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return found
-
-
 def _mail(demo: Demo, template: str) -> EmailMessage | None:
     """The reader's newest mail of ``template`` in the outbox."""
-    from cli.local.ses import read_outbox
+    from ops.outbox import read_outbox
     from shared.sending.sender import decode_tag_value
 
     found = [
@@ -101,7 +86,7 @@ def chapter_signup_topics(demo: Demo) -> None:
     demo.console.print(f"  [green]{status}[/green] form post to /v1/signup: {'Check your inbox' in page=}")
     demo.expect(status == 200 and not _profile(demo), f"sign-up answered {status} or made a subscriber")
 
-    confirm_mail = _until(lambda: _mail(demo, "system/confirm"))
+    confirm_mail = until(lambda: _mail(demo, "system/confirm"))
     demo.expect(confirm_mail is not None, "no confirmation mail in the outbox")
     if confirm_mail is None:
         return
@@ -122,7 +107,7 @@ def chapter_signup_topics(demo: Demo) -> None:
     )
     demo.expect(profile.get("status", {}).get("S") == "subscribed", "the confirm POST did not subscribe")
 
-    welcome = _until(lambda: _mail(demo, "welcome"))
+    welcome = until(lambda: _mail(demo, "welcome"))
     demo.expect(welcome is not None, "subscriber.confirmed did not start welcome-confirmed")
     if welcome is None:
         return
@@ -144,7 +129,7 @@ def _topic_broadcast(demo: Demo) -> None:
     service = demo.broadcasts()
     request = parse_request(id="demo-updates", template="newsletter/monthly", audience={"topic": TOPIC})
     service.send(request)
-    record = _until(lambda: (r := service.get("demo-updates")) is not None and r.status == "done" and r)
+    record = until(lambda: (r := service.get("demo-updates")) is not None and r.status == "done" and r)
     if not record:
         demo.expect(False, "the topic broadcast did not finish")
         return

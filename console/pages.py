@@ -14,14 +14,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from cli.console.app import Console, back, call, chart_data
+from console.site import Console, back, call, chart_data
 from shared.core.errors import InvalidInput, MailstepError, NotFound
 
 if TYPE_CHECKING:
     from starlette.datastructures import FormData
 
 
-RUN_ID = re.compile(r"[0-9a-f]{16}")  # a forecast's id in its URL (cli.console.jobs)
+RUN_ID = re.compile(r"[0-9a-f]{16}")  # a forecast's id in its URL (console.jobs)
 # The forecast's at-risk bucket Queries in flight at once (the CLI's report: 16). The read shares
 # the console's interpreter with the pages it serves (and, under `mailstep dev`, with the
 # emulator answering it): at 16 a "Forecasting" refresh took up to 424 ms at 10,000 subscribers,
@@ -314,7 +314,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         if not at and request.query_params.get("live") != "1":  # as it opens: no day bucket read
             found = await call(list_hygiene.report, c.target, live=False)
             return c.page(request, "hygiene.html", r=found, dry=None, at=at, title="Hygiene")
-        # a day asked for, or "Forecast now": the full report, read in the background (cli.console.jobs)
+        # a day asked for, or "Forecast now": the full report, read in the background (console.jobs)
         if at:
             list_hygiene.now(c.target, at)  # a day, or the problem page (no I/O for a day)
         run = request.query_params.get("run", "")
@@ -398,7 +398,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return c.page(request, "signups.html", q="", found=None, listed=page, title="Pending sign-ups")
 
     async def outbox(request: Request) -> Response:
-        from cli.local.ses import read_outbox
+        from ops.outbox import read_outbox
 
         if c.outbox is None:
             raise NotFound("the outbox exists on the local runtime only")

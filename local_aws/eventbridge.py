@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cli.local.template import LocalTemplate
+from local_aws.template import LocalTemplate
 from shared.core.aws import ClientFactory
 from shared.core.observability import logger
 

@@ -10,7 +10,7 @@ moto's CloudFormation skips many resource types, so the synthesized template is 
 deployed here. The stack is created through the API from a template holding only an
 ``AWS::CloudFormation::WaitConditionHandle`` (a type moto ignores) and literal Outputs; the
 resources are then added to moto's model of the stack. That is this module's one patch of
-moto internals (moto is pinned: ``cli.local.hooks.MOTO_VERSION``), and it relies on:
+moto internals (moto is pinned: ``local_aws.hooks.MOTO_VERSION``), and it relies on:
 
 - ``moto.cloudformation.parsing.ResourceMap`` keeps the template's resources in
   ``_resource_json_map`` (iterated by ``Stack.stack_resources``) and the created ones in
@@ -63,7 +63,7 @@ def self_check() -> None:
     from moto.cloudformation.models import Stack
     from moto.cloudformation.responses import CloudFormationResponse
 
-    from cli.local.hooks import MOTO_VERSION
+    from local_aws.hooks import MOTO_VERSION
 
     problems = []
     if moto.__version__ != MOTO_VERSION:
@@ -105,7 +105,7 @@ def register_stack(
     ):
         cfn.delete_stack(StackName=stack_name)
     template = {
-        "Description": "mailstep local runtime (cli/local/cfn_stack.py): outputs and resources are local",
+        "Description": "mailstep local runtime (local_aws/cfn_stack.py): outputs and resources are local",
         "Resources": {PLACEHOLDER: {"Type": PLACEHOLDER_TYPE}},
         "Outputs": {key: {"Value": value} for key, value in outputs.items()},
     }

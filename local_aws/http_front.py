@@ -2,7 +2,7 @@
 
 A thin adapter on Werkzeug: its threaded WSGI server serves, its URL map routes every route
 in ``shared.core.specs.routes()``, and a request becomes the v2 event API Gateway would send
-(``cli.local.apigw``); the function is invoked through the same Lambda path moto uses, and
+(``local_aws.apigw``); the function is invoked through the same Lambda path moto uses, and
 the result is mapped back like API Gateway does (a dict with ``statusCode`` is a full
 response; anything else is a 200 JSON body; a function error is a 500). Unknown routes, and
 a known path with another method, get API Gateway's 404. ``/_local/...`` goes to the
@@ -40,7 +40,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
-from cli.local.apigw import http_api_event
+from local_aws.apigw import http_api_event
 from shared.core.specs import FunctionSpec, RouteSpec
 
 Invoke = Callable[[FunctionSpec, dict[str, Any]], tuple[Any, bool]]

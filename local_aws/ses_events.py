@@ -36,7 +36,7 @@ EVENT_TYPES = {
 
 
 # The local runtime's calendar: how far its days are ahead of the wall clock (``mailstep local
-# advance``, cli.local.clock.VirtualClock.calendar_offset_s). SES stamps its events with the
+# advance``, local_aws.clock.VirtualClock.calendar_offset_s). SES stamps its events with the
 # time they happen; here that is the runtime's calendar, so that a reader's open after an
 # advance comes after what the advance did (docs/local-runtime.md).
 CALENDAR = {"offset_s": 0.0}

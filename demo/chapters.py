@@ -8,129 +8,19 @@ in the tables and the outbox.
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.demo_consent import WAIT_S, chapter_signup_topics
+from demo.consent import chapter_signup_topics
+from demo.story import WAIT_S, Demo
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
-
-    from ops.broadcasts import Broadcasts
-    from shared.store.subscribers import SubscriberStore
-
-
-@dataclass
-class Demo:
-    runtime: Any  # cli.local.LocalRuntime
-    console: Console
-    failures: list[str] = field(default_factory=list)
-
-    def post(self, path: str, body: Any, *, key: str | None = None) -> tuple[int, Any]:
-        """POST JSON to the local HTTP API with the runtime's key (or ``key``)."""
-        request = urllib.request.Request(  # noqa: S310 - the local API
-            self.runtime.api_url + path,
-            data=json.dumps(body).encode(),
-            headers={
-                "content-type": "application/json",
-                "authorization": f"Bearer {key if key is not None else self.runtime.api_key}",
-            },
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-                return response.status, json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
-
-    def events(self, *events: dict[str, Any]) -> list[dict[str, Any]]:
-        status, answer = self.post("/v1/events", {"events": list(events)})
-        self.expect(status == 200, f"POST /v1/events answered {status}: {answer}")
-        results = list(answer["results"])
-        for event, result in zip(events, results, strict=True):
-            tags = " ".join(
-                [*(f"+{t}" for t in result["tags_added"]), *(f"-{t}" for t in result["tags_removed"])]
-            )
-            self.console.print(
-                f"  [green]{status}[/green] {result['type']:<23} {event['email']:<20} "
-                f"{result['subscriber']:<9} {tags}".rstrip(),
-                highlight=False,
-            )
-            for verb, key in (("started", "sequences_started"), ("stopped", "sequences_stopped")):
-                for sequence in result.get(key, []):
-                    self.console.print(f"      sequence [bold]{sequence}[/bold] {verb}", highlight=False)
-        return results
-
-    def refused(self, status: int, answer: Any) -> None:
-        """One line for an error answer: status, code and message."""
-        error = answer.get("error", {}) if isinstance(answer, dict) else {}
-        self.console.print(
-            f"  [yellow]{status}[/yellow] {error.get('code', answer)}: {error.get('message', '')}",
-            highlight=False,
-        )
-
-    def held(self, count: int, timeout_s: float = WAIT_S) -> int:
-        """Wait until ``count`` executions stand at a Wait of the paused clock; returns how many do."""
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while self.runtime.clock.held != count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        held = int(self.runtime.clock.held)
-        self.expect(held == count, f"{held} sequence executions wait, expected {count}")
-        return held
-
-    def clock(self, *, paused: bool) -> None:
-        """Pause or resume the runtime's virtual clock (``POST /_local/clock``): while it is
-        paused, Wait states do not end, so sequences stop at their next wait."""
-        status, answer = self.post("/_local/clock", {"paused": paused})
-        self.expect(status == 200 and answer.get("paused") is paused, f"the clock did not change: {answer}")
-
-    def store(self) -> SubscriberStore:
-        """The subscriber store on the runtime's tables, through the runtime's clients."""
-        from shared.store.subscribers import SubscriberStore
-
-        tables = self.runtime.resources.tables
-        return SubscriberStore(tables["table_name"], tables["events_table_name"], self.ddb())
-
-    def ddb(self) -> DynamoDBClient:
-        """The runtime's DynamoDB client (``LocalRuntime.aws``; this process's environment
-        does not point at the runtime)."""
-        return self.runtime.aws.client("dynamodb")
-
-    def broadcasts(self) -> Broadcasts:
-        """The operator's broadcast service (``ops.broadcasts.Broadcasts``) on the runtime's
-        tables and broadcast queues, as ``mailstep broadcast send`` uses it."""
-        from ops.broadcasts import Broadcasts
-        from shared.core import specs
-        from shared.core.settings import Settings
-
-        resources = self.runtime.resources
-        return Broadcasts.from_settings(
-            Settings(
-                table_name=resources.tables["table_name"],
-                events_table_name=resources.tables["events_table_name"],
-                broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
-                broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
-            ),
-            aws=self.runtime.aws,
-        )
-
-    def expect(self, ok: bool, message: str) -> None:
-        if not ok:
-            self.failures.append(message)
-            self.console.print(f"  [red]unexpected:[/red] {message}")
-
-    def chapter(self, title: str) -> None:
-        self.console.rule(f"[bold]{title}")
+    pass
 
 
 def chapter_subscribers(demo: Demo) -> None:
@@ -165,7 +55,7 @@ def chapter_subscribers(demo: Demo) -> None:
         "not every subscriber started onboarding",
     )
     held = demo.held(len(results))
-    from cli.local.ses import read_outbox
+    from ops.outbox import read_outbox
 
     welcomes = [m for m in read_outbox(demo.runtime.outbox) if m["email_tags"].get("source") == "onboarding"]
     demo.console.print(f"  {len(welcomes)} welcome mails sent; {held} onboardings now stand at 'wait: 1d'")
@@ -210,8 +100,8 @@ def chapter_bad_requests(demo: Demo) -> None:
 
 def chapter_state(demo: Demo) -> None:
     demo.chapter("What is in DynamoDB and the outbox now")
-    from cli.local.ses import read_outbox
-    from cli.local_cmd import outbox_table
+    from ops.outbox import read_outbox
+    from ops.tables import outbox_table
     from shared.store.dynamo import deserialize
 
     table_name = demo.runtime.resources.tables["table_name"]
@@ -270,7 +160,7 @@ def chapter_sending(demo: Demo) -> None:
     from email import policy
     from email.parser import BytesParser
 
-    from cli.local.ses import read_outbox
+    from ops.outbox import read_outbox
     from shared.sending.jobs import SendJob, enqueue
 
     job = SendJob(email="ada@example.com", template="welcome", source="demo", step="welcome")
@@ -319,9 +209,9 @@ def chapter_engagement(demo: Demo) -> None:
     demo.chapter("6. Engagement: a bounce, a complaint, opens and a click")
     import time
 
-    from cli.local import ses_events as ev
-    from cli.local.ses import read_outbox
-    from cli.stats_cmd import counters_table
+    from local_aws import ses_events as ev
+    from ops.outbox import read_outbox
+    from ops.tables import counters_table
     from shared.engagement.suppression import Suppressions
     from shared.sending.jobs import SendJob, enqueue
     from shared.store.stats import StatsStore
@@ -434,7 +324,7 @@ def chapter_broadcast(demo: Demo) -> None:
     demo.chapter("Broadcast: the newsletter tag, rate-limited, exactly once")
     import time
 
-    from cli.local.ses import read_outbox
+    from ops.outbox import read_outbox
     from shared.broadcasts.model import parse_request
 
     service = demo.broadcasts()
@@ -468,7 +358,7 @@ def chapter_sequences(demo: Demo) -> None:
     demo.chapter("Sequences: onboarding in virtual time")
     import time
 
-    from cli.local.ses import read_outbox
+    from ops.outbox import read_outbox
     from shared.sending.sender import decode_tag_value
 
     store = demo.store()
@@ -559,35 +449,10 @@ CHAPTERS: list[Chapter] = [
 FINALE: Chapter = chapter_state
 
 
-def demo() -> None:
-    """Start mailstep locally, tell a short story through its HTTP API, show the result."""
-    from cli.local import LocalRuntime, RuntimeConfig
-    from shared.core.observability import logger
-
-    # This process's logs at WARNING unless POWERTOOLS_LOG_LEVEL asks for more; the functions
-    # run in their execution environments with the template's environment, and this process
-    # flushes no metrics.
-    logger.setLevel(os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING").upper())
-    from cli.local.artifact import ArtifactError
-
-    console = Console()
-    try:
-        with LocalRuntime(RuntimeConfig()) as runtime:
-            console.print(
-                f"[bold]mailstep demo[/bold]: local runtime started in {runtime.started_in_s:.1f} s"
-            )
-            console.print(f"  emulated AWS {runtime.endpoint}, HTTP API {runtime.api_url}", highlight=False)
-            if runtime.artifact is not None:
-                console.print(
-                    f"  functions run from {runtime.artifact.asset_dir} (Python 3.12, IAM enforced)"
-                )
-            story = Demo(runtime=runtime, console=console)
-            for chapter in [*CHAPTERS, FINALE]:
-                chapter(story)
-    except ArtifactError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
-    if story.failures:
-        console.print(f"[red]{len(story.failures)} unexpected outcome(s)[/red]")
-        raise typer.Exit(1)
-    console.print("[green]demo finished[/green]")
+def tell(runtime: Any, console: Console) -> Demo:
+    """Every chapter in order, then the finale, against ``runtime`` (a running
+    ``local_aws.LocalRuntime``); the returned story lists what did not go as expected."""
+    story = Demo(runtime=runtime, console=console)
+    for chapter in [*CHAPTERS, FINALE]:
+        chapter(story)
+    return story

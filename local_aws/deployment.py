@@ -1,9 +1,9 @@
 """Deploy the synthesized template's compute onto the emulated account, as CloudFormation would.
 
-The data and messaging resources come from the specs (``cli.local.provision``: moto's
+The data and messaging resources come from the specs (``local_aws.provision``: moto's
 CloudFormation skips too many resource types to deploy the template itself); an infra test
 proves specs and template agree. Everything that decides how the code runs comes from the
-template, resolved to those resources (``cli.local.template``):
+template, resolved to those resources (``local_aws.template``):
 
 - every ``AWS::IAM::Role`` with its policies (recorded in moto's IAM for inspection, and
   enforced by the execution environments);
@@ -12,7 +12,7 @@ template, resolved to those resources (``cli.local.template``):
   destination);
 - every ``AWS::StepFunctions::StateMachine`` (definition with its substitutions, role).
 
-:func:`deploy` returns the :class:`~cli.local.environments.EnvironmentSpec` of each function.
+:func:`deploy` returns the :class:`~local_aws.environments.EnvironmentSpec` of each function.
 Requests go through the ``aws`` client factory the caller gives (the local runtime's, for its
 endpoint); without one, the environment's clients.
 """
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.local.artifact import Artifact
-from cli.local.environments import DEFAULT_CONCURRENCY, EnvironmentSpec
-from cli.local.provision import LocalFunction, LocalResources, local_function_name, placeholder_code
-from cli.local.template import LocalTemplate
+from local_aws.artifact import Artifact
+from local_aws.environments import DEFAULT_CONCURRENCY, EnvironmentSpec
+from local_aws.provision import LocalFunction, LocalResources, local_function_name, placeholder_code
+from local_aws.template import LocalTemplate
 from shared.core import specs
 from shared.core.aws import ClientFactory
 
@@ -285,7 +285,7 @@ def deploy(
             kwargs["FilterCriteria"] = mapping.filter_criteria
         if mapping.max_retry_attempts is not None:
             kwargs["MaximumRetryAttempts"] = mapping.max_retry_attempts
-        if mapping.on_failure:  # where a stream batch's on-failure record goes (cli.local.streams)
+        if mapping.on_failure:  # where a stream batch's on-failure record goes (local_aws.streams)
             kwargs["DestinationConfig"] = {"OnFailure": {"Destination": mapping.on_failure}}
         if mapping.function_logical_id not in by_logical:
             raise ValueError(f"event source mapping {mapping.logical_id} names an unknown function")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from cli.local.template import UnresolvedReference
+from local_aws.template import UnresolvedReference
 
 WINDOW_S = 24 * 3600
 DEFAULT_MIN_SENDS = 200
@@ -62,7 +62,7 @@ class LocalAlarm:
 @dataclass
 class Window:
     """Counts with their times, oldest first, and their running sum: a rate (and the SES quota's
-    ``SentLast24Hours``, ``cli.local.ses``) is read on every send, and summing the window each
+    ``SentLast24Hours``, ``local_aws.ses``) is read on every send, and summing the window each
     time made each send cost the sends of the last 24 hours (a quarter of the emulator's time
     after 80,000 mails of one broadcast)."""
 

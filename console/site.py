@@ -1,10 +1,11 @@
-"""The console's Starlette application: the routes, each a thin call into ``ops`` (or a
-``shared`` adapter the target builds) and one server-rendered Jinja2 page.
+"""What every console page uses: the :class:`Console` (the target, the secrets, the renderer of
+pages and problems), redirects (:func:`back`), blocking calls off the event loop (:func:`call`)
+and chart data. The pages are in :mod:`console.pages`, the application in :mod:`console.app`.
 
 Reads are GET; every change is a POST (a form carrying the CSRF token, or a script's request
 with the ``X-CSRF-Token`` header), answered with a redirect to the page that shows the result.
 The ``/api/...`` routes answer JSON to the console's own script (the live audience count and
-a broadcast's progress). :mod:`cli.console.guard` wraps all of it.
+a broadcast's progress). :mod:`console.guard` wraps all of it.
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.responses import HTMLResponse, RedirectResponse
 
-from cli.console.guard import CSRF_FIELD, Guard, Secrets
-from cli.console.jobs import Jobs
-from shared.core.errors import Conflict, InvalidInput, MailstepError, NotFound
+from console.guard import CSRF_FIELD, Secrets
+from console.jobs import Jobs
+from shared.core.errors import Conflict, NotFound
 
 if TYPE_CHECKING:
     from ops.broadcasts import Broadcasts
@@ -176,30 +174,6 @@ async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await run_in_threadpool(fn, *args, **kwargs)
 
 
-def routes(console: Console) -> list[Route | Mount]:
-    from cli.console import pages
-
-    return [
-        *pages.routes(console),
-        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
-    ]
-
-
-def build(console: Console, port: int) -> Guard:
-    """The ASGI application (the guard around Starlette) for a console on ``port``."""
-
-    async def failed(request: Request, exc: Exception) -> Response:
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        return console.problem(request, exc)
-
-    app = Starlette(routes=routes(console), exception_handlers={MailstepError: failed, ValueError: failed})
-    return Guard(app, console.secrets, port)
-
-
 def chart_data(value: Any) -> str:
     """JSON for a ``<script type="application/json">`` block (no ``</`` can end it early)."""
     return json.dumps(value).replace("</", "<\\/")
-
-
-__all__ = ["Console", "InvalidInput", "back", "build", "call", "chart_data"]

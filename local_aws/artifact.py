@@ -30,7 +30,7 @@ from typing import Any
 
 from shared.core import specs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_PYTHON_VERSION = specs.LAMBDA_RUNTIME.removeprefix("python")  # "3.12"
 # Inputs of the synthesized stack (sources, definitions, configuration, pins).
 _INPUTS = (

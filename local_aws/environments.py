@@ -7,15 +7,15 @@ then takes one invocation at a time; concurrent invocations get more environment
 the function's concurrency. Locally:
 
 - :class:`ExecutionEnvironment` is one child process, ``python3.12 -I -S -u -B
-  cli/local/bootstrap.py``, whose import path holds only the function's code asset and the
-  boto3/botocore of the Lambda runtime (``cli.local.artifact``), whose environment variables
-  are the template's (resolved to the local resources, ``cli.local.template``) plus the ones
+  local_aws/bootstrap.py``, whose import path holds only the function's code asset and the
+  boto3/botocore of the Lambda runtime (``local_aws.artifact``), whose environment variables
+  are the template's (resolved to the local resources, ``local_aws.template``) plus the ones
   Lambda sets itself, and whose AWS requests are checked against the role policy of the
-  template (``cli.local.bootstrap.Guard``);
+  template (``local_aws.bootstrap.Guard``);
 - :class:`FunctionPool` hands an invocation to an idle environment or starts another one
   (up to the function's reserved concurrency, else :data:`DEFAULT_CONCURRENCY`);
 - :class:`Environments` holds one pool per function and is what moto's Lambda invoke path
-  calls (``cli.local.hooks``): API Gateway routes, SQS event sources and Step Functions
+  calls (``local_aws.hooks``): API Gateway routes, SQS event sources and Step Functions
   tasks all land here.
 
 A child's stdout and stderr go to ``<logs>/<function name>.log`` (its CloudWatch log group,
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from cli.local.lambdas import context_of, report
-from cli.local.ses_events import CALENDAR
+from local_aws.lambdas import context_of, report
+from local_aws.ses_events import CALENDAR
 
 BOOTSTRAP = Path(__file__).resolve().with_name("bootstrap.py")
 DEFAULT_CONCURRENCY = 8
@@ -337,7 +337,7 @@ class Environments:
         """A request the Lambda service makes with a function's execution role (an on-failure
         record sent to its destination): decided by the role's policy and recorded like the
         function's own requests. A function without an enforced policy is allowed."""
-        from cli.local.bootstrap import RolePolicy
+        from local_aws.bootstrap import RolePolicy
 
         with self._lock:
             spec = self.specs.get(function_name)
@@ -356,7 +356,7 @@ class Environments:
     def grants(self, ignore: tuple[str, ...] = ()) -> list[dict[str, str]]:
         """Every (function, action, resource) an Allow of a function's role policy grants: each
         action of a statement on each of its resources is one grant (``ignore``: as below)."""
-        from cli.local.bootstrap import as_list, matches
+        from local_aws.bootstrap import as_list, matches
 
         with self._lock:
             specs = dict(self.specs)
@@ -376,7 +376,7 @@ class Environments:
         """Every grant (:meth:`grants`) that no recorded request used. ``ignore``: action patterns
         used by services on the function's behalf (log delivery, event source polling), never by
         its code."""
-        from cli.local.bootstrap import RolePolicy
+        from local_aws.bootstrap import RolePolicy
 
         with self._lock:
             used = [(f, a, r) for (f, a, r, ok), n in self.calls.items() if ok]

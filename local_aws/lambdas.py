@@ -1,8 +1,8 @@
 """Lambda invocations of the local runtime.
 
 moto registers the functions and decides when to invoke them (API ``Invoke``, API Gateway
-routes through :func:`invoke`, Step Functions tasks); ``cli.local.hooks`` replaces moto's
-Docker path with the execution environments of ``cli.local.environments`` (the deployed
+routes through :func:`invoke`, Step Functions tasks); ``local_aws.hooks`` replaces moto's
+Docker path with the execution environments of ``local_aws.environments`` (the deployed
 artifact, one process per concurrent invocation).
 SQS event sources are polled here by :class:`SqsPoller`, which behaves like the Lambda
 service: batches, ``ReportBatchItemFailures``, failed messages left for the visibility
@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.local.bootstrap import LambdaContext
+from local_aws.bootstrap import LambdaContext
 from shared.core.observability import logger
 
 

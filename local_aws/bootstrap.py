@@ -2,7 +2,7 @@
 
 The local runtime starts one process per execution environment:
 
-    python3.12 -I -S -u -B cli/local/bootstrap.py <requests fd> <replies fd>
+    python3.12 -I -S -u -B local_aws/bootstrap.py <requests fd> <replies fd>
 
 ``-I -S`` keep the development virtualenv, ``PYTHONPATH`` and site-packages out: the first
 request (``init``) names the import path, which holds only the function's code asset (what
@@ -16,7 +16,7 @@ sent: a request the policy does not allow fails with ``AccessDeniedException`` a
 in AWS (:class:`RolePolicy`, :func:`authorize`). Each reply lists the requests made
 (``calls``: IAM action, resource, allowed) so the runtime can record them.
 
-The local runtime imports :class:`LambdaContext` from here (``cli.local.lambdas``): one
+The local runtime imports :class:`LambdaContext` from here (``local_aws.lambdas``): one
 definition of the context on both sides.
 
 It is the one module of ``cli/`` that writes ``os.environ``, and only in an execution

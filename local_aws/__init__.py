@@ -1,7 +1,7 @@
 """The local runtime: mailstep on an embedded emulated AWS (moto), for dev, demo, tests and bench.
 
 The names below load on first use, so a Lambda execution environment
-(``cli.local.environments``) starts without importing moto.
+(``local_aws.environments``) starts without importing moto.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cli.local.runtime import LocalRuntime, RuntimeConfig, read_state
+    from local_aws.runtime import LocalRuntime, RuntimeConfig, read_state
 
 __all__ = ["LocalRuntime", "RuntimeConfig", "read_state"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from cli.local import runtime
+        from local_aws import runtime
 
         return getattr(runtime, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -165,7 +165,7 @@ def create_failure_queue(
 
 def placeholder_code() -> bytes:
     """The code zip the emulated Lambda is given: the local runtime runs the real handler from
-    the cdk.out code asset (``cli.local.deployment``)."""
+    the cdk.out code asset (``local_aws.deployment``)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("README.txt", "mailstep local runtime: handlers run from the cdk.out code asset\n")
@@ -186,7 +186,7 @@ def provision(
 
     ``messaging`` also creates the queues, topics, subscriptions and configuration sets. The
     functions, their event source mappings and the state machines come from the synthesized
-    template (``cli.local.deployment``). ``aws``: the clients of the endpoint (by default the
+    template (``local_aws.deployment``). ``aws``: the clients of the endpoint (by default the
     environment's).
     """
     aws = aws or ClientFactory()

@@ -3,7 +3,7 @@
 ``speed=None`` makes every wait instant (tests); ``speed=N`` waits ``seconds / N`` of
 wall time (``mailstep dev --speed N``). Either way the virtual time each wait stood for
 is recorded, so tests can assert that "30 days" really went by. SQS message delays
-(``DelaySeconds``) run on it too (``cli.local.hooks``) and are recorded in ``delays``.
+(``DelaySeconds``) run on it too (``local_aws.hooks``) and are recorded in ``delays``.
 
 The clock can be paused (``POST /_local/clock {"paused": true}``): virtual time stands
 still, so no Wait state and no Retry interval ends until it is resumed. A paused wait
@@ -13,7 +13,7 @@ otherwise instant. ``held`` counts the waits the pause is holding right now.
 
 The calendar is apart from the waits: ``mailstep local advance --days N`` moves the runtime's
 days ahead of the wall clock (``calendar_offset_s``): the scheduled EventBridge rules fire for
-each schedule time it passes (``cli.local.eventbridge.ScheduledRules``), and the local SES
+each schedule time it passes (``local_aws.eventbridge.ScheduledRules``), and the local SES
 stamps the events it publishes with the calendar's time.
 """
 
