@@ -33,6 +33,7 @@ from shared.sending.sender import decode_tag_value
 from shared.store import keys
 from shared.store.pending import mailbox_key
 from tests.e2e.conftest import ROOT, Local, subprocess_env
+from tests.eventually import eventually
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
 # Events per POST: each request stays well inside the API function's 29 s timeout even on a loaded
@@ -42,22 +43,6 @@ FORM = "application/x-www-form-urlencoded"
 BROWSER_UA = "Mozilla/5.0 (X11; Linux x86_64) mailstep-e2e"  # what ``request`` sends
 
 T = TypeVar("T")
-
-
-# ----- waiting ----------------------------------------------------------------------------------
-def wait_for(
-    check: Callable[[], T], timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.1
-) -> T:
-    """Call ``check`` until it returns something truthy (returned) or ``timeout_s`` passed: then
-    fail naming ``what`` and the last value seen. ``check`` runs once more at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {value!r:.300})")
-        time.sleep(interval_s)
 
 
 def unique(prefix: str) -> str:
@@ -187,7 +172,7 @@ def events_of(local: Local, email: str) -> list[dict[str, Any]]:
 
 def wait_for_events(local: Local, email: str, kind: str, what: str = "") -> list[dict[str, Any]]:
     """The subscriber's events of type ``kind``, once there is one."""
-    return wait_for(
+    return eventually(
         lambda: [e for e in events_of(local, email) if e["type"] == kind], what=what or f"the {kind} event"
     )
 
@@ -204,13 +189,13 @@ def engage(local: Local, email: str, *actions: str) -> None:
     for action in actions:
         result = ops(local, "local", action, email)
         assert result.returncode == 0, result.stderr
-    wait_for(lambda: count() == before + len(actions), what=f"{len(actions)} more {'/'.join(kinds)} events")
+    eventually(lambda: count() == before + len(actions), what=f"{len(actions)} more {'/'.join(kinds)} events")
 
 
 def suppressed_by_bounce(local: Local, email: str) -> None:
     """Wait until a permanent bounce of a mail to ``email`` suppressed it: the SUPPRESSION
     item, then the bounce event (the consumer writes the event item last)."""
-    wait_for(lambda: item(local, f"SUB#{email}", "SUPPRESSION"), what="the bounce's SUPPRESSION record")
+    eventually(lambda: item(local, f"SUB#{email}", "SUPPRESSION"), what="the bounce's SUPPRESSION record")
     wait_for_events(local, email, "bounce")
 
 
@@ -267,7 +252,7 @@ def failed_execution(local: Local, sequence_id: str, run: str) -> str:
         name=f"{STATE_MACHINE_PREFIX}{sequence_id}", definition=json.dumps(definition), roleArn=role
     )["stateMachineArn"]
     arn = str(sfn.start_execution(stateMachineArn=machine, name=run, input="{}")["executionArn"])
-    wait_for(
+    eventually(
         lambda: sfn.describe_execution(executionArn=arn)["status"] == "FAILED",
         what=f"the execution {run} of {sequence_id} to fail",
     )
@@ -308,7 +293,7 @@ def drained(sqs: Any, url: str) -> bool:
 
 
 def wait_until_drained(sqs: Any, url: str, timeout_s: float = 60) -> None:
-    wait_for(lambda: drained(sqs, url), timeout_s, f"{url} to hold no message", interval_s=0.3)
+    eventually(lambda: drained(sqs, url), timeout_s, f"{url} to hold no message", interval_s=0.3)
 
 
 def receive_all(sqs: Any, url: str, want: int, timeout_s: float = 10) -> list[dict[str, Any]]:

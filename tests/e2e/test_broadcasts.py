@@ -20,6 +20,7 @@ from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     drained,
     enqueue,
+    eventually,
     ok_json,
     ops,
     post,
@@ -27,7 +28,6 @@ from tests.e2e.helpers import (
     receipt,
     sent_by,
     ses_rate,
-    wait_for,
     wait_until_drained,
 )
 
@@ -190,7 +190,7 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
             local, "--any-tag", "bcc", "--any-tag", "bcb", "--id", "e2e-cancel", "--yes", "--no-wait"
         )
         assert started.returncode == 0, started.stdout + started.stderr
-        wait_for(
+        eventually(
             lambda: len(sent_by(local, "e2e-cancel")) >= 40, 60, "40 mails of e2e-cancel", interval_s=0.2
         )
         cancelled = broadcast(local, "cancel", "e2e-cancel")
@@ -209,7 +209,7 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
             stored = record(local, "e2e-cancel")
             return stored if stored["processed"] >= stored["audience"] else None
 
-        stored = wait_for(settled, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
+        stored = eventually(settled, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
     went = sent_by(local, "e2e-cancel")
     assert stored["status"] == "cancelled"
     assert stored["sent"] == len(went) < len(want)
@@ -224,7 +224,7 @@ def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlo
                 local, "--any-tag", "bca", "--any-tag", "bcc", "--id", "e2e-backlog", "--yes", "--no-wait"
             )
             assert started.returncode == 0, started.stdout + started.stderr
-            wait_for(
+            eventually(
                 lambda: len(sent_by(local, "e2e-backlog")) >= 20,
                 60,
                 "20 mails of e2e-backlog",
@@ -234,7 +234,7 @@ def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlo
             job = receipt("bc00001@example.com", "receipts", "order-1", total="9.00")
             enqueue(local, job, queue=SEND_QUEUE.local_name)
             queued = time.monotonic()
-            wait_for(
+            eventually(
                 lambda: sent_by(local, "receipts"), 30, "the transactional mail, queued behind the broadcast"
             )
             waited = time.monotonic() - queued
@@ -249,7 +249,7 @@ def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlo
             (answer,) = post(local, shipped)
             assert answer["sequences_started"] == ["order-shipped"], answer
             triggered = time.monotonic()
-            wait_for(
+            eventually(
                 lambda: [m for m in sent_by(local, "order-shipped") if customer in m["destination"]],
                 30,
                 "the sequence mail, started behind the broadcast",
@@ -272,7 +272,7 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
     answer = send(local, "--tag", "bcc", "--where", "seats>=8", "--at", at, "--id", "e2e-later", "--yes")
 
     assert answer.returncode == 0 and "scheduled" in answer.stdout, answer.stdout + answer.stderr
-    wait_for(
+    eventually(
         lambda: record(local, "e2e-later")["status"] == "done", 180, "e2e-later to be done", interval_s=0.5
     )
     # The Wait state stood for the three days (virtual clock), then the audience was sent.

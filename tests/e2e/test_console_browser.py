@@ -27,6 +27,7 @@ import pytest
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     add_contact,
+    eventually,
     item,
     mails,
     ops,
@@ -34,7 +35,6 @@ from tests.e2e.helpers import (
     sent_by,
     subscribe,
     unique,
-    wait_for,
 )
 from tests.e2e.test_console_security import Console, start_console, stop_console
 from tests.e2e.test_signup_browser import SCREENSHOTS, Browser
@@ -81,7 +81,7 @@ class ConsoleBrowser(Browser):
                     return None
                 raise
 
-        path.write_bytes(base64.b64decode(wait_for(capture, 30, f"the screenshot {name}", interval_s=0.3)))
+        path.write_bytes(base64.b64decode(eventually(capture, 30, f"the screenshot {name}", interval_s=0.3)))
         return path
 
     def wait_text(self, selector: str, check: Any, what: str, timeout_s: float = 60) -> str:
@@ -95,7 +95,7 @@ class ConsoleBrowser(Browser):
             return text if check(text) else None
 
         try:
-            return str(wait_for(read, timeout_s, what, interval_s=0.3))
+            return str(eventually(read, timeout_s, what, interval_s=0.3))
         except AssertionError as exc:
             where = self.evaluate("location.href + ': ' + document.body.innerText.slice(0, 600)")
             raise AssertionError(f"{exc}; the page: {where}; errors: {self.errors}") from None
@@ -133,7 +133,7 @@ def test_every_page_loads_without_console_errors_at_both_widths(
     add_contact(local, email, first_name="Ada", tags=["console-pages"], attributes={"plan": "pro"})
     result = local.cli("send-test", "newsletter/monthly", "--to", email, "--state-dir", str(local.state_dir))
     assert result.returncode == 0, result.stderr
-    message = wait_for(lambda: mails(local, {email})[email], 60, "the test mail in the outbox")[0]
+    message = eventually(lambda: mails(local, {email})[email], 60, "the test mail in the outbox")[0]
     added = ops(
         local, "webhooks", "add", "http://127.0.0.1:9/console-pages", "--events", "broadcast.completed"
     )
@@ -248,8 +248,10 @@ def test_build_an_audience_see_its_count_send_and_watch_progress(
     assert browser.errors == []
 
     # Then the three readers, and nobody else, got it
-    got = wait_for(
-        lambda: sent_by(local, broadcast_id) if len(sent_by(local, broadcast_id)) == 3 else None, 60
+    got = eventually(
+        lambda: sent_by(local, broadcast_id) if len(sent_by(local, broadcast_id)) == 3 else None,
+        60,
+        "the broadcast's three mails in the outbox",
     )
     assert sorted(to for m in got for to in m["destination"]) == sorted(readers)
 
@@ -269,8 +271,10 @@ def test_a_sequences_counts_move_after_virtual_time_runs(
     email = unique("console-seq") + "@example.com"
     with paused_clock(local):  # onboarding stops at its first wait (1d) after the welcome mail
         subscribe(local, email)
-        wait_for(
-            lambda: [m for m in mails(local, {email})[email] if m["template"] == "onboarding/welcome"], 60
+        eventually(
+            lambda: [m for m in mails(local, {email})[email] if m["template"] == "onboarding/welcome"],
+            60,
+            "the welcome mail in the outbox",
         )
         browser.open(console.base + "/sequences/onboarding")
 
@@ -279,18 +283,22 @@ def test_a_sequences_counts_move_after_virtual_time_runs(
             now = counts()
             return now if now["S2"]["waiting"] >= 1 else None
 
-        before = wait_for(held, 60, "an execution waiting at the 1d wait", interval_s=1)
+        before = eventually(held, 60, "an execution waiting at the 1d wait", interval_s=1)
         assert email in browser.text()  # a member
         browser.shot("console-flow-sequence-1-waiting")
     # virtual time runs: the wait ends, the tips mail goes out
-    wait_for(lambda: [m for m in mails(local, {email})[email] if m["template"] == "onboarding/tips"], 60)
+    eventually(
+        lambda: [m for m in mails(local, {email})[email] if m["template"] == "onboarding/tips"],
+        60,
+        "the tips mail in the outbox",
+    )
 
     def moved() -> dict[str, dict[str, int]] | None:
         browser.open(console.base + "/sequences/onboarding")
         now = counts()
         return now if now["S3"]["sent"] > before["S3"]["sent"] else None
 
-    after = wait_for(moved, 60, "the tips step's sent count to grow", interval_s=1)
+    after = eventually(moved, 60, "the tips step's sent count to grow", interval_s=1)
     assert after["S1"]["sent"] >= before["S1"]["sent"]
     browser.shot("console-flow-sequence-2-moved")
     assert browser.errors == []

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e.conftest import ROOT, Local, subprocess_env
-from tests.e2e.helpers import add_contact, item, unique_email, wait_for
+from tests.e2e.helpers import add_contact, eventually, item, unique_email
 
 URL = re.compile(r"console: (http://127\.0\.0\.1:(\d+)/\?token=(\S+))")
 
@@ -64,10 +64,10 @@ def start_console(local: Local, log: Path) -> Console:
             raise AssertionError(f"mailstep console exited {process.returncode}: {log.read_text()[-2000:]}")
         return URL.search(log.read_text())
 
-    found = wait_for(printed, 90, "mailstep console to print its URL", interval_s=0.2)
+    found = eventually(printed, 90, "mailstep console to print its URL", interval_s=0.2)
     port = int(found.group(2))
     base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _answers(base), 30, "the console to answer", interval_s=0.2)
+    eventually(lambda: _answers(base), 30, "the console to answer", interval_s=0.2)
     return Console(found.group(1), base, port, found.group(3), process, log)
 
 

@@ -1,7 +1,10 @@
-"""The CSV acceptance at its full size: ``mailstep subscribers import`` of 10,000 rows through
-the CLI, as an operator runs it, against a ``mailstep dev`` of its own (the session runtime's
-tables stay small for the tests that scan them). Nothing of moto is patched by the test: the
-runtime is the one users start."""
+"""The CSV acceptance: ``mailstep subscribers import`` through the CLI, as an operator runs it,
+against a ``mailstep dev`` of its own (the session runtime's tables stay small for the tests that
+scan them). Nothing of moto is patched by the test: the runtime is the one users start.
+
+``make test`` imports 1,000 rows: four windows of the importer's workers, every kind of bad row
+(50), tags on half the rows; what the guarantee needs. The full 10,000 rows run in ``make bench``
+(marked ``bench``), which also prints the rows per second."""
 
 from __future__ import annotations
 
@@ -17,11 +20,10 @@ from tests.e2e.conftest import Local, start_dev, stop_dev, wait_for_state
 from tests.e2e.helpers import MAIN, as_json, partition, scan_all
 from tests.integration.test_csv_import import make_csv
 
-ROWS = 10_000
-TAG = "import-10k"
+TAG = "import-csv"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runtime(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
     state_dir = tmp_path_factory.mktemp("csv-10k")
     process = start_dev(state_dir)
@@ -44,23 +46,25 @@ def import_file(runtime: Local, source: Path) -> tuple[dict[str, Any], float]:
     return as_json(result), took
 
 
-# Two imports of 10,000 rows and a scan: 219 s in the last CI run on 2 cores (the import's
-# speed is measured by `make bench`, not bounded here).
+# Two imports of 10,000 rows and a scan took 219 s on 2 cores: that size is `make bench`'s.
 @pytest.mark.timeout(900)
-def test_ten_thousand_rows_import_with_their_tag_partners_and_a_rerun_writes_nothing(
-    runtime: Local, tmp_path: Path
+@pytest.mark.parametrize(
+    "rows", [pytest.param(1_000, id="1k"), pytest.param(10_000, id="10k", marks=pytest.mark.bench)]
+)
+def test_an_import_writes_every_tag_partner_and_a_rerun_writes_nothing(
+    runtime: Local, tmp_path: Path, rows: int
 ) -> None:
-    # Given 10,000 rows, one in twenty bad (500: bad email, bad tag, bad attribute, duplicate)
+    # Given the rows, one in twenty bad (bad email, bad tag, bad attribute, duplicate)
     source = tmp_path / "people.csv"
-    expected = make_csv(source, ROWS)
-    good = {f"User{i:05d}@example.com" for i in range(ROWS) if i + 2 not in expected}
-    assert len(good) == 9_500 and len(expected) == 500
+    expected = make_csv(source, rows)
+    good = {f"User{i:05d}@example.com" for i in range(rows) if i + 2 not in expected}
+    assert len(good) == rows * 19 // 20 and len(expected) == rows // 20
 
     # When the operator imports it
     first, first_s = import_file(runtime, source)
 
     # Then every good row is a subscriber, every bad one is reported with its line and reason
-    assert (first["rows"], first["created"], first["updated"], first["unchanged"]) == (ROWS, 9_500, 0, 0)
+    assert (first["rows"], first["created"], first["updated"], first["unchanged"]) == (rows, len(good), 0, 0)
     assert {r["line"]: r["reason"].split(":")[0] for r in first["rejected"]} == expected
     scan_started = time.monotonic()
     items = scan_all(runtime, MAIN)
@@ -80,17 +84,17 @@ def test_ten_thousand_rows_import_with_their_tag_partners_and_a_rerun_writes_not
     assert set(partners) == {(tag, email) for email, p in profiles.items() for tag in p["tags"]["SS"]}
     assert {i["SK"]["S"].removeprefix("SUB#") for i in partition(runtime, f"TAG#{TAG}")} == good
     assert sum(1 for tag, _ in partners if tag == "imported") == sum(
-        1 for i in range(ROWS) if i % 2 and i + 2 not in expected
+        1 for i in range(rows) if i % 2 and i + 2 not in expected
     )
 
     # When the same file is imported again
     second, second_s = import_file(runtime, source)
 
     # Then every row is unchanged and not one item of the table was written
-    assert (second["created"], second["updated"], second["unchanged"]) == (0, 0, 9_500)
-    assert len(second["rejected"]) == 500
+    assert (second["created"], second["updated"], second["unchanged"]) == (0, 0, len(good))
+    assert len(second["rejected"]) == len(expected)
     assert sorted(map(repr, scan_all(runtime, MAIN))) == sorted(map(repr, items))
     print(
-        f"\n{ROWS} rows through the CLI: first run {first_s:.1f} s ({first['rows_per_second']:.0f} rows/s), "
+        f"\n{rows} rows through the CLI: first run {first_s:.1f} s ({first['rows_per_second']:.0f} rows/s), "
         f"re-run {second_s:.1f} s ({second['rows_per_second']:.0f} rows/s); scan {scan_s:.1f} s"
     )

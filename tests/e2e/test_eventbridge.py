@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from shared.core import specs
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import item, mails, paused_clock, post, unique_email, wait_for
+from tests.e2e.helpers import eventually, item, mails, paused_clock, post, unique_email
 
 
 def test_an_execution_stopped_outside_mailstep_leaves_no_exec_pair(local: Local) -> None:
@@ -16,7 +16,7 @@ def test_an_execution_stopped_outside_mailstep_leaves_no_exec_pair(local: Local)
         # Given onboarding running for a subscriber (held at its first Wait)
         (started,) = post(local, {"type": "subscriber.subscribed", "email": email, "id": f"s-{email}"})
         assert started["sequences_started"] == ["onboarding"]
-        wait_for(lambda: mails(local, {email})[email], what="the welcome mail")
+        eventually(lambda: mails(local, {email})[email], what="the welcome mail")
         running = item(local, f"SUB#{email}", "EXEC#onboarding")
         assert running is not None
         execution_arn = running["execution_arn"]["S"]
@@ -25,6 +25,6 @@ def test_an_execution_stopped_outside_mailstep_leaves_no_exec_pair(local: Local)
         # When someone stops the execution in the Step Functions console (not through mailstep)
         sfn.stop_execution(executionArn=execution_arn, error="operator", cause="stopped by hand")
         # Then EventBridge delivers the ABORTED status change and cleanup removes both items
-        wait_for(lambda: item(local, f"SUB#{email}", "EXEC#onboarding") is None, what="the EXEC pair to go")
+        eventually(lambda: item(local, f"SUB#{email}", "EXEC#onboarding") is None, what="the EXEC pair to go")
         assert item(local, "EXEC#onboarding", f"SUB#{email}") is None
     assert local.status()["eventbridge"]["delivered"] > delivered

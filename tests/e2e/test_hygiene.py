@@ -15,12 +15,12 @@ from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     add_contact,
     events_of,
+    eventually,
     item,
     ok_json,
     ops,
     outbox,
     queue_url,
-    wait_for,
     wait_until_drained,
 )
 from tests.e2e.test_engagement import queue_send
@@ -41,14 +41,16 @@ def test_three_soft_bounced_mails_suppress_and_two_do_not(local: Local) -> None:
 
     for n in range(1, 4):
         queue_send(local, email, source, f"mail-{n}")
-        wait_for(lambda n=n: mails_to(local, email) == n, 60, f"mail {n}")
+        eventually(lambda n=n: mails_to(local, email) == n, 60, f"mail {n}")
         bounced = ops(local, "local", "bounce", "--soft", email)
         assert bounced.returncode == 0, bounced.stderr
-        wait_for(lambda n=n: len(bounces(local, email)) == n, 60, f"soft bounce {n} recorded")
+        eventually(lambda n=n: len(bounces(local, email)) == n, 60, f"soft bounce {n} recorded")
         if n < 3:
             assert item(local, f"SUB#{email}", "SUPPRESSION") is None, f"suppressed after {n} soft bounce(s)"
 
-    record = wait_for(lambda: item(local, f"SUB#{email}", "SUPPRESSION"), 60, "the escalation's SUPPRESSION")
+    record = eventually(
+        lambda: item(local, f"SUB#{email}", "SUPPRESSION"), 60, "the escalation's SUPPRESSION"
+    )
     assert record["reason"] == {"S": "soft_bounce_escalation"}
     assert all(b.get("bounce_type") == "Transient" for b in bounces(local, email))
     listed = ok_json(ops(local, "suppression", "list", "--json"))
@@ -66,16 +68,16 @@ def test_an_mpp_prefetch_counts_as_a_machine_open_and_a_person_s_open_as_the_ope
     source = f"e2e-mpp-{uuid.uuid4().hex[:6]}"
     add_contact(local, email)
     queue_send(local, email, source, "welcome")
-    wait_for(lambda: mails_to(local, email) == 1, 60, "the mail")
+    eventually(lambda: mails_to(local, email) == 1, 60, "the mail")
 
     def rows() -> dict[str, dict[str, Any]]:
         return {r["metric"]: r for r in ok_json(ops(local, "stats", "--sequence", source, "--json"))["rows"]}
 
     assert ops(local, "local", "open", "--mpp", email).returncode == 0
-    wait_for(lambda: rows()["opened by machines"]["total"] == 1, 60, "the machine open counted")
+    eventually(lambda: rows()["opened by machines"]["total"] == 1, 60, "the machine open counted")
     assert (rows()["opened"]["total"], rows()["opened"]["unique"]) == (0, 0)
     assert [e.get("machine") for e in events_of(local, email) if e["type"] == "open"] == ["mpp"]
 
     assert ops(local, "local", "open", email).returncode == 0
-    wait_for(lambda: rows()["opened"]["total"] == 1, 60, "the reader's open counted")
+    eventually(lambda: rows()["opened"]["total"] == 1, 60, "the reader's open counted")
     assert (rows()["opened"]["unique"], rows()["opened by machines"]["total"]) == (1, 1)

@@ -16,7 +16,7 @@ import pytest
 
 from shared.core import specs
 from tests.e2e.conftest import ROOT, post_events, start_dev, stop_dev, subprocess_env, wait_for_state
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import eventually
 
 
 def without_action(template: dict[str, Any], handler: str, action: str) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def test_a_missing_grant_fails_the_flow_with_access_denied(
         assert answer["results"][0]["sequences_started"] == ["onboarding"]  # the API still does its part
         log = Path(state["logs"]) / "mailstep-sequence-step.log"
         refused = "AccessDeniedException"
-        wait_for(lambda: refused in (log.read_text() if log.exists() else ""), 30, "the refusal")
+        eventually(lambda: refused in (log.read_text() if log.exists() else ""), 30, "the refusal")
         assert action in log.read_text()
 
         def denied() -> set[tuple[str, str]]:
@@ -68,7 +68,7 @@ def test_a_missing_grant_fails_the_flow_with_access_denied(
                 calls = json.loads(answer.read())["calls"]
             return {(c["function"], c["action"]) for c in calls if not c["allowed"]}
 
-        assert wait_for(denied, 30, "the refused call on record") == {("mailstep-sequence-step", action)}
+        assert eventually(denied, 30, "the refused call on record") == {("mailstep-sequence-step", action)}
         assert not list(Path(state["outbox"]).glob("*.eml"))  # nothing was sent
     finally:
         stop_dev(process)
@@ -91,7 +91,7 @@ def test_in_the_ses_sandbox_only_verified_recipients_get_mail(tmp_path: Path, ar
         # when a subscriber who is no verified identity starts onboarding,
         post_events(state, {"type": "subscriber.subscribed", "email": "unverified@example.org"})
         log = Path(state["logs"]) / "mailstep-sequence-step.log"
-        wait_for(lambda: "MessageRejected" in (log.read_text() if log.exists() else ""), 30, "the refusal")
+        eventually(lambda: "MessageRejected" in (log.read_text() if log.exists() else ""), 30, "the refusal")
         # then SES refuses the send as it does in the sandbox, and nothing is delivered;
         assert '"error_code":"MessageRejected"' in log.read_text()
         assert not list(outbox.glob("*.eml"))
@@ -99,7 +99,7 @@ def test_in_the_ses_sandbox_only_verified_recipients_get_mail(tmp_path: Path, ar
         verify = local_verify(state_dir, "reader@example.net")
         assert verify.returncode == 0, verify.stderr
         post_events(state, {"type": "subscriber.subscribed", "email": "reader@example.net"})
-        mails = wait_for(lambda: list(outbox.glob("*.json")), 30, "the verified reader's mail")
+        mails = eventually(lambda: list(outbox.glob("*.json")), 30, "the verified reader's mail")
         assert [json.loads(m.read_text())["destination"] for m in mails] == [["reader@example.net"]]
 
         # and the sender's role was checked on the recipient's identity too (the sandbox's rule).
@@ -110,7 +110,7 @@ def test_in_the_ses_sandbox_only_verified_recipients_get_mail(tmp_path: Path, ar
             return {c["resource"].rsplit(":", 1)[-1] for c in calls if c["action"] == "ses:SendRawEmail"}
 
         wanted = {"identity/example.com", "identity/example.org", "identity/example.net"}
-        wait_for(lambda: wanted <= checked(), 30, "sender and recipient identities authorized")
+        eventually(lambda: wanted <= checked(), 30, "sender and recipient identities authorized")
         bad = local_verify(state_dir, "not an address")
         assert bad.returncode == 2  # a usage error, the message in typer's box:
         message = " ".join(re.sub(r"[│╭╮╰╯─]", " ", bad.stderr).split())

@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.e2e.conftest import Local, start_dev, wait_for_state
-from tests.e2e.helpers import MAIN, item, post, receive_all, scan_all, ses_send, unique, wait_for
+from tests.e2e.helpers import MAIN, eventually, item, post, receive_all, scan_all, ses_send, unique
 
 THIRTY_DAYS_S = 30 * 86400
 ROLE_NAME = "e2e-handlers"
@@ -84,7 +84,7 @@ def run_state_machine(
         described = sfn.describe_execution(executionArn=execution["executionArn"])
         return None if described["status"] == "RUNNING" else dict(described)
 
-    described = wait_for(ended, 20, "the execution to end", interval_s=0.01)
+    described = eventually(ended, 20, "the execution to end", interval_s=0.01)
     return described, time.perf_counter() - started
 
 
@@ -248,7 +248,7 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
 
     def stored(message_body: str, timeout_s: float) -> dict[str, Any]:
         """The item the handler wrote for ``message_body``, once it is there."""
-        return wait_for(
+        return eventually(
             lambda: item(local, f"E2E#{message_body}", "SQS"),
             timeout_s,
             f"the mapped handler to store {message_body}",
@@ -265,7 +265,7 @@ def test_an_sqs_message_reaches_the_mapped_handler_with_partial_batch_failures(l
     assert again["receive_count"]["S"] == "2"
     assert float(again["stored_at"]["N"]) - sent_at >= 2.5
     # the record that always fails lands in the DLQ after maxReceiveCount
-    moved = wait_for(
+    moved = eventually(
         lambda: sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1).get("Messages", []),
         15,
         "the always-failing record in the DLQ",
@@ -508,7 +508,7 @@ def serve_and_stop(tmp_path: Path) -> float:
             except (urllib.error.URLError, ConnectionError):
                 return None  # not listening yet
 
-        code = wait_for(answer, 60, "mailstep dev to answer on its API port", interval_s=0.05)
+        code = eventually(answer, 60, "mailstep dev to answer on its API port", interval_s=0.05)
         served = time.monotonic() - started
         print(f"\nmailstep dev answered {served:.2f} s after it was spawned (artifact built)")
         assert code == 401

@@ -19,6 +19,7 @@ from tests.e2e.helpers import (
     engage,
     enqueue,
     events_of,
+    eventually,
     failed_execution,
     item,
     ok_json,
@@ -31,7 +32,6 @@ from tests.e2e.helpers import (
     subscribe,
     suppressed_by_bounce,
     unique,
-    wait_for,
     wait_for_events,
 )
 
@@ -207,7 +207,10 @@ def test_sequence_and_template_tools_match_the_catalog_and_the_store(local: Loca
     )
     with paused_clock(local):  # onboarding stays active (at its first Wait) while it is counted
         assert subscribe(local, email)["sequences_started"] == ["onboarding"]
-        wait_for(lambda: sent_by(local, "onboarding") and item(local, f"SUB#{email}", "EXEC#onboarding"))
+        eventually(
+            lambda: sent_by(local, "onboarding") and item(local, f"SUB#{email}", "EXEC#onboarding"),
+            what="the welcome sent and the onboarding's EXEC# pair written",
+        )
         pair = item(local, f"SUB#{email}", "EXEC#onboarding")
         assert pair is not None
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from shared.core.specs import STATE_MACHINE_PREFIX
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import as_json, failed_execution, ops, post, scan_all, subscribe, wait_for
+from tests.e2e.helpers import as_json, eventually, failed_execution, ops, post, scan_all, subscribe
 
 
 def test_without_a_running_runtime_the_cli_says_how_to_choose(local: Local, tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_delete_leaves_no_item_in_either_table(local: Local) -> None:
         running = any(i["SK"]["S"].startswith("EXEC#") for i in items)
         return sent > 0 and delivered == sent and not running
 
-    wait_for(settled, 60, "the subscriber's sequences and SES events to settle", interval_s=0.2)
+    eventually(settled, 60, "the subscriber's sequences and SES events to settle", interval_s=0.2)
 
     result = ops(local, "subscribers", "delete", email, "--yes", "--json")
 

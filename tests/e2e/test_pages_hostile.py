@@ -27,6 +27,7 @@ from tests.e2e.helpers import (
     MAIN,
     add_contact,
     events_of,
+    eventually,
     item,
     link,
     messages,
@@ -36,7 +37,6 @@ from tests.e2e.helpers import (
     scan_all,
     unique,
     unsubscribe_targets,
-    wait_for,
 )
 from tests.forms import submission
 
@@ -169,7 +169,7 @@ def test_after_erase_no_form_or_one_click_of_an_old_link_writes_anything(
     def delivered() -> bool:  # the broadcast's SES delivery event is recorded (none in flight)
         return any(i.get("type", {}).get("S") == "delivery" for i in mentions())
 
-    wait_for(delivered, 60, "the broadcast mail's delivery event", interval_s=0.2)
+    eventually(delivered, 60, "the broadcast mail's delivery event", interval_s=0.2)
     erased = ops(local, "subscribers", "delete", reader.email, "--yes", "--json")
     assert erased.returncode == 0, erased.stderr
     # What is left naming the address after the erase (the broadcast's audience page, not an

@@ -17,7 +17,7 @@ from cli.replies_cmd import received_notification, reply_mime
 from shared.core import specs
 from shared.store.send_log import SendLog
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import MAIN, eml, events_of, item, mails, paused_clock, post, unique_email, wait_for
+from tests.e2e.helpers import MAIN, eml, events_of, eventually, item, mails, paused_clock, post, unique_email
 
 
 def welcome_mail(local: Local, email: str) -> dict[str, Any]:
@@ -25,12 +25,12 @@ def welcome_mail(local: Local, email: str) -> dict[str, Any]:
     clock stays paused until the test ends, so onboarding sends nothing else meanwhile."""
     (started,) = post(local, {"type": "subscriber.subscribed", "email": email, "id": f"s-{email}"})
     assert started["sequences_started"] == ["onboarding"]
-    (meta,) = wait_for(lambda: mails(local, {email})[email], what="the welcome mail")
+    (meta,) = eventually(lambda: mails(local, {email})[email], what="the welcome mail")
     return meta
 
 
 def replies_of(local: Local, email: str) -> list[dict[str, Any]]:
-    return wait_for(lambda: [e for e in events_of(local, email) if e["type"] == "reply"], what="the reply")
+    return eventually(lambda: [e for e in events_of(local, email) if e["type"] == "reply"], what="the reply")
 
 
 def test_a_reply_to_a_sequence_mail_quotes_ses_s_message_id_and_is_matched_to_its_send(local: Local) -> None:
@@ -47,7 +47,7 @@ def test_a_reply_to_a_sequence_mail_quotes_ses_s_message_id_and_is_matched_to_it
         assert send_id not in str(sent["Message-ID"])
         # ... and the send log keeps that SES id for the send
         log = SendLog(MAIN, client=local.client("dynamodb"))
-        (logged,) = wait_for(lambda: list(log.entries(email)), what="the send log")
+        (logged,) = eventually(lambda: list(log.entries(email)), what="the send log")
         assert (logged["ses_message_id"], logged["send_id"]) == (ses_id, send_id)
         # When the subscriber replies (their client quotes the Message-ID they received)
         raw = (local.outbox / f"{ses_id}.eml").read_bytes()
@@ -59,7 +59,7 @@ def test_a_reply_to_a_sequence_mail_quotes_ses_s_message_id_and_is_matched_to_it
         # Then the reply event names the send it answers
         (reply,) = replies_of(local, email)
         # ... and, as onboarding has `exit_on: [reply]`, the reply ends its execution
-        wait_for(
+        eventually(
             lambda: item(local, f"SUB#{email}", "EXEC#onboarding") is None,
             what="the onboarding execution to stop",
         )

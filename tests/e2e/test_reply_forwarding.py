@@ -14,7 +14,7 @@ from typing import Any
 
 from shared.core import specs
 from tests.e2e.conftest import ROOT, post_events, start_dev, stop_dev, subprocess_env, wait_for_state
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import eventually
 
 OWNER = "owner@example.com"
 
@@ -55,7 +55,7 @@ def test_a_reply_is_forwarded_to_the_owner_with_the_template_s_iam(tmp_path: Pat
         outbox = Path(state["outbox"])
         # Given the welcome mail of a new subscriber
         post_events(state, {"type": "subscriber.subscribed", "email": "replier@example.org"})
-        (welcome,) = wait_for(lambda: outbox_mails(outbox), 30, "the welcome mail")
+        (welcome,) = eventually(lambda: outbox_mails(outbox), 30, "the welcome mail")
         # when the subscriber replies to it,
         command = ["local", "reply", welcome["message_id"], "--body", "Yes", "--state-dir", str(state_dir)]
         reply = subprocess.run(  # noqa: S603 - this interpreter, the project's CLI
@@ -64,7 +64,7 @@ def test_a_reply_is_forwarded_to_the_owner_with_the_template_s_iam(tmp_path: Pat
         )  # fmt: skip
         assert reply.returncode == 0, reply.stderr
         # then the inbound function forwards it to the owner through SES,
-        forwarded = wait_for(
+        forwarded = eventually(
             lambda: [m for m in outbox_mails(outbox) if m["destination"] == [OWNER]],
             30,
             "the forwarded reply",
@@ -84,7 +84,7 @@ def test_a_reply_is_forwarded_to_the_owner_with_the_template_s_iam(tmp_path: Pat
                 if c["function"] == "mailstep-inbound" and c["action"].startswith("ses:")
             }
 
-        assert wait_for(sent, 30, "the forward's SES requests on record") == {
+        assert eventually(sent, 30, "the forward's SES requests on record") == {
             "ses:SendRawEmail",
             "ses:SendEmail",
         }

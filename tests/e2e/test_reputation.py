@@ -34,7 +34,7 @@ from tests.e2e.conftest import (
     subprocess_env,
     wait_for_state,
 )
-from tests.e2e.helpers import add_contact, ok_json, ops, outbox, wait_for
+from tests.e2e.helpers import add_contact, eventually, ok_json, ops, outbox
 from tests.e2e.test_engagement import queue_send
 
 READERS = 30
@@ -93,7 +93,7 @@ def test_complaints_pause_marketing_transactional_goes_on_and_a_forced_resume_fi
     )
     assert sent.returncode == 0, sent.stdout + sent.stderr
 
-    paused = wait_for(
+    paused = eventually(
         lambda: (b := broadcast(local, broadcast_id))["status"] == "paused_reputation" and b,
         90,
         "the broadcast paused by the guardrail",
@@ -110,7 +110,7 @@ def test_complaints_pause_marketing_transactional_goes_on_and_a_forced_resume_fi
     # transactional mail goes on, through its own configuration set
     receipt_to = readers[0]
     queue_send(local, receipt_to, f"receipts-{run}", "r1")
-    receipt = wait_for(
+    receipt = eventually(
         lambda: [m for m in outbox(local) if m["source"] == f"receipts-{run}"], 60, "the transactional mail"
     )
     assert receipt[0]["configuration_set"] == TRANSACTIONAL_CONFIGURATION_SET.local_name
@@ -130,7 +130,7 @@ def test_complaints_pause_marketing_transactional_goes_on_and_a_forced_resume_fi
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert broadcast_id in forced.stdout
 
-    done = wait_for(
+    done = eventually(
         lambda: (b := broadcast(local, broadcast_id))["status"] == "done" and b,
         120,
         "the resumed broadcast done",

@@ -19,6 +19,7 @@ from tests.e2e.helpers import (
     drained,
     eml,
     enqueue,
+    eventually,
     messages,
     outbox,
     partition,
@@ -28,7 +29,6 @@ from tests.e2e.helpers import (
     receipt,
     request,
     unsubscribe_targets,
-    wait_for,
 )
 
 ONE_CLICK = "List-Unsubscribe=One-Click"
@@ -60,8 +60,8 @@ def test_a_job_delivered_three_times_sends_once_with_compliant_headers(local: Lo
 
     enqueue(local, job, times=3)
 
-    wait_for(lambda: messages(local, source), what="the welcome mail in the outbox")
-    wait_for(lambda: _queue_drained(local), what="the send queue to drain")
+    eventually(lambda: messages(local, source), what="the welcome mail in the outbox")
+    eventually(lambda: _queue_drained(local), what="the send queue to drain")
     found = messages(local, source)
     assert len(found) == 1 and len(_sent_items(local, email)) == 1
     meta, msg = found[0]
@@ -83,8 +83,8 @@ def test_transactional_mail_reaches_unsubscribed_and_has_no_list_headers(local: 
     post(local, {"type": "subscriber.unsubscribed", "email": email})
     enqueue(local, receipt(email, source, "order-1"))
     enqueue(local, SendJob(email=email, template="onboarding/tips", source=source, step="tips"))
-    wait_for(lambda: messages(local, source), what="the receipt")
-    wait_for(lambda: _queue_drained(local), what="the send queue to drain")
+    eventually(lambda: messages(local, source), what="the receipt")
+    eventually(lambda: _queue_drained(local), what="the send queue to drain")
     found = messages(local, source)
     assert len(found) == 1  # the marketing mail was skipped: unsubscribed
     meta, msg = found[0]
@@ -98,7 +98,7 @@ def test_every_pipeline_message_in_the_outbox_follows_the_header_rules(local: Lo
     _profile(local, email)
     enqueue(local, SendJob(email=email, template="onboarding/welcome", source=source, step="welcome"))
     enqueue(local, receipt(email, source, "o2", order_id="A-2", total="$5"))
-    wait_for(lambda: len(messages(local, source)) == 2, what="a marketing and a transactional mail")
+    eventually(lambda: len(messages(local, source)) == 2, what="a marketing and a transactional mail")
 
     checked = {"transactional": 0, "other": 0}
     for meta in outbox(local):
@@ -124,7 +124,7 @@ def test_unsubscribe_link_get_changes_nothing_and_one_click_post_unsubscribes(lo
     email, source = f"grace-{uuid.uuid4().hex[:8]}@example.com", f"e2e-{uuid.uuid4().hex[:8]}"
     _profile(local, email, "Grace")
     enqueue(local, SendJob(email=email, template="welcome", source=source, step="w"))
-    meta, msg = wait_for(lambda: messages(local, source), what="the welcome mail")[0]
+    meta, msg = eventually(lambda: messages(local, source), what="the welcome mail")[0]
     url = unsubscribe_targets(msg)[0]
     assert url.startswith(local.public_url + "/u/")
 

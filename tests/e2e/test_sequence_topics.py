@@ -24,6 +24,7 @@ from tests.e2e.conftest import ROOT, Local
 from tests.e2e.helpers import (
     add_contact,
     events_of,
+    eventually,
     item,
     messages,
     ok_json,
@@ -32,7 +33,6 @@ from tests.e2e.helpers import (
     paused_clock,
     unique,
     unsubscribe_targets,
-    wait_for,
 )
 
 TOPIC, TOPIC_NAME = "product-updates", "Product updates"  # topics.yaml: default on
@@ -113,7 +113,7 @@ def test_a_reader_who_leaves_a_sequence_topic_gets_none_of_its_later_mails(
             )
         )
         assert report["rejected"] == [] and report["sequences_started"] == 2, report
-        wait_for(
+        eventually(
             lambda: all(len(_mail_to(local, run, email)) == 1 for email in (leave, stay)),
             what="the first mail to both readers",
         )
@@ -131,7 +131,7 @@ def test_a_reader_who_leaves_a_sequence_topic_gets_none_of_its_later_mails(
 
     # Then after the wait the reader who stayed gets the second mail; the one who left does not,
     # skipped with the reason, and both executions end normally
-    wait_for(lambda: _runs_done(local, run, 2), what="both executions to succeed", timeout_s=60)
+    eventually(lambda: _runs_done(local, run, 2), what="both executions to succeed", timeout_s=60)
     assert [m["Subject"] for m in _mail_to(local, run, stay)] == ["First", "Second"]
     assert [m["Subject"] for m in _mail_to(local, run, leave)] == ["First"]
     skipped = [e for e in events_of(local, leave) if e["type"] == "send_skipped"]

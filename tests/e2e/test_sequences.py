@@ -22,6 +22,7 @@ from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     MAIN,
     eml,
+    eventually,
     item,
     mails,
     one_click,
@@ -31,7 +32,6 @@ from tests.e2e.helpers import (
     profile_status,
     scan_all,
     unsubscribe_targets,
-    wait_for,
 )
 from tests.e2e.helpers import unique_email as unique
 
@@ -134,10 +134,10 @@ def test_fifty_subscribers_walk_onboarding_through_every_wait_with_their_branch(
     )
 
     assert [r["sequences_started"] for r in results] == [["onboarding"]] * WALKERS
-    wait_for(lambda: not members(local, "onboarding") & emails, 150, "every onboarding execution to end")
+    eventually(lambda: not members(local, "onboarding") & emails, 150, "every onboarding execution to end")
     for email, _, _ in readers:  # the last step removes the pair; its execution ends just after
         arn = run_arn(local, "onboarding", email, f"signup-{email}")
-        wait_for(lambda arn=arn: run_status(local, arn) != "RUNNING", 30, f"{email}'s execution to end")
+        eventually(lambda arn=arn: run_status(local, arn) != "RUNNING", 30, f"{email}'s execution to end")
         assert run_status(local, arn) == "SUCCEEDED"
     received = mails(local, emails)
     for email, name, pro in readers:
@@ -183,7 +183,7 @@ def test_unsubscribing_mid_sequence_stops_marketing_and_transactional_continues(
         assert [r["sequences_started"] for r in results] == [["onboarding"], ["order-shipped"]]
         marketing, transactional = pair(local, email, "onboarding"), pair(local, email, "order-shipped")
         assert marketing and transactional
-        wait_for(
+        eventually(
             lambda: waiting(local, marketing) and waiting(local, transactional),
             what="both in their first wait",
         )
@@ -200,11 +200,11 @@ def test_unsubscribing_mid_sequence_stops_marketing_and_transactional_continues(
             welcome = next(m for m in first if m["source"] == "onboarding")
             assert one_click(local, unsubscribe_targets(eml(local, welcome))[0]) == 200
 
-        assert wait_for(lambda: run_status(local, marketing) == "ABORTED", what="onboarding to be stopped")
+        assert eventually(lambda: run_status(local, marketing) == "ABORTED", what="onboarding to be stopped")
         assert pair(local, email, "onboarding") is None
         assert pair(local, email, "order-shipped") == transactional
         assert run_status(local, transactional) == "RUNNING"
-    wait_for(lambda: run_status(local, transactional) == "SUCCEEDED", what="the order mails to finish")
+    eventually(lambda: run_status(local, transactional) == "SUCCEEDED", what="the order mails to finish")
 
     received = mails(local, {email})[email]
     assert by_source(received) == {
@@ -230,7 +230,7 @@ def test_a_purchase_exits_trial_expiring_before_its_first_mail(local: Local) -> 
         )
         assert [r["sequences_started"] for r in started] == [["trial-expiring"]] * 2
         runs = {e: pair(local, e, "trial-expiring") for e in (buyer, browser)}
-        wait_for(
+        eventually(
             lambda: all(waiting(local, str(arn)) for arn in runs.values()),
             what="both trials in their 11d wait",
         )
@@ -239,7 +239,9 @@ def test_a_purchase_exits_trial_expiring_before_its_first_mail(local: Local) -> 
 
         assert purchase["sequences_stopped"] == ["trial-expiring"] and purchase["sequences_started"] == []
         assert pair(local, buyer, "trial-expiring") is None
-    wait_for(lambda: run_status(local, str(runs[browser])) == "SUCCEEDED", what="the browser's trial to end")
+    eventually(
+        lambda: run_status(local, str(runs[browser])) == "SUCCEEDED", what="the browser's trial to end"
+    )
     assert run_status(local, str(runs[buyer])) == "ABORTED"
     received = mails(local, {buyer, browser})
     assert received[buyer] == []
@@ -270,7 +272,7 @@ def test_a_trigger_posted_three_times_starts_one_execution_and_onboarding_is_ent
         assert again["sequences_started"] == [] and not again["replayed"]
         assert runs_for(local, "onboarding", email, since) == [first]
         assert pair(local, email, "onboarding") == first
-    wait_for(lambda: run_status(local, first) == "SUCCEEDED", what="onboarding to finish")
+    eventually(lambda: run_status(local, first) == "SUCCEEDED", what="onboarding to finish")
     assert exec_items(local, {email}) == []
 
     (later,) = post(local, {**signup, "id": f"signup-later-{email}"})  # after the end

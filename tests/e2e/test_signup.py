@@ -23,6 +23,7 @@ from tests.e2e.helpers import (
     Tools,
     add_contact,
     age_signup_cooldown,
+    eventually,
     item,
     link,
     mails,
@@ -35,7 +36,6 @@ from tests.e2e.helpers import (
     scan_all,
     subscribe,
     unique_email,
-    wait_for,
 )
 
 CONFIRM_TEMPLATE = "system/confirm"
@@ -58,10 +58,10 @@ def signed_up(local: Local, prefix: str) -> tuple[str, str]:
     """A new address that signed up (JSON), and the link of its one confirmation mail."""
     email = unique_email(prefix)
     sign_up(local, {"email": email}, as_json=True)
-    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    (mail,) = eventually(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
     # SES has the mail before the sender records it: wait for its SENT# item and the released
     # claim, so that a snapshot taken now is the one a refused request must leave unchanged
-    wait_for(
+    eventually(
         lambda: send_recorded(local, email), 30, "the confirmation mail's SENT# item, its claim released"
     )
     return email, link(local, mail, "/c/")
@@ -138,13 +138,13 @@ def test_a_form_post_makes_a_pending_sign_up_and_one_mail_and_the_cooldown_holds
     assert pending is not None and item(local, f"SUB#{email}", "PROFILE") is None
     assert pending["form"]["S"] == "footer" and pending["topics"]["L"] == [{"S": "newsletter"}]
     assert pending["ttl"] == pending["expires_at"]
-    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    (mail,) = eventually(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
     print(
         "\nper new sign-up (signup function requests):",
         difference(iam_calls(local, "mailstep-signup"), before),
     )
     # the sender marks the sign-up mailed once its mail went out (a redelivered job sends nothing)
-    pending = wait_for(
+    pending = eventually(
         lambda: (found := item(local, f"SUB#{email}", "PENDING")) and "mailed" in found and found,
         30,
         "the sign-up marked mailed",
@@ -233,11 +233,11 @@ def test_get_changes_nothing_and_post_confirms_with_consent_and_starts_the_welco
         ]
         == 200
     )
-    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    (mail,) = eventually(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
     url = public(local, link(local, mail, "/c/"))
     ctx = local.ssl_context()
     # the sender has marked the sign-up mailed and counted it (after SES had the mail)
-    pending = wait_for(
+    pending = eventually(
         lambda: settled_pending(local, email), 30, "the pending sign-up marked mailed and counted"
     )
 
@@ -273,7 +273,7 @@ def test_get_changes_nothing_and_post_confirms_with_consent_and_starts_the_welco
     assert "subscriber.confirmed" in kinds
 
     # and the sequence triggered by subscriber.confirmed sends its welcome
-    wait_for(
+    eventually(
         lambda: [m for m in mails(local, {email})[email] if m["source"] == WELCOME_SEQUENCE],
         60,
         "the welcome mail",
@@ -341,7 +341,7 @@ def test_an_expired_sign_up_is_gone_for_every_read_and_mailstep_scan(local: Loca
     # mailbox's, not the expired sign-up's)
     age_signup_cooldown(local, email)
     sign_up(local, {"email": email}, as_json=True)
-    wait_for(lambda: len(confirmation_mails(local, email)) == 2, 30, "a second confirmation mail")
+    eventually(lambda: len(confirmation_mails(local, email)) == 2, 30, "a second confirmation mail")
 
 
 # ----- the preference centre --------------------------------------------------------------------
@@ -356,7 +356,7 @@ def choice(local: Local, email: str) -> tuple[str, list[str] | None, list[str] |
 def test_the_preference_centre_shows_and_saves_topics_and_keeps_one_click(local: Local) -> None:
     email = unique_email("prefs")
     subscribe(local, email)  # onboarding's first mail carries the /u/ link
-    (welcome,) = wait_for(lambda: mails(local, {email})[email][:1], 60, "the onboarding welcome")
+    (welcome,) = eventually(lambda: mails(local, {email})[email][:1], 60, "the onboarding welcome")
     url = public(local, link(local, welcome, "/u/"))
     ctx = local.ssl_context()
     profile = choice(local, email)
@@ -406,7 +406,7 @@ def test_operators_see_a_pending_sign_up_and_count_it_and_its_confirmation_once(
 
     # Given a sign-up, and two more of the address within the cooldown
     sign_up(local, {"email": email, "topics": ["newsletter"], "form": "footer"}, as_json=True)
-    (mail,) = wait_for(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
+    (mail,) = eventually(lambda: confirmation_mails(local, email), 30, "the confirmation mail")
     for _ in range(2):
         assert sign_up(local, {"email": email}, as_json=True)[0] == 200
 
@@ -498,7 +498,7 @@ def test_the_mcp_tools_answer_like_the_cli(local: Local) -> None:
     add_contact(local, email)
     waiting = unique_email("mcp-pending")
     sign_up(local, {"email": waiting}, as_json=True)
-    wait_for(lambda: confirmation_mails(local, waiting), 30, "the confirmation mail")
+    eventually(lambda: confirmation_mails(local, waiting), 30, "the confirmation mail")
 
     async def body(tools: Tools) -> None:
         assert await tools.call("topics_list") == ok_json(ops(local, "topics", "list", "--json"))

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import ROOT, Local, start_dev, stop_dev, wait_for_state
-from tests.e2e.helpers import eml, item, mails, unique_email, wait_for
+from tests.e2e.helpers import eml, eventually, item, mails, unique_email
 
 CHROMIUM = os.environ.get("MAILSTEP_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = ROOT / "tests" / "artifacts" / "screenshots"
@@ -152,7 +152,7 @@ class Browser:
             except AssertionError:  # the page was navigating: its context went away
                 return False
 
-        wait_for(ready, 30, what, interval_s=0.2)
+        eventually(ready, 30, what, interval_s=0.2)
 
     def text(self) -> str:
         return str(self.evaluate("document.body.innerText"))
@@ -171,7 +171,7 @@ class Browser:
             " const hit = document.elementFromPoint(x, y);"
             " return hit && (hit === e || e.contains(hit)) ? [x, y] : null; })()"
         )
-        box = wait_for(lambda: self.evaluate(aim), 10, f"{selector} under the pointer", interval_s=0.2)
+        box = eventually(lambda: self.evaluate(aim), 10, f"{selector} under the pointer", interval_s=0.2)
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 
@@ -189,7 +189,7 @@ class Browser:
         for _ in range(3):
             self.click(selector)
             with contextlib.suppress(AssertionError):
-                wait_for(opened, 5, f"{path} to open")
+                eventually(opened, 5, f"{path} to open")
                 return
         raise AssertionError(f"clicking {selector} three times did not open {path}")
 
@@ -202,7 +202,7 @@ class Browser:
             self.click(selector)
             return bool(self.evaluate(f"document.activeElement === {element}"))
 
-        wait_for(focused, 10, f"{selector} to have the focus", interval_s=0.2)
+        eventually(focused, 10, f"{selector} to have the focus", interval_s=0.2)
         self.call("Input.insertText", text=text)
 
     def capture(self, **params: Any) -> str:
@@ -312,7 +312,7 @@ def mail_link(local: Local, email: str, template: str, path: str) -> str:
                     return found.group(1).replace("&amp;", "&")
         return None
 
-    return str(wait_for(find, 60, f"a {template} mail to {email} with a {path} link"))
+    return str(eventually(find, 60, f"a {template} mail to {email} with a {path} link"))
 
 
 def test_a_reader_signs_up_confirms_and_chooses_topics_in_a_real_browser(

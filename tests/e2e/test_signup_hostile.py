@@ -26,6 +26,7 @@ from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     EVENTS,
     age_signup_cooldown,
+    eventually,
     item,
     link,
     mails,
@@ -38,7 +39,6 @@ from tests.e2e.helpers import (
     subscribe,
     unique,
     unique_email,
-    wait_for,
     wait_until_drained,
 )
 from tests.e2e.test_engagement import bounce_unknown_address
@@ -101,7 +101,7 @@ def test_an_old_confirm_link_does_not_confirm_a_bots_newer_sign_up(local: Local)
     # Given a reader who confirmed with link T1, then unsubscribed
     email = unique_email("stale-link")
     sign_up(local, email, first_name="Ada")
-    (first,) = wait_for(lambda: confirmation_mails(local, email), 30, "the first confirmation mail")
+    (first,) = eventually(lambda: confirmation_mails(local, email), 30, "the first confirmation mail")
     old_link = link(local, first, "/c/")
     path = "/c/" + old_link.rsplit("/c/", 1)[1]
     assert request(local.api_url + path, "POST", "", "application/x-www-form-urlencoded")[0] == 200
@@ -109,16 +109,16 @@ def test_an_old_confirm_link_does_not_confirm_a_bots_newer_sign_up(local: Local)
     # and a bot that signs the address up again with another name after the cooldown
     age_signup_cooldown(local, email)
     assert sign_up(local, email, first_name="Bot")[0] == 200
-    wait_for(lambda: len(confirmation_mails(local, email)) == 2, 30, "the bot's confirmation mail")
+    eventually(lambda: len(confirmation_mails(local, email)) == 2, 30, "the bot's confirmation mail")
     settle(local)
-    pending = wait_for(
+    pending = eventually(
         lambda: (found := item(local, f"SUB#{email}", "PENDING")) and "mailed" in found and found,
         30,
         "the bot's sign-up marked mailed",
     )
     assert pending["first_name"]["S"] == "Bot"
     # and both confirmation mails' delivery events recorded (they arrive through SNS/SQS)
-    wait_for(
+    eventually(
         lambda: len(confirmation_deliveries(local, email)) == 2,
         30,
         "both confirmation mails' delivery events",
@@ -143,7 +143,7 @@ def test_an_erased_address_signed_up_again_leaves_nothing_and_gets_no_mail(local
     subscribe(local, email, first_name="Ada")
     result = ops(local, "subscribers", "delete", email, "--yes", "--json")
     assert result.returncode == 0, result.stderr
-    wait_for(lambda: everything_of(local, email) == [], 30, "the erase")
+    eventually(lambda: everything_of(local, email) == [], 30, "the erase")
     mailed = len(mails(local, {email})[email])
 
     answers = [sign_up(local, email, first_name="Ada") for _ in range(2)]

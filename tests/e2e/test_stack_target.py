@@ -17,7 +17,7 @@ import pytest
 
 from shared.core import specs
 from tests.e2e.conftest import ROOT, Local, subprocess_env
-from tests.e2e.helpers import ok_json, unique, wait_for
+from tests.e2e.helpers import eventually, ok_json, unique
 
 STACK = specs.STACK_NAME
 LABEL = f"stack {STACK} (us-east-1)"
@@ -122,7 +122,7 @@ def test_subscriber_admin_events_stats_suppression_and_sequences_through_the_sta
     listed = ok_json(stack_cli(local, nowhere, "subscribers", "list", "--tag", "stack-pro", "--json"))
     assert email in [s["email"] for s in listed["subscribers"]]
 
-    timeline = wait_for(
+    timeline = eventually(
         lambda: [
             e for e in ok_json(stack_cli(local, nowhere, "events", email, "--json")) if e["type"] == "send"
         ],

@@ -23,6 +23,7 @@ from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_de
 from tests.e2e.helpers import (
     add_contact,
     events_of,
+    eventually,
     item,
     ok_json,
     ops,
@@ -32,7 +33,6 @@ from tests.e2e.helpers import (
     profile_status,
     subscribe,
     unique_email,
-    wait_for,
 )
 
 EVENTS = "mailstep-events"
@@ -85,14 +85,16 @@ def test_cold_after_30_days_a_person_s_open_warms_machines_do_not_and_the_sunset
 
 
 def run_the_sunset(local: Local, quiet: str, reader: str, start: Any) -> None:
-    wait_for(lambda: len(executions(local, quiet)) == 1, 60, "the quiet one's onboarding")
+    eventually(lambda: len(executions(local, quiet)) == 1, 60, "the quiet one's onboarding")
 
     # 30 days without engagement (they are new): cold on day 30; the calendar stops on day 35
     advance_to(local, datetime(start.year, start.month, start.day, 12, tzinfo=UTC) + timedelta(days=35))
     for email in (quiet, reader):
         assert "cold" in tags(local, email)
         assert [e["type"] for e in events_of(local, email)].count("subscriber.cold") == 1
-        wait_for(lambda email=email: len(reengagement_mails(local, email)) == 1, 60, "the re-engagement mail")
+        eventually(
+            lambda email=email: len(reengagement_mails(local, email)) == 1, 60, "the re-engagement mail"
+        )
 
     # machines: Apple MPP's prefetch, a scanner following the hidden link and a link at delivery
     for args in (("open", "--mpp"), ("click", "--hidden"), ("click", "--scanner")):
@@ -100,8 +102,8 @@ def run_the_sunset(local: Local, quiet: str, reader: str, start: Any) -> None:
         assert result.returncode == 0, result.stderr
     # a person opens the re-engagement mail
     assert ops(local, "local", "open", reader).returncode == 0
-    wait_for(lambda: "cold" not in tags(local, reader), 60, "the reader warm again")
-    machine = wait_for(
+    eventually(lambda: "cold" not in tags(local, reader), 60, "the reader warm again")
+    machine = eventually(
         lambda: (
             sorted(str(e.get("machine")) for e in events_of(local, quiet) if e["type"] in ("open", "click"))
             if len([e for e in events_of(local, quiet) if e["type"] in ("open", "click")]) == 3

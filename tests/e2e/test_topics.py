@@ -13,6 +13,7 @@ from typing import Any
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     add_contact,
+    eventually,
     item,
     messages,
     ok_json,
@@ -21,7 +22,6 @@ from tests.e2e.helpers import (
     post,
     unique,
     unsubscribe_targets,
-    wait_for,
 )
 
 TEMPLATE = "newsletter/monthly"
@@ -89,7 +89,7 @@ def test_one_click_of_a_topic_mail_leaves_only_that_topic(local: Local) -> None:
         local, {"type": "order.shipped", "email": leave, "data": {"order_id": run, "carrier": "DHL"}}
     )
     assert result["sequences_started"] == ["order-shipped"], result
-    shipped = wait_for(
+    shipped = eventually(
         lambda: _mail_to(local, "order-shipped", leave), what="the transactional mail to the reader"
     )
     assert shipped[0]["List-Unsubscribe"] is None  # transactional: no list, never topic-gated

@@ -1,8 +1,8 @@
 """The warm-up on the local runtime (docs/sending.md, "Warm-up"): ``mailstep dev --warmup
-100,200,400`` (the sending domain's first three days).
+30,60,120`` (the sending domain's first three days).
 
-Given 500 readers, `mailstep broadcast send --dry-run` prints the plan (today 100, then 200 and
-200); the broadcast sent is spread exactly as printed, day by day as the runtime's calendar moves
+Given 150 readers (two batches of the broadcast), `mailstep broadcast send --dry-run` prints the
+plan (today 30, then 60 and 60); the broadcast sent is spread exactly as printed, day by day as the runtime's calendar moves
 on (`mailstep local advance --days 1`), each reader once; a welcome (a sequence) goes out on a day
 whose allowance is used: it counts, it is never held.
 """
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
-from tests.e2e.helpers import add_contacts, ok_json, ops, outbox, sent_by, subscribe, unique_email, wait_for
+from tests.e2e.helpers import add_contacts, eventually, ok_json, ops, outbox, sent_by, subscribe, unique_email
 
-SCHEDULE = "100,200,400"
-AUDIENCE = 500
+SCHEDULE = "30,60,120"
+AUDIENCE = 150
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
     return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
 
 
-@pytest.mark.timeout(900)  # three calendar days of a 500-reader broadcast, a template of its own
+@pytest.mark.timeout(900)  # three calendar days of a broadcast, a template of its own
 def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Local) -> None:
     local = warming
     run = uuid.uuid4().hex[:6]
@@ -54,25 +54,25 @@ def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Lo
     dry = ops(local, *command, "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     printed = " ".join(dry.stdout.split())
-    found = re.search(r"warm-up: today (\d+) of 500; the rest from tomorrow 00:00 UTC \(([^)]*)\)", printed)
+    found = re.search(r"warm-up: today (\d+) of 150; the rest from tomorrow 00:00 UTC \(([^)]*)\)", printed)
     assert found, printed
     later = [
         (day, int(count.replace(",", "")))
         for day, count in re.findall(r"(\d{4}-\d\d-\d\d): ([\d,]+)", found[2])
     ]
     plan = [int(found[1]), *(count for _, count in later)]
-    assert plan == [100, 200, 200]
+    assert plan == [30, 60, 60]
 
     sent = ops(local, *command, "--yes", "--no-wait")
     assert sent.returncode == 0, sent.stdout + sent.stderr
-    assert "warm-up: today 100 of 100 left" in " ".join(sent.stdout.split())
+    assert "warm-up: today 30 of 30 left" in " ".join(sent.stdout.split())
     broadcast_id = f"warm-{run}"
 
-    for day, total in ((1, 100), (2, 300)):
+    for day, total in ((1, 30), (2, 90)):
         # the state asserted: the day's allowance sent, and the broadcast held for the next day
         # (while the calendar stands still, each look at the next day finds it used and holds again)
-        wait_for(lambda: len(sent_by(local, broadcast_id)) >= total, 240, f"day {day}: {total} sent")
-        held = wait_for(
+        eventually(lambda: len(sent_by(local, broadcast_id)) >= total, 240, f"day {day}: {total} sent")
+        held = eventually(
             lambda: (b := broadcast(local, broadcast_id))["status"] == "held" and b,
             120,
             f"day {day}: the broadcast held for the warm-up",
@@ -82,17 +82,17 @@ def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Lo
         if day == 1:  # a sequence's mail on a used-up day: counted, never held
             ann = unique_email("warm-welcome")
             subscribe(local, ann, first_name="Ann")
-            wait_for(
+            eventually(
                 lambda: [m for m in outbox(local) if ann in m["destination"]],
                 60,
                 "the welcome on a used-up day",
             )
             status = ok_json(ops(local, "warmup", "status", "--json"))
-            assert status["allowance"] == 100 and status["used"] > 100 and status["day"] == 1, status
+            assert status["allowance"] == 30 and status["used"] > 30 and status["day"] == 1, status
         advanced = ops(local, "local", "advance", "--days", "1", timeout=600)
         assert advanced.returncode == 0, advanced.stderr
 
-    done = wait_for(
+    done = eventually(
         lambda: (b := broadcast(local, broadcast_id))["status"] == "done" and b, 240, "the broadcast done"
     )
     assert done["failed"] == 0 and done["sent"] == AUDIENCE

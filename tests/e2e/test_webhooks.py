@@ -18,14 +18,15 @@ from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     MAIN,
     Tools,
+    eventually,
     ok_json,
     ops,
     run_session,
     subscribe,
     unique,
     unique_email,
-    wait_for,
 )
+from tests.eventually import eventually_async
 from tests.webhook_receiver import Receiver
 
 FAMILIES = ("subscriber", "topic", "email", "sequence", "broadcast")
@@ -88,7 +89,7 @@ def test_a_receiver_sees_every_event_family_verified(
         ]
         return {p["type"].split(".")[0] for p in mine}
 
-    wait_for(lambda: families() >= set(FAMILIES), timeout_s=120, what="a delivery of each family")
+    eventually(lambda: families() >= set(FAMILIES), timeout_s=120, what="a delivery of each family")
     types = {p["type"] for p in verified(receiver, secret)}
     for expected in (
         "subscriber.created",
@@ -117,7 +118,9 @@ def test_a_failing_receiver_gets_the_retries_on_the_schedule_then_the_delivery_i
     def attempts() -> list[Any]:
         return [r for r in receiver.received if json.loads(r.body)["data"].get("email") == email]
 
-    wait_for(lambda: len(attempts()) >= len(SCHEDULE_S), timeout_s=240, what="every attempt of the schedule")
+    eventually(
+        lambda: len(attempts()) >= len(SCHEDULE_S), timeout_s=240, what="every attempt of the schedule"
+    )
     mine = attempts()
     assert len(mine) == len(SCHEDULE_S) == 10
     assert len({r.headers["webhook-id"] for r in mine}) == 1  # the same webhook-id on every retry
@@ -130,7 +133,7 @@ def test_a_failing_receiver_gets_the_retries_on_the_schedule_then_the_delivery_i
         found = ok_json(ops(local, "webhooks", "deliveries", endpoint_id, "--failed", "--json"))
         return [d for d in found if d["message_id"] == webhook_id]
 
-    (delivery,) = wait_for(dead_lettered, what="the dead-lettered delivery")
+    (delivery,) = eventually(dead_lettered, what="the dead-lettered delivery")
     assert delivery["attempts"] == 10
     assert [h.get("next_in_s") for h in delivery["history"]] == [*SCHEDULE_S[1:], None]
     assert local.status()["clock"]["queue_delay_s"] - delayed_before >= sum(SCHEDULE_S)
@@ -143,7 +146,7 @@ def test_410_disables_the_endpoint_and_doctor_says_so(
     receiver.default = 410
     endpoint_id, _ = add(local, endpoints, receiver.url, "subscriber.created")
     subscribe(local, unique_email("wh-gone"))
-    wait_for(
+    eventually(
         lambda: endpoint(local, endpoint_id)["status"] == "disabled",
         timeout_s=60,
         what="the disabled endpoint",
@@ -195,7 +198,7 @@ def test_a_url_that_reaches_a_metadata_address_is_refused_at_delivery(
         found = ok_json(ops(local, "webhooks", "deliveries", endpoint_id, "--json"))
         return found and found[0]["history"] and "metadata" in (found[0]["last_error"] or "")
 
-    wait_for(refused, timeout_s=60, what="the refused attempt")
+    eventually(refused, timeout_s=60, what="the refused attempt")
     assert receiver.received == []
 
 
@@ -208,7 +211,7 @@ def test_the_mcp_tools_manage_endpoints_like_the_cli(local: Local, receiver: Rec
         assert "url" in await tools.error("webhooks_add", url="http://169.254.169.254/", events=["email.*"])
         # test: delivered and verified; deliveries lists it
         message_id = (await tools.call("webhooks_test", endpoint_id=endpoint_id))["message_id"]
-        wait_for(lambda: receiver.received, timeout_s=60, what="the test delivery")
+        eventually(lambda: receiver.received, timeout_s=60, what="the test delivery")
         assert (
             Webhook(secret).verify(receiver.received[0].body, receiver.received[0].headers)["type"]
             == "webhook.test"
@@ -217,11 +220,16 @@ def test_the_mcp_tools_manage_endpoints_like_the_cli(local: Local, receiver: Rec
         # rotate: the next delivery verifies with both secrets
         rotated = (await tools.call("webhooks_rotate", endpoint_id=endpoint_id))["secret"]
         await tools.call("webhooks_test", endpoint_id=endpoint_id)
-        wait_for(lambda: len(receiver.received) == 2, timeout_s=60, what="the second test delivery")
+
+        # (a delivery's record turns `delivered` after its POST is answered: wait for the records)
+        async def both_delivered() -> list[dict[str, Any]]:
+            deliveries = await tools.call("webhooks_deliveries", endpoint_id=endpoint_id)
+            return deliveries if [d["status"] for d in deliveries] == ["delivered"] * 2 else []
+
+        await eventually_async(both_delivered, timeout_s=60, what="both test deliveries recorded delivered")
+        assert len(receiver.received) == 2
         for key in (secret, rotated):
             Webhook(key).verify(receiver.received[1].body, receiver.received[1].headers)
-        deliveries = await tools.call("webhooks_deliveries", endpoint_id=endpoint_id)
-        assert {d["status"] for d in deliveries} == {"delivered"} and len(deliveries) == 2
         # remove needs confirm
         assert "confirm" in await tools.error("webhooks_remove", endpoint_id=endpoint_id)
         await tools.call("webhooks_remove", endpoint_id=endpoint_id, confirm=True)

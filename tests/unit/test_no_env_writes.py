@@ -1,4 +1,5 @@
-"""Nothing under ``cli/`` or ``ops/`` writes the process environment, but a Lambda's own process.
+"""Nothing under ``cli/``, ``ops/``, ``local_aws/`` or the fronts writes the process environment,
+but a Lambda's own process.
 
 The operator commands, ``mailstep demo``, the bench and the local runtime reach AWS through
 ``shared.core.aws.ClientFactory`` values; the environment is read, never written. The one
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("cli", "ops")
+SCANNED = ("cli", "ops", "local_aws", "console", "mcp_server", "demo")
 # Module -> the one function of it that may write (None: anywhere in the module).
 ALLOWED: dict[str, str | None] = {
     "local_aws/bootstrap.py": None,
