@@ -13,7 +13,7 @@ PYTEST := $(PY) -m pytest
 # (tests/e2e/conftest.py); it needs the whole e2e tier in one session.
 GRANTS_CHECK := MAILSTEP_GRANTS_CHECK=1
 
-.PHONY: setup lambda-python chromium lock test test-unit test-integration test-infra test-e2e lint format synth \
+.PHONY: setup lambda-python chromium lock test check test-unit test-integration test-infra test-e2e lint format synth \
 	bootstrap diff deploy destroy demo dev bench clean
 
 setup: $(VENV)/.installed lambda-python
@@ -59,6 +59,13 @@ chromium:
 # Everything, as CI runs it (unit, integration, infra, e2e with the grants check).
 test: setup chromium
 	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" --durations=15
+
+# The inner loop: lint, the unit and the integration tiers (no local runtime, no synthesis).
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/unit tests/integration
 
 # One tier at a time (tests/<tier>; docs/testing.md).
 test-unit: setup
