@@ -296,6 +296,15 @@ def wait_until_drained(sqs: Any, url: str, timeout_s: float = 60) -> None:
     eventually(lambda: drained(sqs, url), timeout_s, f"{url} to hold no message", interval_s=0.3)
 
 
+def settled(local: Local, *queues: str) -> None:
+    """Before asserting that nothing more happened: every message of ``queues`` (local names; the
+    send queue when none) consumed, none waiting, none in a function's hands. A function deletes
+    its message only after its work, so what a message could still cause has happened."""
+    sqs = local.client("sqs")
+    for name in queues or ("mailstep-send",):
+        wait_until_drained(sqs, queue_url(local, name))
+
+
 def receive_all(sqs: Any, url: str, want: int, timeout_s: float = 10) -> list[dict[str, Any]]:
     """The first ``want`` SNS-enveloped SES records of a test queue (fewer within ``timeout_s``
     fails, naming the ones that came)."""

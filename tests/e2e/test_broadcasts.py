@@ -28,6 +28,7 @@ from tests.e2e.helpers import (
     receipt,
     sent_by,
     ses_rate,
+    settled,
     wait_until_drained,
 )
 
@@ -156,7 +157,7 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
     again = send(local, *args)
 
     assert again.returncode == 0 and "nothing new was sent" in again.stdout
-    time.sleep(1)
+    settled(local, BROADCAST_CONTROL_QUEUE.local_name, BROADCAST_QUEUE.local_name)
     assert len(sent_by(local, "e2e-spring")) == len(want)
 
     # When SQS delivers one of its batches again (at-least-once), after the broadcast is done
@@ -199,17 +200,17 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
         # Batches already in a worker's hands stop within seconds; the queued ones drain without
         # sending. A cancel that comes while the audience is still being resolved also stops the
         # resolution: the record then counts the recipients resolved so far (`resolved` stays
-        # false), so "settled" is both queues empty and every resolved recipient processed.
+        # false), so "all processed" is both queues empty and every resolved recipient processed.
         sqs = local.client("sqs")
         queues = [queue_url(local, q.local_name) for q in (BROADCAST_CONTROL_QUEUE, BROADCAST_QUEUE)]
 
-        def settled() -> dict[str, Any] | None:
+        def all_processed() -> dict[str, Any] | None:
             if not all(drained(sqs, url) for url in queues):
                 return None
             stored = record(local, "e2e-cancel")
             return stored if stored["processed"] >= stored["audience"] else None
 
-        stored = eventually(settled, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
+        stored = eventually(all_processed, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
     went = sent_by(local, "e2e-cancel")
     assert stored["status"] == "cancelled"
     assert stored["sent"] == len(went) < len(want)

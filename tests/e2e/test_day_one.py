@@ -11,8 +11,9 @@ identities, 60 a day: the sandbox's 200 at a size that keeps the test short).
    is delivered once.
 2. A broadcast to 150 (two batches) under the 60-a-day quota sends 60, is ``held``
    (``daily_quota``) with the time it looks again, goes on as the calendar's days pass and
-   completes on the third day with 150 mails to 150 readers, 0 failed; a sequence step that meets the spent quota waits (its
-   Retry, held by the paused clock here) and sends once when the quota frees.
+   completes on the third day with 150 mails to 150 readers, 0 failed; a sequence step that
+   meets the spent quota waits (its Retry, held by the paused clock here) and sends once when
+   the quota frees.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from tests.e2e.helpers import (
     request,
     run_session,
     scan_all,
+    settled,
     subscribe,
     unique_email,
 )
@@ -164,7 +165,7 @@ def test_a_form_post_makes_a_pending_sign_up_and_one_mail_and_the_cooldown_holds
             {"status": "accepted", "confirmation": True, "message": json.loads(answers[0][2])["message"]}
         )
     }
-    time.sleep(1)
+    settled(local)
     assert confirmation_mails(local, email) == [mail]
     assert item(local, f"SUB#{email}", "PENDING") == pending
     print("5 repeats within the cooldown:", difference(iam_calls(local, "mailstep-signup"), middle))
@@ -179,7 +180,7 @@ def test_the_honeypot_answers_like_a_success_and_writes_nothing(local: Local) ->
 
     assert bot_json[0] == real[0] == 200 and bot_json[2] == real[2]
     assert bot_form[0] == 200 and "Check your inbox" in bot_form[2]
-    time.sleep(1)
+    settled(local)
     assert everything_of(local, email) == [] and mails(local, {email})[email] == []
 
 

@@ -2,9 +2,9 @@
 30,60,120`` (the sending domain's first three days).
 
 Given 150 readers (two batches of the broadcast), `mailstep broadcast send --dry-run` prints the
-plan (today 30, then 60 and 60); the broadcast sent is spread exactly as printed, day by day as the runtime's calendar moves
-on (`mailstep local advance --days 1`), each reader once; a welcome (a sequence) goes out on a day
-whose allowance is used: it counts, it is never held.
+plan (today 30, then 60 and 60); the broadcast sent is spread exactly as printed, day by day as
+the runtime's calendar moves on (`mailstep local advance --days 1`), each reader once; a welcome
+(a sequence) goes out on a day whose allowance is used: it counts, it is never held.
 """
 
 from __future__ import annotations
