@@ -30,7 +30,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -136,20 +136,28 @@ def matches(pattern: Any, value: Any) -> bool:
     return False
 
 
-def rules_of(template: LocalTemplate) -> list[Rule]:
-    """The template's enabled rules on ``aws.states`` events with Lambda targets."""
+def _enabled_rules(template: LocalTemplate) -> Iterator[tuple[str, dict[str, Any], tuple[str, ...]]]:
+    """The template's enabled ``AWS::Events::Rule`` resources: each one's logical id, properties and
+    the Lambda functions (physical names) among its targets."""
     functions = {
         template.physical[logical_id]["Arn"]: template.physical[logical_id]["Ref"]
         for logical_id in template.of_type("AWS::Lambda::Function")
     }
-    found = []
     for logical_id, resource in template.of_type("AWS::Events::Rule").items():
         properties = resource["Properties"]
-        pattern = template.resolve(properties.get("EventPattern") or {})
-        if properties.get("State", "ENABLED") != "ENABLED" or SOURCE not in pattern.get("source", []):
+        if properties.get("State", "ENABLED") != "ENABLED":
             continue
         targets = [str(template.resolve(t["Arn"])) for t in properties.get("Targets", [])]
-        found.append(Rule(logical_id, pattern, tuple(functions[a] for a in targets if a in functions)))
+        yield logical_id, properties, tuple(functions[a] for a in targets if a in functions)
+
+
+def rules_of(template: LocalTemplate) -> list[Rule]:
+    """The template's enabled rules on ``aws.states`` events with Lambda targets."""
+    found = []
+    for logical_id, properties, functions in _enabled_rules(template):
+        pattern = template.resolve(properties.get("EventPattern") or {})
+        if SOURCE in pattern.get("source", []):
+            found.append(Rule(logical_id, pattern, functions))
     return found
 
 
@@ -322,23 +330,12 @@ class ScheduledRule:
 
 def scheduled_rules_of(template: LocalTemplate) -> list[ScheduledRule]:
     """The template's enabled rules with a ScheduleExpression and Lambda targets."""
-    functions = {
-        template.physical[logical_id]["Arn"]: template.physical[logical_id]["Ref"]
-        for logical_id in template.of_type("AWS::Lambda::Function")
-    }
     found = []
-    for logical_id, resource in template.of_type("AWS::Events::Rule").items():
-        properties = resource["Properties"]
+    for logical_id, properties, functions in _enabled_rules(template):
         expression = properties.get("ScheduleExpression")
-        if not expression or properties.get("State", "ENABLED") != "ENABLED":
-            continue
-        targets = [str(template.resolve(t["Arn"])) for t in properties.get("Targets", [])]
-        arn = f"arn:aws:events:{template.region}:{template.account}:rule/{logical_id}"
-        found.append(
-            ScheduledRule(
-                logical_id, arn, str(expression), tuple(functions[a] for a in targets if a in functions)
-            )
-        )
+        if expression:
+            arn = f"arn:aws:events:{template.region}:{template.account}:rule/{logical_id}"
+            found.append(ScheduledRule(logical_id, arn, str(expression), functions))
     return found
 
 
