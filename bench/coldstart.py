@@ -216,7 +216,7 @@ def text(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _placeholder(logical_id: str, attribute: str) -> str:
+def placeholder(logical_id: str, attribute: str) -> str:
     """A stand-in for what CloudFormation would create (nothing is called during an import)."""
     if attribute == "Arn" or logical_id.endswith("Secret"):
         return f"arn:aws:local:{REGION}:{ACCOUNT}:{logical_id}"
@@ -233,7 +233,7 @@ def targets_of(artifact: Any, names: Sequence[str] = ()) -> list[Target]:
     from local_aws.template import LocalTemplate
 
     template = LocalTemplate(
-        artifact.template, region=REGION, account=ACCOUNT, stack_name="Mailstep", fallback=_placeholder
+        artifact.template, region=REGION, account=ACCOUNT, stack_name="Mailstep", fallback=placeholder
     )
     configs = template.functions()
     found = []

@@ -153,20 +153,9 @@ def publish_event(
     return {"message_id": message["message_id"], "event": record["eventType"], "topics": topics}
 
 
-def _run(
-    kind: str,
-    target: str,
-    state_dir: Path,
-    link: str | None = None,
-    *,
-    soft: bool = False,
-    mpp: bool = False,
-    scanner: bool = False,
-    hidden: bool = False,
-) -> None:
-    result = publish_event(
-        state_dir.resolve(), target, kind, link, soft=soft, mpp=mpp, scanner=scanner, hidden=hidden
-    )
+def _run(kind: str, target: str, state_dir: Path, link: str | None = None, **flags: bool) -> None:
+    """Publish the event (``flags``: :func:`publish_event`'s) and say where it went."""
+    result = publish_event(state_dir.resolve(), target, kind, link, **flags)
     topics = len(result["topics"])
     console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 

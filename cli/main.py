@@ -36,27 +36,33 @@ app = typer.Typer(
     add_completion=False,
 )
 
-app.command("dev", help=dev_cmd.dev.__doc__)(dev_cmd.dev)
-app.command("demo", help=demo_cmd.demo.__doc__)(demo_cmd.demo)
-app.add_typer(local_cmd.app, name="local")
-app.add_typer(broadcast_cmd.app, name="broadcast")
-app.add_typer(subscribers_cmd.app, name="subscribers")
-app.add_typer(topics_cmd.app, name="topics")
-app.add_typer(signups_cmd.app, name="signups")
-app.add_typer(executions_cmd.app, name="executions")
-app.command("doctor", help=doctor_cmd.doctor.__doc__)(doctor_cmd.doctor)
-app.command("mcp", help=mcp_cmd.mcp.__doc__)(mcp_cmd.mcp)
-app.command("console", help=console_cmd.console.__doc__)(console_cmd.console)
-app.add_typer(templates_cmd.app, name="templates")
-app.command("send-test", help=send_cmd.send_test.__doc__)(send_cmd.send_test)
-app.add_typer(sequences_cmd.app, name="sequences")
-app.command("stats", help=stats_cmd.stats.__doc__)(stats_cmd.stats)
-app.command("events", help=events_cmd.events.__doc__)(events_cmd.events)
-app.add_typer(suppression_cmd.app, name="suppression")
-app.add_typer(webhooks_cmd.app, name="webhooks")
-app.add_typer(reputation_cmd.app, name="reputation")
-app.add_typer(warmup_cmd.app, name="warmup")
-app.add_typer(hygiene_cmd.app, name="hygiene")
+for name, command in (
+    ("dev", dev_cmd.dev),
+    ("demo", demo_cmd.demo),
+    ("doctor", doctor_cmd.doctor),
+    ("mcp", mcp_cmd.mcp),
+    ("console", console_cmd.console),
+    ("send-test", send_cmd.send_test),
+    ("stats", stats_cmd.stats),
+    ("events", events_cmd.events),
+):
+    app.command(name, help=command.__doc__)(command)
+for name, group in (
+    ("local", local_cmd),
+    ("broadcast", broadcast_cmd),
+    ("subscribers", subscribers_cmd),
+    ("topics", topics_cmd),
+    ("signups", signups_cmd),
+    ("executions", executions_cmd),
+    ("templates", templates_cmd),
+    ("sequences", sequences_cmd),
+    ("suppression", suppression_cmd),
+    ("webhooks", webhooks_cmd),
+    ("reputation", reputation_cmd),
+    ("warmup", warmup_cmd),
+    ("hygiene", hygiene_cmd),
+):
+    app.add_typer(group.app, name=name)
 local_cmd.app.command("reply", help=replies_cmd.reply.__doc__)(replies_cmd.reply)
 
 if __name__ == "__main__":

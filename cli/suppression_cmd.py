@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import email_param, targeted
+from cli.target import email_param, json_or, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -24,26 +24,23 @@ def _suppressions(target: Target) -> Suppressions:
     return Suppressions(target.subscriber_store())
 
 
-@app.command("list")
-@targeted
-def list_(
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    *,
-    target: Target,
-) -> None:
-    """Every suppressed address with its reason."""
-    import json
-
-    found = _suppressions(target).list()
-    if as_json:
-        console.print_json(json.dumps([s.public() for s in found]))
-        return
+def _suppressions_table(found: list[dict[str, Any]]) -> None:
     table = Table(title=f"Suppressed addresses ({len(found)})")
     for column in ("since", "email", "reason", "detail", "source"):
         table.add_column(column)
     for s in found:
-        table.add_row(s.at[:19].replace("T", " "), s.email, s.reason, s.detail[:80], s.source or "")
+        table.add_row(
+            s["at"][:19].replace("T", " "), s["email"], s["reason"], s["detail"][:80], s.get("source", "")
+        )
     console.print(table)
+
+
+@app.command("list")
+@targeted
+@json_or(_suppressions_table)
+def list_(*, target: Target) -> list[dict[str, Any]]:
+    """Every suppressed address with its reason."""
+    return [s.public() for s in _suppressions(target).list()]
 
 
 @app.command()

@@ -4,13 +4,13 @@ signed Standard Webhooks to your app (docs/webhooks.md). The logic is ``ops.webh
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.target import errors_to_exit, targeted
+from cli.target import errors_to_exit, json_or, targeted
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -48,24 +48,25 @@ def add(
     typer.echo(added.secret)
 
 
-@app.command("list")
-@targeted
-def list_(as_json: bool = AS_JSON, *, target: Target) -> None:
-    """Every endpoint, its events and its state."""
-    with errors_to_exit():
-        found = _webhooks(target).endpoints()
-    if as_json:
-        console.print_json(json.dumps([e.public() for e in found]))
-        return
+def _endpoints_table(found: list[dict[str, Any]]) -> None:
     table = Table(title=f"Webhook endpoints ({len(found)})")
     for column in ("id", "url", "events", "status", "description"):
         table.add_column(column)
     for e in found:
-        status = e.status if e.status == "enabled" else f"{e.status}: {e.disabled_reason}"
-        if e.failing_since and e.status == "enabled":
-            status += f" (failing since {e.failing_since[:19]})"
-        table.add_row(e.id, e.url, ", ".join(e.events), status, e.description)
+        status = e["status"] if e["status"] == "enabled" else f"{e['status']}: {e['disabled_reason']}"
+        if e["failing_since"] and e["status"] == "enabled":
+            status += f" (failing since {e['failing_since'][:19]})"
+        table.add_row(e["id"], e["url"], ", ".join(e["events"]), status, e["description"])
     console.print(table)
+
+
+@app.command("list")
+@targeted
+@json_or(_endpoints_table)
+def list_(*, target: Target) -> list[dict[str, Any]]:
+    """Every endpoint, its events and its state."""
+    with errors_to_exit():
+        return [e.public() for e in _webhooks(target).endpoints()]
 
 
 @app.command()

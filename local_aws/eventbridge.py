@@ -30,8 +30,8 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -95,6 +95,29 @@ def invoke_async(
     return True
 
 
+@dataclass(frozen=True)
+class LambdaTargets:
+    """How EventBridge invokes its rules' Lambda targets in one account and region: asynchronously,
+    each function with its retries and on-failure destination (:func:`async_targets`)."""
+
+    invoke: Invoke
+    region: str
+    account: str
+    settings: dict[str, AsyncTarget] = field(default_factory=dict)
+    send_failure: SendFailure | None = None
+
+    def deliver(self, function: str, event: dict[str, Any]) -> bool:
+        """Invoke ``function`` with ``event`` (:func:`invoke_async`); True when every attempt errored."""
+        return invoke_async(
+            self.invoke,
+            function,
+            event,
+            self.settings.get(function, AsyncTarget()),
+            function_arn=f"arn:aws:lambda:{self.region}:{self.account}:function:{function}",
+            send_failure=self.send_failure,
+        )
+
+
 def async_targets(template: LocalTemplate) -> dict[str, AsyncTarget]:
     """Physical function name -> its asynchronous invocation settings, from the template."""
     found = {}
@@ -136,20 +159,28 @@ def matches(pattern: Any, value: Any) -> bool:
     return False
 
 
-def rules_of(template: LocalTemplate) -> list[Rule]:
-    """The template's enabled rules on ``aws.states`` events with Lambda targets."""
+def _enabled_rules(template: LocalTemplate) -> Iterator[tuple[str, dict[str, Any], tuple[str, ...]]]:
+    """The template's enabled ``AWS::Events::Rule`` resources: each one's logical id, properties and
+    the Lambda functions (physical names) among its targets."""
     functions = {
         template.physical[logical_id]["Arn"]: template.physical[logical_id]["Ref"]
         for logical_id in template.of_type("AWS::Lambda::Function")
     }
-    found = []
     for logical_id, resource in template.of_type("AWS::Events::Rule").items():
         properties = resource["Properties"]
-        pattern = template.resolve(properties.get("EventPattern") or {})
-        if properties.get("State", "ENABLED") != "ENABLED" or SOURCE not in pattern.get("source", []):
+        if properties.get("State", "ENABLED") != "ENABLED":
             continue
         targets = [str(template.resolve(t["Arn"])) for t in properties.get("Targets", [])]
-        found.append(Rule(logical_id, pattern, tuple(functions[a] for a in targets if a in functions)))
+        yield logical_id, properties, tuple(functions[a] for a in targets if a in functions)
+
+
+def rules_of(template: LocalTemplate) -> list[Rule]:
+    """The template's enabled rules on ``aws.states`` events with Lambda targets."""
+    found = []
+    for logical_id, properties, functions in _enabled_rules(template):
+        pattern = template.resolve(properties.get("EventPattern") or {})
+        if SOURCE in pattern.get("source", []):
+            found.append(Rule(logical_id, pattern, functions))
     return found
 
 
@@ -189,22 +220,13 @@ class ExecutionStatusRules:
     def __init__(
         self,
         rules: list[Rule],
-        invoke: Invoke,
+        targets: LambdaTargets,
         statuses: Statuses,
-        *,
-        region: str,
-        account: str,
         aws: ClientFactory | None = None,
-        targets: dict[str, AsyncTarget] | None = None,
-        send_failure: SendFailure | None = None,
     ) -> None:
         self.rules = rules
-        self.invoke = invoke
-        self.targets = targets or {}
-        self.send_failure = send_failure
+        self.targets = targets
         self.statuses = statuses  # read in process: listing through the API costs the emulator
-        self.region = region
-        self.account = account
         self.aws = aws or ClientFactory()  # the emulated endpoint's clients (the local runtime's)
         self.delivered = 0
         self._seen: set[str] = set()
@@ -234,9 +256,9 @@ class ExecutionStatusRules:
             "id": str(uuid.uuid4()),
             "detail-type": DETAIL_TYPE,
             "source": SOURCE,
-            "account": self.account,
+            "account": self.targets.account,
             "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "region": self.region,
+            "region": self.targets.region,
             "resources": [execution["executionArn"]],
             "detail": {
                 "executionArn": execution["executionArn"],
@@ -253,9 +275,6 @@ class ExecutionStatusRules:
             },
         }
 
-    def _function_arn(self, function: str) -> str:
-        return f"arn:aws:lambda:{self.region}:{self.account}:function:{function}"
-
     def _deliver(self, execution: dict[str, Any]) -> int:
         event = self.event(execution)
         sent = 0
@@ -263,14 +282,7 @@ class ExecutionStatusRules:
             if not matches(rule.pattern, event):
                 continue
             for function in rule.functions:
-                invoke_async(
-                    self.invoke,
-                    function,
-                    event,
-                    self.targets.get(function, AsyncTarget()),
-                    function_arn=self._function_arn(function),
-                    send_failure=self.send_failure,
-                )
+                self.targets.deliver(function, event)
                 sent += 1
         return sent
 
@@ -322,23 +334,12 @@ class ScheduledRule:
 
 def scheduled_rules_of(template: LocalTemplate) -> list[ScheduledRule]:
     """The template's enabled rules with a ScheduleExpression and Lambda targets."""
-    functions = {
-        template.physical[logical_id]["Arn"]: template.physical[logical_id]["Ref"]
-        for logical_id in template.of_type("AWS::Lambda::Function")
-    }
     found = []
-    for logical_id, resource in template.of_type("AWS::Events::Rule").items():
-        properties = resource["Properties"]
+    for logical_id, properties, functions in _enabled_rules(template):
         expression = properties.get("ScheduleExpression")
-        if not expression or properties.get("State", "ENABLED") != "ENABLED":
-            continue
-        targets = [str(template.resolve(t["Arn"])) for t in properties.get("Targets", [])]
-        arn = f"arn:aws:events:{template.region}:{template.account}:rule/{logical_id}"
-        found.append(
-            ScheduledRule(
-                logical_id, arn, str(expression), tuple(functions[a] for a in targets if a in functions)
-            )
-        )
+        if expression:
+            arn = f"arn:aws:events:{template.region}:{template.account}:rule/{logical_id}"
+            found.append(ScheduledRule(logical_id, arn, str(expression), functions))
     return found
 
 
@@ -351,21 +352,12 @@ class ScheduledRules:
     def __init__(
         self,
         rules: list[ScheduledRule],
-        invoke: Invoke,
+        targets: LambdaTargets,
         calendar: Callable[[], datetime],
-        *,
-        region: str,
-        account: str,
-        targets: dict[str, AsyncTarget] | None = None,
-        send_failure: SendFailure | None = None,
     ) -> None:
         self.rules = rules
-        self.invoke = invoke
-        self.targets = targets or {}
-        self.send_failure = send_failure
+        self.targets = targets
         self.calendar = calendar
-        self.region = region
-        self.account = account
         self.delivered = 0
         self._checked = calendar()
         self._lock = threading.Lock()
@@ -398,9 +390,9 @@ class ScheduledRules:
             "id": str(uuid.uuid4()),
             "detail-type": SCHEDULED,
             "source": "aws.events",
-            "account": self.account,
+            "account": self.targets.account,
             "time": moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "region": self.region,
+            "region": self.targets.region,
             "resources": [rule.arn],
             "detail": {},
         }
@@ -409,14 +401,7 @@ class ScheduledRules:
         event = self.event(rule, moment)
         errored = False
         for function in rule.functions:
-            errored = invoke_async(
-                self.invoke,
-                function,
-                event,
-                self.targets.get(function, AsyncTarget()),
-                function_arn=f"arn:aws:lambda:{self.region}:{self.account}:function:{function}",
-                send_failure=self.send_failure,
-            )
+            errored = self.targets.deliver(function, event)
             self.delivered += 1
         return {
             "rule": rule.logical_id,

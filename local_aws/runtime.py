@@ -44,6 +44,7 @@ from local_aws.deployment import Deployment, bind, deploy, uploaded_function
 from local_aws.environments import DEFAULT_CONCURRENCY, Environments
 from local_aws.eventbridge import (
     ExecutionStatusRules,
+    LambdaTargets,
     ScheduledRules,
     async_targets,
     rules_of,
@@ -280,29 +281,17 @@ class LocalRuntime:
         self.environments.specs.update(self.deployment.environments)
         if self.config.identity_pending:
             self._hold_sending_identity()
+        targets = LambdaTargets(
+            self._invoke_function, self.config.region, ACCOUNT_ID, async_targets(template), self._send_failure
+        )
         # The template's EventBridge rules on execution status changes (sequence cleanup).
         self.eventbridge = ExecutionStatusRules(
-            rules_of(template),
-            self._invoke_function,
-            self._execution_statuses,
-            region=self.config.region,
-            account=ACCOUNT_ID,
-            aws=self.aws,
-            targets=async_targets(template),
-            send_failure=self._send_failure,
+            rules_of(template), targets, self._execution_statuses, self.aws
         )
         self.eventbridge.start()
         self._reputation_alarms(template)
         # The template's scheduled rules (list hygiene), on the runtime's calendar.
-        self.schedules = ScheduledRules(
-            scheduled_rules_of(template),
-            self._invoke_function,
-            self.clock.calendar_now,
-            region=self.config.region,
-            account=ACCOUNT_ID,
-            targets=async_targets(template),
-            send_failure=self._send_failure,
-        )
+        self.schedules = ScheduledRules(scheduled_rules_of(template), targets, self.clock.calendar_now)
         self.schedules.start()
         self.resources = dataclasses.replace(self.resources, functions=self.deployment.functions)
         return self.deployment

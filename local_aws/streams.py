@@ -173,6 +173,8 @@ class StreamPoller:
     def pending(self) -> int:
         return max(0, len(self.shard.items) - self.position)
 
+    # start/stop as the SQS poller's (local_aws.lambdas); the loop is the stream's own: its poll
+    # interval, and a failed poll backs off a second.
     def _run(self) -> None:
         while not self.stop_event.is_set():
             try:

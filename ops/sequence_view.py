@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shared.core.errors import FieldProblem, InvalidInput
@@ -40,14 +40,7 @@ class StepNode:
     counts: dict[str, int] = field(default_factory=dict)  # sent, opened, clicked, waiting
 
     def public(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "kind": self.kind,
-            "label": self.label,
-            "depth": self.depth,
-            "templates": list(self.templates),
-            "counts": dict(self.counts),
-        }
+        return {**asdict(self), "templates": list(self.templates)}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ses as ses
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -35,6 +34,7 @@ from shared.core import specs
 from shared.core.observability import NAMESPACE, SERVICE
 from stacks.config import MailstepConfig
 from stacks.constructs.messaging import dead_letter_id
+from stacks.constructs.resources import allow_publish_from
 
 BOUNCE_RATE_THRESHOLD = 0.05
 COMPLAINT_RATE_THRESHOLD = 0.001
@@ -119,28 +119,14 @@ class Alarms(Construct):
 
     @staticmethod
     def allow_cloudwatch(topic: sns.ITopic) -> None:
-        """A topic policy replaces SNS's default policy: CloudWatch may publish for this
-        account's alarms only."""
-        stack = Stack.of(topic)
-        topic.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchAlarms",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["sns:Publish"],
-                resources=[topic.topic_arn],
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {
-                        "aws:SourceArn": stack.format_arn(
-                            service="cloudwatch",
-                            resource="alarm",
-                            resource_name="*",
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    },
-                },
-            )
+        """CloudWatch may publish to the topic for this account's alarms only."""
+        alarms = Stack.of(topic).format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name="*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
+        allow_publish_from(topic, "AllowCloudWatchAlarms", "cloudwatch.amazonaws.com", alarms)
 
     def guard_reputation(
         self,

@@ -42,7 +42,6 @@ from aws_cdk import (
     Stack,
     Validations,
 )
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ses as ses
 from aws_cdk import aws_ses_actions as ses_actions
@@ -52,6 +51,7 @@ from constructs import Construct
 from shared.core import specs
 from stacks.config import MailstepConfig
 from stacks.constructs.functions import Functions
+from stacks.constructs.resources import allow_publish_from
 
 INBOUND_PREFIX = "inbound/"
 INBOUND_RETENTION = Duration.days(30)
@@ -205,19 +205,8 @@ class Engagement(Construct):
             resource="receipt-rule-set",
             resource_name=f"{self.receipt_rules.receipt_rule_set_name}:receipt-rule/*",
         )
-        # A topic policy replaces SNS's default policy: SES may publish for this rule set only.
-        topic.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowSesReceiptRules",
-                principals=[iam.ServicePrincipal("ses.amazonaws.com")],
-                actions=["sns:Publish"],
-                resources=[topic.topic_arn],
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {"aws:SourceArn": rule_arns},
-                },
-            )
-        )
+        # SES may publish for this rule set only.
+        allow_publish_from(topic, "AllowSesReceiptRules", "ses.amazonaws.com", rule_arns)
         # SES checks that it may publish to the topic when the rule is created: the rule waits
         # for the topic policy (as CDK's S3 action makes it wait for the bucket policy).
         policy = topic.node.try_find_child("Policy")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
-from aws_cdk import CfnResource
+from aws_cdk import CfnResource, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ses as ses
 from aws_cdk import aws_sns as sns
@@ -26,6 +27,23 @@ from shared.core.specs import (
 def pin_logical_id(resource: Construct, logical_id: str) -> None:
     """Give a spec'd resource its spec id as CloudFormation logical id (stable, readable, greppable)."""
     cast(CfnResource, resource.node.default_child).override_logical_id(logical_id)
+
+
+def allow_publish_from(topic: sns.ITopic, sid: str, service: str, source_arn: str) -> None:
+    """Let an AWS service publish to the topic on behalf of this account's ``source_arn`` only (a
+    topic policy replaces SNS's default policy)."""
+    topic.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid=sid,
+            principals=[iam.ServicePrincipal(service)],
+            actions=["sns:Publish"],
+            resources=[topic.topic_arn],
+            conditions={
+                "StringEquals": {"aws:SourceAccount": Stack.of(topic).account},
+                "ArnLike": {"aws:SourceArn": source_arn},
+            },
+        )
+    )
 
 
 @dataclass(frozen=True)
