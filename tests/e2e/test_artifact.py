@@ -8,21 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.coldstart import import_once, targets_of
+from bench.coldstart import import_once, placeholder, targets_of
 from local_aws.deployment import lambda_environment
 from local_aws.environments import EnvironmentSpec, ExecutionEnvironment
 from local_aws.template import LocalTemplate
 from shared.core import specs
-
-
-def placeholder(logical_id: str, attribute: str) -> str:
-    if attribute == "Arn" or logical_id.endswith("Secret"):
-        return f"arn:aws:local:us-east-1:123456789012:{logical_id}"
-    return (
-        f"https://{logical_id.lower()}.example"
-        if "Url" in attribute or "Endpoint" in attribute
-        else logical_id
-    )
 
 
 def test_every_function_imports_from_its_asset_with_the_template_environment(
