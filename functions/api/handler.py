@@ -13,21 +13,13 @@ from shared.core.models import parse_event_body
 from shared.core.observability import logger, metrics
 from shared.core.secrets import get_secret
 from shared.core.settings import Settings
-from shared.sequences.engine import engine_from_settings
 from shared.store.subscribers import SubscriberStore
 from shared.web.http import decode_json_body, register_error_handlers, request_body, require_bearer
-from shared.web.ingest import IngestContext, ingest, make_idempotency
+from shared.web.ingest import ingest, ingest_context_from_settings
 
 settings = Settings.from_env()
-idempotency, persistence = make_idempotency(settings.table_name, settings.idempotency_ttl_seconds)
 store = SubscriberStore(settings.table_name, settings.events_table_name)
-context = IngestContext(
-    store=store,
-    data_ttl_days=settings.data_ttl_days,
-    idempotency=idempotency,
-    persistence=persistence,
-    sequences=engine_from_settings(settings, store),
-)
+context = ingest_context_from_settings(settings, store)
 app = APIGatewayHttpResolver()
 register_error_handlers(app)
 
@@ -46,5 +38,5 @@ def post_events() -> Response[str]:
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @metrics.log_metrics
 def handler(event: dict[str, Any], lambda_context: LambdaContext) -> dict[str, Any]:
-    idempotency.register_lambda_context(lambda_context)
+    context.register_lambda_context(lambda_context)
     return app.resolve(event, lambda_context)

@@ -32,7 +32,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], lambda_context: LambdaContext) -> PartialItemFailureResponse:
-    context.ingest.idempotency.register_lambda_context(lambda_context)  # type: ignore[union-attr]
+    context.ingest.register_lambda_context(lambda_context)
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=lambda_context
     )

@@ -42,8 +42,7 @@ Status = Literal["pending", "confirmed", "already_confirmed"]
 class StaleConfirmation(InvalidToken):
     """The link belongs to an earlier sign-up of the address: a newer one replaced it."""
 
-    def __init__(self) -> None:
-        super().__init__("this link was replaced by a newer sign-up")
+    refusal = "this link was replaced by a newer sign-up"
 
 
 @dataclass(frozen=True)

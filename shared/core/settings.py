@@ -50,6 +50,7 @@ class Settings(BaseModel):
     # 1, 2, ... (no limit after the last); "off" or empty: no ramp.
     warmup_schedule: str = "off"
 
+    # The stack checks these five deploy values with the same bounds (stacks/config.py): keep both alike.
     # List hygiene (docs/hygiene.md): this many soft-bounced mails within this many days
     # suppress the address (shared/engagement/soft_bounces.py).
     soft_bounce_limit: int = Field(default=3, ge=2, le=100)

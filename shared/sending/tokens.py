@@ -40,13 +40,14 @@ _CODES: dict[str, str] = {purpose: code for code, purpose in _PURPOSE_CODES.item
 class InvalidToken(InvalidInput):
     """Malformed, tampered, for another purpose, or signed with another key."""
 
-    def __init__(self, message: str = "this link is not valid") -> None:
-        super().__init__(message, [FieldProblem("token", message)])
+    refusal = "this link is not valid"  # what the page says; each kind of refusal says its own
+
+    def __init__(self) -> None:
+        super().__init__(self.refusal, [FieldProblem("token", self.refusal)])
 
 
 class ExpiredToken(InvalidToken):
-    def __init__(self) -> None:
-        super().__init__("this link has expired")
+    refusal = "this link has expired"
 
 
 @dataclass(frozen=True)

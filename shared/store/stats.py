@@ -599,21 +599,16 @@ class StatsStore(TableAdapter):
         dates = [(first + timedelta(days=n)).isoformat() for n in range(days)]
         low, high = f"{DAY}{keys.SEP}{dates[0]}", f"{DAY}{keys.SEP}{dates[-1]}"
 
-        def shard(pk: str) -> list[dict[str, Any]]:
-            return [
-                deserialize(raw)
-                for raw in query_all(
-                    self.client,
-                    TableName=self.table,
-                    KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
-                    ExpressionAttributeValues=values(pk=pk, low=low, high=high),
-                    ConsistentRead=True,
-                )
-            ]
-
-        shards = keys.counter_shard_pks(keys.stats_pk(DAILY_SCOPE))
-        with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="daily") as pool:
-            pages = list(pool.map(shard, shards))
+        shard_queries = [
+            {
+                "TableName": self.table,
+                "KeyConditionExpression": "PK = :pk AND SK BETWEEN :low AND :high",
+                "ExpressionAttributeValues": values(pk=pk, low=low, high=high),
+                "ConsistentRead": True,
+            }
+            for pk in keys.counter_shard_pks(keys.stats_pk(DAILY_SCOPE))
+        ]
+        pages = self._query_at_once(shard_queries, thread_name_prefix="daily")
         per_day: dict[str, list[dict[str, Any]]] = {d: [] for d in dates}
         for item in (item for page in pages for item in page):
             per_day.setdefault(str(item["SK"]).split(keys.SEP, 1)[1], []).append(item)
@@ -666,22 +661,30 @@ class StatsStore(TableAdapter):
             params.pop("evt", None)
         assert value is not None
 
-        def shard(index_key: str) -> list[dict[str, Any]]:
-            return [
-                deserialize(raw)
-                for raw in query_all(
-                    self.client,
-                    TableName=self.events_table,
-                    IndexName=index,
-                    KeyConditionExpression=condition,
-                    ExpressionAttributeNames={"#k": attribute},
-                    ExpressionAttributeValues=values(**{**params, "v": index_key}),
-                )
-            ]
-
-        with ThreadPoolExecutor(max_workers=keys.INDEX_SHARDS) as pool:
-            pages = list(pool.map(shard, keys.index_keys(value)))
+        shard_queries = [
+            {
+                "TableName": self.events_table,
+                "IndexName": index,
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeNames": {"#k": attribute},
+                "ExpressionAttributeValues": values(**{**params, "v": index_key}),
+            }
+            for index_key in keys.index_keys(value)
+        ]
+        pages = self._query_at_once(shard_queries)
         yield from heapq.merge(*pages, key=lambda item: str(item["SK"]))
+
+    def _query_at_once(
+        self, queries: list[dict[str, Any]], thread_name_prefix: str = ""
+    ) -> list[list[dict[str, Any]]]:
+        """Runs the Queries (each to its last page) at once, one thread each: every Query's
+        items, deserialized, in the order of ``queries``."""
+
+        def run(query: dict[str, Any]) -> list[dict[str, Any]]:
+            return [deserialize(raw) for raw in query_all(self.client, **query)]
+
+        with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix=thread_name_prefix) as pool:
+            return list(pool.map(run, queries))
 
     def recompute(
         self, *, source: str | None = None, template: str | None = None, since: str | None = None

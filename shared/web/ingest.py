@@ -22,13 +22,15 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyValidationError
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.core import clock
 from shared.core.aws import client as aws_client
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.core.models import UNSUBSCRIBE_EVENT, EventBatch, InboundEvent
 from shared.core.observability import logger, redact_email
-from shared.sequences.engine import SequenceEngine
+from shared.core.settings import Settings
+from shared.sequences.engine import SequenceEngine, engine_from_settings
 from shared.store import keys
 from shared.store.subscribers import Known, ProfileChange, SubscriberStore, limit_problems, merged
 
@@ -57,6 +59,24 @@ class IngestContext:
     idempotency: IdempotencyConfig | None = None
     persistence: DynamoDBPersistenceLayer | None = None
     sequences: SequenceEngine | None = None  # None: events start and stop no sequences
+
+    def register_lambda_context(self, lambda_context: LambdaContext) -> None:
+        """Lets the idempotency records of an invocation expire with its remaining time."""
+        if self.idempotency is not None:
+            self.idempotency.register_lambda_context(lambda_context)
+
+
+def ingest_context_from_settings(settings: Settings, store: SubscriberStore) -> IngestContext:
+    """Production wiring of the events API's ingestion: idempotency records in the main table
+    and the sequence engine of the deployment's state machines."""
+    idempotency, persistence = make_idempotency(settings.table_name, settings.idempotency_ttl_seconds)
+    return IngestContext(
+        store=store,
+        data_ttl_days=settings.data_ttl_days,
+        idempotency=idempotency,
+        persistence=persistence,
+        sequences=engine_from_settings(settings, store),
+    )
 
 
 def make_idempotency(
