@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,19 +155,38 @@ def artifact() -> Any:
     return build()
 
 
+@contextmanager
+def dev_runtime(
+    state_dir: Path,
+    *flags: str,
+    report: tuple[pytest.TempPathFactory, str] | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+) -> Iterator[Local]:
+    """A `mailstep dev` of its own with ``flags``, stopped afterwards; with ``report`` (the
+    session's temp factory and a name) its IAM report is kept for the grants check."""
+    process = start_dev(state_dir, *flags)
+    try:
+        local = Local(state=wait_for_state(state_dir, process, timeout_s), state_dir=state_dir)
+        yield local
+        if report is not None:
+            keep_iam_report(local, *report)
+    finally:
+        stop_dev(process)
+
+
 @pytest.fixture(scope="session")
 def local(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
-    state_dir = tmp_path_factory.mktemp("mailstep-dev")
     # The session's tests mail simulator addresses among many others: their running complaint
     # rate is the tests' artefact, so the reputation guardrail's alarms stay off here
     # (tests/e2e/test_reputation.py runs its own runtime with them on).
-    process = start_dev(state_dir, "--max-send-rate", "1000", "--no-reputation-alarms")
-    try:
-        state = wait_for_state(state_dir, process, START_TIMEOUT_S)
-        yield Local(state=state, state_dir=state_dir)
-        keep_iam_report(Local(state=state, state_dir=state_dir), tmp_path_factory, "session")
-    finally:
-        stop_dev(process)
+    with dev_runtime(
+        tmp_path_factory.mktemp("mailstep-dev"),
+        "--max-send-rate",
+        "1000",
+        "--no-reputation-alarms",
+        report=(tmp_path_factory, "session"),
+    ) as local:
+        yield local
 
 
 def keep_iam_report(local: Local, factory: pytest.TempPathFactory, name: str) -> None:

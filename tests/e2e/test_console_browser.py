@@ -36,7 +36,7 @@ from tests.e2e.helpers import (
     subscribe,
     unique,
 )
-from tests.e2e.test_console_security import Console, start_console, stop_console
+from tests.e2e.test_console_security import Console, running_console  # noqa: F401 - the `console` fixture
 from tests.e2e.test_signup_browser import SCREENSHOTS, Browser
 
 WIDTHS = (1280, 390)
@@ -99,15 +99,6 @@ class ConsoleBrowser(Browser):
         except AssertionError as exc:
             where = self.evaluate("location.href + ': ' + document.body.innerText.slice(0, 600)")
             raise AssertionError(f"{exc}; the page: {where}; errors: {self.errors}") from None
-
-
-@pytest.fixture(scope="module")
-def console(local: Local, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    running = start_console(local, tmp_path_factory.mktemp("console-browser") / "console.log")
-    try:
-        yield running
-    finally:
-        stop_console(running)
 
 
 @pytest.fixture

@@ -88,8 +88,9 @@ def stop_console(console: Console) -> None:
         console.process.wait()
 
 
-@pytest.fixture(scope="module")
-def console(local: Local, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+@pytest.fixture(scope="module", name="console")
+def running_console(local: Local, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """`mailstep console` on the session runtime, one per test module (test_console_browser.py too)."""
     running = start_console(local, tmp_path_factory.mktemp("console") / "console.log")
     try:
         yield running

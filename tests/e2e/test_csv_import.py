@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Local, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import Local, dev_runtime
 from tests.e2e.helpers import MAIN, as_json, partition, scan_all
 from tests.integration.test_csv_import import make_csv
 
@@ -25,12 +25,8 @@ TAG = "import-csv"
 
 @pytest.fixture
 def runtime(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
-    state_dir = tmp_path_factory.mktemp("csv-10k")
-    process = start_dev(state_dir)
-    try:
-        yield Local(state=wait_for_state(state_dir, process, 60), state_dir=state_dir)
-    finally:
-        stop_dev(process)
+    with dev_runtime(tmp_path_factory.mktemp("csv-import")) as local:
+        yield local
 
 
 def import_file(runtime: Local, source: Path) -> tuple[dict[str, Any], float]:

@@ -21,13 +21,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared.core import specs
-from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import (
+    Local,
+    dev_runtime,
+)
 from tests.e2e.helpers import (
     add_contacts,
     eventually,
@@ -48,24 +50,14 @@ DOMAIN = "example.com"  # the sending domain (hello@example.com) and the readers
 
 @pytest.fixture(scope="module")
 def day_one(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
-    state_dir: Path = tmp_path_factory.mktemp("mailstep-day-one")
-    process = start_dev(
-        state_dir,
+    with dev_runtime(
+        tmp_path_factory.mktemp("mailstep-day-one"),
         "--identity-pending",
         "--ses-sandbox",  # DAILY_QUOTA a day (not its 200), at 200 a second (not its 1): to be quick
-        "--max-24-hour-send",
-        str(DAILY_QUOTA),
-        "--max-send-rate",
-        "200",
-        "--no-reputation-alarms",
-    )
-    try:
-        state = wait_for_state(state_dir, process, START_TIMEOUT_S)
-        local = Local(state=state, state_dir=state_dir)
+        *("--max-24-hour-send", str(DAILY_QUOTA), "--max-send-rate", "200", "--no-reputation-alarms"),
+        report=(tmp_path_factory, "day-one"),
+    ) as local:
         yield local
-        keep_iam_report(local, tmp_path_factory, "day-one")
-    finally:
-        stop_dev(process)
 
 
 def ses_status(local: Local) -> dict[str, Any]:

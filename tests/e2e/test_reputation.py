@@ -18,7 +18,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,13 +25,9 @@ import pytest
 from shared.core.specs import CONFIGURATION_SET, ENV, TRANSACTIONAL_CONFIGURATION_SET
 from tests.e2e.conftest import (
     ROOT,
-    START_TIMEOUT_S,
     Local,
-    keep_iam_report,
-    start_dev,
-    stop_dev,
+    dev_runtime,
     subprocess_env,
-    wait_for_state,
 )
 from tests.e2e.helpers import add_contact, eventually, ok_json, ops, outbox
 from tests.e2e.test_engagement import queue_send
@@ -43,15 +38,13 @@ COMPLAINERS = 10  # = --reputation-min-sends: the alarm fires at the last compla
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
-    state_dir: Path = tmp_path_factory.mktemp("mailstep-reputation")
-    process = start_dev(state_dir, "--max-send-rate", "10", "--reputation-min-sends", "10")
-    try:
-        state = wait_for_state(state_dir, process, START_TIMEOUT_S)
-        yield Local(state=state, state_dir=state_dir)
-        # the guard function runs only here (the session runtime has no reputation alarms)
-        keep_iam_report(Local(state=state, state_dir=state_dir), tmp_path_factory, "reputation")
-    finally:
-        stop_dev(process)
+    # the guard function runs only here (the session runtime has no reputation alarms): its IAM report
+    with dev_runtime(
+        tmp_path_factory.mktemp("mailstep-reputation"),
+        *("--max-send-rate", "10", "--reputation-min-sends", "10"),
+        report=(tmp_path_factory, "reputation"),
+    ) as local:
+        yield local
 
 
 def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:

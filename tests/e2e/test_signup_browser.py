@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ROOT, Local, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import ROOT, Local, dev_runtime
 from tests.e2e.helpers import eml, eventually, item, mails, unique_email
 
 CHROMIUM = os.environ.get("MAILSTEP_CHROMIUM", "/usr/bin/chromium")
@@ -282,11 +282,8 @@ def runtime(
     state_dir = tmp_path_factory.mktemp("mailstep-browser")
     path = state_dir / "template.json"
     path.write_text(json.dumps(template))
-    process = start_dev(state_dir, "--template", str(path))
-    try:
-        yield Local(state=wait_for_state(state_dir, process, 60), state_dir=state_dir)
-    finally:
-        stop_dev(process)
+    with dev_runtime(state_dir, "--template", str(path)) as local:
+        yield local
 
 
 @pytest.fixture

@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import (
+    Local,
+    dev_runtime,
+)
 from tests.e2e.helpers import (
     add_contact,
     events_of,
@@ -41,13 +44,9 @@ EVENTS = "mailstep-events"
 @pytest.fixture(scope="module")
 def calendar(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
     state_dir = tmp_path_factory.mktemp("mailstep-sunset")
-    process = start_dev(state_dir, "--max-send-rate", "1000")
-    try:
-        local = Local(state=wait_for_state(state_dir, process, START_TIMEOUT_S), state_dir=state_dir)
+    # the hygiene function runs only here: its IAM report
+    with dev_runtime(state_dir, "--max-send-rate", "1000", report=(tmp_path_factory, "sunset")) as local:
         yield local
-        keep_iam_report(local, tmp_path_factory, "sunset")  # the hygiene function runs only here
-    finally:
-        stop_dev(process)
 
 
 def advance_to(local: Local, moment: datetime) -> dict[str, Any]:

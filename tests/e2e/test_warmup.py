@@ -13,12 +13,15 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import START_TIMEOUT_S, Local, keep_iam_report, start_dev, stop_dev, wait_for_state
+from tests.e2e.conftest import (
+    START_TIMEOUT_S,
+    Local,
+    dev_runtime,
+)
 from tests.e2e.helpers import add_contacts, eventually, ok_json, ops, outbox, sent_by, subscribe, unique_email
 
 SCHEDULE = "30,60,120"
@@ -27,15 +30,13 @@ AUDIENCE = 150
 
 @pytest.fixture(scope="module")
 def warming(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
-    state_dir: Path = tmp_path_factory.mktemp("mailstep-warmup")
-    process = start_dev(state_dir, "--warmup", SCHEDULE, "--max-send-rate", "200", "--no-reputation-alarms")
-    try:
-        state = wait_for_state(state_dir, process, START_TIMEOUT_S * 3)  # a template of its own: synthesized
-        local = Local(state=state, state_dir=state_dir)
+    with dev_runtime(
+        tmp_path_factory.mktemp("mailstep-warmup"),
+        *("--warmup", SCHEDULE, "--max-send-rate", "200", "--no-reputation-alarms"),
+        report=(tmp_path_factory, "warmup"),
+        timeout_s=START_TIMEOUT_S * 3,  # a template of its own: synthesized first
+    ) as local:
         yield local
-        keep_iam_report(local, tmp_path_factory, "warmup")
-    finally:
-        stop_dev(process)
 
 
 def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
