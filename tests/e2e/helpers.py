@@ -80,6 +80,15 @@ def add_contact(local: Local, email: str, **extra: Any) -> dict[str, Any]:
     return result
 
 
+def new_audience(local: Local, prefix: str, count: int, domain: str = "example.com") -> tuple[str, list[str]]:
+    """``count`` new readers sharing a new tag (``contact.created``: no sequence starts); the tag
+    (``<prefix>-<run>``) and their addresses."""
+    run = uuid.uuid4().hex[:6]
+    readers = [f"{prefix[0]}{i:03d}-{run}@{domain}" for i in range(count)]
+    add_contacts(local, readers, f"{prefix}-{run}")
+    return f"{prefix}-{run}", readers
+
+
 def add_contacts(local: Local, emails: list[str], tag: str) -> None:
     """``contact.created`` (no sequence starts) for each of ``emails`` with ``tag``, 100 a request."""
     for start in range(0, len(emails), 100):

@@ -110,7 +110,7 @@ def kill_worker(local: Local) -> int:
     return pid
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900)  # the killed workers' batches come back after VISIBILITY_S
 @pytest.mark.parametrize(
     "count", [pytest.param(400, id="400"), pytest.param(1000, id="1000", marks=pytest.mark.bench)]
 )

@@ -19,7 +19,6 @@ identities, 60 a day: the sandbox's 200 at a size that keeps the test short).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,8 +30,8 @@ from tests.e2e.conftest import (
     dev_runtime,
 )
 from tests.e2e.helpers import (
-    add_contacts,
     eventually,
+    new_audience,
     ok_json,
     ops,
     outbox,
@@ -164,15 +163,12 @@ def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
 
 def test_a_broadcast_over_the_daily_quota_sends_over_three_days_once_each(day_one: Local) -> None:
     local = day_one
-    run = uuid.uuid4().hex[:6]
-    tag = f"quota-{run}"
-    readers = [f"r{i:03d}-{run}@{DOMAIN}" for i in range(AUDIENCE)]
-    add_contacts(local, readers, tag)
+    tag, readers = new_audience(local, "quota", AUDIENCE, DOMAIN)
     # the day starts with the whole quota: what the first test sent is a day old
     ops(local, "local", "advance", "--days", "1", timeout=600)
     assert ses_status(local)["SentLast24Hours"] == 0
 
-    broadcast_id = f"quota-{run}"
+    broadcast_id = tag
     sent = ops(
         local, "broadcast", "send", "--template", "newsletter/monthly", "--tag", tag, "--id", broadcast_id,
         "--yes", "--no-wait",

@@ -19,10 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import (
-    Local,
-    dev_runtime,
-)
+from tests.e2e.conftest import Local, dev_runtime
 from tests.e2e.helpers import (
     add_contact,
     events_of,

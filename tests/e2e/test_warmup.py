@@ -10,7 +10,6 @@ the runtime's calendar moves on (`mailstep local advance --days 1`), each reader
 from __future__ import annotations
 
 import re
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +21,16 @@ from tests.e2e.conftest import (
     Local,
     dev_runtime,
 )
-from tests.e2e.helpers import add_contacts, eventually, ok_json, ops, outbox, sent_by, subscribe, unique_email
+from tests.e2e.helpers import (
+    eventually,
+    new_audience,
+    ok_json,
+    ops,
+    outbox,
+    sent_by,
+    subscribe,
+    unique_email,
+)
 
 SCHEDULE = "30,60,120"
 AUDIENCE = 150
@@ -46,11 +54,8 @@ def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
 @pytest.mark.timeout(900)  # three calendar days of a broadcast, a template of its own
 def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Local) -> None:
     local = warming
-    run = uuid.uuid4().hex[:6]
-    tag = f"warm-{run}"
-    readers = [f"w{i:03d}-{run}@example.com" for i in range(AUDIENCE)]
-    add_contacts(local, readers, tag)
-    command = ("broadcast", "send", "--template", "newsletter/monthly", "--tag", tag, "--id", f"warm-{run}")
+    tag, readers = new_audience(local, "warm", AUDIENCE)
+    command = ("broadcast", "send", "--template", "newsletter/monthly", "--tag", tag, "--id", tag)
 
     dry = ops(local, *command, "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
@@ -67,7 +72,7 @@ def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Lo
     sent = ops(local, *command, "--yes", "--no-wait")
     assert sent.returncode == 0, sent.stdout + sent.stderr
     assert "warm-up: today 30 of 30 left" in " ".join(sent.stdout.split())
-    broadcast_id = f"warm-{run}"
+    broadcast_id = tag
 
     for day, total in ((1, 30), (2, 90)):
         # the state asserted: the day's allowance sent, and the broadcast held for the next day
