@@ -43,10 +43,11 @@ def import_file(runtime: Local, source: Path) -> tuple[dict[str, Any], float]:
 
 
 # Two imports of 10,000 rows and a scan took 219 s on 2 cores: that size is `make bench`'s.
+SIZES = [pytest.param(1_000, id="1k"), pytest.param(10_000, id="10k", marks=pytest.mark.bench)]
+
+
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(
-    "rows", [pytest.param(1_000, id="1k"), pytest.param(10_000, id="10k", marks=pytest.mark.bench)]
-)
+@pytest.mark.parametrize("rows", SIZES)
 def test_an_import_writes_every_tag_partner_and_a_rerun_writes_nothing(
     runtime: Local, tmp_path: Path, rows: int
 ) -> None:
