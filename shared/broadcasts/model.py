@@ -377,8 +377,8 @@ BATCH_CONTRACT = "broadcast.batch"
 MAX_BATCH_EMAILS = 100
 
 
-class ResolveMessage(BaseModel):
-    """Resolve page ``page`` of round ``round`` of a broadcast (the resolver's self-chain)."""
+class _PageMessage(BaseModel):
+    """What names a page of one round of a broadcast, as both queues' messages carry it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -397,27 +397,16 @@ class ResolveMessage(BaseModel):
         return validate_name(value, "broadcast_id")
 
 
-class BatchMessage(BaseModel):
+class ResolveMessage(_PageMessage):
+    """Resolve page ``page`` of round ``round`` of a broadcast (the resolver's self-chain)."""
+
+
+class BatchMessage(_PageMessage):
     """Send the broadcast to these subscribers (ids: emails). ``(round, page, index)`` names
     the batch; its outcomes are counted once."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    broadcast_id: str
-    round: int = Field(ge=1)
-    page: int = Field(ge=0)
-    # A held broadcast's wake-up (put on the queue by the hold): the only message that resumes
-    # a ``held`` record; ``wake_after_s``: how much longer it waits once delivered (a hold
-    # longer than SQS's 15-minute delay travels as a chain of delayed messages).
-    wake: bool = False
-    wake_after_s: int = Field(default=0, ge=0)
     index: int = Field(ge=0)
     emails: tuple[str, ...] = Field(min_length=1, max_length=MAX_BATCH_EMAILS)
-
-    @field_validator("broadcast_id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        return validate_name(value, "broadcast_id")
 
 
 def to_body(contract: str, message: BaseModel) -> str:

@@ -199,6 +199,16 @@ def process_batch(
         raise
 
 
+def _batch_log(message: BatchMessage) -> dict[str, Any]:
+    """The log fields that name a batch: its broadcast, round, page and index."""
+    return {
+        "broadcast": message.broadcast_id,
+        "round": message.round,
+        "page": message.page,
+        "batch": message.index,
+    }
+
+
 def _mark_dead_lettered(message: BatchMessage, ctx: WorkerContext, exc: Exception) -> None:
     record = ctx.records.get(message.broadcast_id)
     if record is None or record.round != message.round:
@@ -206,10 +216,7 @@ def _mark_dead_lettered(message: BatchMessage, ctx: WorkerContext, exc: Exceptio
     marked = ctx.records.mark_dead_lettered(record, message.page, message.index, len(message.emails))
     logger.warning(
         "broadcast batch goes to the dead-letter queue",
-        broadcast=record.id,
-        round=message.round,
-        page=message.page,
-        batch=message.index,
+        **_batch_log(message),
         recipients=len(message.emails),
         marked=marked,
         error=f"{type(exc).__name__}: {str(exc)[:200]}",
@@ -220,12 +227,7 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     record = ctx.records.get(message.broadcast_id)
     if record is None:
         raise BroadcastNotFound(f"no broadcast {message.broadcast_id!r}")
-    log: dict[str, Any] = {
-        "broadcast": record.id,
-        "round": message.round,
-        "page": message.page,
-        "batch": message.index,
-    }
+    log = _batch_log(message)
     if message.round != record.round:
         logger.info("stale broadcast batch dropped", current_round=record.round, **log)
         return BatchResult(status="stale")

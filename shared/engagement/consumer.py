@@ -70,7 +70,6 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shared.core import clock
 from shared.core.models import normalise_email, validate_name, validate_template_key
 from shared.core.observability import logger, redact_email
 from shared.core.retry import Backoff
@@ -97,6 +96,7 @@ from shared.engagement.soft_bounces import (
     SOFT_BOUNCE_ESCALATION,
     SoftBouncePolicy,
     escalates,
+    events_around,
     soft_bounces_around,
 )
 from shared.engagement.sunset import touch
@@ -108,10 +108,7 @@ from shared.store.dynamo import (
     TRANSACTION_LIMIT,
     Action,
     Cancellation,
-    deserialize,
-    query_all,
     serialize,
-    values,
 )
 from shared.store.events import event_record
 from shared.store.send_log import SendEvidence
@@ -844,23 +841,18 @@ def judge_clicks(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> dict
 def stored_neighbours(store: SubscriberStore, email: str, message_id: str, at: str) -> list[Neighbour]:
     """The stored Delivery event and clicks of one mail within ``SCANNER_WINDOW_S`` of ``at``:
     one Query (a few items: 0.5 RRU for most clicks)."""
-    moment = clock.parse_iso(at)
-    window = timedelta(seconds=SCANNER_WINDOW_S)
-    low = f"{keys.EVT}{keys.SEP}{clock.iso(moment - window)}"
-    high = f"{keys.EVT}{keys.SEP}{clock.iso(moment + window)}{keys.SEP}\uffff"
     found = []
-    for raw in query_all(
-        store.client,
-        TableName=store.events_table,
-        KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
-        FilterExpression="ses_message_id = :message AND #type IN (:delivery, :click)",
-        ExpressionAttributeNames={"#type": "type", "#at": "at"},
-        ExpressionAttributeValues=values(
-            pk=keys.sub_pk(email), low=low, high=high, message=message_id, delivery="delivery", click="click"
-        ),
-        ProjectionExpression="#type, #at, link",
+    for item in events_around(
+        store,
+        email,
+        at,
+        timedelta(seconds=SCANNER_WINDOW_S),
+        condition="ses_message_id = :message AND #type IN (:delivery, :click)",
+        projection="#type, #at, link",
+        message=message_id,
+        delivery="delivery",
+        click="click",
     ):
-        item = deserialize(raw)
         found.append(Neighbour(str(item["type"]), str(item["at"]), str(item.get("link", ""))))
     return found
 

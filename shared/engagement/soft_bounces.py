@@ -26,10 +26,12 @@ subscriber's events over twice the window (a few items, about 0.5-1 RRU).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from shared.core import clock
 from shared.store import keys
 from shared.store.dynamo import deserialize, query_all, values
 from shared.store.subscribers import SubscriberStore
@@ -55,30 +57,51 @@ def _parse(at: str) -> datetime:
     return datetime.fromisoformat(at.replace("Z", "+00:00"))
 
 
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def events_around(
+    store: SubscriberStore,
+    email: str,
+    at: str,
+    window: timedelta,
+    *,
+    condition: str,
+    projection: str,
+    consistent: bool = False,
+    **placeholders: object,
+) -> Iterator[dict[str, Any]]:
+    """The subscriber's event items from ``at - window`` to ``at + window`` that meet
+    ``condition`` (a FilterExpression: ``#type`` and ``#at`` name the type and the time,
+    ``placeholders`` give its values), as plain dicts: one Query of the subscriber's key range."""
+    moment = clock.parse_iso(at)
+    low = f"{keys.EVT}{keys.SEP}{clock.iso(moment - window)}"
+    high = f"{keys.EVT}{keys.SEP}{clock.iso(moment + window)}{keys.SEP}\uffff"
+    for raw in query_all(
+        store.client,
+        TableName=store.events_table,
+        KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
+        FilterExpression=condition,
+        ExpressionAttributeNames={"#type": "type", "#at": "at"},
+        ExpressionAttributeValues=values(pk=keys.sub_pk(email), low=low, high=high, **placeholders),
+        ProjectionExpression=projection,
+        ConsistentRead=consistent,
+    ):
+        yield deserialize(raw)
 
 
 def soft_bounces_around(store: SubscriberStore, email: str, at: str, window: timedelta) -> dict[str, str]:
     """The subscriber's soft-bounced mails from ``at - window`` to ``at + window``: SES message
     id -> the earliest transient bounce of it (ISO time)."""
-    moment = _parse(at)
-    low = f"{keys.EVT}{keys.SEP}{_iso(moment - window)}"
-    high = f"{keys.EVT}{keys.SEP}{_iso(moment + window)}{keys.SEP}\uffff"
     found: dict[str, str] = {}
-    for raw in query_all(
-        store.client,
-        TableName=store.events_table,
-        KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
-        FilterExpression="#type = :bounce AND bounce_type = :transient",
-        ExpressionAttributeNames={"#type": "type", "#at": "at"},
-        ExpressionAttributeValues=values(
-            pk=keys.sub_pk(email), low=low, high=high, bounce="bounce", transient=TRANSIENT
-        ),
-        ProjectionExpression="ses_message_id, #at",
-        ConsistentRead=True,
+    for item in events_around(
+        store,
+        email,
+        at,
+        window,
+        condition="#type = :bounce AND bounce_type = :transient",
+        projection="ses_message_id, #at",
+        consistent=True,
+        bounce="bounce",
+        transient=TRANSIENT,
     ):
-        item = deserialize(raw)
         message, when = str(item.get("ses_message_id", "")), str(item.get("at", ""))
         if message and when and (message not in found or when < found[message]):
             found[message] = when

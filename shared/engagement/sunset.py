@@ -137,26 +137,47 @@ def uncold(store: SubscriberStore, email: str) -> None:
     store.mutate(email, warm)
 
 
-def _mark_engaged(store: SubscriberStore, email: str, at: str) -> bool:
-    day = day_of(at)
+def _update_engagement(
+    store: SubscriberStore,
+    email: str,
+    update: str,
+    condition: str,
+    names: dict[str, str] | None = None,
+    **placeholders: object,
+) -> bool:
+    """Update the subscriber's ENGAGEMENT item if ``condition`` holds (``placeholders``: the
+    expressions' values, ``names``: their attribute names); False when it does not."""
+    request: dict[str, Any] = {
+        "TableName": store.events_table,
+        "Key": key(*engagement_key(email)),
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": values(**placeholders),
+    }
+    if names:
+        request["ExpressionAttributeNames"] = names
     try:
-        store.client.update_item(
-            TableName=store.events_table,
-            Key=key(*engagement_key(email)),
-            UpdateExpression=(
-                "SET engaged_at = :at, #day = :day, hygiene_key = :key REMOVE cold_at, cold_pending"
-            ),
-            ConditionExpression=(
-                "attribute_exists(PK) AND (#day < :day OR (attribute_exists(cold_at) AND cold_at < :at))"
-            ),
-            ExpressionAttributeNames={"#day": "day"},
-            ExpressionAttributeValues=values(at=at, day=day, key=warm_key(email, day)),
-        )
+        store.client.update_item(**request)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-            return False  # another writer recorded a later engagement meanwhile
+            return False
         raise
     return True
+
+
+def _mark_engaged(store: SubscriberStore, email: str, at: str) -> bool:
+    """False: another writer recorded a later engagement meanwhile."""
+    day = day_of(at)
+    return _update_engagement(
+        store,
+        email,
+        "SET engaged_at = :at, #day = :day, hygiene_key = :key REMOVE cold_at, cold_pending",
+        "attribute_exists(PK) AND (#day < :day OR (attribute_exists(cold_at) AND cold_at < :at))",
+        names={"#day": "day"},
+        at=at,
+        day=day,
+        key=warm_key(email, day),
+    )
 
 
 # ----- the daily run -------------------------------------------------------------------------------
@@ -248,18 +269,11 @@ class RunReport:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
     def summary(self) -> dict[str, Any]:
+        """Every field of the report, the two lists of emails as their counts."""
         return {
-            "day": self.day,
-            "dry_run": self.dry_run,
-            "buckets_read": self.buckets_read,
-            "items_read": self.items_read,
+            **asdict(self),
             "to_mark_cold": len(self.to_mark_cold),
             "to_unsubscribe": len(self.to_unsubscribe),
-            "marked_cold": self.marked_cold,
-            "unsubscribed": self.unsubscribed,
-            "repaired": self.repaired,
-            "warmed_meanwhile": self.warmed_meanwhile,
-            "skipped": dict(self.skipped),
         }
 
 
@@ -370,18 +384,13 @@ def run(
     report = RunReport(day=day, dry_run=dry_run or emit is None)
     to_cold, to_sunset, to_repair = due(store, policy, plan, report)
     known = store.known([i["email"] for i in (*to_cold, *to_sunset)]) if (to_cold or to_sunset) else {}
-    for item in to_cold:
-        reason = _eligible(known.get(item["email"]))
-        if reason:
-            report.skip(reason)
-        else:
-            report.to_mark_cold.append(item["email"])
-    for item in to_sunset:
-        reason = _eligible(known.get(item["email"]))
-        if reason:
-            report.skip(reason)
-        else:
-            report.to_unsubscribe.append(item["email"])
+    for items, chosen_emails in ((to_cold, report.to_mark_cold), (to_sunset, report.to_unsubscribe)):
+        for item in items:
+            reason = _eligible(known.get(item["email"]))
+            if reason:
+                report.skip(reason)
+            else:
+                chosen_emails.append(item["email"])
     if report.dry_run:
         return report
     assert emit is not None
@@ -402,24 +411,20 @@ def run(
 
 def _claim_cold(store: SubscriberStore, item: Mapping[str, Any], at: str) -> bool:
     """Mark the item cold (and pending) if it still names the day the run read: the claim that
-    makes this run, and no other, apply the subscriber's cold event."""
+    makes this run, and no other, apply the subscriber's cold event. False: engaged since, or
+    another run claimed it."""
     email = str(item["email"])
-    try:
-        store.client.update_item(
-            TableName=store.events_table,
-            Key=key(*engagement_key(email)),
-            UpdateExpression="SET cold_at = :at, cold_pending = :yes, hygiene_key = :key",
-            ConditionExpression="#day = :day AND attribute_not_exists(cold_at)",
-            ExpressionAttributeNames={"#day": "day"},
-            ExpressionAttributeValues=values(
-                at=at, yes=True, key=cold_key(email, day_of(at)), day=item["day"]
-            ),
-        )
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-            return False  # engaged since, or another run claimed it
-        raise
-    return True
+    return _update_engagement(
+        store,
+        email,
+        "SET cold_at = :at, cold_pending = :yes, hygiene_key = :key",
+        "#day = :day AND attribute_not_exists(cold_at)",
+        names={"#day": "day"},
+        at=at,
+        yes=True,
+        key=cold_key(email, day_of(at)),
+        day=item["day"],
+    )
 
 
 def _confirm_cold(
@@ -435,17 +440,7 @@ def _confirm_cold(
     pending mark; when the subscriber engaged in between (the mark is gone), take the tag back."""
     email = str(item["email"])
     emit(cold_event(email, day_of(cold_at), str(item.get("day", ""))))
-    try:
-        store.client.update_item(
-            TableName=store.events_table,
-            Key=key(*engagement_key(email)),
-            UpdateExpression="REMOVE cold_pending",
-            ConditionExpression="cold_at = :at",
-            ExpressionAttributeValues=values(at=cold_at),
-        )
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-            raise
+    if not _update_engagement(store, email, "REMOVE cold_pending", "cold_at = :at", at=cold_at):
         uncold(store, email)
         report.warmed_meanwhile += 1
         return
@@ -460,17 +455,8 @@ def _sunset(store: SubscriberStore, emit: Emit, item: Mapping[str, Any], report:
     then take the item out of the index."""
     email, cold_at = str(item["email"]), str(item["cold_at"])
     emit(sunset_event(email, day_of(cold_at)))
-    try:
-        store.client.update_item(
-            TableName=store.events_table,
-            Key=key(*engagement_key(email)),
-            UpdateExpression="SET sunset_at = :at REMOVE hygiene_key",
-            ConditionExpression="cold_at = :cold",
-            ExpressionAttributeValues=values(at=at, cold=cold_at),
-        )
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-            raise
+    update = "SET sunset_at = :at REMOVE hygiene_key"
+    if not _update_engagement(store, email, update, "cold_at = :cold", at=at, cold=cold_at):
         report.warmed_meanwhile += 1  # engaged at the last moment: unsubscribed all the same
     report.unsubscribed += 1
 

@@ -169,23 +169,13 @@ def process(message: DeliveryMessage, ctx: DeliveryContext) -> Outcome:
     try:
         endpoint = store.get_endpoint(message.endpoint_id)
     except NotFound:
-        store.record_attempt(
-            message.endpoint_id,
-            delivery.sk,
-            status=FAILED,
-            outcome=_entry(message.attempt, now, None, "endpoint removed"),
-        )
+        _fail_unsent(store, message, delivery.sk, now, "endpoint removed")
         return Outcome("endpoint_gone", message.attempt)
     stale = clock.iso(moment - timedelta(seconds=STALE_ATTEMPT_S))
     if not store.claim_attempt(message.endpoint_id, delivery.sk, message.attempt, now, stale_before=stale):
         return Outcome("duplicate", message.attempt)
     if endpoint.status == DISABLED:
-        store.record_attempt(
-            endpoint.id,
-            delivery.sk,
-            status=FAILED,
-            outcome=_entry(message.attempt, now, None, "endpoint disabled"),
-        )
+        _fail_unsent(store, message, delivery.sk, now, "endpoint disabled")
         return Outcome("failed", message.attempt)
     answer = _attempt(endpoint, delivery.message_id, delivery.body, ctx, moment)
     entry = _entry(message.attempt, now, answer.status, answer.error)
@@ -246,3 +236,12 @@ def _attempt(
 
 def _entry(attempt: int, at: str, status_code: int | None, error: str | None) -> dict[str, Any]:
     return {"attempt": attempt, "at": at, "status_code": status_code, "error": error}
+
+
+def _fail_unsent(
+    store: WebhookStore, message: DeliveryMessage, delivery_sk: str, now: str, reason: str
+) -> None:
+    """Record the message's attempt as failed before any request was made (``reason`` says why)."""
+    store.record_attempt(
+        message.endpoint_id, delivery_sk, status=FAILED, outcome=_entry(message.attempt, now, None, reason)
+    )
