@@ -53,11 +53,25 @@ def _alarmed_queues(template: Template) -> set[str]:
     return found
 
 
+def _on_failure_queue(template: Template, properties: dict[str, Any]) -> str | None:
+    """The SQS queue that ``DestinationConfig.OnFailure`` of ``properties`` names, else None."""
+    destination = ((properties.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+    return _queue(template, destination)
+
+
 def unkept(template: Template) -> list[str]:
     """What an asynchronous edge of ``template`` could lose: every problem found, named."""
     resources = template["Resources"]
     problems: list[str] = []
     keepers: dict[str, str] = {}  # queue logical id -> what it keeps
+
+    def kept(queue: str | None, what: str, problem: str) -> None:
+        """``queue`` keeps ``what``; without a queue, ``problem``."""
+        if queue is None:
+            problems.append(problem)
+        else:
+            keepers[queue] = what
+
     for logical_id, resource in resources.items():
         if resource["Type"] != "AWS::Lambda::EventSourceMapping":
             continue
@@ -67,20 +81,17 @@ def unkept(template: Template) -> list[str]:
         queue = _queue(template, source)
         if queue is not None:
             redrive = resources[queue]["Properties"].get("RedrivePolicy") or {}
-            dead_letters = _queue(template, redrive.get("deadLetterTargetArn"))
-            if dead_letters is None:
-                problems.append(f"{logical_id}: its queue {queue} has no dead-letter queue (RedrivePolicy)")
-            else:
-                keepers[dead_letters] = f"dead letters of {queue}"
-        elif attribute == "StreamArn":
-            destination = ((properties.get("DestinationConfig") or {}).get("OnFailure") or {}).get(
-                "Destination"
+            kept(
+                _queue(template, redrive.get("deadLetterTargetArn")),
+                f"dead letters of {queue}",
+                f"{logical_id}: its queue {queue} has no dead-letter queue (RedrivePolicy)",
             )
-            on_failure = _queue(template, destination)
-            if on_failure is None:
-                problems.append(f"{logical_id}: a stream source without an SQS on-failure destination")
-            else:
-                keepers[on_failure] = f"on-failure records of {logical_id}"
+        elif attribute == "StreamArn":
+            kept(
+                _on_failure_queue(template, properties),
+                f"on-failure records of {logical_id}",
+                f"{logical_id}: a stream source without an SQS on-failure destination",
+            )
         else:
             problems.append(f"{logical_id}: an event source this check does not know: {source}")
     invoke_configs = {
@@ -93,23 +104,19 @@ def unkept(template: Template) -> list[str]:
             continue
         for target in resource["Properties"].get("Targets", []):
             name = f"{logical_id} target {target.get('Id')}"
-            dead_letters = _queue(template, (target.get("DeadLetterConfig") or {}).get("Arn"))
-            if dead_letters is None:
-                problems.append(f"{name}: no dead-letter queue (DeadLetterConfig)")
-            else:
-                keepers[dead_letters] = f"undelivered events of {name}"
+            kept(
+                _queue(template, (target.get("DeadLetterConfig") or {}).get("Arn")),
+                f"undelivered events of {name}",
+                f"{name}: no dead-letter queue (DeadLetterConfig)",
+            )
             arn = target.get("Arn")
             function = arn["Fn::GetAtt"][0] if isinstance(arn, dict) and "Fn::GetAtt" in arn else None
             if function is not None and resources[function]["Type"] == "AWS::Lambda::Function":
-                config = invoke_configs.get(function) or {}
-                destination = ((config.get("DestinationConfig") or {}).get("OnFailure") or {}).get(
-                    "Destination"
+                kept(
+                    _on_failure_queue(template, invoke_configs.get(function) or {}),
+                    f"failed asynchronous invocations of {function}",
+                    f"{name}: function {function} has no on-failure destination",
                 )
-                on_failure = _queue(template, destination)
-                if on_failure is None:
-                    problems.append(f"{name}: function {function} has no on-failure destination")
-                else:
-                    keepers[on_failure] = f"failed asynchronous invocations of {function}"
     alarmed = _alarmed_queues(template)
     problems += [
         f"{queue} ({what}) has no alarm" for queue, what in sorted(keepers.items()) if queue not in alarmed

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from shared.sending.pipeline import MailIdentity, SendContext
 from shared.sending.sender import SesSender
 from shared.store.send_log import SendLog
 from shared.store.subscribers import SubscriberStore
+from tests.integration.broadcast_support import Env, broadcast_env
 
 API_KEY = "test-api-key-0123456789"
 # What ``send_ctx`` signs unsubscribe (and confirmation) tokens with, and the mail it sends.
@@ -88,6 +90,44 @@ def send_ctx(store: SubscriberStore, resources: LocalResources, outbox: list[Any
         token_secret=lambda: SECRET,
         data_ttl_days=30,
     )
+
+
+@pytest.fixture
+def env(resources: LocalResources) -> Iterator[Env]:
+    """The broadcast queues, tables and service (broadcast_support.broadcast_env)."""
+    with broadcast_env(resources) as built:
+        yield built
+
+
+def handler_module(function: str, env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``functions/<function>/handler.py`` imported afresh with ``env`` set, as Lambda starts it."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return importlib.reload(importlib.import_module(f"functions.{function}.handler"))
+
+
+@pytest.fixture
+def sender(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
+    """The sender Lambda's handler module, from acme.test; its mail lands in ``outbox``."""
+    env = {
+        **resources.env(),
+        "DEFAULT_FROM": "Acme <hello@acme.test>",
+        "PUBLIC_BASE_URL": "https://api.acme.test",
+    }
+    return handler_module("sender", env, monkeypatch)
+
+
+@pytest.fixture
+def dynamodb_requests() -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """(operation, params) of every DynamoDB request made during the test."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def hook(model: Any, params: dict[str, Any], **_: Any) -> None:
+        seen.append((model.name, params))
+
+    register_hook("before-parameter-build.dynamodb", hook)
+    yield seen
+    unregister_hook("before-parameter-build.dynamodb", hook)
 
 
 @contextlib.contextmanager
@@ -167,8 +207,6 @@ class ApiClient:
 
 @pytest.fixture
 def api(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> ApiClient:
-    import importlib
-
     for name, value in resources.env().items():
         monkeypatch.setenv(name, value)
     module = importlib.import_module("functions.api.handler")

@@ -25,18 +25,12 @@ from shared.core.aws import client, register_hook, unregister_hook
 from shared.core.settings import Settings
 from shared.core.specs import BROADCAST_CONTROL_QUEUE, ENV
 from shared.store.subscribers import SubscriberStore
-from tests.integration.broadcast_support import Env, broadcast_env, eligible, seed
+from tests.integration.broadcast_support import Env, eligible, seed
 from tests.integration.conftest import sqs_record
 
 TEMPLATE = "newsletter/monthly"
 SEGMENTS = 4
 PAGE = 13  # recipients per page: ~270 recipients in 4 segments take ~20 pages, most ending inside a segment
-
-
-@pytest.fixture
-def env(resources: LocalResources) -> Iterator[Env]:
-    with broadcast_env(resources) as built:
-        yield built
 
 
 @pytest.fixture

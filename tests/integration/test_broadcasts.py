@@ -6,14 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from local_aws.provision import LocalResources
 from ops import broadcasts as ops_broadcasts
 from shared.broadcasts import worker as worker_module
 from shared.broadcasts.audience import AudienceResolver
@@ -34,15 +33,9 @@ from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, send, send_id_for
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore
-from tests.integration.broadcast_support import Env, broadcast_env, eligible, seed
+from tests.integration.broadcast_support import Env, eligible, seed
 
 TEMPLATE = "newsletter/monthly"
-
-
-@pytest.fixture
-def env(resources: LocalResources) -> Iterator[Env]:
-    with broadcast_env(resources) as built:
-        yield built
 
 
 @pytest.fixture

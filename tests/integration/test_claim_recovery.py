@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,7 +33,7 @@ from shared.sending.sender import encode_tag_value
 from shared.store.send_log import RECOVERED_FROM_EVENT, SendLog, SentRecord
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore, keys
-from tests.integration.broadcast_support import Env, broadcast_env, seed
+from tests.integration.broadcast_support import Env, seed
 from tests.integration.conftest import operations, scan_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
@@ -186,12 +185,6 @@ def test_events_of_completed_or_unknown_sends_write_no_log(store, table, send_ct
 
 
 # ----- dead-lettered broadcast batches ---------------------------------------------------------
-@pytest.fixture
-def env(resources: LocalResources) -> Iterator[Env]:
-    with broadcast_env(resources) as built:
-        yield built
-
-
 def in_flight(job: SendJob, ctx: SendContext) -> SendOutcome:
     return SendOutcome(status="retryable", send_id=send_id_for(job), reason="in_flight")
 

@@ -215,6 +215,20 @@ def paused(world: LocalResources, ses: LocalSes) -> None:
     )
 
 
+def paused_by_complaints(world: LocalResources, ses: LocalSes, rate: float) -> None:
+    """The marketing set paused by the guardrail's complaint alarm (above 0.08 %), the complaint
+    rate now ``rate``."""
+    guard_alarms(complaint=0.0008)
+    publish_rate(COMPLAINT, rate)
+    paused(world, ses)
+
+
+@pytest.fixture
+def quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SES's sending quota as a resume reads it: 14 mails a second."""
+    monkeypatch.setattr("ops.broadcasts.read_quota", lambda _c: type("Q", (), {"max_send_rate": 14.0})())
+
+
 def status_of(world: LocalResources, broadcast_id: str) -> str:
     record = BroadcastStore(world.tables["table_name"]).get(broadcast_id)
     assert record is not None
@@ -276,9 +290,7 @@ def test_the_overview_answers_when_the_credentials_may_not_read_ses(
 def test_a_resume_above_the_threshold_is_refused_with_the_reason_and_changes_nothing(
     world: LocalResources, ses: LocalSes, browser: Browser
 ) -> None:
-    guard_alarms(complaint=0.0008)
-    publish_rate(COMPLAINT, 0.002)
-    paused(world, ses)
+    paused_by_complaints(world, ses, rate=0.002)
     held_broadcast(world)
 
     answer = browser.press("/reputation", "Resume marketing sending")
@@ -293,11 +305,10 @@ def test_a_resume_above_the_threshold_is_refused_with_the_reason_and_changes_not
 
 
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
-    world: LocalResources, ses: LocalSes, browser: Browser, monkeypatch: pytest.MonkeyPatch
+    world: LocalResources, ses: LocalSes, browser: Browser, quota: None
 ) -> None:
     paused(world, ses)  # no alarm, no rate: a resume would go through
     held_broadcast(world)
-    monkeypatch.setattr("ops.broadcasts.read_quota", lambda _c: type("Q", (), {"max_send_rate": 14.0})())
     url, body = submission("/reputation", browser.get("/reputation").text, "Resume anyway")
     fields = {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
     fields["confirm"] = MARKETING
@@ -317,13 +328,10 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
 
 
 def test_resume_anyway_needs_the_set_name_typed_then_resumes_the_held_broadcasts(
-    world: LocalResources, ses: LocalSes, browser: Browser, monkeypatch: pytest.MonkeyPatch
+    world: LocalResources, ses: LocalSes, browser: Browser, quota: None
 ) -> None:
-    guard_alarms(complaint=0.0008)
-    publish_rate(COMPLAINT, 0.002)
-    paused(world, ses)
+    paused_by_complaints(world, ses, rate=0.002)
     held_broadcast(world)
-    monkeypatch.setattr("ops.broadcasts.read_quota", lambda _c: type("Q", (), {"max_send_rate": 14.0})())
     page = browser.get("/reputation").text
     assert f'data-expect="{MARKETING}"' in page  # the page's script enables the button on it
 
@@ -348,12 +356,9 @@ def test_resume_anyway_needs_the_set_name_typed_then_resumes_the_held_broadcasts
 
 
 def test_below_the_thresholds_a_plain_resume_goes_through(
-    world: LocalResources, ses: LocalSes, browser: Browser, monkeypatch: pytest.MonkeyPatch
+    world: LocalResources, ses: LocalSes, browser: Browser, quota: None
 ) -> None:
-    guard_alarms(complaint=0.0008)
-    publish_rate(COMPLAINT, 0.0005)
-    paused(world, ses)
-    monkeypatch.setattr("ops.broadcasts.read_quota", lambda _c: type("Q", (), {"max_send_rate": 14.0})())
+    paused_by_complaints(world, ses, rate=0.0005)
 
     answer = browser.press("/reputation", "Resume marketing sending")
 

@@ -15,7 +15,6 @@ mails, however often a job, a batch or an event is delivered.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -36,14 +35,13 @@ from shared.store import keys, stats
 from shared.store.dynamo import key
 from shared.store.stats import COUNT_PENDING, StatsStore
 from shared.store.subscribers import SubscriberStore
-from tests.integration import test_claim_recovery, test_sequence_execution
+from tests.integration import test_sequence_execution
 from tests.integration.broadcast_support import Env
-from tests.integration.conftest import scan_all, sqs_record
+from tests.integration.conftest import handler_module, scan_all, sqs_record
 from tests.integration.test_claim_recovery import ses_event
 from tests.integration.test_sequence_execution import Harness, sequence_from, start
 
-# fixtures of those modules: broadcast queues and service, Step Functions on moto
-env = test_claim_recovery.env
+# a fixture of that module: Step Functions on moto
 harness = test_sequence_execution.harness
 
 COUNTER_SKS = frozenset({keys.COUNTERS, keys.TEMPLATE_COUNTERS})
@@ -110,15 +108,6 @@ def deliver_events(items: list[dict[str, Any]], template: str, engagement: Engag
 
 
 # ----- the sender Lambda (send queue) ----------------------------------------------------------
-@pytest.fixture
-def sender(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
-    for name, value in resources.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("DEFAULT_FROM", "Acme <hello@acme.test>")
-    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
-    return importlib.reload(importlib.import_module("functions.sender.handler"))
-
-
 def run_sender(module: Any, job: SendJob) -> list[Any]:
     result = module.handler(
         {"Records": [sqs_record(to_message(job), "mailstep-send")]}, LambdaContext("sender", timeout_s=60)
@@ -192,12 +181,13 @@ def test_a_counter_conflict_after_ses_does_not_fail_the_sequence_execution(
 # ----- a broadcast worker batch -----------------------------------------------------------------
 @pytest.fixture
 def worker(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
-    for name, value in resources.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("DEFAULT_FROM", "Acme <news@acme.test>")
-    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
-    monkeypatch.setenv("BROADCAST_WORKER_THREADS", "1")  # in-process moto: one request at a time
-    return importlib.reload(importlib.import_module("functions.broadcast_worker.handler"))
+    env = {
+        **resources.env(),
+        "DEFAULT_FROM": "Acme <news@acme.test>",
+        "PUBLIC_BASE_URL": "https://api.acme.test",
+        "BROADCAST_WORKER_THREADS": "1",  # in-process moto: one request at a time
+    }
+    return handler_module("broadcast_worker", env, monkeypatch)
 
 
 def run_worker(module: Any, body: str) -> dict[str, Any]:
@@ -208,15 +198,23 @@ def run_worker(module: Any, body: str) -> dict[str, Any]:
     return dict(result)
 
 
+def resolved_batch(env: Env, store: SubscriberStore, broadcast_id: str, readers: int) -> dict[str, Any]:
+    """A newsletter to ``readers`` subscribers tagged news, resolved into one batch: its SQS message."""
+    for i in range(readers):
+        store.upsert(f"reader{i}@example.com", add_tags=["news"])
+    env.service.send(
+        parse_request(id=broadcast_id, template="newsletter/monthly", audience={"tags": ["news"]})
+    )
+    env.resolve_all()
+    (message,) = env.batches()
+    return message
+
+
 def test_a_counter_conflict_after_ses_does_not_hold_the_broadcast_batch(
     worker, env: Env, store, conflicts, resources, outbox, engagement
 ) -> None:
     # Given a broadcast to 6 subscribers, resolved into one batch
-    for i in range(6):
-        store.upsert(f"reader{i}@example.com", add_tags=["news"])
-    env.service.send(parse_request(id="nl", template="newsletter/monthly", audience={"tags": ["news"]}))
-    env.resolve_all()
-    (message,) = env.batches()
+    message = resolved_batch(env, store, "nl", readers=6)
     batch = parse_batch(message["Body"])
     assert len(batch.emails) == 6
     conflicts.remaining = 1000  # the counters stay held by other transactions
@@ -256,11 +254,7 @@ def test_a_counter_conflict_after_ses_does_not_hold_the_broadcast_batch(
 def test_a_passing_counter_conflict_counts_the_batch_at_once(
     worker, env: Env, store, conflicts, resources, outbox
 ) -> None:
-    for i in range(3):
-        store.upsert(f"reader{i}@example.com", add_tags=["news"])
-    env.service.send(parse_request(id="nl2", template="newsletter/monthly", audience={"tags": ["news"]}))
-    env.resolve_all()
-    (message,) = env.batches()
+    message = resolved_batch(env, store, "nl2", readers=3)
     conflicts.remaining = 1  # the batch's own transaction is refused once
 
     assert run_worker(worker, message["Body"]) == {"batchItemFailures": []}

@@ -11,9 +11,7 @@ goes out once.
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from typing import Any
 
 import pytest
@@ -33,7 +31,7 @@ from shared.core.aws import client
 from shared.sending.jobs import HOLD_DELAY_S, SendJob, from_message, to_message
 from shared.sending.pipeline import send
 from shared.sequences.steps import SendPaused, StepDeps, run_step
-from tests.integration.conftest import sqs_record
+from tests.integration.conftest import handler_module, sqs_record
 from tests.integration.reputation_support import settings_of, step_request
 from tests.integration.test_reputation import _subscribers, ctx_of, sending
 
@@ -64,19 +62,21 @@ def receive_delayed(url: str) -> list[dict[str, Any]]:
 
 
 def sender_module(res: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Any:
-    settings = settings_of(res)
-    env = {**res.env(), specs.ENV["send_queue_url"]: settings.send_queue_url}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    sys.modules.pop("functions.sender.handler", None)
-    return importlib.import_module("functions.sender.handler")
+    env = {**res.env(), specs.ENV["send_queue_url"]: settings_of(res).send_queue_url}
+    return handler_module("sender", env, monkeypatch)
+
+
+def reader_while_unverified(world: LocalResources, ses: LocalSes) -> str:
+    """One subscriber, and the sending domain waiting for verification: the subscriber's address."""
+    (email,) = _subscribers(world, 1)
+    ses.hold_identity(DOMAIN)
+    return email
 
 
 def test_a_held_send_job_goes_back_on_its_queue_delayed_and_is_sent_once_after_verification(
     world: LocalResources, ses: LocalSes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (email,) = _subscribers(world, 1)
-    ses.hold_identity(DOMAIN)
+    email = reader_while_unverified(world, ses)
     module = sender_module(world, monkeypatch)
     job = SendJob(email=email, template="welcome", source="receipts", step="r1", transactional=True)
     url = queue_url(world, specs.SEND_QUEUE)
@@ -105,8 +105,7 @@ def test_a_held_send_job_goes_back_on_its_queue_delayed_and_is_sent_once_after_v
 def test_a_job_held_for_a_week_fails_its_record_for_the_dead_letter_queue(
     world: LocalResources, ses: LocalSes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (email,) = _subscribers(world, 1)
-    ses.hold_identity(DOMAIN)
+    email = reader_while_unverified(world, ses)
     module = sender_module(world, monkeypatch)
     job = SendJob(
         email=email,
@@ -123,8 +122,7 @@ def test_a_job_held_for_a_week_fails_its_record_for_the_dead_letter_queue(
 
 
 def test_a_sequence_step_waits_while_the_identity_is_pending(world: LocalResources, ses: LocalSes) -> None:
-    (email,) = _subscribers(world, 1)
-    ses.hold_identity(DOMAIN)
+    email = reader_while_unverified(world, ses)
     ctx = ctx_of(world)
     deps = StepDeps(store=ctx.store, send=lambda job: send(job, ctx))
     request = step_request(email, "d1")

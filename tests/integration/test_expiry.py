@@ -32,7 +32,7 @@ from shared.store.dynamo import key
 from shared.store.send_log import SendLog
 from shared.store.stats import SIGNUP_SOURCE, SOURCE_SCOPE, TEMPLATE_SCOPE
 from shared.store.subscribers import SubscriberStore
-from tests.integration.broadcast_support import Env, broadcast_env, seed
+from tests.integration.broadcast_support import Env, seed
 from tests.integration.conftest import scan_all
 from tests.integration.test_engagement import event, sns
 
@@ -52,12 +52,6 @@ def now(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[datetime], None]]
         moment[0] = to
 
     yield move
-
-
-@pytest.fixture
-def env(resources: LocalResources) -> Iterator[Env]:
-    with broadcast_env(resources) as built:
-        yield built
 
 
 def _items(table: str, pk_prefix: str = "", sk_prefix: str = "") -> list[dict[str, Any]]:

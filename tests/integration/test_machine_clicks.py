@@ -10,13 +10,11 @@ one Query of the subscriber's events.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any
 
 import pytest
 
-from shared.core.aws import register_hook, unregister_hook
 from shared.engagement.consumer import EngagementBatch, EngagementContext, process_body
 from shared.engagement.machine import HIDDEN_LINK_PATH
 from shared.engagement.suppression import Suppressions
@@ -33,18 +31,6 @@ DELIVERED = f"{D}T10:00:00.000Z"
 @pytest.fixture
 def ctx(store: SubscriberStore) -> EngagementContext:
     return EngagementContext(store=store, suppressions=Suppressions(store))
-
-
-@pytest.fixture
-def requests() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def hook(model: Any, params: dict[str, Any], **_: Any) -> None:
-        seen.append((model.name, params))
-
-    register_hook("before-parameter-build.dynamodb", hook)
-    yield seen
-    unregister_hook("before-parameter-build.dynamodb", hook)
 
 
 def click(at: str, link: str = "https://acme.test/pricing", message: str = "m-1") -> str:
@@ -113,15 +99,15 @@ def test_every_link_of_a_mail_clicked_within_a_second_in_one_batch_is_a_machine_
 
 
 def test_a_click_s_delivery_in_the_same_batch_judges_it_and_judging_costs_one_query(
-    store: SubscriberStore, ctx: EngagementContext, requests: list[tuple[str, dict[str, Any]]]
+    store: SubscriberStore, ctx: EngagementContext, dynamodb_requests: list[tuple[str, dict[str, Any]]]
 ) -> None:
     store.upsert(EMAIL)
-    requests.clear()
+    dynamodb_requests.clear()
     batch = EngagementBatch(ctx)
     batch.add("r1", click(f"{D}T10:00:01.000Z", message="m-2"))
     batch.add("r2", sns(event("delivery", at=DELIVERED, message_id="m-2")))
     batch.flush()
-    made = list(requests)
+    made = list(dynamodb_requests)
 
     assert clicks(store) == {"https://acme.test/pricing": "at_delivery"}
     queries = [p for op, p in made if op == "Query"]
@@ -130,14 +116,14 @@ def test_a_click_s_delivery_in_the_same_batch_judges_it_and_judging_costs_one_qu
 
 
 def test_a_person_s_click_costs_one_query_to_judge_and_moves_the_last_engagement_once(
-    store: SubscriberStore, ctx: EngagementContext, requests: list[tuple[str, dict[str, Any]]]
+    store: SubscriberStore, ctx: EngagementContext, dynamodb_requests: list[tuple[str, dict[str, Any]]]
 ) -> None:
     store.upsert(EMAIL)
     delivered(ctx)
-    requests.clear()
+    dynamodb_requests.clear()
 
     process_body(click(f"{D}T10:05:00.000Z"), ctx)
-    made = list(requests)
+    made = list(dynamodb_requests)
 
     assert clicks(store) == {"https://acme.test/pricing": None}
     assert [op for op, _ in made].count("Query") == 1

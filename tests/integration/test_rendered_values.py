@@ -3,26 +3,13 @@ sender Lambda renders and sends it (moto SES), and the parts of the mail are rea
 
 from __future__ import annotations
 
-import importlib
 from email import policy
 from email.parser import BytesParser
 from typing import Any
 
-import pytest
-
 from local_aws.apigw import LambdaContext
-from local_aws.provision import LocalResources
 from shared.sending.jobs import SendJob, to_message
 from tests.integration.conftest import ApiClient, sqs_record
-
-
-@pytest.fixture
-def sender(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
-    for name, value in resources.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("DEFAULT_FROM", "Acme <hello@acme.test>")
-    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
-    return importlib.reload(importlib.import_module("functions.sender.handler"))
 
 
 def _send(api: ApiClient, sender: Any, outbox: list[Any], email: str, first_name: str) -> Any:

@@ -27,7 +27,7 @@ from shared.reputation.store import ReputationStore
 from shared.sending.pipeline import SendContext, send
 from shared.sequences.steps import SendPaused, StepDeps, run_step
 from shared.store.subscribers import SubscriberStore
-from tests.integration.conftest import SECRET, sqs_record
+from tests.integration.conftest import SECRET, handler_module, sqs_record
 from tests.integration.reputation_support import (
     COMPLAINT,
     MARKETING,
@@ -77,13 +77,9 @@ def sending(res: LocalResources, record_id: str) -> Any:
 
 
 def guard_handler(res: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Any:
-    import importlib
-    import sys
-
-    for name, value in {**res.env(), specs.ENV["configuration_set"]: MARKETING}.items():
-        monkeypatch.setenv(name, value)
-    sys.modules.pop("functions.reputation_guard.handler", None)
-    return importlib.import_module("functions.reputation_guard.handler")
+    return handler_module(
+        "reputation_guard", {**res.env(), specs.ENV["configuration_set"]: MARKETING}, monkeypatch
+    )
 
 
 def test_the_guard_delivered_twice_pauses_once(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from typing import Any
@@ -10,20 +9,10 @@ from typing import Any
 import pytest
 
 from local_aws.apigw import LambdaContext
-from local_aws.provision import LocalResources
 from shared.core.errors import InvalidInput
 from shared.sending.jobs import SendJob, from_message, to_message
 from shared.store import keys
 from tests.integration.conftest import scan_all, sqs_record
-
-
-@pytest.fixture
-def module(resources: LocalResources, monkeypatch: pytest.MonkeyPatch, outbox: Any) -> Any:
-    for name, value in resources.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("DEFAULT_FROM", "Acme <hello@acme.test>")
-    monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.acme.test")
-    return importlib.reload(importlib.import_module("functions.sender.handler"))
 
 
 def _run(module: Any, bodies: list[str]) -> tuple[list[str], list[str]]:
@@ -45,34 +34,34 @@ def _job(**overrides: Any) -> SendJob:
     return SendJob(**fields)
 
 
-def test_bad_records_fail_alone_and_the_valid_one_is_sent(module, store, outbox):
+def test_bad_records_fail_alone_and_the_valid_one_is_sent(sender, store, outbox):
     store.upsert("jane@example.com", first_name="Jane")
     good = to_message(_job())
     envelope = json.loads(good)
     wrong_version = json.dumps({**envelope, "version": 2})
     wrong_contract = json.dumps({**envelope, "contract": "broadcast.batch"})
     missing = json.dumps({k: v for k, v in envelope.items() if k != "template"})
-    ids, failed = _run(module, [good, "{not json", wrong_version, wrong_contract, missing])
+    ids, failed = _run(sender, [good, "{not json", wrong_version, wrong_contract, missing])
     assert failed == ids[1:]
     assert len(outbox) == 1
 
 
-def test_the_same_job_delivered_three_times_sends_once(module, store, resources, outbox):
+def test_the_same_job_delivered_three_times_sends_once(sender, store, resources, outbox):
     store.upsert("jane@example.com")
     body = to_message(_job())
     for _ in range(3):
-        assert _run(module, [body])[1] == []
+        assert _run(sender, [body])[1] == []
     assert len(outbox) == 1
     sent = [i for i in scan_all(resources.tables["table_name"]) if i["SK"].startswith(keys.SENT_PREFIX)]
     assert len(sent) == 1
 
 
-def test_retryable_outcomes_fail_the_record_and_skips_are_acknowledged(module, store, outbox):
+def test_retryable_outcomes_fail_the_record_and_skips_are_acknowledged(sender, store, outbox):
     store.upsert("jane@example.com")
     store.upsert("gone@example.com", unsubscribe=True)
     job = _job()
     now = int(time.time())
-    module.context.log.claim(
+    sender.context.log.claim(
         job.email,
         job.source,
         job.step,
@@ -82,7 +71,7 @@ def test_retryable_outcomes_fail_the_record_and_skips_are_acknowledged(module, s
         lease_seconds=300,
         log_until=now + 86400,
     )  # another worker holds the claim
-    ids, failed = _run(module, [to_message(job), to_message(_job(email="gone@example.com"))])
+    ids, failed = _run(sender, [to_message(job), to_message(_job(email="gone@example.com"))])
     assert failed == [ids[0]]
     assert outbox == []
 

@@ -191,14 +191,9 @@ def test_sender_override_and_tags(send_ctx, store, outbox, monkeypatch):
         return original(**kwargs)
 
     monkeypatch.setattr(send_ctx.ses.client, "send_email", spy)
+    sales = SenderOverride(**{"from": "Sales Team <sales@acme.test>", "reply_to": "Desk <desk@acme.test>"})
     job = SendJob(
-        email="jane@example.com",
-        template="onboarding/welcome",
-        source="spring.sale",
-        step="s1",
-        sender=SenderOverride(
-            **{"from": "Sales Team <sales@acme.test>", "reply_to": "Desk <desk@acme.test>"}
-        ),
+        email="jane@example.com", template="onboarding/welcome", source="spring.sale", step="s1", sender=sales
     )
     assert send(job, send_ctx).status == "sent"
     request = calls[0]

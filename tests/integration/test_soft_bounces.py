@@ -33,6 +33,12 @@ def suppressed(store: SubscriberStore) -> bool:
     return profile.suppressed
 
 
+def subscribed_in_onboarding(store: SubscriberStore) -> None:
+    """The subscriber, in a running execution of the onboarding sequence."""
+    store.upsert(EMAIL)
+    store.put_execution(EMAIL, "onboarding", arn("onboarding"))
+
+
 @pytest.fixture
 def stopper(store: SubscriberStore) -> Stopper:
     return Stopper(SequenceEngine(catalog=Catalog(), arn_prefix="", store=store))
@@ -46,8 +52,7 @@ def ctx(store: SubscriberStore, stopper: Stopper) -> EngagementContext:
 def test_the_third_soft_bounced_mail_within_30_days_suppresses_and_later_sends_skip(
     ctx: EngagementContext, store: SubscriberStore, send_ctx: SendContext
 ) -> None:
-    store.upsert(EMAIL)
-    store.put_execution(EMAIL, "onboarding", arn("onboarding"))
+    subscribed_in_onboarding(store)
     process_body(soft("m-1", 1), ctx)
     outcome = process_body(soft("m-2", 12), ctx)
     assert not suppressed(store) and outcome.suppressed == 0
@@ -113,8 +118,7 @@ def test_permanent_bounces_and_delays_are_not_soft_bounces(
 def test_a_crash_while_suppressing_is_repaired_by_the_redelivery(
     ctx: EngagementContext, store: SubscriberStore, stopper: Stopper
 ) -> None:
-    store.upsert(EMAIL)
-    store.put_execution(EMAIL, "onboarding", arn("onboarding"))
+    subscribed_in_onboarding(store)
     process_body(soft("m-1", 1), ctx)
     process_body(soft("m-2", 2), ctx)
     third = soft("m-3", 3)

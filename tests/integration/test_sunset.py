@@ -12,7 +12,7 @@ writes the last-engagement marker at most once per subscriber per day.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import date, timedelta
 from types import ModuleType
 from typing import Any
@@ -66,19 +66,6 @@ def hygiene(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Calla
 @pytest.fixture
 def ctx(store: SubscriberStore) -> EngagementContext:
     return EngagementContext(store=store, suppressions=Suppressions(store))
-
-
-@pytest.fixture
-def requests() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """(operation, params) of every DynamoDB request made inside."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def hook(model: Any, params: dict[str, Any], **_: Any) -> None:
-        seen.append((model.name, params))
-
-    register_hook("before-parameter-build.dynamodb", hook)
-    yield seen
-    unregister_hook("before-parameter-build.dynamodb", hook)
 
 
 def engagement(store: SubscriberStore, email: str) -> dict[str, Any]:
@@ -179,7 +166,7 @@ def test_the_index_holds_only_engagement_items_and_a_run_queries_only_the_bucket
     store: SubscriberStore,
     resources: LocalResources,
     hygiene: Callable[[int], dict[str, Any]],
-    requests: list[tuple[str, dict[str, Any]]],
+    dynamodb_requests: list[tuple[str, dict[str, Any]]],
 ) -> None:
     store.upsert("a@example.com", add_tags=["vip"])
     store.upsert("b@example.com")
@@ -191,10 +178,10 @@ def test_the_index_holds_only_engagement_items_and_a_run_queries_only_the_bucket
         ("SUB#b@example.com", "ENGAGEMENT"),
     ]
 
-    requests.clear()
+    dynamodb_requests.clear()
     hygiene(5)  # the first run: one day of each kind
-    queried = [p["ExpressionAttributeValues"][":k"]["S"] for op, p in requests if op == "Query"]
-    assert all(p.get("IndexName") == HYGIENE_INDEX for op, p in requests if op == "Query")
+    queried = [p["ExpressionAttributeValues"][":k"]["S"] for op, p in dynamodb_requests if op == "Query"]
+    assert all(p.get("IndexName") == HYGIENE_INDEX for op, p in dynamodb_requests if op == "Query")
     expected = {
         *keys.hygiene_keys("E", day(5 - 90)),
         *keys.hygiene_keys("E", day(5 - 30)),
@@ -202,11 +189,11 @@ def test_the_index_holds_only_engagement_items_and_a_run_queries_only_the_bucket
         *keys.hygiene_keys("C", day(5)),
     }
     assert sorted(queried) == sorted(expected)
-    assert not [op for op, _ in requests if op == "Scan"]
+    assert not [op for op, _ in dynamodb_requests if op == "Scan"]
 
-    requests.clear()
+    dynamodb_requests.clear()
     hygiene(8)  # three days later: the three days since, of each kind
-    queried = [p["ExpressionAttributeValues"][":k"]["S"] for op, p in requests if op == "Query"]
+    queried = [p["ExpressionAttributeValues"][":k"]["S"] for op, p in dynamodb_requests if op == "Query"]
     assert len(queried) == 4 * 3 * keys.INDEX_SHARDS
     assert {q.rsplit("#", 1)[0] for q in queried} == {
         f"{kind}#{day(8 - back - n)}" for kind, back in (("E", 90), ("E", 30), ("C", 30)) for n in range(3)
@@ -214,11 +201,11 @@ def test_the_index_holds_only_engagement_items_and_a_run_queries_only_the_bucket
 
 
 def test_the_last_engagement_is_written_at_most_once_per_subscriber_per_day(
-    store: SubscriberStore, ctx: EngagementContext, requests: list[tuple[str, dict[str, Any]]]
+    store: SubscriberStore, ctx: EngagementContext, dynamodb_requests: list[tuple[str, dict[str, Any]]]
 ) -> None:
     email = "busy@example.com"
     store.upsert(email)
-    requests.clear()
+    dynamodb_requests.clear()
 
     for n in range(4):  # four mails opened on day 3
         opened(ctx, email, 3, message=f"m-{n}")
@@ -226,7 +213,7 @@ def test_the_last_engagement_is_written_at_most_once_per_subscriber_per_day(
 
     marker_writes = [
         p
-        for op, p in requests
+        for op, p in dynamodb_requests
         if op in ("UpdateItem", "PutItem")
         and p.get("Key", p.get("Item", {})).get("SK") == {"S": "ENGAGEMENT"}
     ]
@@ -238,7 +225,7 @@ def test_the_last_engagement_is_written_at_most_once_per_subscriber_per_day(
     )
     reads = [
         p
-        for op, p in requests
+        for op, p in dynamodb_requests
         if op == "BatchGetItem"
         and any(k["SK"]["S"] == "ENGAGEMENT" for r in p["RequestItems"].values() for k in r["Keys"])
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -68,6 +69,18 @@ def streams(resources: LocalResources) -> Streams:
     found = Streams()
     found.skip()
     return found
+
+
+@pytest.fixture
+def subscribe(streams: Streams, store: SubscriberStore, dispatcher: Any) -> Callable[[str], None]:
+    """Subscribes an address; its change, and no earlier one, reaches the dispatch Lambda."""
+
+    def run(email: str) -> None:
+        streams.skip()
+        store.upsert(email)
+        dispatch(dispatcher, streams.take())
+
+    return run
 
 
 def dispatch(module: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -166,14 +179,12 @@ def test_a_record_and_a_message_delivered_twice_have_one_effect(
 
 
 def test_failures_are_retried_on_the_schedule_under_one_webhook_id_then_dead_lettered(
-    ops, dispatcher, deliverer, streams, store, receiver
+    ops, deliverer, subscribe, receiver
 ) -> None:
     # Given a receiver that answers 500 every time
     receiver.default = 500
     added = ops.add(receiver.url, "subscriber.*")
-    streams.skip()
-    store.upsert("cy@example.com")
-    dispatch(dispatcher, streams.take())
+    subscribe("cy@example.com")
     # When every queued message is delivered after its delay
     delays = run_queue(deliverer)
     # Then the ten attempts came under one webhook-id, each verified
@@ -203,13 +214,11 @@ def test_failures_are_retried_on_the_schedule_under_one_webhook_id_then_dead_let
 
 
 def test_410_disables_the_endpoint_and_nothing_more_is_dispatched_to_it(
-    ops, dispatcher, deliverer, streams, store, receiver
+    ops, dispatcher, deliverer, streams, store, receiver, subscribe
 ) -> None:
     receiver.default = 410
     added = ops.add(receiver.url, "subscriber.created")
-    streams.skip()
-    store.upsert("dee@example.com")
-    dispatch(dispatcher, streams.take())
+    subscribe("dee@example.com")
     run_queue(deliverer)
     assert len(receiver.received) == 1
     endpoint = ops.get(added.endpoint.id)
@@ -229,14 +238,10 @@ def test_410_disables_the_endpoint_and_nothing_more_is_dispatched_to_it(
 
 
 @pytest.mark.parametrize("status", [429, 503])
-def test_retry_after_is_honoured_for_429_and_503(
-    ops, dispatcher, deliverer, streams, store, receiver, status
-) -> None:
+def test_retry_after_is_honoured_for_429_and_503(ops, deliverer, subscribe, receiver, status) -> None:
     receiver.answers = [(status, {"Retry-After": "120"})]
     added = ops.add(receiver.url, "subscriber.created")
-    streams.skip()
-    store.upsert("gus@example.com")
-    dispatch(dispatcher, streams.take())
+    subscribe("gus@example.com")
     deliver(deliverer, [b for b, _ in take_queued(QUEUE)])
     ((body, delay),) = take_queued(QUEUE)
     assert delay == 120 and parse_message(body).attempt == 2
@@ -244,15 +249,11 @@ def test_retry_after_is_honoured_for_429_and_503(
     assert [d.status for d in ops.deliveries(added.endpoint.id)] == [DELIVERED]
 
 
-def test_rotation_signs_with_both_secrets_for_a_day(
-    ops, dispatcher, deliverer, streams, store, receiver
-) -> None:
+def test_rotation_signs_with_both_secrets_for_a_day(ops, deliverer, subscribe, receiver) -> None:
     added = ops.add(receiver.url, "subscriber.created")
     rotated = ops.rotate(added.endpoint.id)
     assert rotated.secret != added.secret and rotated.secret.startswith("whsec_")
-    streams.skip()
-    store.upsert("hal@example.com")
-    dispatch(dispatcher, streams.take())
+    subscribe("hal@example.com")
     run_queue(deliverer)
     (received,) = receiver.received
     assert len(received.headers["webhook-signature"].split(" ")) == 2

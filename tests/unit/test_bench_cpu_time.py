@@ -5,14 +5,12 @@ not in the unit tier of ``make test``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from types import SimpleNamespace
+from collections.abc import Callable
 
 import pytest
 
-from local_aws.artifact import lambda_python
-from local_aws.environments import Environments, EnvironmentSpec
+from local_aws.environments import Environments
+from tests.unit.conftest import function
 
 pytestmark = pytest.mark.bench
 
@@ -33,41 +31,11 @@ def wait(event, context):
 """
 
 
-def spec(code: Path, handler: str) -> EnvironmentSpec:
-    return EnvironmentSpec(
-        function_name=handler,
-        handler=f"handlers.{handler}",
-        python=lambda_python(),
-        import_path=[str(code)],
-        environment={},
-        policy=None,
-        role_arn="arn:aws:iam::123456789012:role/test",
-        region="us-east-1",
-        account="123456789012",
-        timeout_s=30,
-        memory_mb=256,
-        log_file=code / "logs" / f"{handler}.log",
-    )
-
-
-def function(name: str) -> SimpleNamespace:
-    """The attributes of a moto LambdaFunction that ``Environments.invoke`` reads."""
-    arn = f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
-    return SimpleNamespace(
-        function_name=name, version="$LATEST", function_arn=arn, memory_size=256, timeout=30
-    )
-
-
-@pytest.fixture
-def environments(tmp_path: Path) -> Iterator[Environments]:
-    (tmp_path / "handlers.py").write_text(HANDLERS)
-    made = Environments(specs={name: spec(tmp_path, name) for name in ("burn", "wait")})
-    yield made
-    made.close()
-
-
-def test_an_invocation_reports_its_cpu_time_not_its_wall_time(environments: Environments) -> None:
+def test_an_invocation_reports_its_cpu_time_not_its_wall_time(
+    start_environments: Callable[..., Environments],
+) -> None:
     # Given a function that computes for 0.2 s of CPU and one that waits 0.5 s
+    environments = start_environments(HANDLERS, "burn", "wait")
     environments.invoke(function("burn"), {"cpu_s": 0.0})  # the first invocation of each
     environments.invoke(function("wait"), {"wall_s": 0.0})
     before = dict(environments.cpu_seconds)

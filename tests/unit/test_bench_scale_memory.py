@@ -5,13 +5,12 @@ not in the unit tier of ``make test``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from local_aws.environments import Environments
-from tests.unit.test_bench_cpu_time import function, spec
+from tests.unit.conftest import function
 
 pytestmark = pytest.mark.bench
 
@@ -29,16 +28,11 @@ def small(event, context):
 """
 
 
-@pytest.fixture
-def environments(tmp_path: Path) -> Iterator[Environments]:
-    (tmp_path / "handlers.py").write_text(HANDLERS)
-    made = Environments(specs={name: spec(tmp_path, name) for name in ("grow", "small")})
-    yield made
-    made.close()
-
-
-def test_each_function_reports_its_own_environment_s_peak_memory(environments: Environments) -> None:
+def test_each_function_reports_its_own_environment_s_peak_memory(
+    start_environments: Callable[..., Environments],
+) -> None:
     # Given a function that holds 80 MB more after its second invocation, and one that holds nothing
+    environments = start_environments(HANDLERS, "grow", "small")
     environments.invoke(function("grow"), {"mb": 0})
     environments.invoke(function("small"), {})
     before = environments.peak_rss_kb["grow"]

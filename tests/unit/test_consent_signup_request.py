@@ -23,6 +23,7 @@ CATALOG = TopicCatalog(
 )
 RULES = SignupRules(topics=CATALOG, origins=("https://acme.test", "http://localhost:8000"))
 FORM = "application/x-www-form-urlencoded"
+JSON = "application/json"
 MAX = 8 * 1024
 
 
@@ -132,12 +133,12 @@ def test_hostile_or_broken_form_fields_name_the_field(
 @pytest.mark.parametrize(
     ("body", "content_type", "field"),
     [
-        ("", "application/json", "body"),
-        ("{not json", "application/json", "body"),
-        ("[1, 2]", "application/json", "body"),
-        ('{"email": NaN}', "application/json", "body"),
-        ('{"email": "a@example.com", "admin": true}', "application/json", "admin"),
-        ('{"email": "a@example.com", "topics": {"a": 1}}', "application/json", "topics"),
+        ("", JSON, "body"),
+        ("{not json", JSON, "body"),
+        ("[1, 2]", JSON, "body"),
+        ('{"email": NaN}', JSON, "body"),
+        ('{"email": "a@example.com", "admin": true}', JSON, "admin"),
+        ('{"email": "a@example.com", "topics": {"a": 1}}', JSON, "topics"),
         ("email=a%40example.com", "text/plain", "content-type"),
         ("email=a%40example.com", None, "content-type"),
         (b"email=\xff\xfe", FORM, "body"),

@@ -26,8 +26,13 @@ def record(
     return {"eventID": rid, "eventName": name, "dynamodb": body}
 
 
+def item(sk: str, **fields: Any) -> dict[str, Any]:
+    """An item of ann@example.com's partition."""
+    return {"PK": "SUB#ann@example.com", "SK": sk, **fields}
+
+
 def profile(**fields: Any) -> dict[str, Any]:
-    return {"PK": "SUB#ann@example.com", "SK": "PROFILE", "email": "ann@example.com", "version": 2, **fields}
+    return item("PROFILE", email="ann@example.com", version=2, **fields)
 
 
 def types(rec: dict) -> list[str]:
@@ -103,42 +108,32 @@ def test_payloads_carry_no_more_personal_data_than_the_event_needs() -> None:
 
 
 def test_send_log_executions_suppression_and_timeline() -> None:
-    sent = {
-        "PK": "SUB#ann@example.com",
-        "SK": "SENT#2026#onboarding#s1",
-        "template": "onboarding/welcome",
-        "source": "onboarding",
-        "ses_message_id": "m-1",
-    }
+    sent = item(
+        "SENT#2026#onboarding#s1", template="onboarding/welcome", source="onboarding", ses_message_id="m-1"
+    )
     (email_sent,) = events.from_stream_record(record("INSERT", new=sent))
     assert email_sent.type == "email.sent" and email_sent.data["message_id"] == "m-1"
-    exec_item = {"PK": "SUB#ann@example.com", "SK": "EXEC#onboarding", "execution_arn": "arn"}
+    exec_item = item("EXEC#onboarding", execution_arn="arn")
     assert types(record("INSERT", new=exec_item)) == ["sequence.started"]
     assert types(record("REMOVE", old=exec_item)) == ["sequence.exited"]
     assert types(record("REMOVE", old={**exec_item, "ended": "completed"})) == ["sequence.completed"]
     # the inverse partner of the pair is no second event
     assert types(record("INSERT", new={"PK": "EXEC#onboarding", "SK": "SUB#ann@example.com"})) == []
-    supp = {"PK": "SUB#ann@example.com", "SK": "SUPPRESSION", "reason": "bounce"}
+    supp = item("SUPPRESSION", reason="bounce")
     (suppressed,) = events.from_stream_record(record("INSERT", new=supp))
     assert suppressed.data == {"email": "ann@example.com", "reason": "bounce"}
-    click = {
-        "PK": "SUB#ann@example.com",
-        "SK": "EVT#2026#click#x",
-        "type": "click",
-        "link": "https://acme.test/a",
-        "ses_message_id": "m-1",
-        "user_agent": "UA",
-        "ip": "1.2.3.4",
-    }
+    click = item(
+        "EVT#2026#click#x",
+        type="click",
+        link="https://acme.test/a",
+        ses_message_id="m-1",
+        user_agent="UA",
+        ip="1.2.3.4",
+    )
     (clicked,) = events.from_stream_record(record("INSERT", new=click))
     assert clicked.type == "email.clicked" and clicked.data["link"] == "https://acme.test/a"
     assert "ip" not in clicked.data and "user_agent" not in clicked.data
-    bounce = {
-        "PK": "SUB#ann@example.com",
-        "SK": "EVT#2026#bounce#x",
-        "type": "bounce",
-        "bounce_type": "Permanent",
-    }
+    bounce = item("EVT#2026#bounce#x", type="bounce", bounce_type="Permanent")
     assert types(record("INSERT", new=bounce)) == ["email.bounced"]
     for kind, expected in (
         ("delivery", "email.delivered"),
