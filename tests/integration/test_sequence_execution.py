@@ -45,6 +45,7 @@ from shared.sequences.structure import structural_problems
 from shared.sequences.validate import Catalog, load_catalog
 from shared.store.subscribers import SubscriberStore, keys
 from shared.web.ingest import IngestContext, dispatch
+from tests.eventually import eventually
 from tests.integration.conftest import scan_all
 
 REGION = "us-east-1"
@@ -90,21 +91,15 @@ class Harness:
         return SequenceEngine(catalog=catalog, arn_prefix=PREFIX, store=self.store, sfn=self.sfn)
 
     def wait_done(self, execution_arn: str, timeout: float = 20.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ended() -> dict[str, Any] | None:
             described = self.sfn.describe(execution_arn)
-            if described["status"] != "RUNNING":
-                return described
-            time.sleep(0.02)
-        raise TimeoutError(f"{execution_arn} still running")
+            return described if described["status"] != "RUNNING" else None
+
+        return eventually(ended, timeout, f"{execution_arn} to end", interval_s=0.02)
 
     def until_waiting(self, count: int = 1, timeout: float = 20.0) -> None:
         """Block until ``count`` Wait states were entered (executions run in moto's threads)."""
-        deadline = time.monotonic() + timeout
-        while len(self.waits) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(self.waits)} waits reached")
-            time.sleep(0.01)
+        eventually(lambda: len(self.waits) >= count, timeout, f"{count} Wait states entered", interval_s=0.01)
 
     def sent(self, email: str) -> list[str]:
         items = [

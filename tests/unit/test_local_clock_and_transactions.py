@@ -14,6 +14,7 @@ from moto.dynamodb.models import DynamoDBBackend
 
 from local_aws.clock import VirtualClock
 from local_aws.hooks import transact_write_items
+from tests.eventually import eventually
 
 TABLE = "t"
 
@@ -23,13 +24,6 @@ def _waiter(clock: VirtualClock, seconds: float, running: Any = None) -> threadi
     thread = threading.Thread(target=clock.wait, args=(seconds, None, running), daemon=True)
     thread.start()
     return thread
-
-
-def _until(check: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_an_instant_clock_records_the_virtual_time_without_waiting() -> None:
@@ -48,7 +42,7 @@ def test_a_paused_clock_holds_waits_and_retries_until_it_resumes() -> None:
         threading.Thread(target=clock.sleep, args=(60,)),
     )
     retry.start()
-    _until(lambda: clock.held == 2)
+    eventually(lambda: clock.held == 2, 5, "two waits held by the paused clock", interval_s=0.01)
     time.sleep(0.2)
     assert wait.is_alive() and retry.is_alive() and clock.advanced_s == 0
 
@@ -65,7 +59,7 @@ def test_a_held_wait_ends_unserved_when_its_execution_stops() -> None:
     running.set()
     clock.pause()
     wait = _waiter(clock, 86400, running=running.is_set)
-    _until(lambda: clock.held == 1)
+    eventually(lambda: clock.held == 1, 5, "one wait held by the paused clock", interval_s=0.01)
 
     running.clear()  # StopExecution
 
