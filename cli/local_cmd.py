@@ -160,7 +160,7 @@ def _run(kind: str, target: str, state_dir: Path, link: str | None = None, **fla
     console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 
 
-@app.command("open")
+@app.command("open")  # the function is open_: not to shadow the builtin open
 def open_(
     target: str = TARGET,
     mpp: bool = typer.Option(

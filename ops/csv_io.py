@@ -106,7 +106,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Rejected:
-    line: int
+    line: int  # the CSV reader's line number (the header is line 1)
     reason: str
 
 
@@ -469,7 +469,7 @@ def import_csv(
         rows_created=report.created,
         rows_updated=report.updated,
         rows_unchanged=report.unchanged,
-        rows_rejected=len(report.rejected),
+        rows_rejected=len(report.rejected),  # counts only: a reason may quote the row's cells
         starts_failed=len(report.starts_failed),
         dry_run=dry_run,
         rows_per_second=round(report.rows_per_second, 1),
