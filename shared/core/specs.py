@@ -113,7 +113,7 @@ class SecretSpec:
 
 API_KEY_SECRET = SecretSpec(
     id="ApiKeySecret",
-    local_name="mailstep/api-key",
+    local_name="mailstep/api-key",  # locally; a deployed secret's name is CloudFormation's
     setting="api_key_secret",
     description="Bearer key for POST /v1/events",
 )
@@ -198,7 +198,7 @@ class StreamSourceSpec:
     on_failure: FailureQueueSpec
     filters: tuple[dict[str, Any], ...] = ()
     batch_size: int = 100
-    max_batching_window_s: int = 1
+    max_batching_window_s: int = 1  # seconds to fill a batch
     retry_attempts: int = 10
 
 
@@ -306,7 +306,7 @@ class TableIndex:
     """A GSI of a table, for functions that Query it (``IndexName``)."""
 
     table: TableSpec
-    index: str
+    index: str  # the GsiSpec's name, as Query's IndexName
 
 
 @dataclass(frozen=True)
