@@ -117,7 +117,7 @@ def send(
             template=template,
             subject=subject,
             tags=tag,
-            any_tags=any_tag,
+            any_tags=any_tag,  # the options are singular: each is repeated once per tag
             exclude_tags=exclude_tag,
             where=where,
             topic=topic,

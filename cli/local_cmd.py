@@ -103,10 +103,10 @@ def publish_event(
     state_dir: Path,
     target: str,
     kind: str,
-    link: str | None = None,
+    link: str | None = None,  # a click's URL (None: https://example.com/)
     *,
     soft: bool = False,
-    mpp: bool = False,
+    mpp: bool = False,  # an open by Apple Mail Privacy Protection's prefetch (a machine open)
     scanner: bool = False,
     hidden: bool = False,
 ) -> dict[str, Any]:
@@ -160,7 +160,7 @@ def _run(kind: str, target: str, state_dir: Path, link: str | None = None, **fla
     console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 
 
-@app.command("open")
+@app.command("open")  # the function is open_: not to shadow the builtin open
 def open_(
     target: str = TARGET,
     mpp: bool = typer.Option(
@@ -209,7 +209,7 @@ def advance(
 
 @app.command()
 def bounce(
-    target: str = TARGET,
+    target: str = TARGET,  # SES message id, or a recipient (their latest message)
     soft: bool = typer.Option(
         False, "--soft", help="A transient bounce (MailboxFull) instead of a permanent one."
     ),

@@ -428,7 +428,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
     return [
         Route("/favicon.ico", favicon),
         Route("/", overview),
-        Route("/overview/subscribers", count_subscribers, methods=["POST"]),
+        Route("/overview/subscribers", count_subscribers, methods=["POST"]),  # reads every profile: on demand
         Route("/subscribers", subscribers),
         Route("/subscribers/{email}", subscriber),
         Route("/subscribers/{email}/{action}", subscriber_action, methods=["POST"]),
@@ -436,13 +436,13 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         Route("/broadcasts", broadcast_send, methods=["POST"]),
         Route("/broadcasts/new", broadcast_new),
         Route("/api/audience", audience, methods=["POST"]),
-        Route("/api/broadcasts/{id}", broadcast_json),
+        Route("/api/broadcasts/{id}", broadcast_json),  # polled by console.js while a broadcast sends
         Route("/broadcasts/{id}", broadcast),
-        Route("/broadcasts/{id}/engaged.csv", broadcast_csv),
+        Route("/broadcasts/{id}/engaged.csv", broadcast_csv),  # who opened or clicked, as a download
         Route("/broadcasts/{id}/{action:str}", broadcast_control, methods=["POST"]),
         Route("/templates", templates),
         Route("/templates/view", template),
-        Route("/templates/render/{key:path}", template_render),
+        Route("/templates/render/{key:path}", template_render),  # the sandboxed preview iframe
         Route("/templates/test-send", test_send, methods=["POST"]),
         Route("/sequences", sequences),
         Route("/sequences/{id}", sequence),
@@ -451,17 +451,17 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         Route("/reputation", reputation),
         Route("/reputation/resume", reputation_resume, methods=["POST"]),
         Route("/hygiene", hygiene),
-        Route("/hygiene/dry-run", hygiene_dry_run, methods=["POST"]),
+        Route("/hygiene/dry-run", hygiene_dry_run, methods=["POST"]),  # POST, yet read-only
         Route("/topics", topics),
-        Route("/topics/count", topics_count, methods=["POST"]),
+        Route("/topics/count", topics_count, methods=["POST"]),  # counts readers per topic: on demand only
         Route("/suppression", suppression),
         Route("/suppression/all", suppression_list, methods=["POST"]),
         Route("/suppression/remove", suppression_remove, methods=["POST"]),
         Route("/signups", signups),
-        Route("/signups/all", signups_list, methods=["POST"]),
+        Route("/signups/all", signups_list, methods=["POST"]),  # the first 200 pending
         Route("/outbox", outbox),
         Route("/outbox/{id}", outbox_message),
-        Route("/outbox/render/{id}", outbox_render),
+        Route("/outbox/render/{id}", outbox_render),  # the HTML part, for the sandboxed iframe
     ]
 
 

@@ -59,7 +59,7 @@ def serve(
     target: Target,
     port: int,
     *,
-    fallback: bool = False,
+    fallback: bool = False,  # a free port when ``port`` is taken
     outbox: Path | None = None,
     sequences_dir: Path | None = None,
     templates_dir: Path | None = None,

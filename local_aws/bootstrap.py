@@ -183,7 +183,7 @@ def requests_for(
     operation: str,
     params: dict[str, Any],
     region: str,
-    account: str,
+    account: str,  # with region, builds the resource ARNs
     *,
     ses_sandbox: bool = False,
 ) -> list[tuple[str, str]]:

@@ -305,8 +305,8 @@ _UNITS = {"minute": 60, "hour": 3600, "day": 86400}
 class ScheduledRule:
     logical_id: str
     arn: str
-    expression: str
-    functions: tuple[str, ...]
+    expression: str  # the ScheduleExpression: cron(...) or rate(...)
+    functions: tuple[str, ...]  # the Lambda targets' function names
 
     def times(self, after: datetime, until: datetime) -> list[datetime]:
         """The scheduled times in ``(after, until]``, oldest first."""

@@ -94,7 +94,7 @@ class ReputationMonitor:
         *,
         account: str,
         region: str,
-        min_sends: int = DEFAULT_MIN_SENDS,
+        min_sends: int = DEFAULT_MIN_SENDS,  # no rate is published below this many sends in the window
         alarms_on: bool = True,
     ) -> None:
         self.publish = publish

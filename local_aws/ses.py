@@ -54,8 +54,8 @@ class SesError(Exception):
 @dataclass(frozen=True)
 class SentMessage:
     message_id: str
-    eml: Path
-    meta: Path
+    eml: Path  # the raw MIME message, as an .eml file of the outbox
+    meta: Path  # JSON beside it: envelope, tags, each recipient's simulated outcome
 
 
 Publisher = Callable[[str, str], None]  # (topic ARN, message) -> None

@@ -160,7 +160,7 @@ class StreamPoller:
         self.skipped = 0
         self.position = 0  # index in the shard of the next record
         self.invocations = 0
-        self.stop_event = threading.Event()
+        self.stop_event = threading.Event()  # stop() sets it: the poller's waits end at once
         self.thread = threading.Thread(target=self._run, name=f"esm-stream-{stream_arn[-20:]}", daemon=True)
 
     def start(self) -> None:
@@ -168,7 +168,7 @@ class StreamPoller:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.thread.join(timeout=5)
+        self.thread.join(timeout=5)  # an invocation in progress may outlast it: the thread is a daemon
 
     def pending(self) -> int:
         return max(0, len(self.shard.items) - self.position)

@@ -126,7 +126,7 @@ class Broadcasts:
         request: BroadcastRequest,
         cursor: str | None = None,
         *,
-        budget_s: float = COUNT_BUDGET_S,
+        budget_s: float = COUNT_BUDGET_S,  # then a cursor: the console asks again from there
         sample: int = SAMPLE,
     ) -> Counted:
         """Part of the exact dry-run count, from ``cursor`` on (None: the start): resolver

@@ -106,7 +106,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Rejected:
-    line: int
+    line: int  # the CSV reader's line number (the header is line 1)
     reason: str
 
 
@@ -279,7 +279,7 @@ class SequenceTrigger:
         sequences_dir: Path,
         sfn: StepFunctions | None = None,
         *,
-        start_rate: float = DEFAULT_START_RATE,
+        start_rate: float = DEFAULT_START_RATE,  # StartExecution calls a second (--trigger)
     ) -> SequenceTrigger:
         """The trigger of an import: its starts paced to ``start_rate`` a second (one pace for
         all the import's workers) on ``sfn``'s client."""
@@ -463,13 +463,13 @@ def import_csv(
         checkpoint.unlink()  # complete: nothing to resume
     report.rejected.sort(key=lambda r: r.line)
     report.seconds = time.perf_counter() - started
-    logger.info(
+    logger.info(  # counts only: no address, no cell of a row
         "subscribers imported",
         rows=report.rows,
         rows_created=report.created,
         rows_updated=report.updated,
         rows_unchanged=report.unchanged,
-        rows_rejected=len(report.rejected),
+        rows_rejected=len(report.rejected),  # the reasons are in the report, not the log
         starts_failed=len(report.starts_failed),
         dry_run=dry_run,
         rows_per_second=round(report.rows_per_second, 1),

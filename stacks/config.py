@@ -230,11 +230,11 @@ class MailstepConfig(BaseModel):
     # subscriber cold (the second while they are younger than the first), and the days a cold
     # subscriber has before the sunset unsubscribes them.
     cold_after_days: int = Field(default=90, ge=7, le=730)
-    new_subscriber_cold_after_days: int = Field(default=30, ge=7, le=730)
+    new_subscriber_cold_after_days: int = Field(default=30, ge=7, le=730)  # at most cold_after_days
     sunset_grace_days: int = Field(default=30, ge=1, le=365)
     # Used by the API: API Gateway throttling of POST /v1/signup alone (requests/s, burst).
     signup_throttle_rate: float = Field(default=5.0, gt=0, le=10000)
-    signup_throttle_burst: int = Field(default=10, ge=1, le=5000)
+    signup_throttle_burst: int = Field(default=10, ge=1, le=5000)  # requests at once above the rate
     # Used by broadcasts: the account's SES maximum send rate (mails/s) the broadcast workers are
     # sized for (their concurrency: shared.core.specs.broadcast_workers). `mailstep doctor`
     # compares it with the account's; a higher rate needs a deploy with the new value.
@@ -322,7 +322,7 @@ class MailstepConfig(BaseModel):
         return address.rsplit("@", 1)[1].lower()
 
     @model_validator(mode="after")
-    def _cold_after(self) -> MailstepConfig:
+    def _cold_after(self) -> MailstepConfig:  # a newcomer's cold window is the shorter one
         if self.new_subscriber_cold_after_days > self.cold_after_days:
             raise ValueError(
                 f"context key {PREFIX}newSubscriberColdAfterDays: {self.new_subscriber_cold_after_days} is "
@@ -331,7 +331,7 @@ class MailstepConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _existing_identity(self) -> MailstepConfig:
+    def _existing_identity(self) -> MailstepConfig:  # the stack neither creates it nor sets MAIL FROM
         if self.use_existing_identity and not self.ses_domain:
             raise ValueError(
                 f"context key {PREFIX}useExistingIdentity: needs {PREFIX}sesDomain (the identity to use)"

@@ -26,7 +26,7 @@ processor = BatchProcessor(event_type=EventType.SQS)
 def record_handler(record: SQSRecord) -> dict[str, Any]:
     result = guard(parse_alarm(record.body), context)
     if result.newly_paused:
-        metrics.add_metric(name="ReputationPaused", unit="Count", value=1)
+        metrics.add_metric(name="ReputationPaused", unit="Count", value=1)  # once: a repeated alarm adds none
     return {"status": result.status, "broadcasts": result.broadcasts}
 
 

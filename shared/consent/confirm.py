@@ -47,7 +47,7 @@ class StaleConfirmation(InvalidToken):
 
 @dataclass(frozen=True)
 class Confirmation:
-    status: Status
+    status: Status  # pending: only GET (inspect) answers it; confirmed: only POST (confirm)
     email: str
     first_name: str | None = None
     topics: tuple[str, ...] | None = None  # the sign-up's choice (None: defaults)

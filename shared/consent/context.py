@@ -118,7 +118,7 @@ class ConsentContext:
     def from_settings(
         cls,
         settings: Settings,
-        store: SubscriberStore | None = None,
+        store: SubscriberStore | None = None,  # None: one on the settings' tables
         *,
         topics_file: Path = TOPICS_FILE,
         sequences_dir: Path = SEQUENCES_DIR,

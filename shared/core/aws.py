@@ -79,27 +79,27 @@ def _environment_client(service: str, region: str | None) -> BaseClient:
 
 # The services mailstep calls, each typed by its boto3-stubs package (dev extra); a service
 # without one (iam, sts) stays untyped, as boto3-stubs itself leaves it.
-@overload
+@overload  # a stack's outputs (ops.targets)
 def client(service: Literal["cloudformation"], region: str | None = None) -> CloudFormationClient: ...
-@overload
+@overload  # reputation metrics and alarms (ops.reputation, ops.doctor)
 def client(service: Literal["cloudwatch"], region: str | None = None) -> CloudWatchClient: ...
-@overload
+@overload  # both tables (shared.store.dynamo and the adapters)
 def client(service: Literal["dynamodb"], region: str | None = None) -> DynamoDBClient: ...
-@overload
+@overload  # functions' environments and event source mappings (ops.doctor)
 def client(service: Literal["lambda"], region: str | None = None) -> LambdaClient: ...
-@overload
+@overload  # received replies' MIME (shared.engagement.replies)
 def client(service: Literal["s3"], region: str | None = None) -> S3Client: ...
-@overload
+@overload  # the API key, unsubscribe and webhook signing keys
 def client(service: Literal["secretsmanager"], region: str | None = None) -> SecretsManagerClient: ...
-@overload
+@overload  # sending, the quota, the guardrail's pause
 def client(service: Literal["sesv2"], region: str | None = None) -> SESV2Client: ...
-@overload
+@overload  # the SES event and inbound topics (local runtime)
 def client(service: Literal["sns"], region: str | None = None) -> SNSClient: ...
-@overload
+@overload  # the send, broadcast and webhook queues
 def client(service: Literal["sqs"], region: str | None = None) -> SQSClient: ...
-@overload
+@overload  # sequence executions, the broadcast schedule
 def client(service: Literal["stepfunctions"], region: str | None = None) -> SFNClient: ...
-@overload
+@overload  # any other service (iam, sts): untyped
 def client(service: str, region: str | None = None) -> Any: ...
 def client(service: str, region: str | None = None) -> BaseClient:
     """The process-wide client of ``service``, configured by the environment (the Lambdas)."""
@@ -111,7 +111,7 @@ class AwsConfig:
     """Where clients connect: ``None`` leaves a field to boto3's usual lookup."""
 
     region: str | None = None
-    endpoint_url: str | None = None
+    endpoint_url: str | None = None  # the local runtime's embedded endpoint, or None for AWS
     access_key_id: str | None = None
     secret_access_key: str | None = None
 

@@ -113,7 +113,7 @@ class SecretSpec:
 
 API_KEY_SECRET = SecretSpec(
     id="ApiKeySecret",
-    local_name="mailstep/api-key",
+    local_name="mailstep/api-key",  # locally; a deployed secret's name is CloudFormation's
     setting="api_key_secret",
     description="Bearer key for POST /v1/events",
 )
@@ -198,7 +198,7 @@ class StreamSourceSpec:
     on_failure: FailureQueueSpec
     filters: tuple[dict[str, Any], ...] = ()
     batch_size: int = 100
-    max_batching_window_s: int = 1
+    max_batching_window_s: int = 1  # seconds to fill a batch
     retry_attempts: int = 10
 
 
@@ -230,7 +230,7 @@ SES_EVENTS_TOPIC = TopicSpec(
 )
 CONFIGURATION_SET = ConfigurationSetSpec(
     id="ConfigurationSet",
-    local_name="mailstep",
+    local_name="mailstep",  # the marketing set: the one the reputation guardrail pauses
     setting="configuration_set",
     event_topic=SES_EVENTS_TOPIC,
 )
@@ -306,7 +306,7 @@ class TableIndex:
     """A GSI of a table, for functions that Query it (``IndexName``)."""
 
     table: TableSpec
-    index: str
+    index: str  # the GsiSpec's name, as Query's IndexName
 
 
 @dataclass(frozen=True)
@@ -515,7 +515,7 @@ SEND_QUEUE = QueueSpec(
     local_name="mailstep-send",
     setting="send_queue_url",
     visibility_timeout_s=360,  # 6x the sender's timeout (60 s)
-    max_receives=5,
+    max_receives=5,  # real failures only: a held job goes back as a new message (jobs.hold)
 )
 # The send pipeline (shared.sending.pipeline.send): the profile and SUPPRESSION item (or, for a
 # confirmation mail, the pending sign-up) read together (BatchGetItem), claim reads (GetItem), the claim
@@ -716,7 +716,7 @@ ENGAGEMENT_QUEUE = QueueSpec(
     local_name="mailstep-engagement",
     setting="engagement_queue_url",
     visibility_timeout_s=360,  # 6x the engagement function's timeout (60 s)
-    max_receives=5,
+    max_receives=5,  # a malformed SES event record ends in the DLQ after these
 )
 # List hygiene settings the deployment may set (docs/hygiene.md); unset: the defaults of
 # shared.core.settings.
@@ -790,14 +790,14 @@ BROADCAST_CONTROL_QUEUE = QueueSpec(
     local_name="mailstep-broadcast-control",
     setting="broadcast_control_queue_url",
     visibility_timeout_s=720,  # 6x the resolver's timeout (120 s)
-    max_receives=5,
+    max_receives=5,  # then a poison envelope waits in the DLQ (alarmed)
 )
 BROADCAST_QUEUE = QueueSpec(
     id="BroadcastQueue",
     local_name="mailstep-broadcast",
     setting="broadcast_queue_url",
     visibility_timeout_s=1800,  # 6x the worker's timeout (300 s)
-    max_receives=8,
+    max_receives=8,  # the worker marks a batch dead-lettered on this receive (final_receive)
 )
 BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
     name="broadcast-resolver",
@@ -808,7 +808,7 @@ BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
     # read at once; at 512 MB (0.29 vCPU) a million recipients took over 10 minutes of CPU
     # alone (docs/broadcasts.md, "Resolving a million").
     memory_mb=1769,
-    timeout_s=120,
+    timeout_s=120,  # one page per invocation: <= 1,000 recipients, <= 5,000 candidates looked at
     grants=(
         # the broadcast record and page checkpoints (GetItem, UpdateItem, Put + Update
         # transaction), the audience (parallel Scan of profiles, Query of TAG#, BatchGetItem profiles)
@@ -840,7 +840,7 @@ BROADCAST_WORKER_FUNCTION = FunctionSpec(
     name="broadcast-worker",
     handler="functions.broadcast_worker.handler.handler",
     description="Broadcast batches: rate-limited sends through the send pipeline, counted once",
-    memory_mb=1769,
+    memory_mb=1769,  # a full vCPU: see the sizing note above
     timeout_s=300,
     # the send pipeline (sends are counted per batch: marker Put + Update transaction), the
     # shared rate limiter (UpdateItem ADD); a held broadcast's wake-up message (SendMessage,
@@ -912,7 +912,7 @@ WEBHOOK_QUEUE = QueueSpec(
     local_name="mailstep-webhooks",
     setting="webhook_queue_url",
     visibility_timeout_s=540,  # 6x the delivery function's timeout (90 s)
-    max_receives=5,
+    max_receives=5,  # the function's own failures: a POST's retry is a new, delayed message
 )
 
 
@@ -1014,13 +1014,13 @@ REPUTATION_QUEUE = QueueSpec(
     local_name="mailstep-reputation",
     setting="reputation_queue_url",
     visibility_timeout_s=180,  # 6x the function's timeout (30 s)
-    max_receives=5,
+    max_receives=5,  # then its DLQ, whose alarm and `mailstep doctor` report the alarm not acted on
 )
 REPUTATION_FUNCTION = FunctionSpec(
     name="reputation-guard",
     handler="functions.reputation_guard.handler.handler",
     description="Reputation guardrail: a reputation alarm pauses marketing sending and its broadcasts",
-    timeout_s=30,
+    timeout_s=30,  # one SES call, then one status update per broadcast in progress
     grants=(
         # SES v2 PutConfigurationSetSendingOptions (SendingEnabled false) on the marketing set only
         Grant(PAUSABLE_CONFIGURATION_SET, ("ses:PutConfigurationSetSendingOptions",)),

@@ -155,7 +155,7 @@ class Envelope:
     from_email: str
     to_email: str
     subject: str
-    send_id: str
+    send_id: str  # also the Message-ID's local part, on the From address's domain
     from_name: str = ""
     to_name: str = ""
     reply_to: str = ""

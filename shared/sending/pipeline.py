@@ -120,13 +120,13 @@ class MailIdentity:
     @classmethod
     def from_settings(cls, settings: Settings) -> MailIdentity:
         return cls(
-            from_=settings.default_from,
+            from_=settings.default_from,  # from_: "from" is a Python keyword
             reply_to=settings.default_reply_to,
             postal_address=settings.postal_address,
             footer_reason=settings.mail_footer_reason,
             public_base_url=settings.public_base_url,
             list_id_domain=settings.list_id_domain,
-            unsubscribe_mailto=settings.unsubscribe_mailto,
+            unsubscribe_mailto=settings.unsubscribe_mailto,  # an address or mailto: URL; empty: none
         )
 
     def unsubscribe_url(self, token: str) -> str:
@@ -502,7 +502,7 @@ def _record_event(
         kind,
         at=moment,
         ttl_days=ctx.data_ttl_days,
-        reason=reason,
+        reason=reason,  # why it was skipped or failed, as a code (e.g. render_error), never the text
         template=job.template,
         source=job.source,
         step=job.step,

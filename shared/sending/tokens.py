@@ -55,7 +55,7 @@ class TokenClaims:
     email: str
     source: str
     template: str = ""
-    send_id: str = ""
+    send_id: str = ""  # the mail's send id; in a confirm link, the id of the sign-up it confirms
     purpose: Purpose = "unsubscribe"
     expires_at: int = 0  # epoch seconds
     topic: str = ""  # the topic of the mail (its one-click unsubscribe leaves only that topic)

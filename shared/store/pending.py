@@ -106,7 +106,7 @@ class PendingSignup:
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> PendingSignup:
-        plain = from_dynamo(item)
+        plain = from_dynamo(item)  # Decimal -> int/float, sets -> sorted lists
         return cls(
             email=plain["email"],
             signup_id=plain["signup_id"],

@@ -142,9 +142,9 @@ def step_counts(item: Mapping[str, Any] | None) -> dict[str, dict[str, int]]:
 REPORT_ROWS = (
     ("sent", "send", None, None),
     ("delivered", "delivery", "delivery", "send"),
-    ("opened", "open", "open_unique", "delivery"),
+    ("opened", "open", "open_unique", "delivery"),  # the rate counts each reader once
     ("opened by machines", "open_machine", "open_machine", "delivery"),
-    ("clicked", "click", "click_unique", "delivery"),
+    ("clicked", "click", "click_unique", "delivery"),  # likewise: unique clickers per delivery
     ("clicked by machines", "click_machine", "click_machine", "delivery"),
     ("bounced", "bounce", "bounce", "send"),
     ("complained", "complaint", "complaint", "delivery"),

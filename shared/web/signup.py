@@ -46,8 +46,8 @@ def is_form(content_type: str | None) -> bool:
 @dataclass(frozen=True)
 class SignupPages:
     ctx: ConsentContext
-    sender_name: str
-    pages: Renderer | None = None
+    sender_name: str  # shown on the pages (the display name of default_from)
+    pages: Renderer | None = None  # None: the shared renderer of templates/_pages
 
     @classmethod
     def create(cls, ctx: ConsentContext, default_from: str) -> SignupPages:

@@ -59,7 +59,7 @@ class Api(Construct):
             "HttpApi",
             api_name=specs.APP_NAME,
             description="mailstep API",
-            create_default_stage=False,
+            create_default_stage=False,  # the stage below, with access logs and throttling
             cors_preflight=_cors(config),
         )
         access_logs = logs.LogGroup(

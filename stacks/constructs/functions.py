@@ -480,7 +480,7 @@ def _python_function(
     for stream in spec.stream_sources:
         lambda_.EventSourceMapping(
             scope,
-            f"{base}{stream.table.id}StreamSource",
+            f"{base}{stream.table.id}StreamSource",  # one mapping per table, each with its filters
             target=fn,
             event_source_arn=resources.tables[stream.table].table_stream_arn,
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,

@@ -32,7 +32,7 @@ class Hygiene(Construct):
             targets=[
                 targets.LambdaFunction(
                     function,
-                    retry_attempts=2,
+                    retry_attempts=2,  # few: the next day's run resumes from the checkpoint
                     max_event_age=Duration.hours(6),
                     dead_letter_queue=dead_letters,  # CDK adds the queue policy for this rule
                 )

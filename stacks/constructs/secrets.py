@@ -15,7 +15,7 @@ SECRET_LENGTH = 40
 class Secrets(Construct):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.secrets = {spec: self._secret(spec) for spec in specs.SECRETS}
+        self.secrets = {spec: self._secret(spec) for spec in specs.SECRETS}  # by spec, for the grants
 
     def _secret(self, spec: specs.SecretSpec) -> secretsmanager.Secret:
         secret = secretsmanager.Secret(
@@ -29,7 +29,7 @@ class Secrets(Construct):
         pin_logical_id(secret, spec.id)
         Validations.of(secret).acknowledge(
             Acknowledgment(
-                id="AwsSolutions-SMG4",
+                id="AwsSolutions-SMG4",  # cdk-nag: a secret without scheduled rotation
                 reason="Rotating a mailstep secret invalidates what was issued with it: the API key held "
                 "by the operator's app, or unsubscribe links already in recipients' inboxes. Rotation is a "
                 "deliberate manual step (docs/deploy.md), not a scheduled rotation Lambda.",
