@@ -104,7 +104,7 @@ class AudienceResolver(TableAdapter):
         table_name: str,
         client: DynamoDBClient | None = None,
         *,
-        page_size: int = PAGE_SIZE,
+        page_size: int = PAGE_SIZE,  # recipients per page, split into batches for the workers
         max_evaluated: int = MAX_EVALUATED,
         topics: TopicCatalog | None = None,
         segments: int = SCAN_SEGMENTS,

@@ -64,8 +64,8 @@ MAX_DELAY_S = 900  # SQS's longest DelaySeconds
 
 @dataclass(frozen=True)
 class BroadcastQueues:
-    batch_url: str
-    control_url: str
+    batch_url: str  # the workers' queue: one message per batch of recipients
+    control_url: str  # the resolver's queue: page messages and held broadcasts' wake-ups
     client: SQSClient | None = None
 
     @property
@@ -111,8 +111,8 @@ def resolve_body(message: ResolveMessage) -> str:
 class StepResult:
     status: str  # resolved_page | last_page | stale | stopped | held | resumed
     page: int
-    recipients: int = 0
-    batches: int = 0
+    recipients: int = 0  # handed to the workers from this page (the resolver's metric)
+    batches: int = 0  # the batch messages they went out in
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class FanoutContext:
     records: BroadcastStore
     resolver: AudienceResolver
     queues: BroadcastQueues
-    batch_size: int = BATCH_SIZE
+    batch_size: int = BATCH_SIZE  # recipients per batch message (see BATCH_SIZE)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> FanoutContext:

@@ -391,14 +391,14 @@ class BroadcastStore(TableAdapter):
             names={"#cursor": "cursor", "#error": "error"},
             held=HELD,
             resolving=RESOLVING,
-            next=record.round + 1,
-            zero=0,
+            next=record.round + 1,  # messages of the old round are stale from now on
+            zero=0,  # page 0 and the new round's counters
             false=False,
             now=_now(),
             cancelled=CANCELLED,
             failed=FAILED,
             paused=PAUSED_REPUTATION,
-            round=record.round,
+            round=record.round,  # of two resumes at once, one starts the new round
             rate=round(send_rate, 3),
         )
 
@@ -663,5 +663,5 @@ class BroadcastStore(TableAdapter):
             true=True,
             resolving=RESOLVING,
             sending=SENDING,
-            round=record.round,
+            round=record.round,  # after a resume, an old round's last batch finishes nothing
         )

@@ -173,7 +173,7 @@ class ItemRejected(Exception):
 @dataclass(frozen=True)
 class Correlation:
     template: str | None = None
-    source: str | None = None
+    source: str | None = None  # the send's source (sequence id, broadcast id, ...), with step
     step: str | None = None
     send_id: str | None = None
     via: str | None = None  # tags | sent_log | None (uncorrelated)
@@ -481,7 +481,7 @@ def recover_sends(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> dic
                 logger.info(
                     "send log written from an SES event",
                     source=found.source,
-                    step=found.step,
+                    step=found.step,  # with source: the claim whose worker died between SES and the log
                     send_id=found.send_id,
                     ses_message_id=found.ses_message_id,
                     event_type=prepared.event.event_type,

@@ -293,7 +293,7 @@ def parse_record(record: dict[str, Any], sns_message_id: str | None = None) -> S
         kind=kind,
         mail=mail,
         detail=detail,
-        raw_detail=raw,
+        raw_detail=raw,  # as SES sent it: identity() hashes it, so a redelivery keeps its id
         sns_message_id=sns_message_id,
     )
     event.timestamp  # noqa: B018 - validates the timestamp now, not later in the consumer

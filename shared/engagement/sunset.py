@@ -370,7 +370,7 @@ def sunset_event(email: str, cold_day: str) -> InboundEvent:
 def run(
     store: SubscriberStore,
     policy: SunsetPolicy,
-    now: datetime,
+    now: datetime,  # the schedule's time: the run works on its UTC day
     emit: Emit | None = None,
     *,
     dry_run: bool = False,
@@ -431,7 +431,7 @@ def _confirm_cold(
     store: SubscriberStore,
     emit: Emit,
     item: Mapping[str, Any],
-    cold_at: str,
+    cold_at: str,  # this run's claim time; a repair passes the stored cold_at
     report: RunReport,
     *,
     repair: bool = False,

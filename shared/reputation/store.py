@@ -23,16 +23,16 @@ from shared.store.dynamo import TableAdapter, deserialize, key, values
 
 @dataclass(frozen=True)
 class PauseRecord:
-    set_id: str
+    set_id: str  # the configuration set spec's id (the item's SK), not the SES name
     configuration_set: str
     paused: bool
     paused_at: str = ""
-    alarm: str = ""
+    alarm: str = ""  # the CloudWatch alarm whose ALARM state paused it
     metric: str = ""
     threshold: float | None = None
     reason: str = ""
     resumed_at: str = ""
-    forced: bool = False
+    forced: bool = False  # the last resume passed --force
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> PauseRecord:

@@ -132,7 +132,7 @@ class DeliveryContext:
         return cls(
             store=WebhookStore(settings.table_name),
             queue=DeliveryQueue(settings.webhook_queue_url),
-            allow_loopback_http=settings.webhook_allow_loopback_http,
+            allow_loopback_http=settings.webhook_allow_loopback_http,  # the local runtime only
         )
 
 
@@ -211,7 +211,7 @@ def process(message: DeliveryMessage, ctx: DeliveryContext) -> Outcome:
         "webhook attempt failed",
         endpoint=endpoint.id,
         attempt=message.attempt,
-        status_code=answer.status,
+        status_code=answer.status,  # None when no HTTP answer came (see error)
         error=answer.error,
         retry_in_s=delay,
     )

@@ -91,16 +91,16 @@ class Endpoint:
     def from_item(cls, item: dict[str, Any]) -> Endpoint:
         item = from_dynamo(item)
         return cls(
-            id=item["id"],
+            id=item["id"],  # ep_ and 16 hex digits; the SK is EP#<id>
             url=item["url"],
             events=tuple(item.get("events", ())),
             description=item.get("description", ""),
             status=item.get("status", ENABLED),
-            disabled_reason=item.get("disabled_reason"),
+            disabled_reason=item.get("disabled_reason"),  # "410 Gone" or "failing since <time>"
             disabled_at=item.get("disabled_at"),
             failing_since=item.get("failing_since"),
             secret_name=item.get("secret_name", ""),
-            secret_version=int(item.get("secret_version", 1)),
+            secret_version=int(item.get("secret_version", 1)),  # each rotation adds 1: the secret is reread
             created_at=item.get("created_at", ""),
         )
 
@@ -139,12 +139,12 @@ class Delivery:
         item = from_dynamo(item)
         return cls(
             endpoint_id=item["endpoint_id"],
-            sk=item["SK"],
+            sk=item["SK"],  # <event time>#<message id>
             message_id=item["message_id"],
             event_type=item["event_type"],
             body=item["body"],
             status=item.get("status", PENDING),
-            attempts=int(item.get("attempts", 0)),
+            attempts=int(item.get("attempts", 0)),  # taken so far, the one in flight included
             created_at=item.get("created_at", ""),
             last_attempt_at=item.get("last_attempt_at"),
             last_status=item.get("last_status"),
