@@ -97,6 +97,9 @@ STATUS_CHECK_S = 2.0  # a batch being sent reads its broadcast's status this oft
 # quota frees capacity (it frees as the last day's sends age out), and its guide advises
 # waiting and retrying. Each look resolves one page again and tries one send per batch.
 HOLD_RECHECK_S = {HOLD_UNVERIFIED: 900, HOLD_DAILY_QUOTA: 3600}
+# How long a batch waits for a claim another worker holds before it defers the recipient (the
+# claim's lease is 300 s; a worker that is alive sends or releases it within seconds)
+IN_FLIGHT_WAITS_S = (1.0, 2.0, 4.0, 8.0, 15.0)
 # the pipeline's hold reasons -> the broadcast's (``paused`` is the reputation pause's own path)
 HELD_ELSEWHERE = "held_elsewhere"  # a batch that found its broadcast held by another worker's batch
 HOLD_REASONS = {"unverified": HOLD_UNVERIFIED, "daily_quota": HOLD_DAILY_QUOTA, "warmup": HOLD_WARMUP}
@@ -247,6 +250,7 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     # this broadcast's claims expire with its markers, after the send window
     ctx = replace(ctx, send=replace(ctx.send, log=ctx.send.log.expiring_at(items_until(record))))
     outcomes = _send_within_warmup(record, message, ctx, deadline)
+    _wait_for_claims_in_flight(record, message, outcomes, ctx, deadline)
     stopped = _stopped_by_ses(record, outcomes, ctx, log)
     if stopped is not None:
         return stopped
@@ -277,6 +281,28 @@ def _process(message: BatchMessage, ctx: WorkerContext, deadline: float | None) 
     return BatchResult(
         status="counted" if counted else "duplicate", counts=dict(counts), done=finished is not None
     )
+
+
+def _wait_for_claims_in_flight(
+    record: Broadcast,
+    message: BatchMessage,
+    outcomes: list[SendOutcome | None],
+    ctx: WorkerContext,
+    deadline: float | None,
+) -> None:
+    """Send again, after a short wait, to the recipients whose claim another worker held
+    (``in_flight``): a duplicate delivery of this batch, or a batch of the round before a resume
+    that is still finishing its last sends. The other worker sends or releases within seconds;
+    deferring the whole batch instead would bring it back only after the queue's visibility
+    timeout (30 min). Outcomes are replaced in place; still in flight after the waits: deferred."""
+    for pause_s in IN_FLIGHT_WAITS_S:
+        waiting = [i for i, o in enumerate(outcomes) if o is not None and o.reason == "in_flight"]
+        if not waiting or (deadline is not None and clock.epoch_seconds() + pause_s >= deadline):
+            return
+        ctx.sleep(pause_s)
+        part = message.model_copy(update={"emails": tuple(message.emails[i] for i in waiting)})
+        for i, outcome in zip(waiting, _send_within_warmup(record, part, ctx, deadline), strict=True):
+            outcomes[i] = outcome
 
 
 def _stopped_by_ses(

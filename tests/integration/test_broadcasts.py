@@ -26,7 +26,7 @@ from shared.broadcasts.model import (
     parse_batch,
     parse_request,
 )
-from shared.broadcasts.worker import BatchIncomplete, process_batch
+from shared.broadcasts.worker import IN_FLIGHT_WAITS_S, BatchIncomplete, process_batch
 from shared.core.aws import client
 from shared.core.errors import InvalidInput
 from shared.sending.jobs import SendJob
@@ -302,6 +302,41 @@ def test_a_cancelled_scheduled_broadcast_never_resolves(env: Env, people) -> Non
     assert env.service.get("later").status == CANCELLED
 
 
+def test_a_claim_another_worker_releases_within_the_wait_is_sent_by_the_batch_not_deferred(
+    env: Env, people
+) -> None:
+    # Given a batch one of whose recipients another worker has claimed (a batch of the round
+    # before a resume, still finishing its last send)
+    env.service.send(parse_request(id="overlap", template=TEMPLATE, audience={"tags": ["b"]}))
+    env.resolve_all()
+    messages = env.batches()
+    batch = parse_batch(messages[0]["Body"])
+    other = batch.emails[0]
+    ctx = env.worker()
+    job = SendJob(email=other, template=TEMPLATE, source="overlap", step=STEP)
+    now = int(datetime.now(UTC).timestamp())
+    claim = ctx.send.log.claim(
+        other, "overlap", STEP, send_id=send_id_for(job), template=TEMPLATE, now=now,
+        lease_seconds=ctx.send.lease_seconds, log_until=now + 30 * 86400,
+    )  # fmt: skip
+
+    # When the batch runs and the other worker releases its claim during the first wait
+    waits: list[float] = []
+
+    def release_while_waiting(seconds: float) -> None:
+        waits.append(seconds)
+        ctx.send.log.release(other, "overlap", STEP, claim.claim_id)
+
+    ctx.sleep = release_while_waiting
+    result = process_batch(batch, ctx)
+
+    # Then the batch sends to that recipient too and counts the whole batch: nothing deferred to
+    # the queue's visibility timeout
+    assert result.status == "counted" and waits == [IN_FLIGHT_WAITS_S[0]]
+    assert Counter(env.ses.recipients())[other] == 1
+    assert env.service.get("overlap").processed == len(batch.emails)
+
+
 def test_send_rejects_a_past_time_and_an_unknown_template(env: Env) -> None:
     with pytest.raises(InvalidInput, match="not in the future"):
         env.service.send(parse_request(id="past", template=TEMPLATE, at="2020-01-01T00:00:00Z"))
@@ -319,6 +354,8 @@ def test_a_crash_after_ses_accepted_causes_one_duplicate_at_most_and_no_loss(env
     batch = parse_batch(messages[0]["Body"])
     victim = batch.emails[0]
     ctx = env.worker()
+    waits: list[float] = []
+    ctx.sleep = waits.append  # the in-batch waits for a claim in flight (no wall time here)
 
     # Given a worker that died after SES accepted the victim's mail but before recording it
     job = SendJob(email=victim, template=TEMPLATE, source="crash", step=STEP)
@@ -339,8 +376,10 @@ def test_a_crash_after_ses_accepted_causes_one_duplicate_at_most_and_no_loss(env
     # When the batch is redelivered within the claim's lease
     with pytest.raises(BatchIncomplete) as deferred:
         process_batch(batch, ctx)
-    # Then the victim is deferred (in flight), the others are sent, nothing is counted yet
+    # Then the victim is deferred (in flight) after the batch waited for the claim, the others are
+    # sent, nothing is counted yet
     assert deferred.value.reasons == Counter({"in_flight": 1})
+    assert waits == list(IN_FLIGHT_WAITS_S)
     assert env.service.get("crash").processed == 0
 
     # When it is redelivered after the lease expired

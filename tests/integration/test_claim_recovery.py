@@ -198,6 +198,7 @@ def test_a_batch_failing_its_final_receive_is_marked_dead_lettered_once_and_clea
     (message,) = env.batches()
     batch = parse_batch(message["Body"])
     stuck = env.worker(send_fn=in_flight)
+    stuck.sleep = lambda _s: None  # the in-batch waits for the claim (no wall time here)
 
     # An earlier receive that fails marks nothing
     with pytest.raises(BatchIncomplete):
