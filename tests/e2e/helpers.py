@@ -174,9 +174,29 @@ def ok_json(result: Any) -> Any:
     return json.loads(result.stdout)
 
 
+def broadcast_record(local: Local, broadcast_id: str) -> dict[str, Any]:
+    """A broadcast's record as ``mailstep broadcast get`` shows it (less its engagement counters),
+    read in this process through the store the operator code uses: a test that polls a record
+    does not start an interpreter for each look."""
+    from shared.broadcasts.records import BroadcastStore
+
+    store = BroadcastStore(local.state["tables"]["table_name"], client=local.client("dynamodb"))
+    record = store.get(broadcast_id)
+    assert record is not None, f"no broadcast {broadcast_id}"
+    return dict(record.public())
+
+
 def events_of(local: Local, email: str) -> list[dict[str, Any]]:
-    """The subscriber's timeline (``mailstep events <email> --json``)."""
-    return list(ok_json(ops(local, "events", email, "--json")))
+    """The subscriber's timeline as ``mailstep events <email> --json`` prints it, read in this
+    process through the same store call (tests poll it; ``tests/e2e/test_topics.py`` runs the
+    command itself)."""
+    from shared.core.models import normalise_email
+    from shared.store.subscribers import SubscriberStore
+
+    tables = local.state["tables"]
+    ddb = local.client("dynamodb")
+    store = SubscriberStore(tables["table_name"], tables["events_table_name"], client=ddb)
+    return list(json.loads(json.dumps(store.list_events(normalise_email(email)), default=str)))
 
 
 def wait_for_events(local: Local, email: str, kind: str, what: str = "") -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from shared.core import specs
 from shared.store.dynamo import serialize
 from shared.store.subscribers import Profile, profile_items
 from tests.e2e.conftest import ROOT, Local, start_dev, stop_dev, subprocess_env, wait_for_state
-from tests.e2e.helpers import MAIN, eventually, queue_url, sent_by
+from tests.e2e.helpers import MAIN, broadcast_record, eventually, queue_url, sent_by
 
 TAG = "fault"
 LEASE_S = 30  # the claim lease (the setting's minimum)
@@ -88,12 +88,6 @@ def send_log(local: Local, source: str) -> list[dict[str, Any]]:
         )
     )
     return [item for page in pages for item in page["Items"]]
-
-
-def record(local: Local, broadcast_id: str) -> dict[str, Any]:
-    answer = local.cli("broadcast", "get", broadcast_id, "--state-dir", str(local.state_dir))
-    assert answer.returncode == 0, answer.stdout + answer.stderr
-    return dict(json.loads(answer.stdout))
 
 
 def kill_worker(local: Local) -> int:
@@ -160,7 +154,7 @@ def test_a_broadcast_survives_two_killed_workers_without_losing_or_repeating_mai
 
         # Then the broadcast ends done with no human action
         finished = eventually(
-            lambda: (r := record(local, broadcast_id))["status"] == "done" and r,
+            lambda: (r := broadcast_record(local, broadcast_id))["status"] == "done" and r,
             600,
             f"{broadcast_id} to be done",
             interval_s=2,

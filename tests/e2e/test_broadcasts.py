@@ -18,10 +18,10 @@ from shared.store.dynamo import serialize
 from shared.store.subscribers import Profile, profile_items
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
+    broadcast_record,
     drained,
     enqueue,
     eventually,
-    ok_json,
     ops,
     post,
     queue_url,
@@ -111,10 +111,6 @@ def spring(tags: frozenset[str], attributes: dict[str, Any]) -> bool:
     return "bca" in tags and "bcb" not in tags and attributes["plan"] == "pro"
 
 
-def record(local: Local, broadcast_id: str) -> dict[str, Any]:
-    return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
-
-
 def test_dry_run_and_bad_arguments(local: Local, people) -> None:
     want = expected(people, spring)
     answer = send(local, *SPRING, "--dry-run")
@@ -146,7 +142,7 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
     assert "e2e-spring: done" in answer.stdout
     got = recipients(local, "e2e-spring")
     assert set(got) == want and set(got.values()) == {1}
-    stored = record(local, "e2e-spring")
+    stored = broadcast_record(local, "e2e-spring")
     assert (stored["status"], stored["audience"], stored["sent"], stored["failed"]) == (
         "done",
         len(want),
@@ -171,7 +167,7 @@ def test_broadcast_reaches_exactly_the_filtered_audience_once_and_a_rerun_sends_
 
     # Then nobody gets a second mail and the record's counts do not move
     assert len(sent_by(local, "e2e-spring")) == len(want)
-    after = record(local, "e2e-spring")
+    after = broadcast_record(local, "e2e-spring")
     assert (after["status"], after["sent"], after["failed"]) == ("done", len(want), 0)
 
 
@@ -207,7 +203,7 @@ def test_cancel_mid_way_stops_sending_and_the_record_says_how_many_went(local, p
         def all_processed() -> dict[str, Any] | None:
             if not all(drained(sqs, url) for url in queues):
                 return None
-            stored = record(local, "e2e-cancel")
+            stored = broadcast_record(local, "e2e-cancel")
             return stored if stored["processed"] >= stored["audience"] else None
 
         stored = eventually(all_processed, 60, "every batch of e2e-cancel to be processed", interval_s=0.5)
@@ -256,7 +252,7 @@ def test_transactional_and_sequence_mail_are_not_stuck_behind_a_broadcast_backlo
                 "the sequence mail, started behind the broadcast",
             )
             sequence_waited = time.monotonic() - triggered
-            backlog = record(local, "e2e-backlog")
+            backlog = broadcast_record(local, "e2e-backlog")
         finally:
             broadcast(local, "cancel", "e2e-backlog")
     # Then both went out while most of the broadcast was still waiting (the oracle is the
@@ -274,7 +270,10 @@ def test_at_schedules_with_a_step_functions_wait_on_the_virtual_clock(local: Loc
 
     assert answer.returncode == 0 and "scheduled" in answer.stdout, answer.stdout + answer.stderr
     eventually(
-        lambda: record(local, "e2e-later")["status"] == "done", 180, "e2e-later to be done", interval_s=0.5
+        lambda: broadcast_record(local, "e2e-later")["status"] == "done",
+        180,
+        "e2e-later to be done",
+        interval_s=0.5,
     )
     # The Wait state stood for the three days (virtual clock), then the audience was sent.
     assert local.status()["clock"]["advanced_s"] - waited_before >= 3 * 86400 - 120
@@ -295,7 +294,7 @@ def test_concurrent_workers_reach_90_percent_of_max_send_rate_and_fail_nothing(l
         answer = send(local, "--tag", "bcb", "--tag", "bcc", "--id", "e2e-rate", "--yes", timeout=300)
         assert answer.returncode == 0, answer.stdout + answer.stderr
     # Then everyone got it once, nothing failed (throttling was retried), at >= 90% of the rate
-    stored = record(local, "e2e-rate")
+    stored = broadcast_record(local, "e2e-rate")
     went = sent_by(local, "e2e-rate")
     assert stored["status"] == "done" and stored["failed"] == 0
     assert sorted(d for m in went for d in m["destination"]) == sorted(want)

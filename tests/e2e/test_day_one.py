@@ -30,9 +30,9 @@ from tests.e2e.conftest import (
     dev_runtime,
 )
 from tests.e2e.helpers import (
+    broadcast_record,
     eventually,
     new_audience,
-    ok_json,
     ops,
     outbox,
     paused_clock,
@@ -157,10 +157,6 @@ def _queue_empty(local: Local, name: str) -> bool:
     )
 
 
-def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
-    return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
-
-
 def test_a_broadcast_over_the_daily_quota_sends_over_three_days_once_each(day_one: Local) -> None:
     local = day_one
     tag, readers = new_audience(local, "quota", AUDIENCE, DOMAIN)
@@ -178,7 +174,7 @@ def test_a_broadcast_over_the_daily_quota_sends_over_three_days_once_each(day_on
     for day, total in ((1, DAILY_QUOTA), (2, 2 * DAILY_QUOTA)):
         held = eventually(
             lambda: (
-                (b := broadcast(local, broadcast_id))["status"] == "held"
+                (b := broadcast_record(local, broadcast_id))["status"] == "held"
                 and len(sent_by(local, broadcast_id)) == total
                 and b
             ),
@@ -192,7 +188,9 @@ def test_a_broadcast_over_the_daily_quota_sends_over_three_days_once_each(day_on
         assert advanced.returncode == 0, advanced.stderr
 
     done = eventually(
-        lambda: (b := broadcast(local, broadcast_id))["status"] == "done" and b, 240, "the broadcast done"
+        lambda: (b := broadcast_record(local, broadcast_id))["status"] == "done" and b,
+        240,
+        "the broadcast done",
     )
     assert done["failed"] == 0 and done["sent"] == AUDIENCE
     delivered = [d for m in sent_by(local, broadcast_id) for d in m["destination"]]

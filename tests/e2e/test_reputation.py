@@ -29,7 +29,7 @@ from tests.e2e.conftest import (
     dev_runtime,
     subprocess_env,
 )
-from tests.e2e.helpers import add_contact, eventually, ok_json, ops, outbox
+from tests.e2e.helpers import add_contact, broadcast_record, eventually, ok_json, ops, outbox
 from tests.e2e.test_engagement import queue_send
 
 READERS = 30
@@ -45,10 +45,6 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator
         report=(tmp_path_factory, "reputation"),
     ) as local:
         yield local
-
-
-def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
-    return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
 
 
 def test_complaints_pause_marketing_transactional_goes_on_and_a_forced_resume_finishes_once(
@@ -87,7 +83,7 @@ def test_complaints_pause_marketing_transactional_goes_on_and_a_forced_resume_fi
     assert sent.returncode == 0, sent.stdout + sent.stderr
 
     paused = eventually(
-        lambda: (b := broadcast(local, broadcast_id))["status"] == "paused_reputation" and b,
+        lambda: (b := broadcast_record(local, broadcast_id))["status"] == "paused_reputation" and b,
         90,
         "the broadcast paused by the guardrail",
     )
@@ -117,14 +113,14 @@ def test_complaints_pause_marketing_transactional_goes_on_and_a_forced_resume_fi
 
     refused = ops(local, "reputation", "resume")
     assert refused.returncode == 1 and "--force" in refused.stdout, refused.stdout + refused.stderr
-    assert broadcast(local, broadcast_id)["status"] == "paused_reputation"
+    assert broadcast_record(local, broadcast_id)["status"] == "paused_reputation"
 
     forced = ops(local, "reputation", "resume", "--force")
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert broadcast_id in forced.stdout
 
     done = eventually(
-        lambda: (b := broadcast(local, broadcast_id))["status"] == "done" and b,
+        lambda: (b := broadcast_record(local, broadcast_id))["status"] == "done" and b,
         120,
         "the resumed broadcast done",
     )

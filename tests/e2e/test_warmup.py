@@ -22,6 +22,7 @@ from tests.e2e.conftest import (
     dev_runtime,
 )
 from tests.e2e.helpers import (
+    broadcast_record,
     eventually,
     new_audience,
     ok_json,
@@ -45,10 +46,6 @@ def warming(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator
         timeout_s=START_TIMEOUT_S * 3,  # a template of its own: synthesized first
     ) as local:
         yield local
-
-
-def broadcast(local: Local, broadcast_id: str) -> dict[str, Any]:
-    return dict(ok_json(ops(local, "broadcast", "get", broadcast_id)))
 
 
 @pytest.mark.timeout(900)  # three calendar days of a broadcast, a template of its own
@@ -79,7 +76,7 @@ def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Lo
         # (while the calendar stands still, each look at the next day finds it used and holds again)
         eventually(lambda: len(sent_by(local, broadcast_id)) >= total, 240, f"day {day}: {total} sent")
         held = eventually(
-            lambda: (b := broadcast(local, broadcast_id))["status"] == "held" and b,
+            lambda: (b := broadcast_record(local, broadcast_id))["status"] == "held" and b,
             120,
             f"day {day}: the broadcast held for the warm-up",
         )
@@ -99,7 +96,9 @@ def test_a_broadcast_is_spread_over_days_exactly_as_its_printed_plan(warming: Lo
         assert advanced.returncode == 0, advanced.stderr
 
     done = eventually(
-        lambda: (b := broadcast(local, broadcast_id))["status"] == "done" and b, 240, "the broadcast done"
+        lambda: (b := broadcast_record(local, broadcast_id))["status"] == "done" and b,
+        240,
+        "the broadcast done",
     )
     assert done["failed"] == 0 and done["sent"] == AUDIENCE
     mails = sent_by(local, broadcast_id)
