@@ -300,7 +300,7 @@ def _wait_for_claims_in_flight(
         if not waiting or (deadline is not None and clock.epoch_seconds() + pause_s >= deadline):
             return
         ctx.sleep(pause_s)
-        part = message.model_copy(update={"emails": tuple(message.emails[i] for i in waiting)})
+        part = _recipients_at(message, waiting)
         for i, outcome in zip(waiting, _send_within_warmup(record, part, ctx, deadline), strict=True):
             outcomes[i] = outcome
 
@@ -372,11 +372,15 @@ def _send_part(
     deadline: float | None,
 ) -> list[SendOutcome | None]:
     """Send to the batch's recipients at ``indexes``; their outcomes, also set in ``outcomes``."""
-    part = message.model_copy(update={"emails": tuple(message.emails[i] for i in indexes)})
-    sent = _send_all(record, part, ctx, deadline)
+    sent = _send_all(record, _recipients_at(message, indexes), ctx, deadline)
     for i, outcome in zip(indexes, sent, strict=True):
         outcomes[i] = outcome
     return sent
+
+
+def _recipients_at(message: BatchMessage, indexes: list[int]) -> BatchMessage:
+    """The batch narrowed to its recipients at ``indexes`` (same broadcast, round, page, index)."""
+    return message.model_copy(update={"emails": tuple(message.emails[i] for i in indexes)})
 
 
 def _hold_reason(outcomes: list[SendOutcome | None]) -> str | None:
