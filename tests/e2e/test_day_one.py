@@ -43,6 +43,9 @@ from tests.e2e.helpers import (
 from tests.e2e.test_signup import CONFIRM_TEMPLATE, sign_up
 
 DAILY_QUOTA = 60
+# A held broadcast looks again after an hour of the virtual clock (its SQS delay); instant waits
+# would make that a loop of refused rounds while the calendar stands still between `advance`s.
+HOUR_PER_2_S = 1800
 AUDIENCE = 150
 DOMAIN = "example.com"  # the sending domain (hello@example.com) and the readers' (verified with it)
 
@@ -53,6 +56,7 @@ def day_one(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator
         tmp_path_factory.mktemp("mailstep-day-one"),
         "--identity-pending",
         "--ses-sandbox",  # DAILY_QUOTA a day (not its 200), at 200 a second (not its 1): to be quick
+        *("--speed", str(HOUR_PER_2_S)),
         *("--max-24-hour-send", str(DAILY_QUOTA), "--max-send-rate", "200", "--no-reputation-alarms"),
         report=(tmp_path_factory, "day-one"),
     ) as local:
