@@ -140,7 +140,7 @@ def _console(state_dir: Path, port: int) -> Any:
 
     try:
         target = resolve("local", None, state_dir)
-        served = serve(target, port, fallback=True, outbox=local_outbox(target))
+        served = serve(target, port, state_dir=state_dir, fallback=True, outbox=local_outbox(target))
     except (TargetError, MailstepError, OSError) as exc:
         typer.echo(f"warning: no web console: {exc}", err=True)
         return None
