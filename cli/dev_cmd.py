@@ -116,7 +116,11 @@ def dev(
             console.print(_banner(runtime), soft_wrap=True)
             served = _console(state_dir.resolve(), console_port)
             if served is not None:
-                console.print(f"console: {served.url}", soft_wrap=True, highlight=False)
+                console.print(
+                    f"console: {served.url}  (signs in once; `mailstep console token` prints a fresh link)",
+                    soft_wrap=True,
+                    highlight=False,
+                )
             while not stop.wait(0.5):
                 pass
             if served is not None:

@@ -3,7 +3,8 @@
     with LocalRuntime(RuntimeConfig()) as rt:
         rt.endpoint, rt.api_url, rt.public_url, rt.api_key, rt.outbox
 
-Starts moto's server in this process and talks to it through one client factory
+Serves moto's application in this process (``local_aws.listeners``: loopback ``Host`` only, no
+cross-origin request, no CORS) and talks to it through one client factory
 (``rt.aws``, a ``shared.core.aws.ClientFactory`` for the endpoint): provisions everything in
 ``shared.core.specs`` through ``local_aws.provision``,
 runs every Lambda from the deployment artifact (``local_aws.artifact``: the synthesized
@@ -12,7 +13,8 @@ with the template's environment and IAM (``local_aws.deployment``, ``local_aws.e
 Step Functions on a virtual clock, a faithful SES, and an HTTP front for the API routes,
 served twice: plain http on ``api_port`` (``api_url``) and https on ``public_port``
 (``public_url``, the public base URL of links in mail) with a self-signed certificate made
-at start in ``<state dir>/tls/`` (``local_aws.tls``).
+at start in ``<state dir>/tls/`` (``local_aws.tls``). ``runtime.json`` (the API key) is written
+mode 0600 (``ops.loopback.write_private``).
 The runtime never writes its process environment: whatever runs in this process (provisioning,
 the stack registration, EventBridge, ``mailstep demo``, the bench) reaches the endpoint through
 ``rt.aws``, and moto's Step Functions interpreter through ``local_aws.hooks`` (``ACTIVE.port``).
