@@ -116,7 +116,11 @@ def dev(
             console.print(_banner(runtime), soft_wrap=True)
             served = _console(state_dir.resolve(), console_port)
             if served is not None:
-                console.print(f"console: {served.url}", soft_wrap=True, highlight=False)
+                console.print(
+                    f"console: {served.url}  (signs in once; `mailstep console token` prints a fresh link)",
+                    soft_wrap=True,
+                    highlight=False,
+                )
             while not stop.wait(0.5):
                 pass
             if served is not None:
@@ -140,7 +144,7 @@ def _console(state_dir: Path, port: int) -> Any:
 
     try:
         target = resolve("local", None, state_dir)
-        served = serve(target, port, fallback=True, outbox=local_outbox(target))
+        served = serve(target, port, state_dir=state_dir, fallback=True, outbox=local_outbox(target))
     except (TargetError, MailstepError, OSError) as exc:
         typer.echo(f"warning: no web console: {exc}", err=True)
         return None

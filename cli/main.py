@@ -41,7 +41,6 @@ for name, command in (
     ("demo", demo_cmd.demo),
     ("doctor", doctor_cmd.doctor),
     ("mcp", mcp_cmd.mcp),
-    ("console", console_cmd.console),
     ("send-test", send_cmd.send_test),
     ("stats", stats_cmd.stats),
     ("events", events_cmd.events),
@@ -49,6 +48,7 @@ for name, command in (
     app.command(name, help=command.__doc__)(command)
 for name, group in (
     ("local", local_cmd),
+    ("console", console_cmd),
     ("broadcast", broadcast_cmd),
     ("subscribers", subscribers_cmd),
     ("topics", topics_cmd),

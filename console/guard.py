@@ -1,14 +1,23 @@
 """The console's protection, one ASGI middleware in front of every route.
 
-- **Host**: a request whose ``Host`` is not the console's own address (``127.0.0.1:PORT`` or
-  ``localhost:PORT``) is refused (400) before anything else: a web page on another name that
-  resolves to 127.0.0.1 (DNS rebinding) reaches nothing.
-- **Login**: ``GET /?token=<token>`` (the URL the command prints, a fresh random token per
-  start) sets the session cookie (HttpOnly, SameSite=Strict, Path=/) and redirects to the page
-  without the token. Without that cookie every route but ``/static/`` answers 401 and no data.
+- **Host**: a request whose ``Host`` is not loopback (``ops.loopback.loopback_host``, the rule
+  of every local listener: ``127.0.0.1``, ``localhost`` or ``[::1]``, alone or with the console's
+  port) is refused (421 Misdirected Request) before anything else: a web page on another name
+  that resolves to 127.0.0.1 (DNS rebinding) reaches nothing.
+- **Login**: ``GET /?token=<token>`` (the URL the command prints, or one from ``mailstep console
+  token``) sets a session cookie of its own (HttpOnly, SameSite=Strict, Path=/) and redirects to
+  the page without the token. Each token signs in once (:class:`Logins`): used again it is
+  refused (403, a page saying so and how to get a fresh one), so the URL left in the terminal,
+  a log or the browser's history signs no one in. Without a session cookie every route but
+  ``/static/`` answers 401 and no data.
+- **Fresh tokens**: ``POST /_console/token`` with ``Authorization: Bearer <control key>`` (the
+  key in the console's control file, ``console.control``, readable by its owner only) and no
+  ``Origin`` (browsers send one; ``mailstep console token`` does not) answers a fresh sign-in URL,
+  which expires unused after :data:`FRESH_TOKEN_TTL_S`.
 - **CSRF**: every request that is not GET or HEAD carries the per-start CSRF token, as the
   form field ``csrf`` (urlencoded forms) or the header ``X-CSRF-Token`` (the console's scripts),
-  or is refused (403) before any route runs; its ``Origin``, when sent, must be the console's.
+  or is refused (403) before any route runs; its ``Origin``, when sent, must be the console's own
+  (``ops.loopback.own_origin``).
 - **Headers**: a strict Content-Security-Policy (nothing from another origin, no inline script),
   ``no-store``, ``nosniff``, no referrer to other origins, no framing (the template preview, framed by the
   console itself, gets a sandboxed policy of its own).
@@ -16,12 +25,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import json
+import math
 import secrets
+import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
+
+from ops.loopback import MISDIRECTED, MISDIRECTED_TEXT, loopback_host, own_origin
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -35,6 +51,9 @@ CSRF_HEADER = b"x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 MAX_BODY = 1_000_000
 PUBLIC_PREFIX = "/static/"
+FRESH_LINK_PATH = "/_console/token"  # POST: a fresh sign-in URL, for the holder of the control key
+FRESH_TOKEN_TTL_S = 600  # a fresh token is for now: unused after 10 minutes it signs no one in
+USED, EXPIRED = "used", "expired"
 FAVICON = "/favicon.ico"  # asked for by browsers on any page; answered empty
 PREVIEW_PREFIXES = ("/templates/render/", "/outbox/render/")  # mails, framed by the console
 CSP = (
@@ -49,9 +68,68 @@ PREVIEW_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; fra
 class Secrets:
     """The secrets of one console start."""
 
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # in the printed URL
-    session: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # the cookie's value
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # in the printed URL: signs in once
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    control: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # asks for fresh tokens
+
+
+class LoginRefused(Exception):
+    """A token that signs no one in: :data:`USED`, :data:`EXPIRED`, or unknown (None)."""
+
+    def __init__(self, reason: str | None) -> None:
+        super().__init__(reason or "unknown")
+        self.reason = reason
+
+
+def _digest(value: str) -> bytes:
+    """What is kept of a token or session (looked up by digest: no secret is compared bytewise)."""
+    return hashlib.sha256(value.encode()).digest()
+
+
+class Logins:
+    """The console's sign-in tokens, each good for one sign-in, and the sessions they opened.
+
+    The printed token lasts until it is used; a fresh one (:meth:`issue`) until it is used or
+    ``ttl_s`` passed. A used or expired token is remembered as such, to say so."""
+
+    def __init__(
+        self, first: str, *, ttl_s: float = FRESH_TOKEN_TTL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lock = threading.Lock()
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._open: dict[bytes, float] = {_digest(first): math.inf}  # digest -> when it expires
+        self._spent: dict[bytes, str] = {}  # digest -> USED | EXPIRED
+        self._sessions: set[bytes] = set()
+
+    def issue(self) -> str:
+        """A fresh token (one sign-in, within ``ttl_s``)."""
+        token = secrets.token_urlsafe(24)
+        with self._lock:
+            self._expire()
+            self._open[_digest(token)] = self._clock() + self._ttl_s
+        return token
+
+    def redeem(self, token: str) -> str:
+        """A new session for an open token, which is spent from now on; else :class:`LoginRefused`."""
+        key = _digest(token)
+        with self._lock:
+            self._expire()
+            if self._open.pop(key, None) is None:
+                raise LoginRefused(self._spent.get(key))
+            self._spent[key] = USED
+            session = secrets.token_urlsafe(32)
+            self._sessions.add(_digest(session))
+        return session
+
+    def signed_in(self, session: str | None) -> bool:
+        return session is not None and _digest(session) in self._sessions
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for key in [k for k, until in self._open.items() if until <= now]:
+            del self._open[key]
+            self._spent[key] = EXPIRED
 
 
 def _same(a: str, b: str) -> bool:
@@ -71,9 +149,14 @@ def _cookie(headers: dict[bytes, bytes], name: str) -> str | None:
 
 
 async def _plain(send: Send, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = text.encode()
+    await _answer(send, status, text.encode(), b"text/plain; charset=utf-8", extra)
+
+
+async def _answer(
+    send: Send, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     headers = [
-        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-type", content_type),
         (b"content-length", str(len(body)).encode()),
         *_security_headers(""),
         *(extra or []),
@@ -95,6 +178,15 @@ def _security_headers(path: str) -> list[tuple[bytes, bytes]]:
     ]
 
 
+NOT_SIGNED_IN = "not signed in: open the URL `mailstep console` printed (it has ?token=...)"
+SPENT = {
+    USED: "this sign-in link was used already: each link signs in once. "
+    "For a new one run `mailstep console token` (add --port PORT when several consoles run).",
+    EXPIRED: "this sign-in link expired unused (a link from `mailstep console token` lasts "
+    f"{FRESH_TOKEN_TTL_S // 60} minutes). For a new one run `mailstep console token` again.",
+}
+
+
 class Guard:
     """The ASGI middleware described in the module docstring."""
 
@@ -102,8 +194,7 @@ class Guard:
         self.app = app
         self.secrets = secrets_
         self.port = port
-        self.hosts = {f"127.0.0.1:{port}".encode(), f"localhost:{port}".encode()}
-        self.origins = {b"http://" + h for h in self.hosts}
+        self.logins = Logins(secrets_.token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,23 +202,24 @@ class Guard:
                 await self.app(scope, receive, send)
             return
         headers = _headers(scope)
-        if headers.get(b"host") not in self.hosts:
-            await _plain(send, 400, "this console answers only at its own address (127.0.0.1)")
+        if not loopback_host(headers.get(b"host", b"").decode("latin-1"), self.port):
+            await _plain(send, MISDIRECTED, MISDIRECTED_TEXT)
             return
         path = str(scope.get("path", ""))
         method = str(scope.get("method", "GET")).upper()
+        if path == FRESH_LINK_PATH:
+            await self._issue(method, headers, send)
+            return
         if (path.startswith(PUBLIC_PREFIX) or path == FAVICON) and method in SAFE_METHODS:
             await self.app(scope, receive, self._with_headers(send, path))
             return
-        if method == "GET" and path == "/" and self._login(scope):
-            cookie = f"{COOKIE}={self.secrets.session}; HttpOnly; SameSite=Strict; Path=/"
-            await _plain(send, 303, "signed in", [(b"location", b"/"), (b"set-cookie", cookie.encode())])
+        signed_in = self.logins.signed_in(_cookie(headers, COOKIE))
+        token = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
+        if method == "GET" and path == "/" and token:
+            await self._sign_in(token, signed_in, send)
             return
-        session = _cookie(headers, COOKIE)
-        if session is None or not _same(session, self.secrets.session):
-            await _plain(
-                send, 401, "not signed in: open the URL `mailstep console` printed (it has ?token=...)"
-            )
+        if not signed_in:
+            await _plain(send, 401, NOT_SIGNED_IN)
             return
         if method not in SAFE_METHODS:
             replay = await self._checked(scope, receive, headers)
@@ -137,16 +229,44 @@ class Guard:
             receive = replay
         await self.app(scope, receive, self._with_headers(send, path))
 
-    def _login(self, scope: Scope) -> bool:
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        token = query.get("token", [""])[0]
-        return bool(token) and _same(token, self.secrets.token)
+    async def _sign_in(self, token: str, signed_in: bool, send: Send) -> None:
+        """``GET /?token=``: a session cookie for an open token; a used or expired one is refused
+        with the reason (a browser signed in already is only sent to the page)."""
+        try:
+            session = self.logins.redeem(token)
+        except LoginRefused as refused:
+            if signed_in:
+                await _plain(send, 303, "signed in already", [(b"location", b"/")])
+            elif refused.reason is not None:
+                await _plain(send, 403, SPENT[refused.reason])
+            else:
+                await _plain(send, 401, NOT_SIGNED_IN)
+            return
+        cookie = f"{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/"
+        await _plain(send, 303, "signed in", [(b"location", b"/"), (b"set-cookie", cookie.encode())])
+
+    async def _issue(self, method: str, headers: dict[bytes, bytes], send: Send) -> None:
+        """``POST /_console/token``: a fresh sign-in URL for the holder of the control key,
+        asking from outside a browser (no ``Origin``)."""
+        if method != "POST":
+            await _plain(send, 405, "method not allowed: POST", [(b"allow", b"POST")])
+            return
+        if b"origin" in headers:
+            await _plain(send, 403, "refused: fresh sign-in links are for `mailstep console token` only")
+            return
+        scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer" or not key or not _same(key, self.secrets.control):
+            await _plain(send, 401, "refused: no valid control key (`mailstep console token` reads it)")
+            return
+        url = f"http://127.0.0.1:{self.port}/?token={self.logins.issue()}"
+        body = json.dumps({"url": url, "expires_in_s": FRESH_TOKEN_TTL_S}).encode()
+        await _answer(send, 200, body, b"application/json")
 
     async def _checked(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes]) -> Receive | None:
         """The body's receive (read here, replayed to the route) when the request carries the
         CSRF token and no foreign Origin; None otherwise."""
         origin = headers.get(b"origin")
-        if origin is not None and origin not in self.origins:
+        if origin is not None and not own_origin(origin.decode("latin-1"), "http", self.port):
             return None
         chunks: list[bytes] = []
         size = 0

@@ -1,8 +1,10 @@
 """Serving the console: a socket bound to 127.0.0.1 (never another address), uvicorn on it,
-in the foreground (``mailstep console``) or on a thread (``mailstep dev``)."""
+in the foreground (``mailstep console``) or on a thread (``mailstep dev``), and its control file
+(``console.control``) while it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from dataclasses import dataclass
@@ -37,14 +39,18 @@ def bind(port: int, fallback: bool = False) -> socket.socket:
 
 @dataclass
 class Served:
-    url: str  # what to open: http://127.0.0.1:PORT/?token=...
+    url: str  # what to open: http://127.0.0.1:PORT/?token=... (signs in once)
     port: int
     server: uvicorn.Server
     sock: socket.socket
+    control_file: Path  # for `mailstep console token`; removed when the console stops
 
     def run(self) -> None:
         """Serve until stopped (Ctrl-C in the foreground, :meth:`stop` from another thread)."""
-        self.server.run(sockets=[self.sock])
+        try:
+            self.server.run(sockets=[self.sock])
+        finally:
+            self._unregister()
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.run, name="console", daemon=True)
@@ -53,12 +59,18 @@ class Served:
 
     def stop(self) -> None:
         self.server.should_exit = True
+        self._unregister()
+
+    def _unregister(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control_file.unlink()
 
 
 def serve(
     target: Target,
     port: int,
     *,
+    state_dir: Path,  # where the control file goes (``console.control``)
     fallback: bool = False,  # a free port when ``port`` is taken
     outbox: Path | None = None,
     sequences_dir: Path | None = None,
@@ -68,6 +80,7 @@ def serve(
     import uvicorn
 
     from console.app import build
+    from console.control import register
     from console.site import Console
 
     sock = bind(port, fallback)
@@ -79,7 +92,13 @@ def serve(
     config = uvicorn.Config(
         build(console, port), host=HOST, port=port, log_level="warning", access_log=False, lifespan="off"
     )
-    return Served(f"http://{HOST}:{port}/?token={secrets.token}", port, uvicorn.Server(config), sock)
+    try:
+        control_file = register(state_dir, port, secrets.control, target.label)
+    except OSError:
+        sock.close()
+        raise
+    url = f"http://{HOST}:{port}/?token={secrets.token}"
+    return Served(url, port, uvicorn.Server(config), sock, control_file)
 
 
 def local_outbox(target: Target) -> Path | None:

@@ -95,11 +95,7 @@ _install_lock = threading.Lock()
 
 def _source_problems() -> list[str]:
     """What the patches below rely on in moto's own code (its source text)."""
-    from moto.moto_server import threaded_moto_server
-
     relied_on: list[tuple[Any, str, str]] = [
-        (threaded_moto_server.ThreadedMotoServer, "request_handler=MotoRequestHandler",
-         "moto's threaded server no longer takes its request handler from MotoRequestHandler"),
         (sfn_boto_client.boto_client_for, "moto_server_port()",
          "the Step Functions interpreter no longer finds moto's port through moto_server_port"),
         (_MOTO_TRANSACT_WRITE_ITEMS, "original_table_state",
@@ -614,11 +610,8 @@ def _serve_faster() -> None:
     - DynamoDB reads (see :func:`dynamodb_read_serialized`) walked the response model for
       every attribute of every item returned: 80 % of a Scan's time.
     """
-    from moto.moto_server import threaded_moto_server
-
     modules = tuple(moto_backends.list_of_moto_modules())
     moto_backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
-    threaded_moto_server.MotoRequestHandler = KeepAliveRequestHandler  # type: ignore[misc]
     SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
     _sqs_counts()
     SnsSubscription.get_post_data = _sns_post_data  # type: ignore[method-assign]

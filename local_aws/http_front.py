@@ -18,6 +18,10 @@ like any method without a route; so is ``HEAD`` (a ``GET`` route does not take i
 With an ``ssl.SSLContext`` the same front is served over TLS (the runtime's public https
 base URL): the handshake runs in the connection's own thread, so a client that stalls or
 fails it (an untrusted certificate, plain http on the TLS port) only loses its connection.
+
+Both fronts serve this machine only (``local_aws.listeners.LoopbackGuard``): a request whose
+``Host`` is not loopback is refused (421) before it becomes an event, and the ``/_local/``
+control endpoints take no cross-origin request (403); the API's routes answer CORS as above.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import socket
 import ssl
 import threading
 import uuid
@@ -37,19 +40,16 @@ from urllib.parse import urlsplit
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
 from local_aws.apigw import http_api_event
+from local_aws.listeners import LocalServer, LoopbackGuard
 from shared.core.specs import FunctionSpec, RouteSpec
 
 Invoke = Callable[[FunctionSpec, dict[str, Any]], tuple[Any, bool]]
 # Local-only control endpoints under CONTROL_PREFIX: (method, path, body) -> (status, JSON body)
 Control = Callable[[str, str, bytes], tuple[int, Any]]
 CONTROL_PREFIX = "/_local/"
-# Connections the kernel queues before the server accepts them (Werkzeug's default is 128).
-LISTEN_BACKLOG = 1024
-HANDSHAKE_TIMEOUT_S = 10.0
 
 Answer = tuple[int, dict[str, str], list[str], bytes]
 
@@ -157,39 +157,6 @@ class FrontStats:
     requests: int = 0
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002
-        return  # requests are logged by the handlers (structured), not here
-
-
-class _FrontServer(ThreadedWSGIServer):
-    """Werkzeug's threaded server on a listener with a deep backlog; TLS per connection thread."""
-
-    def __init__(self, host: str, port: int, app: Any, tls: ssl.SSLContext | None) -> None:
-        # Bound here (not by Werkzeug) for the backlog, and so a busy port is an OSError, not an exit.
-        with socket.create_server((host, port), backlog=LISTEN_BACKLOG) as listener:
-            super().__init__(host, port, app, _QuietHandler, fd=listener.fileno())
-        self.tls = tls
-        self.ssl_context = tls  # Werkzeug reads it for wsgi.url_scheme; the listener stays plain
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        try:
-            request.settimeout(HANDSHAKE_TIMEOUT_S)
-            connection = self.tls.wrap_socket(request, server_side=True)
-            connection.settimeout(None)
-        except (ssl.SSLError, OSError):
-            return  # failed handshake: nothing to answer
-        try:
-            super().finish_request(connection, client_address)
-        finally:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_WR)
-            connection.close()
-
-
 class HttpFront:
     def __init__(
         self,
@@ -217,7 +184,8 @@ class HttpFront:
         self.stats = stats if stats is not None else FrontStats()
         self.scheme = "http" if ssl_context is None else "https"
         self.api_id = "local"
-        self.server = _FrontServer(host, port, self.wsgi_app, ssl_context)
+        guarded = LoopbackGuard(self.wsgi_app, same_origin=CONTROL_PREFIX, cors=True)
+        self.server = LocalServer(host, port, guarded, ssl_context)
         name = f"{self.scheme}-front"
         self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
 

@@ -3,7 +3,8 @@
     with LocalRuntime(RuntimeConfig()) as rt:
         rt.endpoint, rt.api_url, rt.public_url, rt.api_key, rt.outbox
 
-Starts moto's server in this process and talks to it through one client factory
+Serves moto's application in this process (``local_aws.listeners``: loopback ``Host`` only, no
+cross-origin request, no CORS) and talks to it through one client factory
 (``rt.aws``, a ``shared.core.aws.ClientFactory`` for the endpoint): provisions everything in
 ``shared.core.specs`` through ``local_aws.provision``,
 runs every Lambda from the deployment artifact (``local_aws.artifact``: the synthesized
@@ -12,7 +13,8 @@ with the template's environment and IAM (``local_aws.deployment``, ``local_aws.e
 Step Functions on a virtual clock, a faithful SES, and an HTTP front for the API routes,
 served twice: plain http on ``api_port`` (``api_url``) and https on ``public_port``
 (``public_url``, the public base URL of links in mail) with a self-signed certificate made
-at start in ``<state dir>/tls/`` (``local_aws.tls``).
+at start in ``<state dir>/tls/`` (``local_aws.tls``). ``runtime.json`` (the API key) is written
+mode 0600 (``ops.loopback.write_private``).
 The runtime never writes its process environment: whatever runs in this process (provisioning,
 the stack registration, EventBridge, ``mailstep demo``, the bench) reaches the endpoint through
 ``rt.aws``, and moto's Step Functions interpreter through ``local_aws.hooks`` (``ACTIVE.port``).
@@ -52,11 +54,13 @@ from local_aws.eventbridge import (
 )
 from local_aws.http_front import Cors, HttpFront
 from local_aws.lambdas import STATS, PollerCounts, SqsPoller, invoke
+from local_aws.listeners import LocalServer, LoopbackGuard
 from local_aws.provision import LocalResources, local_function_name, provision
 from local_aws.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
 from local_aws.streams import StreamPoller
 from local_aws.template import LocalTemplate
 from local_aws.tls import TlsFiles, client_context, ensure_certificate, server_context
+from ops.loopback import private_dir, write_private
 from ops.targets import STATE_FILE
 from shared.core import specs
 from shared.core.aws import AwsConfig, ClientFactory, reset_clients
@@ -122,7 +126,8 @@ class LocalRuntime:
     schedules: ScheduledRules | None = field(default=None, init=False)  # the daily hygiene run
     poller_counts: PollerCounts = field(default_factory=PollerCounts, init=False)
     started_in_s: float = field(default=0.0, init=False)
-    _server: Any = field(default=None, init=False)
+    _server: LocalServer | None = field(default=None, init=False)  # the AWS endpoint
+    _server_thread: threading.Thread | None = field(default=None, init=False)
     _tmp: Any = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
@@ -172,7 +177,6 @@ class LocalRuntime:
 
     def start(self) -> None:
         from moto.core.config import default_user_config
-        from moto.server import ThreadedMotoServer
 
         started = time.perf_counter()
         config = self.config
@@ -183,7 +187,7 @@ class LocalRuntime:
         if config.state_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="mailstep-local-")
             config.state_dir = Path(self._tmp.name)
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(config.state_dir)  # made 0700: it holds runtime.json (the API key) and the TLS key
         self.tls = ensure_certificate(config.state_dir / "tls")
         self.aws = ClientFactory(AwsConfig.emulated(self.endpoint, config.region))
         default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
@@ -212,8 +216,7 @@ class LocalRuntime:
         hooks.ACTIVE.on_stream_mapping = self._start_stream_poller
         STATS.reset()
 
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=config.port, verbose=False)
-        self._server.start()
+        self._start_endpoint()
         reset = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")  # noqa: S310
         urllib.request.urlopen(reset, timeout=10)  # noqa: S310 - local URL: start from an empty account
         reset_clients()
@@ -246,6 +249,21 @@ class LocalRuntime:
         )
         self.started_in_s = time.perf_counter() - started
         self._write_state()
+
+    def _start_endpoint(self) -> None:
+        """moto's application on 127.0.0.1:``port`` behind the listeners' guard
+        (``local_aws.listeners``): loopback Host only, no cross-origin request, no CORS."""
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+        moto_app = DomainDispatcherApplication(create_backend_app)
+        guarded = LoopbackGuard(moto_app, same_origin="/", cors=False)
+        self._server = LocalServer(
+            "127.0.0.1", self.config.port, guarded, handler=hooks.KeepAliveRequestHandler
+        )
+        self._server_thread = threading.Thread(
+            target=self._server.serve_forever, name="aws-endpoint", daemon=True
+        )
+        self._server_thread.start()
 
     def _deploy_artifact(self, artifact: Artifact, public_url: str) -> Deployment:
         """Functions, roles, mappings and state machines from the synthesized template."""
@@ -321,8 +339,11 @@ class LocalRuntime:
             if front is not None:
                 front.stop()
         if self._server is not None:
-            self._server.stop()
-            self._server = None
+            self._server.shutdown()
+            self._server.server_close()
+            if self._server_thread is not None:
+                self._server_thread.join(timeout=5)
+            self._server = self._server_thread = None
         hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = hooks.ACTIVE.invoker = None
         hooks.ACTIVE.on_stream_mapping = None
         hooks.ACTIVE.port = None
@@ -340,10 +361,9 @@ class LocalRuntime:
         return self.deployment.template.outputs()  # the synthesized template's, resolved locally
 
     def _write_state(self) -> None:
-        # Atomically: tools poll for this file and must never read it half-written.
-        partial = self.state_dir / f".{STATE_FILE}.partial"
-        partial.write_text(json.dumps(self.describe(), indent=2))
-        os.replace(partial, self.state_dir / STATE_FILE)
+        # Atomically (tools poll for this file and must never read it half-written), and
+        # readable by its owner only: it holds the API key.
+        write_private(self.state_dir / STATE_FILE, json.dumps(self.describe(), indent=2).encode())
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -13,11 +13,12 @@ through :func:`client_context`; verification is never switched off. (Werkzeug's
 from __future__ import annotations
 
 import ipaddress
-import os
 import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from ops.loopback import PRIVATE_MODE, private_dir, write_private
 
 HOSTS = ("127.0.0.1", "localhost")
 VALID_DAYS = 825  # the longest validity Apple clients accept for a TLS server certificate
@@ -35,12 +36,12 @@ def ensure_certificate(directory: Path, *, now: datetime | None = None) -> TlsFi
     files = TlsFiles(cert=directory / "cert.pem", key=directory / "key.pem")
     moment = now or datetime.now(UTC)
     if _reusable(files, moment):
+        if files.key.stat().st_mode & 0o077:  # a key others could read is made its owner's only
+            files.key.chmod(PRIVATE_MODE)
         return files
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     cert_pem, key_pem = generate(moment)
-    descriptor = os.open(files.key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(key_pem)
+    write_private(files.key, key_pem)  # the private key: its owner's only (0600)
     files.cert.write_bytes(cert_pem)
     return files
 

@@ -107,7 +107,7 @@ def browser(console: Console) -> Iterator[ConsoleBrowser]:
     chromium = ConsoleBrowser(profile)
     try:
         chromium.width(1280)
-        chromium.call("Page.navigate", url=console.url)  # signs in: the cookie, then /
+        chromium.call("Page.navigate", url=console.fresh_url())  # signs in (once): the cookie, then /
         chromium.wait_for_page(
             lambda: chromium.evaluate("location.pathname") == "/", "the signed-in overview"
         )

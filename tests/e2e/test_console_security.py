@@ -1,6 +1,8 @@
 """`mailstep console` against the local runtime, as an attacker sees it: without the token
 nothing (401, no data); a foreign Host header (DNS rebinding) refused; a state-changing request
-without the CSRF token refused with nothing changed; the port bound to 127.0.0.1 only.
+without the CSRF token refused with nothing changed; the port bound to 127.0.0.1 only; the
+printed link signs in once (a second use is refused, `mailstep console token` gives a fresh one,
+which also signs in once); the console's control file is its owner's only.
 
 The console runs as the operator runs it (``mailstep console --port 0 --no-open``, a
 subprocess); :func:`start_console` is also the browser tests' way in.
@@ -20,6 +22,7 @@ from urllib.parse import quote
 
 import pytest
 
+from console.control import fresh_url
 from tests.e2e.conftest import ROOT, Local, subprocess_env
 from tests.e2e.helpers import add_contact, eventually, item, unique_email
 
@@ -34,6 +37,11 @@ class Console:
     token: str
     process: subprocess.Popen[str]
     log: Path
+    state_dir: Path  # its control file is in consoles/<port>.json here
+
+    def fresh_url(self) -> str:
+        """A fresh sign-in URL (what `mailstep console token` prints): each signs in once."""
+        return fresh_url(self.state_dir, self.port)[0]
 
 
 def start_console(local: Local, log: Path) -> Console:
@@ -68,7 +76,7 @@ def start_console(local: Local, log: Path) -> Console:
     port = int(found.group(2))
     base = f"http://127.0.0.1:{port}"
     eventually(lambda: _answers(base), 30, "the console to answer", interval_s=0.2)
-    return Console(found.group(1), base, port, found.group(3), process, log)
+    return Console(found.group(1), base, port, found.group(3), process, log, local.state_dir)
 
 
 def _answers(base: str) -> bool:
@@ -119,9 +127,9 @@ def send(
         return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode()
 
 
-def signed_in(console: Console) -> str:
-    """The session cookie the printed URL sets (``name=value``)."""
-    status, headers, _ = send(console.url)
+def signed_in(console: Console, url: str | None = None) -> str:
+    """The session cookie a sign-in URL sets (``name=value``): ``url``, else a fresh one."""
+    status, headers, _ = send(url or console.fresh_url())
     assert status == 303 and headers["location"] == "/", (status, headers)
     cookie = headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie, cookie
@@ -185,10 +193,10 @@ def test_a_foreign_host_header_is_refused(console: Console, local: Local) -> Non
         status, _, body = send(
             console.base + f"/subscribers/{quote(email)}", headers={"host": host, "cookie": cookie}
         )
-        assert status == 400 and email not in body, host
+        assert status == 421 and email not in body, host
         # even the login URL does not set a cookie under another name
         status, headers, _ = send(console.url, headers={"host": host})
-        assert status == 400 and "set-cookie" not in headers, host
+        assert status == 421 and "set-cookie" not in headers, host
     for host in (f"127.0.0.1:{console.port}", f"localhost:{console.port}"):
         assert send(console.base + "/subscribers", headers={"host": host, "cookie": cookie})[0] == 200
 
@@ -226,6 +234,33 @@ def test_a_change_without_the_csrf_token_is_refused_and_changes_nothing(
     status, headers, _ = send(unsubscribe, "POST", f"csrf={token}", {"cookie": cookie})
     assert status == 303, status
     assert item(local, f"SUB#{email}", "PROFILE")["status"]["S"] == "unsubscribed"  # type: ignore[index]
+
+
+def test_a_sign_in_link_signs_in_once_and_the_cli_prints_a_fresh_one(console: Console, local: Local) -> None:
+    cookie = signed_in(console, console.url)  # the printed link, used once
+    status, headers, body = send(console.url)  # ... and again, from a browser not signed in
+    assert status == 403 and "set-cookie" not in headers
+    assert "used already" in body and "mailstep console token" in body
+    # the browser it signed in stays signed in
+    assert send(console.base + "/subscribers", headers={"cookie": cookie})[0] == 200
+
+    result = local.cli("console", "token", "--state-dir", str(local.state_dir), "--port", str(console.port))
+    assert result.returncode == 0, result.stderr
+    found = URL.search(result.stdout)
+    assert found and int(found.group(2)) == console.port and found.group(3) != console.token, result.stdout
+    fresh = signed_in(console, found.group(1))
+    assert fresh != cookie and send(console.base + "/subscribers", headers={"cookie": fresh})[0] == 200
+    assert send(found.group(1))[0] == 403
+
+    # `mailstep dev` runs a console from the same state folder: without --port it asks which
+    result = local.cli("console", "token", "--state-dir", str(local.state_dir))
+    assert result.returncode == 2 and "--port" in result.stderr and str(console.port) in result.stderr
+    # the control file only its owner can read; without its key no fresh link
+    control = local.state_dir / "consoles" / f"{console.port}.json"
+    assert control.stat().st_mode & 0o777 == 0o600
+    for headers in ({}, {"authorization": "Bearer " + "x" * 43}):
+        status, _, body = send(console.base + "/_console/token", "POST", "", headers)
+        assert status == 401 and "token=" not in body
 
 
 def test_the_port_is_bound_to_127_0_0_1_only(console: Console) -> None:

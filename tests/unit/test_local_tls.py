@@ -50,6 +50,13 @@ def test_a_valid_pair_is_reused_and_one_about_to_expire_or_broken_is_replaced(tm
     server_context(repaired)  # the new key matches the new certificate
 
 
+def test_a_key_others_could_read_is_made_private(tmp_path: Path) -> None:
+    files = ensure_certificate(tmp_path / "tls", now=NOW)
+    files.key.chmod(0o644)  # e.g. copied, or written by an older version over a wider file
+    ensure_certificate(tmp_path / "tls", now=NOW)  # reused ...
+    assert files.key.stat().st_mode & 0o777 == 0o600  # ... and its owner's only
+
+
 @contextlib.contextmanager
 def _connected(serve: Callable[[socket.socket], None]) -> Iterator[socket.socket]:
     """A client's plain TCP connection to a loopback server that hands its one accepted
