@@ -12,6 +12,7 @@ import contextlib
 from collections import defaultdict
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -173,9 +174,15 @@ class StoreMachine(RuleBasedStateMachine):
         }
 
 
-def test_store_pairs_never_drift(resources) -> None:
+# Random runs of 12 steps each: 40 in the suite (480 random writes, every rule many times over),
+# 300 in `make bench` (its full size).
+EXAMPLES = [pytest.param(40, id="40"), pytest.param(300, id="300", marks=pytest.mark.bench)]
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_store_pairs_never_drift(resources, examples: int) -> None:
     run = settings(
-        max_examples=100, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
+        max_examples=examples, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
     )(StoreMachine)
     run.TestCase().runTest()
 
