@@ -71,10 +71,16 @@ def _held_table(data: dict[str, Any]) -> None:
         table.add_column(column)
     for row in data["domains"]:
         table.add_row(
-            row["domain"], str(row["held"]), str(row["mailed_at_once"]), _when(row["since"]), str(row["waiting"])
+            row["domain"],
+            str(row["held"]),
+            str(row["mailed_at_once"]),
+            _when(row["since"]),
+            str(row["waiting"]),
         )
     console.print(table)
-    console.print("A held sign-up is mailed 15 minutes after it came; `mailstep signups release DOMAIN` mails it now.")
+    console.print(
+        "A held sign-up is mailed 15 minutes after it came; `mailstep signups release DOMAIN` mails it now."
+    )
 
 
 @app.command()
@@ -89,7 +95,9 @@ def held(*, target: Target) -> dict[str, Any]:
 
 
 def _released(data: dict[str, Any]) -> None:
-    console.print(f"{data['released']} held sign-up(s) of {data['domain']} queued for their confirmation mail")
+    console.print(
+        f"{data['released']} held sign-up(s) of {data['domain']} queued for their confirmation mail"
+    )
 
 
 @app.command("release")

@@ -10,8 +10,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.consent.context import ConsentContext
-from shared.consent.signup import SIGNUP_METRICS
 from shared.consent.record import Requester
+from shared.consent.signup import SIGNUP_METRICS
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
 from shared.web.http import register_page_handlers, request_body

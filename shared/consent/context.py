@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
+from shared.core.aws import client as aws_client
 from shared.core.models import InboundEvent
 from shared.core.settings import Settings
 from shared.core.topics import TOPICS_FILE, TopicCatalog, require_topics
-from shared.core.aws import client as aws_client
 from shared.sending.jobs import SendJob, send_bodies, to_message
 from shared.sending.pipeline import SendContext
 from shared.sequences import SEQUENCES_DIR
@@ -25,7 +25,6 @@ from shared.store.pending import (
     PendingSignups,
 )
 from shared.store.subscribers import Profile, SubscriberStore
-
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -153,9 +152,7 @@ class ConsentContext:
         )
 
 
-def send_queue(
-    queue_url: str, sqs: SQSClient | None = None
-) -> Callable[[SendJob, datetime, int], None]:
+def send_queue(queue_url: str, sqs: SQSClient | None = None) -> Callable[[SendJob, datetime, int], None]:
     """:attr:`ConsentContext.queue` on the send queue at ``queue_url`` (``sqs``: a client of
     the target's; by default the environment's, made when the first job is queued)."""
 

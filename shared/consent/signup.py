@@ -64,7 +64,6 @@ from shared.store.pending import (
     PendingSignup,
     SignupState,
     domain_of,
-    hour_of,
 )
 from shared.store.stats import SIGNUP_SOURCE
 
@@ -363,7 +362,13 @@ def signup(
             "sign-up", action=action, limit=limit, form=request.form, subscriber=redact_email(request.email)
         )
         return SignupOutcome(
-            action=action, method=method, redirect=request.redirect, limit=limit, at=until, domain=domain, now=at
+            action=action,
+            method=method,
+            redirect=request.redirect,
+            limit=limit,
+            at=until,
+            domain=domain,
+            now=at,
         )
 
     if request.website:
@@ -374,7 +379,9 @@ def signup(
         return outcome("source_limited", "source", next_hour)
     state = ctx.pending.read_state(request.email, now=at)
     expected = _expected(state, ctx, at)
-    mode: DomainMode = state.domain_mode(cap=ctx.config.domain_cap_per_hour, held_cap=ctx.config.domain_held_per_hour)
+    mode: DomainMode = state.domain_mode(
+        cap=ctx.config.domain_cap_per_hour, held_cap=ctx.config.domain_held_per_hour
+    )
     if method == DOUBLE and mode == "full":  # the same for every address of the domain
         return outcome("domain_full", "full", next_hour)
     held = method == DOUBLE and mode == "held"

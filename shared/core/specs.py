@@ -19,7 +19,10 @@ STACK_NAME = "Mailstep"
 # The local runtime's template: every request reaches its API from 127.0.0.1, so the sign-up's
 # per-client-address limit (docs/signup.md) would be one limit for everybody there; it is off
 # (its maximum) unless the context sets it.
-LOCAL_SYNTH_CONTEXT: dict[str, object] = {"mailstep:local": True, "mailstep:signupSourceCapPerHour": 1_000_000}
+LOCAL_SYNTH_CONTEXT: dict[str, object] = {
+    "mailstep:local": True,
+    "mailstep:signupSourceCapPerHour": 1_000_000,
+}
 LAMBDA_RUNTIME = "python3.12"
 # Source folders shipped in every Lambda's code asset (with [project].dependencies of
 # pyproject.toml at the versions of requirements.lock: stacks/constructs/functions.py).

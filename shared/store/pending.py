@@ -334,7 +334,10 @@ class PendingSignups(TableAdapter):
                     }
                 },
             ),
-            Action("domain", {"Update": self._domain_count(pending, domain_pk, domain_sk, domain_cap, held_cap, now)}),
+            Action(
+                "domain",
+                {"Update": self._domain_count(pending, domain_pk, domain_sk, domain_cap, held_cap, now)},
+            ),
             Action(
                 "suppression",
                 {
@@ -397,7 +400,9 @@ class PendingSignups(TableAdapter):
             "UpdateExpression": "ADD held :one SET #ttl = :ttl, held_since = if_not_exists(held_since, :now)",
             "ConditionExpression": "mails >= :cap AND (attribute_not_exists(held) OR held < :held_cap)",
             "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
-            "ExpressionAttributeValues": values(one=1, cap=cap, held_cap=held_cap, now=now, ttl=now + 2 * 3600),
+            "ExpressionAttributeValues": values(
+                one=1, cap=cap, held_cap=held_cap, now=now, ttl=now + 2 * 3600
+            ),
         }
 
     def confirmation(

@@ -113,14 +113,18 @@ def test_held_and_refused_sign_ups_alarm_to_the_alarm_topic(synth: Synth, outcom
     assert "mailstep signups held" in props["AlarmDescription"]
 
 
-def test_the_local_template_lifts_the_per_client_limit_and_a_deployment_keeps_the_default(synth: Synth) -> None:
+def test_the_local_template_lifts_the_per_client_limit_and_a_deployment_keeps_the_default(
+    synth: Synth,
+) -> None:
     """Every request reaches the local runtime from 127.0.0.1 (specs.LOCAL_SYNTH_CONTEXT)."""
     _, function = function_by_handler(synth, HANDLER)
     env = function["Properties"]["Environment"]["Variables"]
     assert env["SIGNUP_SOURCE_CAP_PER_HOUR"] == "1000000"
     from stacks.config import MailstepConfig
 
-    deployed = MailstepConfig.parse({"ses_domain": "acme.test", "from_address": "News <news@acme.test>"}).signup_settings()
+    deployed = MailstepConfig.parse(
+        {"ses_domain": "acme.test", "from_address": "News <news@acme.test>"}
+    ).signup_settings()
     assert "signup_source_cap_per_hour" not in deployed  # a deployment: Settings' default
     from shared.core.settings import Settings
 

@@ -302,7 +302,12 @@ def test_variants_of_one_mailbox_get_one_confirmation_mail_per_cooldown(
 def test_dot_and_googlemail_spellings_of_one_gmail_mailbox_get_one_confirmation_mail(
     handlers: dict[str, Any], queue_url: str, outbox: list[Any]
 ) -> None:
-    variants = ["a.d.a.reader@gmail.com", "Ada.Reader@googlemail.com", "adareader+x@gmail.com", "A.DAREADER@gmail.com"]
+    variants = [
+        "a.d.a.reader@gmail.com",
+        "Ada.Reader@googlemail.com",
+        "adareader+x@gmail.com",
+        "A.DAREADER@gmail.com",
+    ]
     assert {mailbox_key(v) for v in variants} == {"adareader@gmail.com"}
     answers = [sign_up(handlers, email=v) for v in variants]
     deliver(handlers, queue_url)
@@ -327,7 +332,10 @@ def test_over_a_domains_cap_a_sign_up_is_held_told_and_mailed_once_then_try_late
 
     # When a reader of the domain signs up: held, and the answer says so (a known address of the
     # domain gets the very same answer)
-    known, held = sign_up(handlers, email="known@catch-all.test"), sign_up(handlers, email="reader@catch-all.test")
+    known, held = (
+        sign_up(handlers, email="known@catch-all.test"),
+        sign_up(handlers, email="reader@catch-all.test"),
+    )
     assert held[0] == 200 and held[1]["status"] == "held" and "delayed" in held[1]["message"], held
     assert "catch-all.test" in held[1]["message"] and held[1]["mail_by"]
     assert known[0] == 200 and known[1].keys() == held[1].keys() and known[1]["status"] == "held"
@@ -338,7 +346,11 @@ def test_over_a_domains_cap_a_sign_up_is_held_told_and_mailed_once_then_try_late
     # the held budget (1) is spent too: the next reader is asked to try again, nothing written
     before = tables()
     status, text, headers = respond(
-        handlers["signup"], "POST", "/v1/signup", json.dumps({"email": "late@catch-all.test"}), "application/json"
+        handlers["signup"],
+        "POST",
+        "/v1/signup",
+        json.dumps({"email": "late@catch-all.test"}),
+        "application/json",
     )
     assert status == 429 and json.loads(text)["status"] == "try_later" and int(headers["Retry-After"]) > 0
     assert tables() == before
