@@ -1,6 +1,7 @@
-"""``mailstep signups pending``: sign-ups waiting for their confirmation click. The logic is
-``ops.topics.TopicAdmin.pending``; sign-up counts and the confirmation rate are in
-``mailstep stats``."""
+"""``mailstep signups pending``: sign-ups waiting for their confirmation click (the logic is
+``ops.topics.TopicAdmin.pending``); ``mailstep signups held`` / ``release DOMAIN``: sign-ups a
+recipient domain's hourly cap held, and mailing them now (``ops.signups.HeldSignups``).
+Sign-up counts and the confirmation rate are in ``mailstep stats``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from cli.target import errors_to_exit, json_or, targeted
 if TYPE_CHECKING:
     from ops.targets import Target
 
-app = typer.Typer(help="Sign-ups (double opt-in) waiting for confirmation.", no_args_is_help=True)
+app = typer.Typer(
+    help="Sign-ups (double opt-in) waiting for confirmation, and those a domain's cap held.",
+    no_args_is_help=True,
+)
 console = Console()
 
 
@@ -56,6 +60,59 @@ def pending(
     with errors_to_exit():
         page = TopicAdmin.of(target).pending(limit=limit)
     return page.public()
+
+
+def _held_table(data: dict[str, Any]) -> None:
+    if not data["domains"]:
+        console.print("No domain held sign-ups in the last two hours.")
+        return
+    table = Table(title="Sign-ups held by a domain's hourly cap (the last two hours)")
+    for column in ("domain", "held", "mailed at once", "held since", "mail not sent yet"):
+        table.add_column(column)
+    for row in data["domains"]:
+        table.add_row(
+            row["domain"],
+            str(row["held"]),
+            str(row["mailed_at_once"]),
+            _when(row["since"]),
+            str(row["waiting"]),
+        )
+    console.print(table)
+    console.print(
+        "A held sign-up is mailed 15 minutes after it came; `mailstep signups release DOMAIN` mails it now."
+    )
+
+
+@app.command()
+@targeted
+@json_or(_held_table)
+def held(*, target: Target) -> dict[str, Any]:
+    """Recipient domains over their hourly cap: sign-ups held, since when, mails not sent yet."""
+    from ops.signups import HeldSignups
+
+    with errors_to_exit():
+        return HeldSignups.of(target).held()
+
+
+def _released(data: dict[str, Any]) -> None:
+    console.print(
+        f"{data['released']} held sign-up(s) of {data['domain']} queued for their confirmation mail"
+    )
+
+
+@app.command("release")
+@targeted
+@json_or(_released)
+def release_(
+    domain: str = typer.Argument(..., help="The recipient domain, e.g. gmail.com."),
+    *,
+    target: Target,
+) -> dict[str, Any]:
+    """Mail the held sign-ups of DOMAIN now (each is still mailed once)."""
+    from ops.signups import HeldSignups
+
+    with errors_to_exit():
+        return HeldSignups.of(target).release(domain)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ KEYS: dict[str, str] = {
     "signup_pending_days": "signupPendingDays",
     "signup_cooldown_seconds": "signupCooldownSeconds",
     "signup_domain_cap_per_hour": "signupDomainCapPerHour",
+    "signup_domain_held_per_hour": "signupDomainHeldPerHour",
+    "signup_source_cap_per_hour": "signupSourceCapPerHour",
     "signup_max_body_bytes": "signupMaxBodyBytes",
     "signup_throttle_rate": "signupThrottleRate",
     "signup_throttle_burst": "signupThrottleBurst",
@@ -105,6 +107,8 @@ SIGNUP_SETTINGS = (
     "signup_pending_days",
     "signup_cooldown_seconds",
     "signup_domain_cap_per_hour",
+    "signup_domain_held_per_hour",
+    "signup_source_cap_per_hour",
     "signup_max_body_bytes",
 )
 ORIGIN_RE = re.compile(r"^https?://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
@@ -218,6 +222,8 @@ class MailstepConfig(BaseModel):
     signup_pending_days: int = Field(default=7, ge=1, le=60)
     signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
     signup_domain_cap_per_hour: int = Field(default=1000, ge=1, le=1_000_000)
+    signup_domain_held_per_hour: int = Field(default=100, ge=0, le=1_000_000)
+    signup_source_cap_per_hour: int = Field(default=100, ge=1, le=1_000_000)
     signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
     # Used by engagement (docs/hygiene.md): soft-bounced mails within days that suppress an address.
     soft_bounce_limit: int = Field(default=3, ge=2, le=100)

@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.consent.context import ConsentContext
 from shared.consent.record import Requester
+from shared.consent.signup import SIGNUP_METRICS
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
 from shared.web.http import register_page_handlers, request_body
@@ -35,8 +36,8 @@ def post_signup() -> Response[str]:
         )
     except Exception as exc:  # noqa: BLE001 - the answer's shape follows the request's (JSON or form)
         return pages.signup_error(exc, content_type)
-    metrics.add_metric(name="SignupsAccepted", unit="Count", value=1)
-    if outcome.action == "pending":
+    metrics.add_metric(name=SIGNUP_METRICS.get(outcome.action, "SignupsAccepted"), unit="Count", value=1)
+    if outcome.action in ("pending", "held"):
         metrics.add_metric(name="ConfirmationMailsQueued", unit="Count", value=1)
     return response
 

@@ -8,17 +8,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
+from shared.core.aws import client as aws_client
 from shared.core.models import InboundEvent
 from shared.core.settings import Settings
 from shared.core.topics import TOPICS_FILE, TopicCatalog, require_topics
-from shared.sending.jobs import SendJob, enqueue
+from shared.sending.jobs import SendJob, send_bodies, to_message
 from shared.sending.pipeline import SendContext
 from shared.sequences import SEQUENCES_DIR
-from shared.store.pending import DOMAIN_CAP_PER_HOUR, PendingSignups
+from shared.store.pending import (
+    DOMAIN_CAP_PER_HOUR,
+    DOMAIN_HELD_PER_HOUR,
+    SOURCE_CAP_PER_HOUR,
+    PendingSignups,
+)
 from shared.store.subscribers import Profile, SubscriberStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 
 class EventSink(Protocol):
@@ -64,7 +73,9 @@ class ConsentConfig:
     origins: tuple[str, ...] = ()
     pending_days: int = 7
     cooldown_seconds: int = 3600  # per mailbox (shared.store.pending.mailbox_key)
-    domain_cap_per_hour: int = DOMAIN_CAP_PER_HOUR  # confirmation mails per recipient domain
+    domain_cap_per_hour: int = DOMAIN_CAP_PER_HOUR  # confirmation mails per recipient domain, at once
+    domain_held_per_hour: int = DOMAIN_HELD_PER_HOUR  # held (delayed) above the cap, per domain
+    source_cap_per_hour: int = SOURCE_CAP_PER_HOUR  # sign-ups per client address (sourceIp)
     max_body_bytes: int = 8 * 1024
     data_ttl_days: int = 180
 
@@ -80,6 +91,8 @@ class ConsentConfig:
             pending_days=settings.signup_pending_days,
             cooldown_seconds=settings.signup_cooldown_seconds,
             domain_cap_per_hour=settings.signup_domain_cap_per_hour,
+            domain_held_per_hour=settings.signup_domain_held_per_hour,
+            source_cap_per_hour=settings.signup_source_cap_per_hour,
             max_body_bytes=settings.signup_max_body_bytes,
             data_ttl_days=settings.data_ttl_days,
         )
@@ -101,14 +114,14 @@ class ConsentContext:
     config: ConsentConfig = field(default_factory=ConsentConfig)
     sequences: EventSink | None = None  # None: subscriber.confirmed starts nothing
     # Puts a confirmation mail's job on the send queue (the sender function mails it), given
-    # the job and the moment it was queued: never sent inside the sign-up request. None: no
-    # queue configured, a sign-up that would mail fails.
-    queue: Callable[[SendJob, datetime], object] | None = None
+    # the job, the moment it was queued and its delay in seconds (a held sign-up's): never
+    # sent inside the sign-up request. None: no queue configured, a sign-up that would mail fails.
+    queue: Callable[[SendJob, datetime, int], object] | None = None
 
-    def queue_send(self, job: SendJob, moment: datetime) -> None:
+    def queue_send(self, job: SendJob, moment: datetime, *, delay_s: int = 0) -> None:
         if self.queue is None:
             raise RuntimeError("no send queue is configured for confirmation mails")
-        self.queue(job, moment)
+        self.queue(job, moment, delay_s)
 
     @property
     def secret(self) -> Callable[[], str]:
@@ -128,9 +141,6 @@ class ConsentContext:
         store = store or SubscriberStore(settings.table_name, settings.events_table_name)
         queue_url = settings.send_queue_url
 
-        def queue(job: SendJob, moment: datetime) -> int:
-            return enqueue([job], queue_url)
-
         return cls(
             store=store,
             pending=PendingSignups(settings.table_name),
@@ -138,5 +148,16 @@ class ConsentContext:
             topics=require_topics(topics_file),
             config=ConsentConfig.from_settings(settings),
             sequences=engine_from_settings(settings, store, sequences_dir),
-            queue=queue if queue_url else None,
+            queue=send_queue(queue_url) if queue_url else None,
         )
+
+
+def send_queue(queue_url: str, sqs: SQSClient | None = None) -> Callable[[SendJob, datetime, int], None]:
+    """:attr:`ConsentContext.queue` on the send queue at ``queue_url`` (``sqs``: a client of
+    the target's; by default the environment's, made when the first job is queued)."""
+
+    def queue(job: SendJob, moment: datetime, delay_s: int) -> None:
+        client = sqs or aws_client("sqs")
+        send_bodies(client, queue_url, [to_message(job)], what="a confirmation job", delay_s=delay_s)
+
+    return queue

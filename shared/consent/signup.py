@@ -3,13 +3,21 @@ thing its address calls for, with the same answer AND the same work whatever tha
 (one read, one conditional transaction, one send job: its time tells nothing either).
 
 - honeypot field filled -> nothing is read, written or sent;
+- its client address (API Gateway's ``sourceIp``) sent ``source_cap_per_hour`` sign-ups this
+  hour -> nothing more is read, written or sent; the answer (429) says when to try again;
 - suppressed (its ``SUPPRESSION`` item, profile or not), erased (its erase tombstone, no
-  profile), already subscribed, its mailbox within the cooldown, its domain over the hourly
-  cap -> no mail, no change (the admission transaction's conditions refuse it);
+  profile), already subscribed, its mailbox within the cooldown -> no mail, no change (the
+  admission transaction's conditions refuse it);
 - single opt-in form -> subscribed at once, consent recorded with method ``single``;
 - otherwise -> a pending sign-up (``shared.store.pending``) and ONE transactional
   confirmation mail, queued for the sender function (never sent inside the request): the
   send pipeline mails only the live sign-up its job names.
+
+The recipient domain's state of the hour decides the answer and when the mail goes (the same
+for every address of the domain, so it tells nothing about one address): under the cap, now;
+over it, HELD: the job goes on the queue delayed :data:`HELD_DELAY_S` and the answer says the
+mail is delayed and until when; over the held budget too, nothing is written or queued and the
+answer (429) asks the reader to try again after the hour.
 
 Counted (``shared.store.stats``): a NEW pending sign-up once its confirmation mail went out
 (``signup``, by the send pipeline; a live sign-up mailed again after the cooldown is the
@@ -25,7 +33,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
@@ -33,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from shared.consent.context import ConsentContext, normalise_origin
-from shared.consent.record import ANONYMOUS, Requester, opt_in
+from shared.consent.record import ANONYMOUS, Requester, ip_hash, opt_in
 from shared.core import clock
 from shared.core.errors import FieldProblem, InvalidInput, PayloadTooLarge
 from shared.core.json_input import unique_keys
@@ -49,7 +57,14 @@ from shared.core.observability import logger, redact_email
 from shared.core.topics import MAX_TOPICS, TopicCatalog
 from shared.sending.jobs import SendJob
 from shared.sending.tokens import TokenClaims, issue
-from shared.store.pending import DOUBLE, SINGLE, PendingSignup, SignupState
+from shared.store.pending import (
+    DOUBLE,
+    SINGLE,
+    DomainMode,
+    PendingSignup,
+    SignupState,
+    domain_of,
+)
 from shared.store.stats import SIGNUP_SOURCE
 
 SOURCE = SIGNUP_SOURCE  # the send pipeline's source of confirmation mails (counters: STATS#signup)
@@ -69,10 +84,19 @@ NAME_INVISIBLE = re.compile("[\u0085\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\
 JSON_TYPES = ("application/json",)
 FORM_TYPES = ("application/x-www-form-urlencoded",)
 
+# A held sign-up's confirmation job waits this long on the send queue (SQS's largest
+# DelaySeconds: a message is delayed by at most 15 minutes, "Amazon SQS delay queues",
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-delay-queues.html).
+HELD_DELAY_S = 900
+MAIL_MARGIN_S = 60  # the sender's share of a held mail's "by" time (a queued job is sent within seconds)
+HOUR_S = 3600
+
 Action = Literal[
     "pending",
+    "held",
     "cooldown",
-    "domain_cap",
+    "domain_full",
+    "source_limited",
     "already_subscribed",
     "suppressed",
     "erased",
@@ -238,16 +262,76 @@ def _form(text: str) -> dict[str, Any]:
     return data
 
 
+# The sign-up function's metric of an outcome (every other one: SignupsAccepted). The stack
+# alarms on SignupsHeld and SignupsDeferred (stacks/constructs/alarms.py).
+SIGNUP_METRICS: dict[str, str] = {
+    "held": "SignupsHeld",
+    "domain_full": "SignupsDeferred",
+    "source_limited": "SignupsSourceLimited",
+}
+
+# What the answer may depend on besides the form: the recipient domain's state of the hour
+# (open, held, full) or the client's own limit (source): never the address's state.
+Limit = Literal["open", "held", "full", "source"]
+TRY_LATER = 429  # Too Many Requests, with Retry-After (RFC 6585, section 4)
+
+
+def _clock_time(epoch: int) -> str:
+    return clock.iso(datetime.fromtimestamp(epoch, UTC))[11:16] + " UTC"
+
+
 @dataclass(frozen=True)
 class SignupOutcome:
     """``action`` is for logs, metrics and tests only: the HTTP answer must not depend on it
-    (use :meth:`public`), so nobody learns whether an address is known."""
+    (use :meth:`public`), so nobody learns whether an address is known. ``limit`` and ``at``
+    (held: when the mail goes out at the latest; full, source: when to try again, epoch
+    seconds) are the same for every address of a domain (or every sign-up of a client)."""
 
     action: Action
     method: str  # double | single: what this form does, the same for every address
     redirect: str | None = None
+    limit: Limit = "open"
+    at: int = 0
+    domain: str = ""
+    now: int = 0
+
+    @property
+    def status_code(self) -> int:
+        return TRY_LATER if self.limit in ("full", "source") else 200
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """``Retry-After`` (seconds) of an answer that asks to try again."""
+        return {"Retry-After": str(max(1, self.at - self.now))} if self.status_code == TRY_LATER else {}
+
+    @property
+    def shows_page(self) -> bool:
+        """A form post that was held or refused shows mailstep's page, not its redirect: the
+        reader must read what happens."""
+        return self.limit != "open"
 
     def public(self) -> dict[str, Any]:
+        iso = clock.iso(datetime.fromtimestamp(self.at, UTC)) if self.at else None
+        if self.limit == "source":
+            message = (
+                "Too many sign-ups came from your network this hour, so we did not sign you up. "
+                f"Please try again after {_clock_time(self.at)}."
+            )
+            return {"status": "try_later", "confirmation": False, "message": message, "retry_after": iso}
+        if self.limit == "full":
+            message = (
+                f"So many people signed up with {self.domain} addresses this hour that we cannot send "
+                f"your confirmation mail now, and did not sign you up. Please try again after "
+                f"{_clock_time(self.at)}."
+            )
+            return {"status": "try_later", "confirmation": False, "message": message, "retry_after": iso}
+        if self.limit == "held":
+            message = (
+                f"Thanks! Many people signed up with {self.domain} addresses this hour, so your "
+                f"confirmation mail is delayed: it will arrive by about {_clock_time(self.at)}. "
+                "Then click the link in it to confirm."
+            )
+            return {"status": "held", "confirmation": True, "message": message, "mail_by": iso}
         message = (
             "Thanks! Check your inbox and click the link to confirm."
             if self.method == DOUBLE
@@ -270,14 +354,37 @@ def signup(
     at = int(moment.timestamp())
     method = SINGLE if ctx.config.single_opt_in(request.form) else DOUBLE
 
-    def outcome(action: Action) -> SignupOutcome:
-        logger.info("sign-up", action=action, form=request.form, subscriber=redact_email(request.email))
-        return SignupOutcome(action=action, method=method, redirect=request.redirect)
+    domain = domain_of(request.email)
+    next_hour = (at // HOUR_S + 1) * HOUR_S
+
+    def outcome(action: Action, limit: Limit = "open", until: int = 0) -> SignupOutcome:
+        logger.info(
+            "sign-up", action=action, limit=limit, form=request.form, subscriber=redact_email(request.email)
+        )
+        return SignupOutcome(
+            action=action,
+            method=method,
+            redirect=request.redirect,
+            limit=limit,
+            at=until,
+            domain=domain,
+            now=at,
+        )
 
     if request.website:
         return outcome("honeypot")
+    if requester.ip and not ctx.pending.count_source(
+        ip_hash(requester.ip, ctx.secret()), cap=ctx.config.source_cap_per_hour, now=at
+    ):
+        return outcome("source_limited", "source", next_hour)
     state = ctx.pending.read_state(request.email, now=at)
     expected = _expected(state, ctx, at)
+    mode: DomainMode = state.domain_mode(
+        cap=ctx.config.domain_cap_per_hour, held_cap=ctx.config.domain_held_per_hour
+    )
+    if method == DOUBLE and mode == "full":  # the same for every address of the domain
+        return outcome("domain_full", "full", next_hour)
+    held = method == DOUBLE and mode == "held"
     expires = moment + timedelta(days=ctx.config.pending_days)
     signup_ = PendingSignup(
         email=request.email,
@@ -288,6 +395,7 @@ def signup(
         last_mail_at=at,
         first_name=request.first_name,
         topics=request.topics,
+        held_at=at if held else 0,
     )
     if method == SINGLE:
         if expected in ("erased", "suppressed", "already_subscribed"):
@@ -297,18 +405,24 @@ def signup(
     # The same requests whatever the address's state (answers do not reveal it): the one
     # read above, the admission transaction (its conditions refuse every state but a mailable
     # one, writing nothing) and the confirmation job (the send pipeline mails only a live
-    # sign-up with the job's id: for a refused one there is none, and nothing is sent).
+    # sign-up with the job's id: for a refused one there is none, and nothing is sent). A held
+    # sign-up's job waits HELD_DELAY_S on the queue, whatever the address's state too.
     admitted = ctx.pending.admit(
         signup_,
         state,
         cooldown_seconds=ctx.config.cooldown_seconds,
         domain_cap=ctx.config.domain_cap_per_hour,
+        held_cap=ctx.config.domain_held_per_hour,
         now=at,
     )
-    ctx.queue_send(confirmation_job(signup_, ctx, moment), moment)
+    delay = HELD_DELAY_S if held else 0
+    ctx.queue_send(confirmation_job(signup_, ctx, moment), moment, delay_s=delay)
+    limit: Limit = "held" if held else "open"
+    until = -(-(at + delay + MAIL_MARGIN_S) // 60) * 60 if held else 0  # rounded up to the minute
     if admitted is not None:
-        return outcome("pending")
-    return outcome("cooldown" if expected == "pending" else expected)  # "cooldown": a concurrent sign-up won
+        return outcome("held" if held else "pending", limit, until)
+    # "cooldown": a concurrent sign-up won (or the domain's state changed since the read)
+    return outcome("cooldown" if expected == "pending" else expected, limit, until)
 
 
 def _expected(state: SignupState, ctx: ConsentContext, at: int) -> Action:
@@ -321,8 +435,6 @@ def _expected(state: SignupState, ctx: ConsentContext, at: int) -> Action:
         return "already_subscribed"
     if state.within_cooldown(cooldown_seconds=ctx.config.cooldown_seconds, now=at):
         return "cooldown"
-    if state.domain_mails >= ctx.config.domain_cap_per_hour:
-        return "domain_cap"
     return "pending"
 
 

@@ -81,6 +81,10 @@ class Settings(BaseModel):
     signup_cooldown_seconds: int = Field(default=3600, ge=0, le=7 * 86400)  # one confirmation mail per window
     # confirmation mails per recipient domain per UTC hour (shared.store.pending.DOMAIN_CAP_PER_HOUR)
     signup_domain_cap_per_hour: int = Field(default=1000, ge=1, le=1_000_000)
+    # sign-ups held (mailed 15 minutes later) above that cap, per domain and hour; then "try later"
+    signup_domain_held_per_hour: int = Field(default=100, ge=0, le=1_000_000)
+    # sign-ups per client address (API Gateway's sourceIp) per UTC hour
+    signup_source_cap_per_hour: int = Field(default=100, ge=1, le=1_000_000)
     signup_max_body_bytes: int = Field(default=8 * 1024, ge=512, le=64 * 1024)
 
     @classmethod

@@ -16,7 +16,13 @@ APP_NAME = "mailstep"
 STACK_NAME = "Mailstep"
 # Synthesis context of the local runtime and the tests: a template for the emulated AWS, where
 # no sending identity is required (stacks.config.MailstepConfig.local; a deployment needs one).
-LOCAL_SYNTH_CONTEXT: dict[str, object] = {"mailstep:local": True}
+# The local runtime's template: every request reaches its API from 127.0.0.1, so the sign-up's
+# per-client-address limit (docs/signup.md) would be one limit for everybody there; it is off
+# (its maximum) unless the context sets it.
+LOCAL_SYNTH_CONTEXT: dict[str, object] = {
+    "mailstep:local": True,
+    "mailstep:signupSourceCapPerHour": 1_000_000,
+}
 LAMBDA_RUNTIME = "python3.12"
 # Source folders shipped in every Lambda's code asset (with [project].dependencies of
 # pyproject.toml at the versions of requirements.lock: stacks/constructs/functions.py).
@@ -874,6 +880,8 @@ SIGNUP_SETTINGS = (
     "signup_pending_days",
     "signup_cooldown_seconds",
     "signup_domain_cap_per_hour",
+    "signup_domain_held_per_hour",
+    "signup_source_cap_per_hour",
     "signup_max_body_bytes",
 )
 ENV |= {field: field.upper() for field in SIGNUP_SETTINGS}

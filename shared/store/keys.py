@@ -251,9 +251,9 @@ def pending_key(email: str) -> tuple[str, str]:
     return sub_pk(email), PENDING
 
 
-# Sign-up limits (shared/store/pending.py): one cooldown item per mailbox (its address with case
-# folded and a ``+tag`` dropped, hashed: no address in it) and one counter per recipient domain
-# and hour.
+# Sign-up limits (shared/store/pending.py): one cooldown item per mailbox (its mailbox key:
+# case folded, ``+tag`` dropped, the provider's documented aliases folded; hashed: no address in
+# it), one counter per recipient domain and hour, one per client address and hour.
 SIGNUP = "SIGNUP"
 COOLDOWN = "COOLDOWN"
 
@@ -267,6 +267,15 @@ def signup_domain_key(domain: str, hour: str) -> tuple[str, str]:
     """``SIGNUP#DOMAIN#<domain>`` / ``HOUR#<YYYYMMDDHH>``: confirmation mails to one recipient
     domain in one hour (UTC)."""
     return f"{SIGNUP}{SEP}DOMAIN{SEP}{_part(domain, 'domain')}", f"HOUR{SEP}{_part(hour, 'hour')}"
+
+
+SIGNUP_DOMAIN_PREFIX = f"{SIGNUP}{SEP}DOMAIN{SEP}"
+
+
+def signup_source_key(source: str, hour: str) -> tuple[str, str]:
+    """``SIGNUP#SOURCE#<keyed hash of the client's IP>`` / ``HOUR#<YYYYMMDDHH>``: sign-ups from
+    one network address in one hour (UTC); no address in it."""
+    return f"{SIGNUP}{SEP}SOURCE{SEP}{_part(source, 'source')}", f"HOUR{SEP}{_part(hour, 'hour')}"
 
 
 # ----- the subscriber directory (``DIR#<shard>`` / ``<address lowercased>#<address>``) --------

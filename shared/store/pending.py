@@ -10,8 +10,11 @@ A sign-up reads everything its decision needs in ONE consistent BatchGetItem
 tombstone and pending item, its mailbox's cooldown item and its domain's counter of this
 hour. A sign-up that may mail is admitted by ONE transaction (:meth:`PendingSignups.admit`):
 the pending item (conditioned on the one that was read), the mailbox's cooldown (at most one
-confirmation mail per mailbox per cooldown window: the key folds case and drops a ``+tag``,
-:func:`mailbox_key`), the domain's hourly cap and the absence of a ``SUPPRESSION`` item.
+confirmation mail per mailbox per cooldown window: the key folds case, drops a ``+tag`` and
+folds what the provider documents as one mailbox, :func:`mailbox_key`), the domain's hourly
+cap (or, over it, the domain's held budget of the hour: a HELD sign-up, mailed later) and the
+absence of a ``SUPPRESSION`` item. Before all that, one conditional counter per client address
+and hour (:meth:`PendingSignups.count_source`) stops one machine before it fills a domain's cap.
 
 A new sign-up (no live one before) is counted (``signup`` of ``shared.store.stats``) once its
 confirmation mail went out (:meth:`PendingSignups.mailed`, from the send pipeline): the
@@ -61,9 +64,23 @@ DOUBLE = "double"
 SINGLE = "single"
 UNCOUNTED = "uncounted"  # on a pending item whose sign-up is new and not counted yet
 MAILED = "mailed"  # on a pending item whose confirmation mail went out
-# Confirmation mails to one recipient domain per hour: above this, sign-ups of the domain answer
-# as usual and mail nothing until the next hour (list bombing spread over many mailboxes).
+HELD_AT = "held_at"  # on a pending item held by its domain's cap: when (its mail is delayed)
+# Confirmation mails to one recipient domain per hour mailed at once; above this, sign-ups of the
+# domain are HELD (mailed later, the answer says so) up to DOMAIN_HELD_PER_HOUR more, then
+# refused with "try again after the hour" (list bombing spread over many mailboxes).
 DOMAIN_CAP_PER_HOUR = 1000
+DOMAIN_HELD_PER_HOUR = 100
+# Sign-ups per client address (API Gateway's sourceIp) per hour, before anything else is read.
+SOURCE_CAP_PER_HOUR = 100
+# The providers' documented rules about which spellings reach one mailbox (docs/signup.md, "The
+# cooldown is per mailbox"): a domain that is another name of the same mail service, and the
+# domains whose local parts ignore dots. Gmail: "Dots don't matter in Gmail addresses"
+# (https://support.google.com/mail/answer/7436150); googlemail.com is Gmail under its other name
+# (https://support.google.com/mail/answer/10313).
+GMAIL = "gmail.com"
+SAME_MAILBOX_DOMAINS = {"googlemail.com": GMAIL}
+DOTLESS_DOMAINS = frozenset({GMAIL})
+DomainMode = Literal["open", "held", "full"]
 # What an admission wrote: a NEW sign-up (no live one before), or a live one RENEWED after the
 # cooldown (a new sign-up id: the earlier link no longer confirms).
 Claimed = Literal["new", "renewed"]
@@ -82,6 +99,7 @@ class PendingSignup:
     first_name: str | None = None
     topics: tuple[str, ...] | None = None  # None: no choice made (defaults apply)
     mailed: bool = False  # its confirmation mail went out (a redelivered job sends nothing)
+    held_at: int = 0  # epoch seconds it was held by its domain's cap (0: not held)
 
     def to_item(self, *, uncounted: bool = False) -> dict[str, Any]:
         pk, sk = keys.pending_key(self.email)
@@ -102,6 +120,8 @@ class PendingSignup:
             item["topics"] = list(self.topics)
         if uncounted:
             item[UNCOUNTED] = True
+        if self.held_at:
+            item[HELD_AT] = self.held_at
         return item
 
     @classmethod
@@ -117,6 +137,7 @@ class PendingSignup:
             first_name=plain.get("first_name"),
             topics=tuple(plain["topics"]) if "topics" in plain else None,
             mailed=bool(plain.get(MAILED, False)),
+            held_at=int(plain.get(HELD_AT, 0)),
         )
 
     def expired(self, now: float) -> bool:
@@ -131,18 +152,30 @@ class PendingSignup:
 CONFIRM_STEP = "confirm-"
 
 
+def mailbox_domain(domain: str) -> str:
+    """The mail service's own name of ``domain`` (``googlemail.com`` -> ``gmail.com``)."""
+    lowered = domain.lower()
+    return SAME_MAILBOX_DOMAINS.get(lowered, lowered)
+
+
 def mailbox_key(email: str) -> str:
     """The mailbox an address reaches, as the cooldown knows it: the local part with case
     folded and anything from the first ``+`` dropped (``Ada+news@Example.com`` and
-    ``ada@example.com`` are one mailbox), then ``@`` and the (already lower-cased) domain. A
-    local part that starts with ``+`` is kept whole."""
+    ``ada@example.com`` are one mailbox), dots removed where the provider documents that they
+    do not matter (Gmail: ``a.d.a@gmail.com`` is ``ada@gmail.com``), then ``@`` and the
+    domain under the service's own name (``googlemail.com`` is ``gmail.com``). A local part
+    that starts with ``+`` (or is only dots) is kept whole."""
     local, _, domain = email.rpartition("@")
+    domain = mailbox_domain(domain)
     base = local.split("+", 1)[0] or local
-    return f"{base.casefold()}@{domain.lower()}"
+    if domain in DOTLESS_DOMAINS:
+        base = base.replace(".", "") or base
+    return f"{base.casefold()}@{domain}"
 
 
 def domain_of(email: str) -> str:
-    return email.rpartition("@")[2].lower()
+    """The recipient domain the hourly cap counts (its service's own name: one Gmail)."""
+    return mailbox_domain(email.rpartition("@")[2])
 
 
 def hour_of(now: int) -> str:
@@ -160,6 +193,14 @@ class SignupState:
     pending_id: str | None  # the signup_id of the pending item as stored (expired or not)
     mailbox_last_mail_at: int  # the mailbox's last confirmation mail (0: none remembered)
     domain_mails: int  # confirmation mails to the address's domain this hour
+    domain_held: int = 0  # sign-ups of the domain held this hour (mailed later)
+
+    def domain_mode(self, *, cap: int, held_cap: int) -> DomainMode:
+        """``open``: mailed now; ``held``: over the cap, mailed later; ``full``: the held budget
+        of the hour is spent too (the reader is asked to try again after the hour)."""
+        if self.domain_mails < cap:
+            return "open"
+        return "held" if self.domain_held < held_cap else "full"
 
     def within_cooldown(self, *, cooldown_seconds: int, now: int) -> bool:
         return self.mailbox_last_mail_at >= now - cooldown_seconds and self.mailbox_last_mail_at > 0
@@ -217,7 +258,26 @@ class PendingSignups(TableAdapter):
             pending_id=pending.signup_id if pending else None,
             mailbox_last_mail_at=int(found.get(wanted["mailbox"], {}).get("last_mail_at", 0)),
             domain_mails=int(found.get(wanted["domain"], {}).get("mails", 0)),
+            domain_held=int(found.get(wanted["domain"], {}).get("held", 0)),
         )
+
+    def count_source(self, source: str, *, cap: int, now: int) -> bool:
+        """Count one sign-up from ``source`` (a keyed hash of the client's address) in this
+        hour: one conditional UpdateItem. False (nothing written): ``cap`` sign-ups from it
+        this hour already."""
+        pk, sk = keys.signup_source_key(source, hour_of(now))
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=key(pk, sk),
+                UpdateExpression="ADD signups :one SET #ttl = :ttl",
+                ConditionExpression="attribute_not_exists(signups) OR signups < :cap",
+                ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+                ExpressionAttributeValues=values(one=1, cap=cap, ttl=now + 2 * 3600),
+            )
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def admit(
         self,
@@ -227,6 +287,7 @@ class PendingSignups(TableAdapter):
         cooldown_seconds: int,
         domain_cap: int,
         now: int,
+        held_cap: int = DOMAIN_HELD_PER_HOUR,
     ) -> Claimed | None:
         """Write ``pending`` in ONE transaction whose conditions are the sign-up rules, so it
         commits only for an address that may be mailed, whatever the read before it saw:
@@ -234,9 +295,12 @@ class PendingSignups(TableAdapter):
         mail is older than the cooldown, the domain's mails this hour are under the cap, the
         address has no ``SUPPRESSION`` item, its profile (if any) is neither subscribed nor
         suppressed, and no erase tombstone holds it back (one older than its profile does
-        not). Every sign-up sends this same request (the answer takes the same time whatever
-        the address's state); a refused one writes nothing. ``"new"`` (no live sign-up
-        before: counted when mailed) or ``"renewed"``; None: refused."""
+        not). A ``pending`` with ``held_at`` (its domain was over the cap when read) takes one
+        of the domain's held places of the hour instead (the counter's ``held`` under
+        ``held_cap``, its ``mails`` at the cap). Every sign-up of a domain in one state sends
+        this same request (the answer takes the same time whatever the address's state); a
+        refused one writes nothing. ``"new"`` (no live sign-up before: counted when mailed) or
+        ``"renewed"``; None: refused."""
         claimed: Claimed = NEW if state.pending is None else RENEWED
         pk, sk = keys.pending_key(pending.email)
         sub = keys.sub_pk(pending.email)
@@ -272,16 +336,7 @@ class PendingSignups(TableAdapter):
             ),
             Action(
                 "domain",
-                {
-                    "Update": {
-                        "TableName": self.table,
-                        "Key": key(domain_pk, domain_sk),
-                        "UpdateExpression": "ADD mails :one SET #ttl = :ttl",
-                        "ConditionExpression": "attribute_not_exists(mails) OR mails < :cap",
-                        "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
-                        "ExpressionAttributeValues": values(one=1, cap=domain_cap, ttl=now + 2 * 3600),
-                    }
-                },
+                {"Update": self._domain_count(pending, domain_pk, domain_sk, domain_cap, held_cap, now)},
             ),
             Action(
                 "suppression",
@@ -324,6 +379,31 @@ class PendingSignups(TableAdapter):
         except TransactionConflict:
             return None
         return claimed
+
+    def _domain_count(
+        self, pending: PendingSignup, pk: str, sk: str, cap: int, held_cap: int, now: int
+    ) -> UpdateTypeDef:
+        """The domain counter's part of an admission: one more mail under the cap, or (a held
+        sign-up) one more held place at the cap, under ``held_cap``."""
+        if not pending.held_at:
+            return {
+                "TableName": self.table,
+                "Key": key(pk, sk),
+                "UpdateExpression": "ADD mails :one SET #ttl = :ttl",
+                "ConditionExpression": "attribute_not_exists(mails) OR mails < :cap",
+                "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
+                "ExpressionAttributeValues": values(one=1, cap=cap, ttl=now + 2 * 3600),
+            }
+        return {
+            "TableName": self.table,
+            "Key": key(pk, sk),
+            "UpdateExpression": "ADD held :one SET #ttl = :ttl, held_since = if_not_exists(held_since, :now)",
+            "ConditionExpression": "mails >= :cap AND (attribute_not_exists(held) OR held < :held_cap)",
+            "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
+            "ExpressionAttributeValues": values(
+                one=1, cap=cap, held_cap=held_cap, now=now, ttl=now + 2 * 3600
+            ),
+        }
 
     def confirmation(
         self, email: str, step: str, *, now: int
@@ -411,3 +491,51 @@ class PendingSignups(TableAdapter):
             start = page.get("LastEvaluatedKey")
             if not start:
                 return
+
+    def held(self, *, now: int) -> tuple[list[HeldHour], list[PendingSignup]]:
+        """What the domain caps hold (operators' view; one filtered Scan, paged): the domain
+        counters of the last two hours that held sign-ups, and the live held sign-ups whose
+        confirmation mail has not gone out yet."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "FilterExpression": "(begins_with(PK, :domains) AND attribute_exists(held)) OR "
+            f"(SK = :sk AND attribute_exists({HELD_AT}) AND attribute_not_exists({MAILED}) "
+            "AND expires_at > :now)",
+            "ExpressionAttributeValues": values(domains=keys.SIGNUP_DOMAIN_PREFIX, sk=keys.PENDING, now=now),
+        }
+        hours: list[HeldHour] = []
+        waiting: list[PendingSignup] = []
+        start: dict[str, Any] | None = None
+        while True:
+            page = self.client.scan(**kwargs, **page_start(start))
+            for raw in page.get("Items", []):
+                found = deserialize(raw)
+                if found["SK"] == keys.PENDING:
+                    waiting.append(PendingSignup.from_item(found))
+                else:
+                    hours.append(HeldHour.from_item(found))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return hours, waiting
+
+
+@dataclass(frozen=True)
+class HeldHour:
+    """One domain's counter of one hour that held sign-ups."""
+
+    domain: str
+    hour: str  # YYYYMMDDHH (UTC)
+    mails: int  # confirmation mails mailed at once this hour (the cap's count)
+    held: int  # sign-ups held this hour
+    held_since: int  # epoch seconds of the hour's first held sign-up
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> HeldHour:
+        plain = from_dynamo(item)
+        return cls(
+            domain=str(plain["PK"]).removeprefix(keys.SIGNUP_DOMAIN_PREFIX),
+            hour=str(plain["SK"]).removeprefix("HOUR#"),
+            mails=int(plain.get("mails", 0)),
+            held=int(plain.get("held", 0)),
+            held_since=int(plain.get("held_since", 0)),
+        )

@@ -1,8 +1,9 @@
 """HTTP answers of the sign-up routes (the handler wires these to Powertools routes).
 
 - ``POST /v1/signup``: a JSON request gets the JSON of ``SignupOutcome.public()`` (200, the
-  same whatever happened to the address); an HTML form post gets a 303 to its ``redirect``
-  (an allowed origin) or, without one, a small "check your inbox" page. Problems are 4xx:
+  same whatever happened to the address; 429 with ``Retry-After`` when the client or the
+  recipient domain is over its limit); an HTML form post gets a 303 to its ``redirect`` (an
+  allowed origin) or, without one or when the sign-up was held or refused, a small page. Problems are 4xx:
   JSON for JSON requests (``shared.web.http``), an HTML page for form posts.
 - ``GET /c/<token>``: the confirm page (reads only: link scanners confirm nobody) with a
   form that POSTs to the same URL.
@@ -64,14 +65,25 @@ class SignupPages:
         request = parse_signup(body, content_type, rules, max_bytes=self.ctx.config.max_body_bytes)
         outcome = signup(request, self.ctx, requester=requester)
         if not is_form(content_type):
-            answer = Response(200, content_types.APPLICATION_JSON, json.dumps(outcome.public()))
-        elif outcome.redirect:
+            answer = Response(
+                outcome.status_code,
+                content_types.APPLICATION_JSON,
+                json.dumps(outcome.public()),
+                headers=outcome.headers,
+            )
+        elif outcome.redirect and not outcome.shows_page:
             answer = Response(303, headers={"Location": outcome.redirect, "Cache-Control": "no-store"})
         else:
             public = outcome.public()
             answer = self._page(
-                "signup_accepted", confirmation=public["confirmation"], message=public["message"]
+                "signup_accepted",
+                outcome.status_code,
+                confirmation=public["confirmation"],
+                message=public["message"],
+                held=public["status"] == "held",
+                try_later=public["status"] == "try_later",
             )
+            answer.headers.update(outcome.headers)
         return answer, outcome
 
     def signup_error(self, exc: Exception, content_type: str | None) -> Response[str]:

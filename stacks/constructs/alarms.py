@@ -11,6 +11,8 @@
   ``ses:configuration-set``) above ``mailstep:reputationBounceRatePercent`` /
   ``reputationComplaintRatePercent``, to the alarm topic AND the reputation topic, whose
   function pauses the set.
+- Sign-ups a recipient domain's hourly cap held or refused with "try again" (``SignupsHeld``,
+  ``SignupsDeferred`` of the sign-up function, docs/signup.md): any in five minutes.
 - Failed sequence executions: the sequence step function's ``fail`` action (every Catch
   of every generated state machine ends there), and per state machine ``ExecutionsFailed``
   + ``ExecutionsTimedOut`` once :meth:`Alarms.watch_state_machines` is given them.
@@ -45,6 +47,14 @@ GUARD_PERIOD = Duration.minutes(15)
 SET_DIMENSION = "ses:configuration-set"
 WORK_PERIOD = Duration.minutes(5)
 SEQUENCE_FAIL_METRIC = "SequenceStep_fail"  # functions/sequence_step: SequenceStep_<action>
+# The sign-up function's metrics of sign-ups a recipient domain's hourly cap held (mailed late) or
+# refused with "try again" (shared.consent.signup.SIGNUP_METRICS; docs/signup.md).
+SIGNUP_LIMIT_ALARMS = {
+    "SignupsHeld": "Sign-ups of a recipient domain over its hourly cap were held (mailed 15 minutes late): "
+    "a flood or a busy domain; see `mailstep signups held`, release with `mailstep signups release DOMAIN`",
+    "SignupsDeferred": "Sign-ups of a recipient domain were refused with 'try again after the hour' (its cap "
+    "and held budget spent): see `mailstep signups held`; raise mailstep:signupDomainCapPerHour if genuine",
+}
 
 
 def _pascal(name: str) -> str:
@@ -116,6 +126,19 @@ class Alarms(Construct):
             0,
             "A sequence execution failed (its fail step ran): see the subscriber's sequence_failed event",
         )
+        for metric_name, description in SIGNUP_LIMIT_ALARMS.items():
+            self._add(
+                metric_name,
+                cw.Metric(
+                    namespace=NAMESPACE,
+                    metric_name=metric_name,
+                    dimensions_map={"service": SERVICE},
+                    statistic="Sum",
+                    period=WORK_PERIOD,
+                ),
+                0,
+                description,
+            )
 
     @staticmethod
     def allow_cloudwatch(topic: sns.ITopic) -> None:

@@ -38,7 +38,9 @@ def test_cdk_json_declares_every_key_with_its_default() -> None:
     declared = {k.removeprefix(PREFIX) for k in context if k.startswith(PREFIX)}
 
     assert declared == set(KEYS.values())
-    assert config_from(context) == MailstepConfig(local=True)
+    # the local synthesis lifts the sign-up's per-client-address limit (specs.LOCAL_SYNTH_CONTEXT)
+    local_source_cap = specs.LOCAL_SYNTH_CONTEXT["mailstep:signupSourceCapPerHour"]
+    assert config_from(context) == MailstepConfig(local=True, signup_source_cap_per_hour=local_source_cap)
     assert json.loads((ROOT / "cdk.json").read_text())["app"] == "python app.py"
 
 

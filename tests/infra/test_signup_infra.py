@@ -26,6 +26,8 @@ def configured(tmp_path_factory: pytest.TempPathFactory) -> Synth:
             "mailstep:signupThrottleBurst": "4",
             "mailstep:signupPendingDays": "3",
             "mailstep:signupDomainCapPerHour": "250",
+            "mailstep:signupDomainHeldPerHour": "40",
+            "mailstep:signupSourceCapPerHour": "30",
             "mailstep:signupSingleOptInForms": ["app"],
         },
     )
@@ -81,6 +83,8 @@ def test_configured_origins_throttle_and_settings_reach_the_template(configured:
     assert env["SIGNUP_ALLOWED_ORIGINS"] == "https://www.acme.test,https://acme.test:8443"
     assert env["SIGNUP_PENDING_DAYS"] == "3" and env["SIGNUP_SINGLE_OPT_IN_FORMS"] == "app"
     assert env["SIGNUP_DOMAIN_CAP_PER_HOUR"] == "250"
+    assert env["SIGNUP_DOMAIN_HELD_PER_HOUR"] == "40"
+    assert env["SIGNUP_SOURCE_CAP_PER_HOUR"] == "30"
     assert env["SIGNUP_DOUBLE_OPT_IN"] == "true"
     # only the sign-up function gets the sign-up settings
     for logical_id, other in configured.resources("AWS::Lambda::Function").items():
@@ -92,3 +96,36 @@ def test_configured_origins_throttle_and_settings_reach_the_template(configured:
 def test_topics_yaml_is_shipped_in_the_asset() -> None:
     assert "topics.yaml" in specs.LAMBDA_SOURCE_FILES
     assert ROOT / "topics.yaml" in _source_files(ROOT)
+
+
+@pytest.mark.parametrize("outcome", ["held", "domain_full"])
+def test_held_and_refused_sign_ups_alarm_to_the_alarm_topic(synth: Synth, outcome: str) -> None:
+    from shared.consent.signup import SIGNUP_METRICS
+
+    metric = SIGNUP_METRICS[outcome]
+    alarms = synth.resources("AWS::CloudWatch::Alarm")
+    [props] = [a["Properties"] for a in alarms.values() if a["Properties"].get("MetricName") == metric]
+    assert (props["Namespace"], props["Statistic"], props["Period"]) == ("Mailstep", "Sum", 300)
+    assert props["Dimensions"] == [{"Name": "service", "Value": "mailstep"}]
+    assert props["Threshold"] == 0 and props["ComparisonOperator"] == "GreaterThanThreshold"
+    assert props["TreatMissingData"] == "notBreaching"
+    assert len(props["AlarmActions"]) == 1 and "AlarmTopic" in str(props["AlarmActions"][0])
+    assert "mailstep signups held" in props["AlarmDescription"]
+
+
+def test_the_local_template_lifts_the_per_client_limit_and_a_deployment_keeps_the_default(
+    synth: Synth,
+) -> None:
+    """Every request reaches the local runtime from 127.0.0.1 (specs.LOCAL_SYNTH_CONTEXT)."""
+    _, function = function_by_handler(synth, HANDLER)
+    env = function["Properties"]["Environment"]["Variables"]
+    assert env["SIGNUP_SOURCE_CAP_PER_HOUR"] == "1000000"
+    from stacks.config import MailstepConfig
+
+    deployed = MailstepConfig.parse(
+        {"ses_domain": "acme.test", "from_address": "News <news@acme.test>"}
+    ).signup_settings()
+    assert "signup_source_cap_per_hour" not in deployed  # a deployment: Settings' default
+    from shared.core.settings import Settings
+
+    assert Settings(table_name="t").signup_source_cap_per_hour == 100

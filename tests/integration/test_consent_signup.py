@@ -79,8 +79,8 @@ class SendQueue:
         self.held: list[SendJob] = []
         self.outcomes: list[SendOutcome] = []
 
-    def __call__(self, job: SendJob, moment: datetime) -> None:
-        self.deliver(job, moment)
+    def __call__(self, job: SendJob, moment: datetime, delay_s: int = 0) -> None:
+        self.deliver(job, moment + timedelta(seconds=delay_s))
 
     def deliver(self, job: SendJob, moment: datetime, ctx: SendContext | None = None) -> SendOutcome:
         outcome = send(job, ctx or self.send_ctx, now=moment)

@@ -8,7 +8,9 @@ was queued.
 - A confirm link confirms only its own sign-up; a link past its own expiry is expired even
   while a newer sign-up of the address is pending; GET changes nothing; the consent records
   who confirmed (the handler passes the requester).
-- One confirmation mail per mailbox per cooldown, whatever the spelling; a cap per domain.
+- One confirmation mail per mailbox per cooldown, whatever the spelling (Gmail's dots and
+  googlemail.com too); over a domain's cap a sign-up is held (told, mailed later, once), over
+  the held budget refused with "try again" (429); one client address is limited on its own.
 - An erased address is not signed up again.
 - Names refuse domains and invisible line and direction controls.
 - Every sign-up makes the same AWS requests whatever the address's state.
@@ -30,6 +32,7 @@ import pytest
 
 from local_aws.apigw import LambdaContext, http_api_event
 from local_aws.provision import LocalResources
+from shared.consent.held import held_domains, release
 from shared.consent.record import ip_hash
 from shared.core.aws import client
 from shared.core.secrets import get_secret
@@ -81,16 +84,28 @@ def secret(resources: LocalResources) -> str:
 
 
 def call(
-    module: Any, method: str, path: str, body: str | None = None, content_type: str = "application/json"
+    module: Any,
+    method: str,
+    path: str,
+    body: str | None = None,
+    content_type: str = "application/json",
+    source_ip: str = IP,
 ) -> tuple[int, str]:
+    return respond(module, method, path, body, content_type, source_ip)[:2]
+
+
+def respond(
+    module: Any, method: str, path: str, body: str | None, content_type: str, source_ip: str = IP
+) -> tuple[int, str, dict[str, str]]:
     headers = {"content-type": content_type, "user-agent": AGENT}
-    event = http_api_event(method, path, body=body, headers=headers, source_ip=IP)
+    event = http_api_event(method, path, body=body, headers=headers, source_ip=source_ip)
     response = module.handler(event, LambdaContext("signup"))
-    return response["statusCode"], response.get("body") or ""
+    return response["statusCode"], response.get("body") or "", response.get("headers") or {}
 
 
-def sign_up(handlers: dict[str, Any], **fields: Any) -> tuple[int, dict[str, Any]]:
-    status, text = call(handlers["signup"], "POST", "/v1/signup", json.dumps({"email": EMAIL, **fields}))
+def sign_up(handlers: dict[str, Any], source_ip: str = IP, **fields: Any) -> tuple[int, dict[str, Any]]:
+    body = json.dumps({"email": EMAIL, **fields})
+    status, text = call(handlers["signup"], "POST", "/v1/signup", body, source_ip=source_ip)
     return status, json.loads(text)
 
 
@@ -128,7 +143,12 @@ def confirm_path(message: Any) -> str:
 
 
 def tables() -> list[dict[str, Any]]:
-    return scan_all(MAIN) + scan_all(EVENTS)
+    """Both tables, but the per-client-address counters (every sign-up counts one for its
+    client, whatever its address; no address in it)."""
+    return [i for i in scan_all(MAIN) + scan_all(EVENTS) if not str(i.get("PK", "")).startswith(SOURCE_PK)]
+
+
+SOURCE_PK = "SIGNUP#SOURCE#"
 
 
 ANSWER = {
@@ -279,19 +299,101 @@ def test_variants_of_one_mailbox_get_one_confirmation_mail_per_cooldown(
     assert {mailbox_key(v) for v in variants} == {EMAIL}
 
 
-def test_a_recipient_domain_gets_at_most_the_cap_of_confirmation_mails_per_hour(
+def test_dot_and_googlemail_spellings_of_one_gmail_mailbox_get_one_confirmation_mail(
     handlers: dict[str, Any], queue_url: str, outbox: list[Any]
 ) -> None:
-    handlers["signup"].pages = _with_cap(handlers["signup"].pages, 3)
-    addresses = [f"m{i}@catch-all.test" for i in range(5)]
-    answers = [sign_up(handlers, email=a) for a in addresses]
+    variants = [
+        "a.d.a.reader@gmail.com",
+        "Ada.Reader@googlemail.com",
+        "adareader+x@gmail.com",
+        "A.DAREADER@gmail.com",
+    ]
+    assert {mailbox_key(v) for v in variants} == {"adareader@gmail.com"}
+    answers = [sign_up(handlers, email=v) for v in variants]
     deliver(handlers, queue_url)
 
-    assert answers == [(200, ANSWER)] * 5
+    assert answers == [(200, ANSWER)] * len(answers)
+    assert len(outbox) == 1
+    assert len(mails_to(outbox, "a.d.a.reader@gmail.com")) == 1  # mailed as the reader typed it
+    assert _pending("a.d.a.reader@gmail.com") is not None  # stored as typed: only the cooldown key folds
+
+
+def test_over_a_domains_cap_a_sign_up_is_held_told_and_mailed_once_then_try_later(
+    handlers: dict[str, Any], queue_url: str, outbox: list[Any], store: SubscriberStore
+) -> None:
+    # Given a domain whose cap (3) is spent this hour, with one held place (the budget above it)
+    pages = handlers["signup"].pages
+    handlers["signup"].pages = _with_config(pages, domain_cap_per_hour=3, domain_held_per_hour=1)
+    for i in range(3):
+        assert sign_up(handlers, email=f"m{i}@catch-all.test") == (200, ANSWER)
+    deliver(handlers, queue_url)
     assert len(outbox) == 3
-    assert sign_up(handlers, email="other@example.com")[0] == 200  # another domain is not held back
+    store.upsert("known@catch-all.test")  # a subscribed reader of the domain
+
+    # When a reader of the domain signs up: held, and the answer says so (a known address of the
+    # domain gets the very same answer)
+    known, held = (
+        sign_up(handlers, email="known@catch-all.test"),
+        sign_up(handlers, email="reader@catch-all.test"),
+    )
+    assert held[0] == 200 and held[1]["status"] == "held" and "delayed" in held[1]["message"], held
+    assert "catch-all.test" in held[1]["message"] and held[1]["mail_by"]
+    assert known[0] == 200 and known[1].keys() == held[1].keys() and known[1]["status"] == "held"
+    # its job waits on the queue (delayed), nothing is mailed now
+    assert deliver(handlers, queue_url) == [] and len(outbox) == 3
+    pending = _pending("reader@catch-all.test")
+    assert pending is not None and "held_at" in pending
+    # the held budget (1) is spent too: the next reader is asked to try again, nothing written
+    before = tables()
+    status, text, headers = respond(
+        handlers["signup"],
+        "POST",
+        "/v1/signup",
+        json.dumps({"email": "late@catch-all.test"}),
+        "application/json",
+    )
+    assert status == 429 and json.loads(text)["status"] == "try_later" and int(headers["Retry-After"]) > 0
+    assert tables() == before
+    # another domain is not held back
+    assert sign_up(handlers, email="other@example.com") == (200, ANSWER)
     deliver(handlers, queue_url)
     assert len(outbox) == 4
+
+    # The operator sees the domain held and releases it: the reader is mailed once, however
+    # often the release runs (and the delayed job later sends nothing more)
+    ctx = handlers["signup"].pages.ctx
+    [domain] = held_domains(ctx.pending)
+    assert (domain.domain, domain.held, domain.waiting) == ("catch-all.test", 1, 1)
+    assert release(ctx, "catch-all.test") == 1
+    deliver(handlers, queue_url)
+    assert len(mails_to(outbox, "reader@catch-all.test")) == 1
+    assert release(ctx, "catch-all.test") == 0  # mailed: nothing waits any more
+    assert held_domains(ctx.pending)[0].waiting == 0
+    # both held sign-ups' jobs wait, delayed (the known address's finds no sign-up: no mail)
+    delayed = {job.email: job for job in (from_message(b) for b in _delayed_bodies(queue_url))}
+    assert set(delayed) == {"reader@catch-all.test", "known@catch-all.test"}
+    assert send(delayed["known@catch-all.test"], ctx.send).reason == "no_signup"
+    job = delayed["reader@catch-all.test"]
+    outcome = send(job, ctx.send)  # the delayed job, delivered twice
+    assert outcome.status == "skipped" and outcome.reason == "already_sent"
+    assert send(job, ctx.send).reason == "already_sent"
+    assert len(mails_to(outbox, "reader@catch-all.test")) == 1
+
+
+def test_one_client_address_is_limited_on_its_own(
+    handlers: dict[str, Any], queue_url: str, outbox: list[Any]
+) -> None:
+    handlers["signup"].pages = _with_config(handlers["signup"].pages, source_cap_per_hour=2)
+    assert sign_up(handlers, email="a@flood.test") == (200, ANSWER)
+    assert sign_up(handlers, email="b@flood.test") == (200, ANSWER)
+    before = tables()
+    status, answer = sign_up(handlers, email="c@flood.test")
+    assert status == 429 and answer["status"] == "try_later" and "network" in answer["message"]
+    assert tables() == before and _pending("c@flood.test") is None
+    # a reader elsewhere (another sourceIp) is not held back by the flooding machine
+    assert sign_up(handlers, source_ip="203.0.113.9", email="c@flood.test") == (200, ANSWER)
+    deliver(handlers, queue_url)
+    assert len(outbox) == 3
 
 
 # ----- fault 13: erase is final -----------------------------------------------------------------
@@ -365,7 +467,7 @@ def test_every_sign_up_makes_the_same_requests_whatever_the_address_state(
         with operations() as calls:
             assert sign_up(handlers, email=email) == (200, ANSWER)
         made[state] = calls
-    assert made["new"] == ["BatchGetItem", "TransactWriteItems", "SendMessageBatch"], made
+    assert made["new"] == ["UpdateItem", "BatchGetItem", "TransactWriteItems", "SendMessageBatch"], made
     assert all(calls == made["new"] for calls in made.values()), made
 
 
@@ -386,8 +488,22 @@ def _age_cooldown(email: str) -> None:
     )
 
 
-def _with_cap(pages: Any, cap: int) -> Any:
+def _with_config(pages: Any, **config: int) -> Any:
     from dataclasses import replace
 
     ctx = pages.ctx
-    return replace(pages, ctx=replace(ctx, config=replace(ctx.config, domain_cap_per_hour=cap)))
+    return replace(pages, ctx=replace(ctx, config=replace(ctx.config, **config)))
+
+
+def _delayed_bodies(url: str) -> list[str]:
+    """The bodies of the messages still delayed on the queue (moto keeps them out of receives:
+    read its queue directly)."""
+    from moto.sqs.models import sqs_backends
+
+    name = url.rsplit("/", 1)[1]
+    for backend in sqs_backends.values():
+        for region in backend.values():
+            queue = region.queues.get(name)
+            if queue is not None:
+                return [m.body for m in queue._messages if m.delayed]
+    return []
