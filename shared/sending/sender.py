@@ -28,7 +28,9 @@ later by itself (:data:`HOLD_STATUSES`; docs/sending.md, "Held, not failed"):
 - ``daily_quota``: the rolling 24-hour quota is spent. SES answers a throttling error whose
   message includes "Daily message quota exceeded" (SES Developer Guide, "Errors related to the
   sending quotas for your Amazon SES account"); unlike the rate throttle it frees capacity only
-  as the sends of the last 24 hours age out.
+  as the sends of the last 24 hours age out. Its code is a throttling code, which botocore's
+  standard retry mode retries (four more calls, about 7 s of backoff in all, for a refusal that
+  holds for hours): :func:`final_when_quota_spent` ends the call at the first refusal instead.
 
 Marketing and transactional mail name different configuration sets (``transactional``), so a
 paused marketing set leaves transactional mail going.
@@ -37,9 +39,9 @@ paused marketing set leaves transactional mail going.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from botocore.exceptions import (
     ClientError,
@@ -185,6 +187,25 @@ def classify(exc: Exception, from_email: str = "") -> SendResult:
     return SendResult("retryable", error_code=type(exc).__name__, detail="unexpected error")
 
 
+NEEDS_RETRY = "needs-retry.sesv2.SendEmail"  # botocore asks its handlers before each retry
+
+
+def final_when_quota_spent(ses: SESV2Client) -> Callable[..., None]:
+    """A botocore ``needs-retry`` handler that raises the spent-quota refusal as the call's error
+    at once. botocore raises any exception a handler raises out of the call; its own retry
+    handler still decides for every other error (the rate throttle keeps its backoff)."""
+
+    def final(response: tuple[Any, dict[str, Any]] | None = None, operation: Any = None, **_: Any) -> None:
+        parsed = response[1] if response is not None else {}
+        error = parsed.get("Error") or {}
+        if DAILY_QUOTA_MESSAGE in str(error.get("Message", "")).lower():
+            # the class botocore raises for the code (boto3-stubs types from_code's result as an instance)
+            modeled = cast("type[ClientError]", ses.exceptions.from_code(str(error.get("Code", ""))))
+            raise modeled(parsed, operation.name)  # type: ignore[arg-type]
+
+    return final
+
+
 class SesSender:
     """``send_raw`` is the one call that puts mail on the wire."""
 
@@ -201,7 +222,10 @@ class SesSender:
 
     @property
     def client(self) -> SESV2Client:
-        return self._client or aws_client("sesv2")
+        ses = self._client or aws_client("sesv2")
+        # once per client (botocore keeps one handler per unique id)
+        ses.meta.events.register(NEEDS_RETRY, final_when_quota_spent(ses), unique_id=NEEDS_RETRY)
+        return ses
 
     def send_raw(
         self,

@@ -30,6 +30,7 @@ from shared.core import specs
 from shared.core.aws import client
 from shared.sending.jobs import HOLD_DELAY_S, SendJob, from_message, to_message
 from shared.sending.pipeline import send
+from shared.sending.sender import SesSender
 from shared.sequences.steps import SendPaused, StepDeps, run_step
 from tests.integration.conftest import handler_module, sqs_record
 from tests.integration.reputation_support import settings_of, step_request
@@ -247,3 +248,25 @@ def test_a_batch_that_finds_its_broadcast_held_elsewhere_stops_and_never_pauses_
     assert records.pause_for_reputation(record) is None  # round 1's view of it
     current = records.get(record.id)
     assert current is not None and current.status == "resolving"
+
+
+def test_a_spent_quota_is_refused_in_one_call_and_a_rate_throttle_is_still_retried(
+    world: LocalResources, ses: LocalSes
+) -> None:
+    """SES's spent-quota refusal carries a throttling code, which botocore's standard mode
+    retries four more times with backoff; the sender takes the first refusal as final (the quota
+    frees in hours, not seconds) and leaves botocore's retries to the rate throttle. The local
+    SES counts every call it answers."""
+    (email,) = _subscribers(world, 1)
+    raw = f"From: hello@{DOMAIN}\r\nTo: {email}\r\nSubject: quota\r\n\r\nhi\r\n".encode()
+    sender = SesSender()
+
+    ses.configure(max_24_hour_send=0)
+    spent = sender.send_raw(raw, from_email=f"hello@{DOMAIN}", to_email=email, tags={})
+    assert (spent.status, ses.refused_daily_quota) == ("daily_quota", 1)
+
+    ses.configure(max_24_hour_send=50, max_send_rate=1)  # one a second: the second send waits
+    first = sender.send_raw(raw, from_email=f"hello@{DOMAIN}", to_email=email, tags={})
+    second = sender.send_raw(raw, from_email=f"hello@{DOMAIN}", to_email=email, tags={})
+    assert (first.status, second.status) == ("sent", "sent")
+    assert ses.throttled >= 1  # the second send's throttled calls, retried by botocore until sent
