@@ -222,7 +222,9 @@ class SesSender:
 
     @property
     def client(self) -> SESV2Client:
-        ses = self._client or aws_client("sesv2")
+        if self._client is not None:  # a client of the caller's own, as given
+            return self._client
+        ses = aws_client("sesv2")
         # once per client (botocore keeps one handler per unique id)
         ses.meta.events.register(NEEDS_RETRY, final_when_quota_spent(ses), unique_id=NEEDS_RETRY)
         return ses
