@@ -129,6 +129,8 @@ def post(
         )
         response = connection.getresponse()
         response.read(MAX_RESPONSE_BYTES)
+        if expired.is_set():  # the body was cut off at the deadline (a short read, no error)
+            return Answer(status=None, error="timeout")
         return Answer(status=response.status, retry_after_s=retry_after(response.getheader("retry-after")))
     except UnsafeUrl as exc:
         return Answer(status=None, error=str(exc))
