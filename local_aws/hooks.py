@@ -371,7 +371,7 @@ def _sqs_delay(self: Any, delay_seconds: int) -> None:
     self.delayed_until = unix_time() * 1000 + clock.wall_seconds(float(delay_seconds)) * 1000
 
 
-_TRANSACTIONS = threading.Lock()
+_TRANSACTIONS = threading.RLock()  # reentrant: a transaction's writes go through the single-item ones
 _MOTO_TRANSACT_WRITE_ITEMS = dynamodb_models.DynamoDBBackend.transact_write_items
 
 
@@ -522,7 +522,33 @@ def install() -> None:
         SESV2Response.get_configuration_set = _get_configuration_set  # type: ignore[method-assign]
         SESV2Response.get_email_identity = _get_email_identity  # type: ignore[method-assign]
         _serve_faster()
+        atomic_item_writes()
         _installed = True
+
+
+ITEM_WRITES = ("put_item", "update_item", "delete_item")
+
+
+def atomic_item_writes() -> None:
+    """A single-item write (PutItem, UpdateItem, DeleteItem with its condition) as one step, as
+    DynamoDB makes it: moto reads the item, checks the condition and writes in separate Python
+    steps, so two threads' conditional writes of one item could both pass and an ``x = x + 1``
+    could lose one. They run one at a time, and never in the middle of a transaction. The
+    integration tests install it on moto's in-process mock too."""
+    for name in ITEM_WRITES:
+        write = getattr(dynamodb_models.DynamoDBBackend, name)
+        if getattr(write, "_mailstep_atomic", False):
+            continue
+        setattr(dynamodb_models.DynamoDBBackend, name, _one_at_a_time(write))
+
+
+def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
+    def atomic(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _TRANSACTIONS:
+            return write(self, *args, **kwargs)
+
+    atomic._mailstep_atomic = True  # type: ignore[attr-defined]
+    return atomic
 
 
 class KeepAliveRequestHandler(MotoRequestHandler):

@@ -919,7 +919,9 @@ WEBHOOK_QUEUE = QueueSpec(
     id="WebhookQueue",
     local_name="mailstep-webhooks",
     setting="webhook_queue_url",
-    visibility_timeout_s=540,  # 6x the delivery function's timeout (90 s)
+    # at least 6x the delivery function's timeout (30 s), as Lambda asks of an SQS event source
+    # (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html)
+    visibility_timeout_s=180,
     max_receives=5,  # the function's own failures: a POST's retry is a new, delayed message
 )
 
@@ -995,10 +997,13 @@ WEBHOOK_DELIVER_FUNCTION = FunctionSpec(
     handler="functions.webhook_deliver.handler.handler",
     description="Webhooks: signed Standard Webhooks POSTs, retried on the spec's schedule",
     memory_mb=256,
-    timeout_s=90,  # a batch of 5 POSTs of at most 15 s each, one after the other
+    # a batch of 5 POSTs at the same time, each at most 10 s (shared.webhooks.transport), and a
+    # circuit's drain of 10 parked deliveries: 30 s leaves room for DynamoDB's and SQS's retries
+    timeout_s=30,
     grants=(
-        # the delivery (GetItem, attempt UpdateItems), the endpoint (GetItem, UpdateItem: failing, disabled)
-        Grant(MAIN_TABLE, _ddb("GetItem", "UpdateItem")),
+        # the delivery (GetItem, attempt UpdateItems), the endpoint (GetItem, UpdateItem: failing,
+        # disabled, its circuit), the parked deliveries of an open circuit (PutItem, Query, DeleteItem)
+        Grant(MAIN_TABLE, _ddb("GetItem", "UpdateItem", "PutItem", "Query", "DeleteItem")),
         Grant(WEBHOOK_QUEUE, ("sqs:SendMessage",)),  # the next attempt, the hops of a long wait
         Grant(WEBHOOK_SECRETS, ("secretsmanager:GetSecretValue",)),
     ),

@@ -320,6 +320,7 @@ def email_from_directory(sk: str) -> str:
 WEBHOOK = "WEBHOOK"  # PK of the endpoints; SK EP#<endpoint id>
 WEBHOOK_ENDPOINT_PREFIX = "EP#"
 WEBHOOK_DELIVERY = "WHD"  # PK WHD#<endpoint id>; SK <event time>#<message id>
+WEBHOOK_PARKED = "WHP"  # PK WHP#<endpoint id>; SK the parked delivery's SK (an open circuit)
 
 
 def webhook_endpoint_sk(endpoint_id: str) -> str:
@@ -328,6 +329,10 @@ def webhook_endpoint_sk(endpoint_id: str) -> str:
 
 def webhook_delivery_pk(endpoint_id: str) -> str:
     return f"{WEBHOOK_DELIVERY}{SEP}{_part(endpoint_id, 'endpoint id')}"
+
+
+def webhook_parked_pk(endpoint_id: str) -> str:
+    return f"{WEBHOOK_PARKED}{SEP}{_part(endpoint_id, 'endpoint id')}"
 
 
 def webhook_delivery_sk(iso_ts: str, message_id: str) -> str:

@@ -4,7 +4,9 @@ delivery may connect to.
 Deployed: ``https`` only, and every address the host resolves to must be public: loopback,
 private (RFC 1918), carrier-grade NAT, link-local (169.254.0.0/16 with the instance metadata
 address 169.254.169.254), unique-local (fc00::/7, with fd00:ec2::254), multicast, reserved
-and unspecified addresses are refused, and so is an IPv6 address that embeds one of them
+and unspecified addresses are refused, and so is every IPv6 address outside global unicast
+2000::/3 (the deprecated site-local fec0::/10 of RFC 3879 among them: ``ipaddress`` calls it
+``is_global`` on Python 3.11 and 3.12), and an IPv6 address that embeds one of them
 (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible, NAT64 ``64:ff9b::/96`` and
 ``64:ff9b:1::/48``, 6to4, Teredo). ``allow_loopback_http`` (the local runtime only) also
 accepts ``http`` and ``https`` URLs whose addresses are all loopback; private and metadata
@@ -29,6 +31,9 @@ METADATA_ADDRESSES = frozenset(
 )
 NAT64_NETWORKS = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 CGNAT = ipaddress.ip_network("100.64.0.0/10")
+# IPv6 global unicast (IANA IPv6 Address Space registry); everything outside it is reserved,
+# special-purpose or deprecated (fec0::/10 site-local, RFC 3879), never a public host.
+GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
 
 
 class UnsafeUrl(ValueError):
@@ -81,6 +86,10 @@ def classify(address: Address) -> str | None:
         return "private"
     if address.is_private:
         return "private"
+    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+        return "site-local"
+    if isinstance(address, ipaddress.IPv6Address) and address not in GLOBAL_UNICAST_V6:
+        return "reserved"
     if address.is_multicast or address.is_reserved or address.is_unspecified or not address.is_global:
         return "reserved"
     return None

@@ -8,6 +8,10 @@ Items (docs/data-model.md):
   as signed, its status (``pending``, ``delivered``, ``failed``), attempts, the last answer,
   ``ttl`` after ``DATA_TTL_DAYS``. Created once per (endpoint, message id) by a conditional
   Put, so a redelivered stream record adds nothing.
+- ``WHP#<endpoint id>`` / ``<delivery SK>``: a delivery parked while the endpoint's circuit is
+  open (``attempt``: the attempt it waits to make; ``ttl`` as its delivery's). The endpoint item
+  carries the circuit: ``circuit`` (``open``, ``draining`` or absent), ``circuit_failures``
+  (consecutive failed attempts), ``circuit_opens`` (openings since the last success).
 
 Each endpoint's secret is a Secrets Manager secret ``mailstep/webhooks/<table>/<endpoint id>``
 holding ``{"current": "whsec_...", "previous": "whsec_..." | null, "previous_until": iso | null}``.
@@ -36,6 +40,8 @@ DISABLED = "disabled"
 PENDING = "pending"
 DELIVERED = "delivered"
 FAILED = "failed"
+OPEN = "open"  # the endpoint's circuit: deliveries are parked, one probe at a time
+DRAINING = "draining"  # a probe succeeded: the parked deliveries are being queued again
 ENDPOINT_ID = re.compile(r"^ep_[a-f0-9]{16}$")
 MAX_DESCRIPTION = 200
 
@@ -71,6 +77,9 @@ class Endpoint:
     secret_name: str = ""
     secret_version: int = 1
     created_at: str = ""
+    circuit: str | None = None  # OPEN, DRAINING or None (closed)
+    circuit_failures: int = 0
+    circuit_opens: int = 0
 
     def to_item(self) -> dict[str, Any]:
         item = {
@@ -102,7 +111,15 @@ class Endpoint:
             secret_name=item.get("secret_name", ""),
             secret_version=int(item.get("secret_version", 1)),  # each rotation adds 1: the secret is reread
             created_at=item.get("created_at", ""),
+            circuit=item.get("circuit"),
+            circuit_failures=int(item.get("circuit_failures", 0)),
+            circuit_opens=int(item.get("circuit_opens", 0)),
         )
+
+    @property
+    def troubled(self) -> bool:
+        """Failing, or its circuit not closed: a success has state to clear."""
+        return bool(self.failing_since or self.circuit or self.circuit_failures)
 
     def public(self) -> dict[str, Any]:
         """What the operator sees (never the secret)."""
@@ -115,6 +132,8 @@ class Endpoint:
             "disabled_reason": self.disabled_reason,
             "disabled_at": self.disabled_at,
             "failing_since": self.failing_since,
+            "circuit": self.circuit or "closed",
+            "consecutive_failures": self.circuit_failures,
             "created_at": self.created_at,
         }
 
@@ -269,28 +288,110 @@ class WebhookStore(TableAdapter):
 
     def mark_failing(self, endpoint_id: str, now: str) -> str:
         """Set ``failing_since`` when it is not set; returns its value."""
+        return self.count_failure(endpoint_id, now, count=0)[0]
+
+    def count_failure(self, endpoint_id: str, now: str, *, count: int = 1) -> tuple[str, int]:
+        """A failed attempt: ``failing_since`` set if it was not, ``circuit_failures`` + ``count``;
+        returns both. The caller counts each attempt once (``claim_attempt`` takes it once)."""
         result = self.client.update_item(
             TableName=self.table,
             Key=key(keys.WEBHOOK, keys.webhook_endpoint_sk(endpoint_id)),
-            UpdateExpression="SET failing_since = if_not_exists(failing_since, :now)",
+            UpdateExpression="SET failing_since = if_not_exists(failing_since, :now), "
+            "circuit_failures = if_not_exists(circuit_failures, :zero) + :count",
             ConditionExpression="attribute_exists(PK)",
-            ExpressionAttributeValues=values(now=now),
+            ExpressionAttributeValues=values(now=now, zero=0, count=count),
             ReturnValues="ALL_NEW",
         )
-        return str(from_dynamo(deserialize(result["Attributes"])).get("failing_since", now))
+        item = from_dynamo(deserialize(result["Attributes"]))
+        return str(item.get("failing_since", now)), int(item.get("circuit_failures", 0))
 
-    def mark_healthy(self, endpoint_id: str) -> None:
-        """A delivery succeeded: the endpoint is no longer failing (no write when it was not)."""
+    def _circuit_update(self, endpoint_id: str, expression: str, condition: str, **vals: Any) -> Any:
+        """One conditional update of the endpoint's circuit; None when the condition failed."""
         try:
-            self.client.update_item(
+            return self.client.update_item(
                 TableName=self.table,
                 Key=key(keys.WEBHOOK, keys.webhook_endpoint_sk(endpoint_id)),
-                UpdateExpression="REMOVE failing_since",
-                ConditionExpression="attribute_exists(failing_since)",
+                UpdateExpression=expression,
+                ConditionExpression=f"attribute_exists(PK) AND ({condition})",
+                ExpressionAttributeNames={"#circuit": "circuit"},
+                ExpressionAttributeValues=values(**vals),
+                ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise
+
+    def open_circuit(self, endpoint_id: str, threshold: int, *, reopen: bool) -> int | None:
+        """Open the circuit (``circuit_failures`` >= ``threshold``, not open yet) or, for a failed
+        probe (``reopen``), keep it open; returns the openings so far, None when another attempt
+        did it (the one that gets a number carries the next probe)."""
+        closed = "circuit_failures >= :n AND (attribute_not_exists(#circuit) OR #circuit <> :open)"
+        condition = "#circuit = :open AND circuit_failures >= :n" if reopen else closed
+        result = self._circuit_update(
+            endpoint_id,
+            "SET #circuit = :open, circuit_opens = if_not_exists(circuit_opens, :zero) + :one",
+            condition,
+            open=OPEN,
+            n=threshold,
+            zero=0,
+            one=1,
+        )
+        if result is None:
+            return None
+        return int(from_dynamo(deserialize(result["Attributes"]))["circuit_opens"])
+
+    def close_circuit(self, endpoint_id: str, *, drain: bool) -> None:
+        """A success: not failing, no failures counted; ``drain``: the parked deliveries go again."""
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": key(keys.WEBHOOK, keys.webhook_endpoint_sk(endpoint_id)),
+            "UpdateExpression": "REMOVE failing_since, circuit_failures, circuit_opens",
+            "ConditionExpression": "attribute_exists(PK)",
+        }
+        if drain:
+            request["UpdateExpression"] = "SET #circuit = :draining " + request["UpdateExpression"]
+            request["ExpressionAttributeNames"] = {"#circuit": "circuit"}
+            request["ExpressionAttributeValues"] = values(draining=DRAINING)
+        self.client.update_item(**request)
+
+    def end_circuit(self, endpoint_id: str, states: tuple[str, ...]) -> None:
+        """Nothing is parked any more: the circuit is closed if it is in one of ``states``."""
+        names = {f"s{i}": state for i, state in enumerate(states)}
+        self._circuit_update(
+            endpoint_id, "REMOVE #circuit", "#circuit IN (" + ", ".join(f":{n}" for n in names) + ")", **names
+        )
+
+    # ----- parked deliveries (an open circuit) -------------------------------------------
+    def park(self, endpoint_id: str, sk: str, attempt: int, ttl: int) -> None:
+        """Park attempt ``attempt`` of a delivery (a repeated Put of the same one changes nothing)."""
+        self.client.put_item(
+            TableName=self.table,
+            Item=serialize(
+                {"PK": keys.webhook_parked_pk(endpoint_id), "SK": sk, "attempt": attempt, "ttl": ttl}
+            ),
+        )
+
+    def unpark(self, endpoint_id: str, sk: str) -> int | None:
+        """Take a parked delivery off the list: its attempt, or None when someone else took it."""
+        result = self.client.delete_item(
+            TableName=self.table,
+            Key=key(keys.webhook_parked_pk(endpoint_id), sk),
+            ReturnValues="ALL_OLD",
+        )
+        old = result.get("Attributes")
+        return None if not old else int(from_dynamo(deserialize(old))["attempt"])
+
+    def parked(self, endpoint_id: str, limit: int) -> list[str]:
+        """The SKs of up to ``limit`` parked deliveries, oldest event first."""
+        found = self.client.query(
+            TableName=self.table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues=values(pk=keys.webhook_parked_pk(endpoint_id)),
+            Limit=limit,
+            ConsistentRead=True,
+        )
+        return [str(deserialize(item)["SK"]) for item in found.get("Items", [])]
 
     def disable(self, endpoint_id: str, reason: str, now: str) -> None:
         self.update_endpoint(endpoint_id, status=DISABLED, disabled_reason=reason, disabled_at=now)

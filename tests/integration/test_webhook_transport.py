@@ -108,3 +108,52 @@ def test_the_connected_address_is_checked_again() -> None:
     for port in serve(b"HTTP/1.1 200 OK\r\n\r\n"):
         deployed = transport.post(target(port), {}, "{}", allow_loopback_http=False)
         assert deployed.status is None and "loopback" in (deployed.error or "")
+
+
+def test_a_body_trickled_after_quick_headers_is_cut_off_at_the_deadline_not_per_read() -> None:
+    # each byte comes well within the socket's per-read timeout; the whole answer would take 20 s
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def run() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(head)
+            for _ in range(100):
+                try:
+                    conn.sendall(b"x")
+                except OSError:  # the client hung up at its deadline
+                    return
+                time.sleep(0.2)
+
+    threading.Thread(target=run, daemon=True).start()
+    started = time.monotonic()
+    answer = post(listener.getsockname()[1], timeout_s=1.0)
+    listener.close()
+    assert answer.status is None and answer.error == "timeout"
+    assert time.monotonic() - started < 2.5
+
+
+def test_connecting_takes_at_most_the_connect_timeout() -> None:
+    # a listener whose accept queue is full and never accepted: a new connection's SYN is dropped
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.2)
+    started = time.monotonic()
+    answer = post(port, timeout_s=transport.TIMEOUT_S)
+    elapsed = time.monotonic() - started
+    for sock in (*fillers, listener):
+        sock.close()
+    assert answer.status is None and answer.error in ("timeout", "connection: TimeoutError")
+    assert transport.CONNECT_TIMEOUT_S - 0.5 <= elapsed < transport.CONNECT_TIMEOUT_S + 2

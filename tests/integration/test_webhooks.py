@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from moto.dynamodb.models import DynamoDBBackend
 from standardwebhooks import Webhook
 
+from local_aws import hooks
 from local_aws.apigw import LambdaContext
 from local_aws.provision import LocalResources, create_queue
 from ops.webhooks import Webhooks
@@ -20,8 +24,17 @@ from shared.core import clock, specs
 from shared.core.errors import InvalidInput
 from shared.core.secrets import reset_cache
 from shared.store.subscribers import SubscriberStore
-from shared.webhooks.delivery import SCHEDULE_S, DeliveryContext, DeliveryQueue, parse_message, process
-from shared.webhooks.store import DELIVERED, DISABLED, FAILED, WebhookStore
+from shared.webhooks import transport
+from shared.webhooks.delivery import (
+    CIRCUIT_THRESHOLD,
+    SCHEDULE_S,
+    DeliveryContext,
+    DeliveryQueue,
+    parse_message,
+    probe_delay,
+    process,
+)
+from shared.webhooks.store import DELIVERED, DISABLED, FAILED, PENDING, WebhookStore
 from tests.integration.conftest import scan_all
 from tests.integration.webhook_support import Streams, sqs_records, take_queued
 
@@ -41,6 +54,17 @@ def env(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     reset_cache()
     take_queued(QUEUE)
     return values
+
+
+@pytest.fixture(autouse=True)
+def atomic_item_writes(aws: None) -> Iterator[None]:
+    """DynamoDB's single-item writes are atomic; moto's in-process ones are not across threads,
+    and a batch's deliveries now run in threads: the local runtime's emulation (local_aws.hooks)."""
+    originals = {name: getattr(DynamoDBBackend, name) for name in hooks.ITEM_WRITES}
+    hooks.atomic_item_writes()
+    yield
+    for name, write in originals.items():
+        setattr(DynamoDBBackend, name, write)
 
 
 @pytest.fixture
@@ -387,3 +411,136 @@ def test_an_attempt_taken_by_a_run_that_died_is_taken_again_only_once_stale(ops,
     assert process(message, at(taken_at + timedelta(seconds=200))).status == "delivered"
     assert process(message, at(taken_at + timedelta(seconds=400))).status == "duplicate"
     assert len(receiver.received) == 1
+
+
+class Poster:
+    """Stands for the receiver's network: every POST counted (a connection), answered with
+    ``status`` (None: no answer, as a receiver that hangs until the timeout) after ``delay_s``."""
+
+    def __init__(self, status: int | None = None, delay_s: float = 0.0) -> None:
+        self.status, self.delay_s, self.calls = status, delay_s, 0
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> transport.Answer:
+        with self._lock:
+            self.calls += 1
+        time.sleep(self.delay_s)
+        return transport.Answer(status=self.status, error=None if self.status else "timeout")
+
+
+def queued_messages() -> list[tuple[str, int]]:
+    return take_queued(QUEUE)
+
+
+def test_a_batch_is_delivered_concurrently_so_a_slow_receiver_holds_only_its_own_records(
+    ops, deliverer, subscribe
+) -> None:
+    # Given five deliveries to an endpoint that takes 0.6 s to answer each
+    ops.add("http://127.0.0.1:9/hooks", "subscriber.created")
+    for n in range(5):
+        subscribe(f"par{n}@example.com")
+    deliverer.context.post = Poster(status=200, delay_s=0.6)
+    bodies = [b for b, _ in queued_messages()]
+    # When they come in one batch
+    started = time.monotonic()
+    assert deliver(deliverer, bodies) == {"batchItemFailures": []}
+    # Then the batch took about one answer's time, not five (one after the other: 3 s)
+    assert deliverer.context.post.calls == 5
+    assert time.monotonic() - started < 1.8
+
+
+def test_the_circuit_opens_parks_deliveries_without_a_connection_and_a_probe_closes_it(
+    ops, deliverer, subscribe, env
+) -> None:
+    # Given an endpoint whose receiver never answers, and 7 events for it
+    added = ops.add("http://127.0.0.1:9/hooks", "subscriber.created")
+    endpoint_id = added.endpoint.id
+    for n in range(7):
+        subscribe(f"cb{n}@example.com")
+    hanging = deliverer.context.post = Poster(status=None)
+    bodies = [b for b, _ in queued_messages()]
+    # When the first CIRCUIT_THRESHOLD attempts fail
+    deliver(deliverer, bodies[:CIRCUIT_THRESHOLD])
+    assert hanging.calls == CIRCUIT_THRESHOLD
+    endpoint = ops.get(endpoint_id)
+    assert (endpoint.circuit, endpoint.circuit_failures, endpoint.circuit_opens) == ("open", 3, 1)
+    # Then one retry carries the probe, after the first back-off; the others keep the schedule
+    retries = [(parse_message(b), d) for b, d in queued_messages()]
+    probes = [(m, d) for m, d in retries if m.probe]
+    assert len(probes) == 1 and probes[0][1] == probe_delay(1) == 30
+    assert sorted(d for m, d in retries if not m.probe) == [SCHEDULE_S[1]] * (CIRCUIT_THRESHOLD - 1)
+    # and the other deliveries and those retries are parked: no connection, no attempt used
+    deliver(deliverer, bodies[CIRCUIT_THRESHOLD:])
+    deliver(deliverer, [_body(m) for m, _ in retries if not m.probe])
+    assert hanging.calls == CIRCUIT_THRESHOLD
+    assert queued_messages() == []
+    parked = WebhookStore(env["TABLE_NAME"]).parked(endpoint_id, 100)
+    assert len(parked) == 6
+    states = {d.sk: d for d in ops.deliveries(endpoint_id, limit=100)}
+    assert all(states[sk].status == PENDING for sk in parked)
+    assert sum(states[sk].attempts for sk in parked) == CIRCUIT_THRESHOLD - 1  # the 2 parked retries
+    # When the probe fails: one connection, the circuit stays open, the next probe waits longer
+    deliver(deliverer, [_body(probes[0][0])])
+    assert hanging.calls == CIRCUIT_THRESHOLD + 1
+    ((probe_body, probe_wait),) = queued_messages()
+    assert parse_message(probe_body).probe and probe_wait == max(SCHEDULE_S[2], probe_delay(2))
+    assert ops.get(endpoint_id).circuit_opens == 2
+    # When the receiver answers again: the probe closes the circuit, the parked ones go again
+    healthy = deliverer.context.post = Poster(status=200)
+    deliver(deliverer, [probe_body])
+    assert healthy.calls == 1
+    endpoint = ops.get(endpoint_id)
+    assert (endpoint.circuit, endpoint.circuit_failures, endpoint.failing_since) == (None, 0, None)
+    assert endpoint.public()["circuit"] == "closed"
+    run_queue(deliverer)
+    assert healthy.calls == 7
+    assert [d.status for d in ops.deliveries(endpoint_id, limit=100)] == [DELIVERED] * 7
+    assert WebhookStore(env["TABLE_NAME"]).parked(endpoint_id, 100) == []
+
+
+def _body(message: Any) -> str:
+    from shared.core.envelopes import encode
+    from shared.webhooks.delivery import CONTRACT
+
+    return encode(CONTRACT, message)
+
+
+def test_a_failed_attempt_delivered_twice_counts_once_toward_the_circuit(ops, deliverer, subscribe) -> None:
+    added = ops.add("http://127.0.0.1:9/hooks", "subscriber.created")
+    subscribe("twice@example.com")
+    hanging = deliverer.context.post = Poster(status=None)
+    ((body, _),) = queued_messages()
+    # SQS hands the same message twice in one batch, and again later
+    deliver(deliverer, [body, body])
+    deliver(deliverer, [body])
+    assert hanging.calls == 1
+    endpoint = ops.get(added.endpoint.id)
+    assert endpoint.circuit_failures == 1 and endpoint.circuit is None
+
+
+def test_parked_deliveries_fail_when_the_endpoint_is_disabled_and_the_circuit_ends(
+    ops, deliverer, subscribe, env
+) -> None:
+    # Given an open circuit with parked deliveries
+    added = ops.add("http://127.0.0.1:9/hooks", "subscriber.created")
+    for n in range(5):
+        subscribe(f"gone{n}@example.com")
+    deliverer.context.post = Poster(status=None)
+    bodies = [b for b, _ in queued_messages()]
+    deliver(deliverer, bodies[:CIRCUIT_THRESHOLD])
+    deliver(deliverer, bodies[CIRCUIT_THRESHOLD:])
+    retries = [b for b, _ in queued_messages()]
+    deliver(deliverer, [b for b in retries if not parse_message(b).probe])
+    probe = [b for b in retries if parse_message(b).probe]
+    assert len(WebhookStore(env["TABLE_NAME"]).parked(added.endpoint.id, 100)) == 4
+    # When the probe's answer is 410 Gone
+    deliverer.context.post = Poster(status=410)
+    deliver(deliverer, probe)
+    run_queue(deliverer)
+    # Then the endpoint is disabled, nothing stays parked, and the parked deliveries failed unsent
+    endpoint = ops.get(added.endpoint.id)
+    assert endpoint.status == DISABLED and endpoint.circuit is None
+    assert WebhookStore(env["TABLE_NAME"]).parked(added.endpoint.id, 100) == []
+    deliveries = ops.deliveries(added.endpoint.id, limit=100)
+    assert all(d.status == FAILED for d in deliveries)
+    assert [d.last_error for d in deliveries].count("endpoint disabled") == 4

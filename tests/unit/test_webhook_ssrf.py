@@ -107,3 +107,30 @@ def test_peer_check_refuses_a_private_connected_address() -> None:
     ssrf.check_peer("127.0.0.1", allow_loopback_http=True)
     with pytest.raises(ssrf.UnsafeUrl):
         ssrf.check_peer("169.254.169.254", allow_loopback_http=True)
+
+
+SITE_LOCAL = ("fec0::1", "fec0:0:0:1::5", "feff:ffff::1", "fec0::a9fe:a9fe", "fec0::ffff:808:808")
+
+
+@pytest.mark.parametrize("address", SITE_LOCAL)
+def test_site_local_ipv6_is_refused_whatever_ipaddress_calls_it(address: str) -> None:
+    # fec0::/10 (deprecated site-local, RFC 3879): ipaddress on Python 3.11 and 3.12 calls it
+    # is_global and not is_private; the guard refuses it anyway (not in global unicast 2000::/3)
+    assert ssrf.classify(ipaddress.ip_address(address)) == "site-local"
+    with pytest.raises(ssrf.UnsafeUrl, match="site-local"):
+        ssrf.resolve(f"https://[{address}]/hook")  # a literal in the URL
+    with pytest.raises(ssrf.UnsafeUrl, match="site-local"):
+        ssrf.resolve("https://hooks.example.com/", resolver=resolver_to(address))  # a DNS answer
+    with pytest.raises(ssrf.UnsafeUrl, match="site-local"):  # among public answers
+        ssrf.resolve("https://hooks.example.com/", resolver=resolver_to("2606:4700::1111", address))
+    with pytest.raises(ssrf.UnsafeUrl, match="site-local"):  # the local runtime refuses it too
+        ssrf.resolve(f"http://[{address}]/hook", allow_loopback_http=True)
+    with pytest.raises(ssrf.UnsafeUrl, match="site-local"):  # the connected peer
+        ssrf.check_peer(address)
+
+
+@pytest.mark.parametrize("address", ["4000::1", "100::1", "ff02::1", "8000::1", "fe00::1"])
+def test_ipv6_outside_global_unicast_is_refused(address: str) -> None:
+    assert ssrf.classify(ipaddress.ip_address(address)) is not None
+    with pytest.raises(ssrf.UnsafeUrl):
+        ssrf.resolve("https://hooks.example.com/", resolver=resolver_to(address))
