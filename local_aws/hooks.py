@@ -539,10 +539,10 @@ def atomic_item_writes() -> None:
         write = getattr(dynamodb_models.DynamoDBBackend, name)
         if getattr(write, "_mailstep_atomic", False):
             continue
-        setattr(dynamodb_models.DynamoDBBackend, name, _one_at_a_time(write))
+        setattr(dynamodb_models.DynamoDBBackend, name, one_at_a_time(write))
 
 
-def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
+def one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
     def atomic(self: Any, *args: Any, **kwargs: Any) -> Any:
         with _TRANSACTIONS:
             return write(self, *args, **kwargs)

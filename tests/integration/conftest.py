@@ -39,10 +39,13 @@ IDENTITY = MailIdentity(
 
 @pytest.fixture(scope="session")
 def aws() -> Iterator[None]:
-    # DynamoDB transactions as the local runtime emulates them (local_aws.hooks): moto's own
-    # deep-copies every table a transaction names, a cost that grows with each item stored.
+    # DynamoDB's writes as the local runtime emulates them (local_aws.hooks): transactions
+    # (moto's own deep-copies every table a transaction names, a cost that grows with each item
+    # stored), and single-item writes atomic across threads (moto checks and writes in steps).
     with mock_aws(), pytest.MonkeyPatch.context() as patch:
         patch.setattr(DynamoDBBackend, "transact_write_items", hooks.transact_write_items)
+        for name in hooks.ITEM_WRITES:
+            patch.setattr(DynamoDBBackend, name, hooks.one_at_a_time(getattr(DynamoDBBackend, name)))
         reset_clients()
         reset_cache()
         yield

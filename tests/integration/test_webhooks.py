@@ -8,15 +8,13 @@ import importlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from moto.dynamodb.models import DynamoDBBackend
 from standardwebhooks import Webhook
 
-from local_aws import hooks
 from local_aws.apigw import LambdaContext
 from local_aws.provision import LocalResources, create_queue
 from ops.webhooks import Webhooks
@@ -54,17 +52,6 @@ def env(resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     reset_cache()
     take_queued(QUEUE)
     return values
-
-
-@pytest.fixture(autouse=True)
-def atomic_item_writes(aws: None) -> Iterator[None]:
-    """DynamoDB's single-item writes are atomic; moto's in-process ones are not across threads,
-    and a batch's deliveries now run in threads: the local runtime's emulation (local_aws.hooks)."""
-    originals = {name: getattr(DynamoDBBackend, name) for name in hooks.ITEM_WRITES}
-    hooks.atomic_item_writes()
-    yield
-    for name, write in originals.items():
-        setattr(DynamoDBBackend, name, write)
 
 
 @pytest.fixture
