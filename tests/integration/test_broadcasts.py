@@ -92,7 +92,7 @@ def test_paged_resolution_matches_a_brute_force_filter_once_each(env: Env, peopl
 def test_the_live_count_adds_up_in_parts_to_the_dry_run_and_refuses_a_forged_cursor(
     env: Env, people, monkeypatch: pytest.MonkeyPatch, tags: tuple[str, ...]
 ) -> None:
-    monkeypatch.setattr(ops_broadcasts, "COUNT_PAGE", 5)  # 240 people: several parts
+    monkeypatch.setattr(ops_broadcasts, "COUNT_PAGE", 40)  # 240 people: several parts
     request = parse_request(id="counted", template=TEMPLATE, audience={"tags": list(tags)})
     size, sample = env.service.preview(request)
 
