@@ -30,18 +30,18 @@ from tests.integration.conftest import sqs_record
 
 TEMPLATE = "newsletter/monthly"
 SEGMENTS = 4
-PAGE = 13  # recipients per page: ~270 recipients in 4 segments take ~20 pages, most ending inside a segment
+PAGE = 13  # recipients per page: ~135 recipients in 4 segments take ~12 pages, most ending inside a segment
 
 
 @pytest.fixture
 def people(store: SubscriberStore) -> list[dict[str, Any]]:
-    return seed(store, 300)  # profiles with their TAG# partners: the Scan reads both
+    return seed(store, 150)  # profiles with their TAG# partners: the Scan reads both
 
 
 @pytest.fixture
 def resolver(env: Env, resources: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The resolver Lambda's handler module, configured from the environment as deployed,
-    with smaller pages and segments so that 300 subscribers take several of each."""
+    with smaller pages and segments so that 150 subscribers take several of each."""
     for name, value in resources.env().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv(ENV["broadcast_queue_url"], env.queues.batch_url)
@@ -128,7 +128,7 @@ def test_segmented_pages_give_each_reader_once(env, people, page_size, segments,
 
 
 def test_everyone_is_read_in_parallel_segments_and_is_exactly_the_audience(env, people, resolver, requests):
-    # Given 300 subscribers (some unsubscribed or suppressed) and a broadcast to everyone
+    # Given 150 subscribers (some unsubscribed or suppressed) and a broadcast to everyone
     env.service.send(parse_request(id="all", template=TEMPLATE))
 
     # When the resolver handler takes the control queue's messages until it is empty
