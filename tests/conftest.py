@@ -21,22 +21,24 @@ os.environ.setdefault("POWERTOOLS_DEV", "false")
 # collection order: with the long ones started first, the short ones fill in around them and
 # the two workers finish close together, instead of one running a long file alone at the end.
 LONGEST_FIRST = (
-    "tests/e2e/test_day_one.py",
+    "tests/e2e/test_webhooks.py",
+    "tests/integration/test_broadcasts.py",
     "tests/e2e/test_broadcast_faults.py",
     "tests/e2e/test_broadcasts.py",
+    "tests/e2e/test_day_one.py",
     "tests/e2e/test_warmup.py",
     "tests/e2e/test_local_runtime.py",
     "tests/e2e/test_mcp.py",
+    "tests/e2e/test_signup.py",
     "tests/e2e/test_sunset.py",
-    "tests/integration/test_store_invariants.py",
-    "tests/e2e/test_sequences.py",
-    "tests/e2e/test_engagement.py",
-    "tests/e2e/test_hygiene.py",
-    "tests/e2e/test_reputation.py",
-    "tests/integration/test_broadcasts.py",
-    "tests/e2e/test_reply_forwarding.py",
     "tests/e2e/test_console_browser.py",
-    "tests/e2e/test_csv_import.py",
+    "tests/e2e/test_signup_held.py",
+    "tests/e2e/test_operations.py",
+    "tests/e2e/test_engagement.py",
+    "tests/e2e/test_iam_enforced.py",
+    "tests/e2e/test_stack_target.py",
+    "tests/e2e/test_artifact.py",
+    "tests/integration/test_broadcast_everyone.py",
 )
 
 
