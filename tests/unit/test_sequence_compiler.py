@@ -149,6 +149,7 @@ steps:
     assert "S3_if" in states
     onboarding = compile_sequence(require_catalog(SEQUENCES_DIR).sequences["onboarding"])
     assert onboarding["States"]["S5_branch"]["Parameters"]["else"]["template"] == "onboarding/upgrade"
+    assert path_lengths(onboarding) == [7]  # 4 mails on either branch: 1.75 transitions per mail (was 9)
 
 
 def test_tag_after_send_rides_on_the_send_task() -> None:
