@@ -8,7 +8,9 @@ Shape (docs/sequences.md explains the cost model):
   the EXEC pair before StartExecution and the last Task of every path removes it
   (``"finish": true``), so a linear sequence costs (2 x sends - 1) transitions;
 - ``if`` on tags/attributes is a native Choice on the execution input while that snapshot
-  is fresh (no wait or tag step before it), otherwise a ``check`` Task + Choice;
+  is fresh (no wait or tag step before it); otherwise, when each branch is at most one send,
+  one ``branch`` Task that evaluates the condition and sends the chosen mail, else a
+  ``check`` Task + Choice;
 - with a ``send_window`` each wait ends inside the window: the Task before the Wait returns
   the wake-up time (``$.r.wake``) and the Wait uses ``TimestampPath``; a Wait reached from a
   Choice or another Wait gets a small ``schedule`` Task in front;
