@@ -8,7 +8,9 @@ Shape (docs/sequences.md explains the cost model):
   the EXEC pair before StartExecution and the last Task of every path removes it
   (``"finish": true``), so a linear sequence costs (2 x sends - 1) transitions;
 - ``if`` on tags/attributes is a native Choice on the execution input while that snapshot
-  is fresh (no wait or tag step before it), otherwise a ``check`` Task + Choice;
+  is fresh (no wait or tag step before it); otherwise, when each branch is at most one send,
+  one ``branch`` Task that evaluates the condition and sends the chosen mail, else a
+  ``check`` Task + Choice;
 - with a ``send_window`` each wait ends inside the window: the Task before the Wait returns
   the wake-up time (``$.r.wake``) and the Wait uses ``TimestampPath``; a Wait reached from a
   Choice or another Wait gets a small ``schedule`` Task in front;
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from shared.core.yaml_source import Path_
 from shared.sequences.model import (
@@ -79,6 +81,7 @@ RETRY_PAUSED = {
     "JitterStrategy": "FULL",
 }
 RETRY_LAMBDA = {"ErrorEquals": LAMBDA_TRANSIENT, "IntervalSeconds": 2, "BackoffRate": 2.0, "MaxAttempts": 6}
+MAILING = ("send", "branch")  # the actions that may send a mail
 FINISH_STATE = "Finish"
 FAIL_TASK_STATE = "Failed_cleanup"
 FAIL_STATE = "Failed"
@@ -194,6 +197,31 @@ def _attribute_rule(condition: AttributeCondition) -> dict[str, Any]:
     return {"And": [present, {"Variable": var, "IsNumeric": True}, {"Variable": var, op: limit}]}
 
 
+def mail_of(step: SendStep, then_tag: TagStep | None = None) -> dict[str, Any]:
+    """A send step's own part of the payload: template, subject, variants, a riding tag change."""
+    params: dict[str, Any] = {"template": step.send}
+    if step.subject is not None:
+        params["subject"] = step.subject
+    if step.variants:
+        params["weight"] = step.weight
+        params["variants"] = [v.model_dump(exclude_none=True) for v in step.variants]
+    if then_tag is not None:
+        params["add"], params["remove"] = then_tag.tag.add, then_tag.tag.remove
+    return params
+
+
+def branch_mail(steps: list[Step], path: Path_) -> dict[str, Any] | None | Literal[False]:
+    """An ``if`` branch as the payload of a ``branch`` Task: None when empty, its one send (and
+    a tag riding on it) with that send's own step code, or False when it holds anything else."""
+    if not steps:
+        return None
+    send, *rest = steps
+    if not isinstance(send, SendStep) or len(rest) > 1 or (rest and not isinstance(rest[0], TagStep)):
+        return False
+    tag = rest[0] if rest and isinstance(rest[0], TagStep) else None
+    return {"step": step_code((*path, 0)), **mail_of(send, tag)}
+
+
 class _Compiler:
     def __init__(self, sequence: Sequence) -> None:
         self.seq = sequence
@@ -223,7 +251,7 @@ class _Compiler:
         return {**body, **params}
 
     def task(self, name: str, action: str, code: str, params: dict[str, Any], cont: Cont) -> str:
-        retry = [RETRY_SEND, RETRY_PAUSED, RETRY_LAMBDA] if action == "send" else [RETRY_LAMBDA]
+        retry = [RETRY_SEND, RETRY_PAUSED, RETRY_LAMBDA] if action in MAILING else [RETRY_LAMBDA]
         state: dict[str, Any] = {
             "Type": "Task",
             "Resource": STEP_FUNCTION_PLACEHOLDER,
@@ -289,20 +317,7 @@ class _Compiler:
         if isinstance(step, ExitStep):
             return self.end()
         if isinstance(step, SendStep):
-            params: dict[str, Any] = {"template": step.send, "data.$": "$.data"}
-            if step.subject is not None:
-                params["subject"] = step.subject
-            if step.variants:
-                params["weight"] = step.weight
-                params["variants"] = [v.model_dump(exclude_none=True) for v in step.variants]
-            if self.seq.transactional:
-                params["transactional"] = True
-            if self.seq.topic is not None:
-                params["topic"] = self.seq.topic
-            if self.seq.sender is not None:
-                params["sender"] = self.seq.sender.model_dump(by_alias=True, exclude_none=True)
-            if then_tag is not None:
-                params["add"], params["remove"] = then_tag.tag.add, then_tag.tag.remove
+            params = {**self.mail_params(), **mail_of(step, then_tag)}
             name = f"{code}_send_{step.send.replace('/', '-')}"[:80]
             return Cont.to(self.task(name, "send", code, params, cont))
         if isinstance(step, TagStep):
@@ -311,6 +326,13 @@ class _Compiler:
         if isinstance(step, WaitStep):
             return self.wait(code, step.wait, cont)
         assert isinstance(step, IfStep)
+        live = not (path in self.fresh and not uses_live_data(step.if_))
+        branches = (branch_mail(step.then, (*path, "then")), branch_mail(step.else_, (*path, "else")))
+        if live and all(b is not False for b in branches):
+            # check + Choice + send folded into one Task that evaluates and sends: 2 transitions less
+            params = {**self.mail_params(), "condition": condition_to_data(step.if_)}
+            params |= {key: b for key, b in zip(("then", "else"), branches, strict=True) if b is not None}
+            return Cont.to(self.task(f"{code}_branch", "branch", code, params, cont))
         then = self.steps(step.then, (*path, "then"), cont)
         other = self.steps(step.else_, (*path, "else"), cont)
         choice_name = f"{code}_if"
@@ -326,6 +348,17 @@ class _Compiler:
             check = {"condition": condition_to_data(step.if_)}
             return Cont.to(self.task(f"{code}_check", "check", code, check, Cont.to(choice_name)))
         return Cont.to(choice_name)
+
+    def mail_params(self) -> dict[str, Any]:
+        """What every mail of the sequence carries (the step's own template and subject aside)."""
+        params: dict[str, Any] = {"data.$": "$.data"}
+        if self.seq.transactional:
+            params["transactional"] = True
+        if self.seq.topic is not None:
+            params["topic"] = self.seq.topic
+        if self.seq.sender is not None:
+            params["sender"] = self.seq.sender.model_dump(by_alias=True, exclude_none=True)
+        return params
 
     def wait(self, code: str, seconds: int, cont: Cont) -> Cont:
         name = f"{code}_wait_{duration_label(seconds)}" if seconds else f"{code}_window"

@@ -7,6 +7,9 @@ loaded here. Actions:
 - ``send``: send through the one send pipeline with the send-once key
   (subscriber, sequence, step code + execution), then apply a riding ``tag`` change;
 - ``check``: evaluate a condition on live data -> ``{"ok": bool}``;
+- ``branch``: an ``if`` whose branches are each at most one send: evaluate the condition on
+  live data and send the chosen branch's mail (``then`` / ``else``) as that branch's own send
+  step (its step code: the same send-once key and per-step counts as a send Task of its own);
 - ``tag``: add/remove tags through the store (TAG# partners stay in sync);
 - ``schedule``: only compute the wake-up time of the next Wait;
 - ``finish``: remove the EXEC pair (also ``"finish": true`` on the last Task of a path);
@@ -62,12 +65,26 @@ class SendFailed(Exception):
     """The send pipeline reported a permanent failure (render error, SES rejected)."""
 
 
-class StepRequest(BaseModel):
+class BranchMail(BaseModel):
+    """One branch of a ``branch`` Task: its send step's code and its own part of the payload."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step: str = Field(pattern=r"^[A-Z0-9]{1,40}$")
+    template: str
+    subject: str | None = None
+    variants: list[Variant] = Field(default_factory=list)
+    weight: int = 1
+    add: list[str] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+
+
+class StepRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     contract: Literal["sequence.step"]
     version: Literal[1]
-    action: Literal["send", "check", "tag", "schedule", "finish", "fail"]
+    action: Literal["send", "branch", "check", "tag", "schedule", "finish", "fail"]
     sequence: str
     step: str = Field(pattern=r"^[A-Z0-9]{1,40}$")
     email: str
@@ -88,10 +105,13 @@ class StepRequest(BaseModel):
     condition: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     data: dict[str, Any] = Field(default_factory=dict)  # the trigger event's data (templates read it)
+    then: BranchMail | None = None
+    else_: BranchMail | None = Field(default=None, alias="else")
 
     def model_post_init(self, context: Any) -> None:
         validate_name(self.sequence, "sequence")
-        for tag in (*self.add, *self.remove):
+        branches = [b for b in (self.then, self.else_) if b is not None]
+        for tag in (*self.add, *self.remove, *(t for b in branches for t in (*b.add, *b.remove))):
             validate_name(tag, "tag")
         if self.contract != CONTRACT or self.version != VERSION:
             raise ValueError("unsupported contract")
@@ -143,9 +163,8 @@ def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
         _require_pair(request, deps)
     result: dict[str, Any] = {}
     attributes: dict[str, Any] | None = None
-    if request.action == "send":
-        result["outcome"] = _send(request, deps)
-    elif request.action == "check":
+    mail: StepRequest | None = request if request.action == "send" else None
+    if request.action in ("check", "branch"):
         assert request.condition is not None
         profile = deps.store.get_profile(request.email)
         tags, attributes = (profile.tags, profile.attributes) if profile else (frozenset(), {})
@@ -155,7 +174,14 @@ def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
             attributes,
             lambda kind, key: _engaged(request, deps, kind, key),
         )
-    if request.add or request.remove:
+        if request.action == "branch":
+            chosen = request.then if result["ok"] else request.else_
+            mail = None if chosen is None else request.model_copy(update=dict(chosen))
+    if mail is not None:
+        result["outcome"] = _send(mail, deps)
+    if mail is not None and (mail.add or mail.remove):
+        deps.store.upsert(request.email, add_tags=mail.add, remove_tags=mail.remove)
+    elif request.action == "tag" and (request.add or request.remove):
         deps.store.upsert(request.email, add_tags=request.add, remove_tags=request.remove)
     if request.wait is not None:
         if attributes is None and request.window is not None:

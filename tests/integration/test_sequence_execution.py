@@ -255,6 +255,61 @@ def test_linear_sequence_costs_at_most_two_transitions_per_email(harness: Harnes
     assert harness.exec_items() == []
 
 
+def test_a_live_branch_of_single_sends_is_one_task_and_its_retry_sends_once(harness: Harness) -> None:
+    """Given onboarding (its ``if {tag: pro}`` after a wait folds check, Choice and send into one
+    ``branch`` Task), When the branch's first send is throttled and the Task retried, Then each
+    reader gets one mail of their branch and a run costs 7 transitions for 4 mails (the retry
+    one more: AWS bills a Task's retry as a transition)."""
+    catalog, problems = load_catalog(SEQUENCES_DIR)
+    assert problems == []
+    onboarding = catalog.sequences["onboarding"]
+    harness.deploy(onboarding)
+    harness.scripted["onboarding/upgrade"] = ["retryable"]
+    runs = {
+        "pro": start(harness, onboarding, "fold-pro@example.com", tags=["pro"]),
+        "basic": start(harness, onboarding, "fold-basic@example.com"),
+    }
+    for kind, run in runs.items():
+        assert run["status"] == "SUCCEEDED"
+        sent = harness.sent(f"fold-{kind}@example.com")
+        assert sent[2] == ("onboarding/pro-tips" if kind == "pro" else "onboarding/upgrade")
+        assert len(sent) == 4
+        assert state_transitions(harness.sfn.history(run["executionArn"])) == 7 + (kind == "basic")
+    assert harness.scripted["onboarding/upgrade"] == [] and len(harness.retries) == 1
+    assert not any(i["action"] == "check" for i in harness.invocations)
+    assert harness.exec_items() == []
+
+
+def test_a_branch_step_delivered_twice_sends_once(harness: Harness) -> None:
+    """Given a running execution's pair, When the same ``branch`` payload is run twice (a
+    redelivered invocation), Then one mail goes out, under the chosen branch's own step code."""
+    email = "fold-twice@example.com"
+    harness.store.upsert(email, first_name="Ada", add_tags=["pro"])
+    arn = f"{PREFIX}t:t-twice"
+    harness.store.put_execution(email, "t", arn)
+    payload = {
+        "contract": "sequence.step",
+        "version": 1,
+        "action": "branch",
+        "sequence": "t",
+        "step": "S3",
+        "email": email,
+        "execution": arn,
+        "condition": {"tag": "pro"},
+        "then": {"step": "S3T1", "template": "onboarding/pro-tips", "subject": "Pro", "add": ["seen"]},
+        "else": {"step": "S3E1", "template": "onboarding/upgrade", "subject": "Upgrade"},
+    }
+    deps = StepDeps(store=harness.store, send=harness.send)
+    first = run_step(parse_request(payload), deps)
+    second = run_step(parse_request(payload), deps)
+    assert (first["ok"], first["outcome"]) == (True, "sent")
+    assert second["outcome"] == "skipped:already_sent"
+    assert harness.sent(email) == ["onboarding/pro-tips"]
+    log = [i for i in scan_all(harness.store.table) if i["SK"].startswith(keys.SENT_PREFIX)]
+    assert [i["step"] for i in log if i["email"] == email] == [f"S3T1:{arn.rsplit(':', 1)[-1][-40:]}"]
+    assert "seen" in harness.store.get_profile(email).tags  # type: ignore[union-attr]
+
+
 def test_every_step_kind_and_condition_executes(harness: Harness) -> None:
     sequence = sequence_from(
         """

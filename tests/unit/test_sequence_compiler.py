@@ -92,7 +92,7 @@ def test_output_is_byte_identical_and_names_are_readable() -> None:
         assert all(len(name) <= 80 for name in asl["States"])
     onboarding = compile_sequence(require_catalog(SEQUENCES_DIR).sequences["onboarding"])
     assert "S1_send_onboarding-welcome" in onboarding["States"]
-    assert "S5T1_send_onboarding-pro-tips" in onboarding["States"]
+    assert "S5_branch" in onboarding["States"]
     assert render_definition(definition_json(LINEAR), "arn:fn").count("arn:fn") == 4 + 1  # + the fail Task
 
 
@@ -115,13 +115,41 @@ steps:
     states = asl["States"]
     assert states["S1_if"]["Choices"][0]["Variable"] == "$.tags.t_pro"
     assert "S1_check" not in states
-    assert states["S3_check"]["Parameters"]["condition"] == {"tag": "pro"}
-    assert states["S3_if"]["Choices"][0] == {
-        "Variable": "$.r.ok",
-        "BooleanEquals": True,
-        "Next": "S3T1_send_onboarding-tips",
-    }
-    assert states["S4_check"]["Parameters"]["condition"] == {"opened": "onboarding/tips"}
+    # stale (after a wait) and engagement conditions are evaluated by the step function on live
+    # data: here in the one Task that also sends the branch's mail
+    assert states["S3_branch"]["Parameters"]["condition"] == {"tag": "pro"}
+    assert states["S4_branch"]["Parameters"]["condition"] == {"opened": "onboarding/tips"}
+    assert not any(state["Type"] == "Choice" for name, state in states.items() if name != "S1_if")
+
+
+def test_a_live_if_of_single_sends_is_one_branch_task() -> None:
+    asl = compile_sequence(
+        seq(
+            """
+trigger: go
+steps:
+  - wait: 1d
+  - if: {tag: pro}
+    then: [{send: onboarding/tips, subject: a}, {tag: {add: [x]}}]
+  - if: {opened: onboarding/tips}
+    then: [{send: onboarding/tips, subject: b}]
+    else: [exit]
+"""
+        )
+    )
+    states = asl["States"]
+    assert structural_problems(asl) == []
+    branch = states["S2_branch"]["Parameters"]
+    assert (branch["action"], branch["condition"]) == ("branch", {"tag": "pro"})
+    then = {"step": "S2T1", "template": "onboarding/tips", "subject": "a", "add": ["x"], "remove": []}
+    assert branch["then"] == then
+    assert "else" not in branch and "S2_check" not in states and "S2_if" not in states
+    assert states["S2_branch"]["Retry"][0]["ErrorEquals"] == ["SendRetryable"]
+    assert states["S2_branch"]["Next"] == "S3_check"  # an exit in a branch keeps check + Choice
+    assert "S3_if" in states
+    onboarding = compile_sequence(require_catalog(SEQUENCES_DIR).sequences["onboarding"])
+    assert onboarding["States"]["S5_branch"]["Parameters"]["else"]["template"] == "onboarding/upgrade"
+    assert path_lengths(onboarding) == [7]  # 4 mails on either branch: 1.75 transitions per mail (was 9)
 
 
 def test_tag_after_send_rides_on_the_send_task() -> None:
