@@ -11,8 +11,9 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
 from shared.core import specs
-from stacks.config import MailstepConfig, warm_throughput
+from stacks.config import MailstepConfig
 from stacks.constructs.storage import Storage
+from stacks.warm import warm_throughput
 
 
 def tables(context: dict[str, Any]) -> dict[str, dict[str, Any]]:
