@@ -56,7 +56,8 @@ CASES = [
                  "DynamoDB MainTable table, fresh (4,000 WRU/s or 12,000 RRU/s, limiter 600 WRU/s)",
                  (1 - 600 / 4000) / (2.0 / 4000 + 5.0 / 12000), id="limiter-polling"),
     pytest.param(replace(BASE, table_units={"EventsTable/SequenceIndex": (5.0, 0.0)}), {}, MATURE,
-                 "DynamoDB EventsTable/SequenceIndex index (GSI back-pressure", 800.0, id="gsi-back-pressure"),
+                 "DynamoDB EventsTable/SequenceIndex index (GSI back-pressure", 800.0,
+                 id="gsi-back-pressure"),
     pytest.param(replace(BASE, cpu_ms_per_mail={"broadcast-worker": 40.0}),
                  {"broadcast-worker": shape("broadcast-worker", 20, "event source maximum")}, MATURE,
                  "Lambda CPU of broadcast-worker (20 x 1.00 vCPU", 500.0, id="lambda-cpu"),
@@ -110,7 +111,12 @@ def test_warm_tables_take_the_broadcasts_mix_that_a_fresh_table_cannot() -> None
 def test_quotas_by_region_account_and_tables() -> None:
     big, other = quotas("us-west-2"), quotas("eu-central-2", "new")
 
-    assert (big.sfn_start, big.sfn_transitions, big.ses_rate, big.lambda_concurrency) == (300, 5000, 1000, 1000)
+    assert (big.sfn_start, big.sfn_transitions, big.ses_rate, big.lambda_concurrency) == (
+        300,
+        5000,
+        1000,
+        1000,
+    )
     assert (other.sfn_start, other.sfn_transitions, other.ses_rate) == (150, 800, 14)
     assert quotas(account="new", lambda_concurrency=10, sfn_transitions=400).lambda_concurrency == 10
     assert big.table_capacity("MainTable") == (NEW_TABLE_WRU, NEW_TABLE_RRU)
