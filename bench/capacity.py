@@ -12,7 +12,14 @@ is reached. Pure functions of the recorded requests; ``bench.capacity_runs`` run
   on a key. The hottest key is the largest sum over one actual key value, divided by the mails.
 - **Transactions per item.** How many TransactWriteItems requests named the same item
   (table, PK, SK), the largest count divided by the mails: transactions on one item conflict.
-- **Ceiling.** Each published limit divided by what one mail takes of it; the smallest wins.
+- **Tables.** The write and read units per mail of each table and index, all keys together: a
+  table serves at once a linear mix of 4,000 WRU and 12,000 RRU per second when new (or its warm
+  throughput), and a throttled index throttles its table's writes.
+- **Ceiling.** Each limit (:data:`LIMITS`, one sourced table; :class:`Quotas` for a Region, an
+  account and the tables) divided by what one mail takes of it; the smallest of all wins.
+
+Everything here is pure (the limits, :func:`ceilings`, :func:`result`), so unit tests build
+:class:`Inputs` by hand; ``bench.capacity_runs`` measures them on the local runtime.
 """
 
 from __future__ import annotations
@@ -100,11 +107,14 @@ LIMITS: dict[str, Limit] = {
         Limit("http_api", 10000, "API Gateway requests/s per account and Region",
               "https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html"),
         Limit("ses_rate_mature", 1000, "SES maximum send rate assumed for a mature account (mails/s)",
-              "https://docs.aws.amazon.com/ses/latest/dg/manage-sending-quotas.html",
+              "https://docs.aws.amazon.com/ses/latest/dg/quotas.html",
               "an example: AWS raises it on request; --ses-rate sets yours"),
         Limit("ses_rate_new", 14,
-              "SES maximum send rate of a new account with production access (mails/s)",
-              "https://docs.aws.amazon.com/ses/latest/dg/request-production-access.html"),
+              "SES maximum send rate of a new account just out of the sandbox (mails/s)",
+              "https://docs.aws.amazon.com/ses/latest/dg/quotas.html: 1/s in the sandbox; out of it "
+              "the rate 'varies based on your specific use case' (not documented)",
+              "assumed 14/s (mailstep:sesMaxSendRate's default); --ses-rate sets yours "
+              "(mailstep doctor shows it)"),
         Limit("ddb_latency_ms", 10, "DynamoDB request latency (ms)",
               f"{DDB_GUIDE}/on-demand-capacity-mode.html (single-digit milliseconds)",
               "the upper end of single digits, plus the network"),
@@ -447,8 +457,9 @@ def quotas(region: str = "us-east-1", account: str = "mature", table: str = "fre
            sfn_transitions: float | None = None) -> Quotas:  # fmt: skip
     """The quotas of ``region`` for a ``new`` or ``mature`` account with ``fresh`` or ``warm``
     tables (warmed for ``peak`` mails/s, by default the SES rate). A new account's SES rate is
-    the production start (14/s); its Lambda concurrency and state transitions are reduced by an
-    amount AWS does not document, so the documented defaults stand unless given."""
+    the assumed start out of the sandbox (14/s); its Lambda concurrency and state transitions
+    are reduced by an amount AWS does not document, so the documented defaults stand unless
+    given."""
     big = region in BIG_SFN_REGIONS
     rate = ses_rate if ses_rate is not None else LIMITS[f"ses_rate_{account}"].value
     warm = (
@@ -484,7 +495,7 @@ class Inputs:
     ses_share: float = 1.0  # the share of the SES rate the scenario's sends may use
     # table id or "<table id>/<index>" -> (write units, read units) per mail, all keys together
     table_units: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    requests_per_mail: float = 0.0  # AWS requests of every service: each one a wait in a function
+    requests_per_mail: float = 0.0  # DynamoDB requests, starts and SES sends: each a wait in a function
     broadcast: bool = False  # the broadcast workers' limiter polls the main table while it sends
 
     def public(self) -> dict[str, Any]:
@@ -552,10 +563,8 @@ def resolution_rate(cpu_ms_per_recipient: float, vcpu: float, page: int = 1000) 
     return page / page_s
 
 
-def _table_ceiling(
-    where: str, units: tuple[float, float], capacity: tuple[float, float], fixed: float
-) -> float:
-    """Mails per second before ``where``'s throughput (a linear mix of writes and reads) is full,
+def _table_ceiling(units: tuple[float, float], capacity: tuple[float, float], fixed: float) -> float:
+    """Mails per second before a table's or an index's throughput (a linear mix of writes and reads) is full,
     with ``fixed`` write units per second taken first."""
     (write, read), (cap_write, cap_read) = units, capacity
     mix = write / cap_write + read / cap_read
@@ -586,7 +595,7 @@ def ceilings(
         kind = "index (GSI back-pressure on the table's writes)" if "/" in where else f"table, {q.table}"
         polls = f", limiter {fixed:,.0f} WRU/s" if fixed else ""
         name = f"DynamoDB {where} {kind} ({cap_write:,.0f} WRU/s or {cap_read:,.0f} RRU/s{polls})"
-        found[name] = _table_ceiling(where, units, (cap_write, cap_read), fixed)
+        found[name] = _table_ceiling(units, (cap_write, cap_read), fixed)
     for name, cpu_ms in sorted(inputs.cpu_ms_per_mail.items()):
         shape = shapes.get(name)
         if shape is not None and cpu_ms > 0:

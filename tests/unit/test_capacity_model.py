@@ -162,3 +162,38 @@ def test_docs_bench_md_shows_the_limits_table() -> None:
     assert found, "docs/bench.md has no limits table between its markers"
     assert found.group(1) == limits_markdown(), "regenerate: python -c 'from bench.capacity import ..."
     assert all(limit.source for limit in LIMITS.values())
+
+
+def test_a_derived_run_recomputes_under_other_quotas_with_its_trigger_wave() -> None:
+    """``python -m bench capacity --inputs FILE``: the inputs a run recorded, derived again for
+    another Region, account and tables, without running anything."""
+    from collections import Counter
+
+    from bench.__main__ import day_one, recompute
+    from bench.capacity import compact
+    from bench.capacity_runs import Run, derive
+    from bench.meter import Measurement, Request
+
+    def put(i: int) -> dict:
+        return {"TableName": "mailstep-main", "Item": {"PK": {"S": f"SUB#{i}@x.io"}, "SK": {"S": "EXEC"}}}
+
+    log = [compact(Request("function", "dynamodb", "PutItem", put(i), {})) for i in range(10)]
+    log.append(compact(Request("function", "stepfunctions", "StartExecution", {}, {})))
+    measurement = Measurement("sequences", 10, "mail", Counter({("dynamodb", "PutItem"): 10}), wru=10.0,
+                              rru=0.0, lambda_invocations=10, lambda_gb_s=0.0, sfn_transitions=20,
+                              ses_sends=10, http_requests=0, sqs_platform_requests=0)  # fmt: skip
+    step = shape("sequence-step")
+    run = Run("sequences", "a drip", "mail", measurement, log, {"sequence-step": 0.4},
+              shapes={"sequence-step": step})  # fmt: skip
+
+    stored = {"sequences": json.loads(json.dumps(derive(run, MATURE)))}
+    again = recompute(stored, quotas("eu-central-2", "new"))
+
+    assert stored["sequences"]["limited_by"] == "SES rate (1000/s)"
+    assert stored["sequences"]["inputs"]["table_units"] == {"MainTable": [1.0, 0.0]}
+    assert again["sequences"]["limited_by"] == "SES rate (14/s)"
+    assert again["trigger-wave"]["inputs"]["starts_per_mail"] == 1.0
+    first = day_one(stored, "eu-central-2")
+    assert first["quotas"] == "eu-central-2, new account, fresh tables, SES 14/s"
+    # 2 transitions per mail and their retries: 800/s in a smaller Region gives 381 mails/s
+    assert first["sequences"]["limited_without_ses_by"].startswith("Step Functions state transitions (800/s")
