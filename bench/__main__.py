@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 # Before anything imports shared.core.observability: the bench prints tables, not handler logs.
@@ -78,8 +79,8 @@ def _rate(per_s: float | None) -> str:
     return f"{per_s:,.1f}" if per_s < 100 else f"{per_s:,.0f}"
 
 
-def capacity_table(results: dict[str, dict[str, Any]]) -> Table:
-    table = Table(title="Capacity model (per mail; subscribe and import: per subscriber)")
+def capacity_table(results: dict[str, dict[str, Any]], quotas: str = "") -> Table:
+    table = Table(title=f"Capacity model (per mail; subscribe and import: per subscriber) - {quotas}")
     for column in ("scenario", "ceiling /s", "limited by", "without SES /s", "hottest key (WCU per mail)",
                    "tx per item", "CPU ms per mail (function)"):  # fmt: skip
         table.add_column(
@@ -98,10 +99,55 @@ def capacity_table(results: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
+DAY_ONE_REGION = "eu-central-2"  # a Region of the Step Functions quotas' "all other Regions"
+
+
+def recompute(stored: dict[str, dict[str, Any]], q: Any) -> dict[str, dict[str, Any]]:
+    """Measured scenarios (``--json`` output) under other quotas: the inputs and function shapes
+    each scenario recorded, the ceilings derived again."""
+    from bench import capacity as model
+
+    found: dict[str, dict[str, Any]] = {}
+    for name, scenario in stored.items():
+        if "inputs" not in scenario:
+            continue
+        inputs = model.inputs_from(scenario["inputs"])
+        found[name] = {**scenario, **model.result(inputs, shapes_of(scenario, q.ses_rate), q)}
+    if "sequences" in found:  # a sign-up or import spike: the drip's first mails
+        wave = model.trigger_wave(model.inputs_from(found["sequences"]["inputs"]))
+        found["trigger-wave"] = {
+            **found["sequences"],
+            "description": "a sign-up or import spike: one StartExecution per subscriber's first mail",
+            "inputs": wave.public(),
+            **model.result(wave, shapes_of(found["sequences"], q.ses_rate), q),
+        }
+    return found
+
+
+def shapes_of(scenario: dict[str, Any], ses_rate: float) -> dict[str, Any]:
+    from bench import capacity as model
+
+    shapes = {f: model.FunctionShape(**shape) for f, shape in scenario["shapes"].items()}
+    return model.shapes_for(shapes, ses_rate)
+
+
+def day_one(stored: dict[str, dict[str, Any]], region: str) -> dict[str, Any]:
+    """Broadcast and sequences on a new account's first day: fresh tables, a smaller Region."""
+    from bench import capacity as model
+
+    q = model.quotas(region=region, account="new", table="fresh")
+    found = recompute({n: s for n, s in stored.items() if n in ("broadcast", "sequences")}, q)
+    return {"quotas": q.describe(), **{n: {k: r[k] for k in _CEILING_KEYS} for n, r in found.items()}}
+
+
+_CEILING_KEYS = ("ceiling_per_s", "limited_by", "ceiling_without_ses_per_s", "limited_without_ses_by")
+
+
 def capacity(argv: list[str]) -> int:
-    """``python -m bench capacity [--json] [--ses-rate N] [scenario ...]``."""
+    """``python -m bench capacity [--region R] [--account new|mature] [--table fresh|warm] [--json]
+    [--inputs FILE] [scenario ...]``."""
+    from bench import capacity as model
     from bench import capacity_runs
-    from bench.capacity import DEFAULT_SES_RATE
 
     parser = argparse.ArgumentParser(
         prog="python -m bench capacity",
@@ -110,9 +156,22 @@ def capacity(argv: list[str]) -> int:
     parser.add_argument("scenarios", nargs="*", metavar="scenario",
                         help=f"of {list(capacity_runs.SCENARIOS)}; default: all")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object keyed by scenario")
-    parser.add_argument("--ses-rate", type=float, default=DEFAULT_SES_RATE,
-                        help="the account's SES MaxSendRate assumed (mails/s)")  # fmt: skip
+    parser.add_argument("--region", default="us-east-1", help="the Region (Step Functions quotas)")
+    parser.add_argument("--account", choices=("new", "mature"), default="mature",
+                        help="new: SES at 14/s, Lambda and Step Functions at their defaults")  # fmt: skip
+    parser.add_argument("--table", choices=("fresh", "warm"), default="fresh",
+                        help="fresh: a new table's throughput; warm: pre-warmed for --peak")  # fmt: skip
+    parser.add_argument("--peak", type=float, help="warm: the expected peak (mails/s); default the SES rate")
+    parser.add_argument("--ses-rate", type=float,
+                        help="the account's SES MaxSendRate (mails/s); default 1,000, new: 14")  # fmt: skip
+    parser.add_argument("--lambda-concurrency", type=int, help="the account's Lambda concurrency")
+    parser.add_argument("--sfn-transitions", type=float, help="the account's state transitions refill/s")
+    parser.add_argument("--inputs", type=Path, metavar="FILE",
+                        help="derive from a previous --json output, without running")  # fmt: skip
+    parser.add_argument("--day-one-region", default=DAY_ONE_REGION, help="the day-one variant's Region")
     args = parser.parse_args(argv)
+    q = model.quotas(args.region, args.account, args.table, args.ses_rate, args.peak, args.lambda_concurrency,
+                     args.sfn_transitions)  # fmt: skip
     names = args.scenarios or list(capacity_runs.SCENARIOS)
     unknown = [n for n in names if n not in capacity_runs.SCENARIOS]
     if unknown:
@@ -120,21 +179,27 @@ def capacity(argv: list[str]) -> int:
     if "engagement" in names and "broadcast" not in names:
         names.insert(names.index("engagement"), "broadcast")  # the events of its mails
     console = Console(stderr=args.json)
-    results: dict[str, dict[str, Any]] = {}
-    # The template a deployment for that account rate gets (the broadcast workers are sized by it).
-    with _runtime({"mailstep:sesMaxSendRate": args.ses_rate}) as bench:
-        for name in names:
-            console.rule(f"[bold]capacity: {name}")
-            results[name] = capacity_runs.derive(capacity_runs.SCENARIOS[name](bench), args.ses_rate)
+    if args.inputs:
+        stored = json.loads(args.inputs.read_text())
+    else:
+        stored = {}
+        # The template a deployment for that account rate gets (the broadcast workers are sized by it).
+        with _runtime({"mailstep:sesMaxSendRate": q.ses_rate}) as bench:
+            for name in names:
+                console.rule(f"[bold]capacity: {name}")
+                stored[name] = capacity_runs.derive(capacity_runs.SCENARIOS[name](bench), q)
+    results = recompute({n: stored[n] for n in names if n in stored}, q)
     if "broadcast" in results:
         results["broadcast"]["at_a_million"] = capacity_runs.at_a_million(results)
-    wanted = {n: results[n] for n in (args.scenarios or names)}
+    wanted = {n: results[n] for n in [*(args.scenarios or names), "trigger-wave"] if n in results}
+    first_day = day_one(results, args.day_one_region)
     if args.json:
-        print(json.dumps(wanted, indent=2))
+        print(json.dumps({**wanted, "quotas": q.describe(), "day_one": first_day}, indent=2))
     else:
-        console.print(capacity_table(wanted))
+        console.print(capacity_table(wanted, q.describe()))
         if "at_a_million" in results.get("broadcast", {}):
             console.print("A broadcast to a million recipients:", results["broadcast"]["at_a_million"])
+        console.print(f"Day one ({first_day.pop('quotas')}):", first_day)
     return 0
 
 

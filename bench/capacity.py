@@ -12,7 +12,14 @@ is reached. Pure functions of the recorded requests; ``bench.capacity_runs`` run
   on a key. The hottest key is the largest sum over one actual key value, divided by the mails.
 - **Transactions per item.** How many TransactWriteItems requests named the same item
   (table, PK, SK), the largest count divided by the mails: transactions on one item conflict.
-- **Ceiling.** Each published limit divided by what one mail takes of it; the smallest wins.
+- **Tables.** The write and read units per mail of each table and index, all keys together: a
+  table serves at once a linear mix of 4,000 WRU and 12,000 RRU per second when new (or its warm
+  throughput), and a throttled index throttles its table's writes.
+- **Ceiling.** Each limit (:data:`LIMITS`, one sourced table; :class:`Quotas` for a Region, an
+  account and the tables) divided by what one mail takes of it; the smallest of all wins.
+
+Everything here is pure (the limits, :func:`ceilings`, :func:`result`), so unit tests build
+:class:`Inputs` by hand; ``bench.capacity_runs`` measures them on the local runtime.
 """
 
 from __future__ import annotations
@@ -21,23 +28,122 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bench.meter import Request, item_size
 from shared.core import specs
+from stacks.warm import NEW_TABLE_RRU, NEW_TABLE_WRU, TABLE_QUOTA_RU, warm_throughput
 
-# ----- published limits (docs/bench.md "Limits", with their sources) ----------------------------
-PARTITION_WCU_PER_S = 1000.0  # per partition, so at most this per partition key
-PARTITION_RCU_PER_S = 3000.0
-LAMBDA_MB_PER_VCPU = 1769.0  # memory / 1,769 MB = vCPU share
-PYTHON_MAX_VCPU = 1.0  # one Python process (the GIL) uses at most one vCPU
-ACCOUNT_CONCURRENCY = 1000  # Lambda's default concurrent executions per account and region
-SFN_START_PER_S = 300.0  # StartExecution refill rate (us-east-1, us-west-2, eu-west-1; 150 elsewhere)
-SFN_TRANSITIONS_PER_S = 5000.0  # StateTransition refill rate (same regions; 800 elsewhere)
-HTTP_API_PER_S = 10000.0  # API Gateway account-level throttle per region
-DEFAULT_SES_RATE = 1000.0  # the account's MaxSendRate assumed (mails per second)
+# ----- published limits: ONE sourced table ---------------------------------------------------------
+# docs/bench.md "Limits used, and where they come from" is this table (``limits_markdown``; a unit
+# test keeps them equal). Where AWS documents no number, the source says so and ``note`` states
+# the assumption.
+DDB_GUIDE = "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide"
+SFN_QUOTAS = "https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html"
+LAMBDA_QUOTAS = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One number the model takes from AWS (or assumes), with where it comes from."""
+
+    name: str
+    value: float
+    what: str
+    source: str
+    note: str = ""
+
+
+ON_DEMAND_INITIAL = f"{DDB_GUIDE}/on-demand-capacity-mode.html#on-demand-capacity-mode-initial"
+LIMITS: dict[str, Limit] = {
+    limit.name: limit
+    for limit in (
+        Limit("partition_wcu", 1000,
+              "DynamoDB write units/s on one partition (a key never spans partitions)",
+              f"{DDB_GUIDE}/bp-partition-key-design.html"),
+        Limit("partition_rcu", 3000, "DynamoDB read units/s on one partition",
+              f"{DDB_GUIDE}/bp-partition-key-design.html"),
+        Limit("new_table_wru", NEW_TABLE_WRU,
+              "DynamoDB on demand: write request units/s a new table serves at once (or the reads "
+              "below, or a linear mix of both); then up to double its previous peak within 30 minutes",
+              ON_DEMAND_INITIAL),
+        Limit("new_table_rru", NEW_TABLE_RRU,
+              "DynamoDB on demand: read request units/s a new table serves at once", ON_DEMAND_INITIAL),
+        Limit("new_index_wru", NEW_TABLE_WRU,
+              "DynamoDB: write units/s a new GSI takes (its own warm throughput, a new table's); a "
+              "throttled index throttles the base table's writes (back-pressure)",
+              f"{DDB_GUIDE}/gsi-throttling.html; {DDB_GUIDE}/warm-throughput.html"),
+        Limit("table_quota_ru", TABLE_QUOTA_RU,
+              "DynamoDB on demand: per-table quota, read and write request units/s each (warm "
+              "throughput can be set up to it)", f"{DDB_GUIDE}/ServiceQuotas.html"),
+        Limit("lambda_mb_per_vcpu", 1769, "Lambda memory (MB) that buys one vCPU, in proportion below",
+              "https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html"),
+        Limit("python_max_vcpu", 1, "vCPUs one Python process uses", "not an AWS number: the GIL",
+              "a function's Python code runs on one vCPU at a time"),
+        Limit("lambda_concurrency", 1000,
+              "Lambda concurrent executions per account and Region, shared by every function",
+              LAMBDA_QUOTAS,
+              "new accounts have reduced concurrency (documented, without a number): "
+              "--lambda-concurrency sets yours (aws lambda get-account-settings)"),
+        Limit("sfn_start_big", 300,
+              "Step Functions StartExecution refill/s (Standard) in us-east-1, us-west-2, eu-west-1; "
+              "one bucket for every state machine of the account", SFN_QUOTAS),
+        Limit("sfn_start_other", 150, "Step Functions StartExecution refill/s in all other Regions",
+              SFN_QUOTAS),
+        Limit("sfn_transitions_big", 5000,
+              "Step Functions state transitions refill/s (Standard) in us-east-1, us-west-2, eu-west-1",
+              SFN_QUOTAS,
+              "new accounts have reduced state transition quotas (documented, without a number): "
+              "--sfn-transitions sets yours"),
+        Limit("sfn_transitions_other", 800,
+              "Step Functions state transitions refill/s in all other Regions", SFN_QUOTAS),
+        Limit("sfn_retry_share", 0.05,
+              "retried task attempts per state entered (each retry is a billed transition, which "
+              "the bench's StateEntered count misses)",
+              "https://aws.amazon.com/step-functions/pricing/ (retries are transitions)",
+              "assumed, not measured: SES throttles at the rate are the retries to expect "
+              "(SendRetryable)"),
+        Limit("http_api", 10000, "API Gateway requests/s per account and Region",
+              "https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html"),
+        Limit("ses_rate_mature", 1000, "SES maximum send rate assumed for a mature account (mails/s)",
+              "https://docs.aws.amazon.com/ses/latest/dg/quotas.html",
+              "an example: AWS raises it on request; --ses-rate sets yours"),
+        Limit("ses_rate_new", 14,
+              "SES maximum send rate of a new account just out of the sandbox (mails/s)",
+              "https://docs.aws.amazon.com/ses/latest/dg/quotas.html: 1/s in the sandbox; out of it "
+              "the rate 'varies based on your specific use case' (not documented)",
+              "assumed 14/s (mailstep:sesMaxSendRate's default); --ses-rate sets yours "
+              "(mailstep doctor shows it)"),
+        Limit("ddb_latency_ms", 10, "DynamoDB request latency (ms)",
+              f"{DDB_GUIDE}/on-demand-capacity-mode.html (single-digit milliseconds)",
+              "the upper end of single digits, plus the network"),
+        Limit("sqs_hop_ms", 50, "one SQS message to the next Lambda invocation (ms)", "not documented",
+              "assumed: the event source's pollers long-poll the queue (docs/broadcasts.md: 50-200 ms)"),
+        Limit("resolver_requests_per_page", 27,
+              "requests one resolver page of 1,000 makes (a tag audience)",
+              "mailstep: shared/broadcasts/audience.py, fanout.py",
+              "10 Queries and 10 BatchGetItems of 100, the record's reads and checkpoint, the "
+              "batches' SendMessageBatch, the next page's message"),
+    )
+}  # fmt: skip
+BIG_SFN_REGIONS = ("us-east-1", "us-west-2", "eu-west-1")  # the Step Functions quotas' larger Regions
+PARTITION_WCU_PER_S = LIMITS["partition_wcu"].value
+PARTITION_RCU_PER_S = LIMITS["partition_rcu"].value
+LAMBDA_MB_PER_VCPU = LIMITS["lambda_mb_per_vcpu"].value
+PYTHON_MAX_VCPU = LIMITS["python_max_vcpu"].value
+ACCOUNT_CONCURRENCY = int(LIMITS["lambda_concurrency"].value)
+DEFAULT_SES_RATE = LIMITS["ses_rate_mature"].value
 SES_LIMIT = "SES rate"  # how the SES limit's name starts
+
+
+def limits_markdown() -> str:
+    """The limits table of docs/bench.md, from :data:`LIMITS`."""
+    rows = ["| limit | value | what | source | assumption |", "|---|---:|---|---|---|"]
+    for limit in LIMITS.values():
+        rows.append(f"| `{limit.name}` | {limit.value:,g} | {limit.what} | {limit.source} | {limit.note} |")
+    return "\n".join(rows)
+
 
 _TABLES = {t.local_name: t for t in specs.TABLES}
 
@@ -320,6 +426,61 @@ def cpu_ceiling(shape: FunctionShape, cpu_ms_per_mail: float) -> float:
 
 
 @dataclass(frozen=True)
+class Quotas:
+    """The limits that depend on where and for whom: the Region (Step Functions), the account
+    (new or mature: SES rate, Lambda concurrency) and the tables (fresh: a new on-demand table's
+    throughput; warm: the warm throughput ``mailstep:expectedPeakMailsPerSecond`` sets for
+    ``peak``). Every value from :data:`LIMITS`; :func:`quotas` builds it."""
+
+    region: str = "us-east-1"
+    account: str = "mature"
+    table: str = "fresh"
+    ses_rate: float = DEFAULT_SES_RATE
+    lambda_concurrency: int = ACCOUNT_CONCURRENCY
+    sfn_start: float = LIMITS["sfn_start_big"].value
+    sfn_transitions: float = LIMITS["sfn_transitions_big"].value
+    # table id -> (write, read) units/s it serves at once; a table not named: a new table's
+    warm: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    retry_share: float = LIMITS["sfn_retry_share"].value
+
+    def table_capacity(self, where: str) -> tuple[float, float]:
+        """(write, read) units/s the table or index ``where`` serves at once (an index keeps a
+        new index's: the warm throughput is set on the tables)."""
+        return self.warm.get(where, (NEW_TABLE_WRU, NEW_TABLE_RRU))
+
+    def describe(self) -> str:
+        return f"{self.region}, {self.account} account, {self.table} tables, SES {self.ses_rate:g}/s"
+
+
+def quotas(region: str = "us-east-1", account: str = "mature", table: str = "fresh",
+           ses_rate: float | None = None, peak: float | None = None, lambda_concurrency: int | None = None,
+           sfn_transitions: float | None = None) -> Quotas:  # fmt: skip
+    """The quotas of ``region`` for a ``new`` or ``mature`` account with ``fresh`` or ``warm``
+    tables (warmed for ``peak`` mails/s, by default the SES rate). A new account's SES rate is
+    the assumed start out of the sandbox (14/s); its Lambda concurrency and state transitions
+    are reduced by an amount AWS does not document, so the documented defaults stand unless
+    given."""
+    big = region in BIG_SFN_REGIONS
+    rate = ses_rate if ses_rate is not None else LIMITS[f"ses_rate_{account}"].value
+    warm = (
+        {t: (float(w), float(r)) for t, (w, r) in warm_throughput(peak or rate).items()}
+        if table == "warm"
+        else {}
+    )
+    return Quotas(
+        region=region,
+        account=account,
+        table=table,
+        ses_rate=rate,
+        lambda_concurrency=lambda_concurrency or ACCOUNT_CONCURRENCY,
+        sfn_start=LIMITS["sfn_start_big" if big else "sfn_start_other"].value,
+        sfn_transitions=sfn_transitions
+        or LIMITS["sfn_transitions_big" if big else "sfn_transitions_other"].value,
+        warm=warm,
+    )
+
+
+@dataclass(frozen=True)
 class Inputs:
     """What one scenario's run measured, per mail (or per the scenario's unit)."""
 
@@ -328,14 +489,93 @@ class Inputs:
     cpu_ms_per_mail: Mapping[str, float]  # function spec name -> CPU ms per mail
     ses_sends_per_mail: float
     starts_per_mail: float  # StartExecution requests
-    transitions_per_mail: float
+    transitions_per_mail: float  # StateEntered: retries not counted (Quotas.retry_share adds them)
     http_per_mail: float
-    ses_rate: float = DEFAULT_SES_RATE
+    ses_rate: float = DEFAULT_SES_RATE  # used when ceilings() gets no Quotas
     ses_share: float = 1.0  # the share of the SES rate the scenario's sends may use
+    # table id or "<table id>/<index>" -> (write units, read units) per mail, all keys together
+    table_units: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    requests_per_mail: float = 0.0  # DynamoDB requests, starts and SES sends: each a wait in a function
+    broadcast: bool = False  # the broadcast workers' limiter polls the main table while it sends
+
+    def public(self) -> dict[str, Any]:
+        """As JSON (``python -m bench capacity --json``'s ``inputs``; :func:`inputs_from` reads it)."""
+        found = asdict(self)
+        found["table_units"] = {w: list(u) for w, u in self.table_units.items()}
+        return found
 
 
-def ceilings(inputs: Inputs, shapes: Mapping[str, FunctionShape]) -> dict[str, float]:
+def inputs_from(data: Mapping[str, Any]) -> Inputs:
+    """:meth:`Inputs.public` back to :class:`Inputs`."""
+    values = dict(data)
+    for name in ("hot_write", "hot_read"):
+        values[name] = HotKey(**values[name]) if values.get(name) else None
+    values["table_units"] = {w: (float(u[0]), float(u[1])) for w, u in values.get("table_units", {}).items()}
+    return Inputs(**values)
+
+
+def table_units(log: Iterable[Logged], mails: int) -> dict[str, tuple[float, float]]:
+    """Per table and index: (write units, read units) per mail over all its keys."""
+    write: Counter[str] = Counter()
+    read: Counter[str] = Counter()
+    for logged in log:
+        for use in logged.writes:
+            write[use.where] += use.wcu
+        for use in logged.reads:
+            read[use.where] += use.rcu
+    mails = max(1, mails)
+    return {where: (write[where] / mails, read[where] / mails) for where in sorted(set(write) | set(read))}
+
+
+def limiter_writes_per_s(ses_rate: float, share: float = 1.0) -> float:
+    """UpdateItems per second the broadcast workers' rate limiter makes while they send: each of
+    ``broadcast_workers(rate)`` asks once per token window (0.1-1 s) while it has mail, granted
+    or starved (shared/sending/rate.py): 60 workers x 10 windows/s = 600/s at 1,000/s."""
+    from shared.sending.rate import window_seconds
+
+    rate = ses_rate * share
+    return specs.broadcast_workers(ses_rate, share) / window_seconds(rate)
+
+
+def busy_seconds_per_mail(inputs: Inputs, shapes: Mapping[str, FunctionShape], latency_s: float) -> float:
+    """Seconds of execution environments one mail keeps busy, all functions together: each
+    function's CPU at its vCPU share, and each AWS request's latency (a function waits for it;
+    the broadcast worker's sends in flight overlap, so this is an upper bound there)."""
+    cpu = sum(ms / 1000 / shapes[f].vcpu for f, ms in inputs.cpu_ms_per_mail.items() if f in shapes)
+    return cpu + inputs.requests_per_mail * latency_s
+
+
+RESOLVER_LATENCY = (
+    f"per page of 1,000: {LIMITS['resolver_requests_per_page'].value:g} requests x "
+    f"{LIMITS['ddb_latency_ms'].value:g} ms (DynamoDB: single-digit ms documented) and one SQS hop of "
+    f"{LIMITS['sqs_hop_ms'].value:g} ms (not documented: assumed), after the page's CPU"
+)
+
+
+def resolution_rate(cpu_ms_per_recipient: float, vcpu: float, page: int = 1000) -> float:
+    """Recipients per second the resolver's chain resolves, one page after another: a page's
+    CPU at the resolver's vCPU share, its requests at DynamoDB's latency, the SQS hop to the next."""
+    page_s = (
+        page * cpu_ms_per_recipient / 1000 / vcpu
+        + LIMITS["resolver_requests_per_page"].value * LIMITS["ddb_latency_ms"].value / 1000
+        + LIMITS["sqs_hop_ms"].value / 1000
+    )
+    return page / page_s
+
+
+def _table_ceiling(units: tuple[float, float], capacity: tuple[float, float], fixed: float) -> float:
+    """Mails per second before a table's or an index's throughput (a linear mix of writes and reads) is full,
+    with ``fixed`` write units per second taken first."""
+    (write, read), (cap_write, cap_read) = units, capacity
+    mix = write / cap_write + read / cap_read
+    return max(0.0, 1 - fixed / cap_write) / mix if mix > 0 else math.inf
+
+
+def ceilings(
+    inputs: Inputs, shapes: Mapping[str, FunctionShape], q: Quotas | None = None
+) -> dict[str, float]:
     """Every limit's rate in mails per second (only the limits the scenario uses)."""
+    q = q or Quotas(ses_rate=inputs.ses_rate)
     found: dict[str, float] = {}
 
     def limit(name: str, capacity: float, per_mail: float) -> None:
@@ -348,20 +588,40 @@ def ceilings(inputs: Inputs, shapes: Mapping[str, FunctionShape]) -> dict[str, f
     if inputs.hot_read:
         hot = inputs.hot_read
         limit(f"DynamoDB {hot.where} key {hot.pattern} (3,000 RCU/s)", PARTITION_RCU_PER_S, hot.per_mail)
+    limiter = limiter_writes_per_s(q.ses_rate, inputs.ses_share) if inputs.broadcast else 0.0
+    for where, units in inputs.table_units.items():
+        cap_write, cap_read = q.table_capacity(where)
+        fixed = limiter if where == specs.MAIN_TABLE.id else 0.0
+        kind = "index (GSI back-pressure on the table's writes)" if "/" in where else f"table, {q.table}"
+        polls = f", limiter {fixed:,.0f} WRU/s" if fixed else ""
+        name = f"DynamoDB {where} {kind} ({cap_write:,.0f} WRU/s or {cap_read:,.0f} RRU/s{polls})"
+        found[name] = _table_ceiling(units, (cap_write, cap_read), fixed)
     for name, cpu_ms in sorted(inputs.cpu_ms_per_mail.items()):
         shape = shapes.get(name)
         if shape is not None and cpu_ms > 0:
-            what = f"{shape.concurrency} x {shape.vcpu:.2f} vCPU, {shape.concurrency_from}"
-            found[f"Lambda CPU of {name} ({what})"] = cpu_ceiling(shape, cpu_ms)
-    share = f" x {inputs.ses_share:g} share" if inputs.ses_share != 1 else ""
+            shared = replace(shape, concurrency=min(shape.concurrency, q.lambda_concurrency))
+            what = f"{shared.concurrency} x {shared.vcpu:.2f} vCPU, {shape.concurrency_from}"
+            found[f"Lambda CPU of {name} ({what})"] = cpu_ceiling(shared, cpu_ms)
+    latency_s = LIMITS["ddb_latency_ms"].value / 1000
     limit(
-        f"{SES_LIMIT} ({inputs.ses_rate:g}/s{share})",
-        inputs.ses_rate * inputs.ses_share,
-        inputs.ses_sends_per_mail,
+        f"Lambda account concurrency ({q.lambda_concurrency:,} shared by every function)",
+        q.lambda_concurrency,
+        busy_seconds_per_mail(inputs, shapes, latency_s) if inputs.cpu_ms_per_mail else 0.0,
     )
-    limit("Step Functions StartExecution (300/s)", SFN_START_PER_S, inputs.starts_per_mail)
-    limit("Step Functions state transitions (5,000/s)", SFN_TRANSITIONS_PER_S, inputs.transitions_per_mail)
-    limit("HTTP API throttle (10,000 requests/s)", HTTP_API_PER_S, inputs.http_per_mail)
+    resolver = shapes.get("broadcast-resolver")
+    if resolver and inputs.cpu_ms_per_mail.get("broadcast-resolver", 0) > 0:
+        rate = resolution_rate(inputs.cpu_ms_per_mail["broadcast-resolver"], resolver.vcpu)
+        found[f"broadcast resolver chain (serial pages: {RESOLVER_LATENCY})"] = rate
+    share = f" x {inputs.ses_share:g} share" if inputs.ses_share != 1 else ""
+    limit(f"{SES_LIMIT} ({q.ses_rate:g}/s{share})", q.ses_rate * inputs.ses_share, inputs.ses_sends_per_mail)
+    start = f"Step Functions StartExecution ({q.sfn_start:,.0f}/s, {q.region})"
+    limit(start, q.sfn_start, inputs.starts_per_mail)
+    limit(
+        f"Step Functions state transitions ({q.sfn_transitions:,.0f}/s, {q.region}, retries included)",
+        q.sfn_transitions,
+        inputs.transitions_per_mail * (1 + q.retry_share),
+    )
+    limit("HTTP API throttle (10,000 requests/s)", LIMITS["http_api"].value, inputs.http_per_mail)
     return found
 
 
@@ -371,3 +631,35 @@ def ceiling(found: Mapping[str, float]) -> tuple[float, str]:
         return math.inf, "nothing measured"
     name = min(found, key=lambda n: found[n])
     return found[name], name
+
+
+def trigger_wave(sequences: Inputs) -> Inputs:
+    """A sign-up or import spike: every first mail needs its own StartExecution (the steady
+    0.2 starts per mail averages over a drip's five mails), so first mails go out at most at the
+    StartExecution refill rate."""
+    return replace(sequences, starts_per_mail=max(1.0, sequences.starts_per_mail))
+
+
+def result(inputs: Inputs, shapes: Mapping[str, FunctionShape], q: Quotas) -> dict[str, Any]:
+    """One scenario's ceiling and limit, and mailstep's own (every limit but the account's SES
+    rate, which AWS raises on request)."""
+    limits = ceilings(inputs, shapes, q)
+    rate, limited_by = ceiling(limits)
+    own_rate, own_limited_by = ceiling({n: v for n, v in limits.items() if not n.startswith(SES_LIMIT)})
+    return {
+        "ceiling_per_s": round(rate, 1) if math.isfinite(rate) else None,
+        "limited_by": limited_by,
+        "ceiling_without_ses_per_s": round(own_rate, 1) if math.isfinite(own_rate) else None,
+        "limited_without_ses_by": own_limited_by,
+        "ceilings_per_s": {name: round(v, 1) for name, v in sorted(limits.items(), key=lambda kv: kv[1])},
+    }
+
+
+def shapes_for(shapes: Mapping[str, FunctionShape], ses_rate: float) -> dict[str, FunctionShape]:
+    """The functions as a deployment for ``ses_rate`` gets them: the broadcast workers' maximum
+    concurrency follows ``mailstep:sesMaxSendRate`` (``broadcast_workers``), the rest as measured."""
+    found = dict(shapes)
+    worker = found.get(specs.BROADCAST_WORKER_FUNCTION.name)
+    if worker and worker.concurrency_from == "event source maximum":
+        found[worker.name] = replace(worker, concurrency=specs.broadcast_workers(ses_rate))
+    return found

@@ -11,11 +11,10 @@ import (a new subscriber).
 from __future__ import annotations
 
 import csv
-import math
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -272,8 +271,10 @@ SCENARIOS: dict[str, Callable[[Bench], Run]] = {
 
 
 # ----- the derivation --------------------------------------------------------------------------
-def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]:
-    """The capacity model's numbers for one run (the JSON object of one scenario)."""
+def derive(run: Run, q: model.Quotas | None = None) -> dict[str, Any]:
+    """The capacity model's numbers for one run (the JSON object of one scenario), under the
+    quotas ``q`` (default: us-east-1, a mature account at 1,000 mails/s, fresh tables)."""
+    q = q or model.quotas()
     m = run.measurement
     units = max(1, m.units)
     write_uses = [u for r in run.log for u in r.writes]
@@ -292,30 +293,29 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
         starts_per_mail=starts / units,
         transitions_per_mail=m.sfn_transitions / units,
         http_per_mail=m.http_requests / units,
-        ses_rate=ses_rate,
+        ses_rate=q.ses_rate,
         ses_share=run.ses_share if m.ses_sends else 1.0,
+        table_units=model.table_units(run.log, units),
+        # the requests a function waits for: DynamoDB's and the starts (the log: not the bench's
+        # own watching) and the SES sends
+        requests_per_mail=(len(run.log) + m.ses_sends) / units,
+        broadcast=specs.BROADCAST_WORKER_FUNCTION.name in cpu_ms,
     )
     shapes = dict(run.shapes) or {f.name: model.function_shape(f) for f in specs.FUNCTIONS}
-    limits = model.ceilings(inputs, shapes)
-    rate, limited_by = model.ceiling(limits)
-    # mailstep's own parts: every limit but the account's SES rate (which AWS raises on request)
-    own_rate, own_limited_by = model.ceiling(
-        {n: v for n, v in limits.items() if not n.startswith(model.SES_LIMIT)}
-    )
     return {
         "description": run.description,
         "unit": run.unit,
         "units": m.units,
-        "ceiling_per_s": round(rate, 1) if math.isfinite(rate) else None,
-        "limited_by": limited_by,
-        "ceiling_without_ses_per_s": round(own_rate, 1) if math.isfinite(own_rate) else None,
-        "limited_without_ses_by": own_limited_by,
+        **model.result(inputs, shapes, q),
         "hottest_key_wcu_per_mail": round(hot_write.per_mail, 4) if hot_write else 0.0,
         "hottest_key": f"{hot_write.where}: {hot_write.pattern}" if hot_write else "",
         "hottest_key_rcu_per_mail": round(hot_read.per_mail, 4) if hot_read else 0.0,
         "hottest_read_key": f"{hot_read.where}: {hot_read.pattern}" if hot_read else "",
         "hottest_keys_wcu": {w: h.public() for w, h in hot_writes.items()},
         "hottest_keys_rcu": {w: h.public() for w, h in hot_reads.items()},
+        "table_units_per_mail": {
+            w: {"wcu": round(u[0], 3), "rcu": round(u[1], 3)} for w, u in inputs.table_units.items()
+        },  # fmt: skip
         "max_tx_per_item_per_mail": round(tx, 4),
         "max_tx_item": tx_item,
         "cpu_ms_per_mail": cpu_ms,
@@ -335,17 +335,20 @@ def derive(run: Run, ses_rate: float = model.DEFAULT_SES_RATE) -> dict[str, Any]
             "start_executions": round(inputs.starts_per_mail, 4),
             "state_transitions": round(inputs.transitions_per_mail, 4),
             "http_requests": round(inputs.http_per_mail, 4),
+            "waited_requests": round(inputs.requests_per_mail, 3),
             "wru": round(m.wru / units, 3),
             "rru": round(m.rru / units, 3),
             "cost_usd_per_1000": round(m.cost_per_1000(), 5),
         },
-        "ceilings_per_s": {name: round(v, 1) for name, v in sorted(limits.items(), key=lambda kv: kv[1])},
+        # what the model needs to recompute this scenario elsewhere (``--inputs``)
+        "inputs": inputs.public(),
+        "shapes": {f: asdict(shape) for f, shape in shapes.items()},
     }
 
 
 def at_a_million(results: Mapping[str, Mapping[str, Any]], subscribers: int = 1_000_000) -> dict[str, Any]:
     """A broadcast to ``subscribers`` recipients from the measured scenarios: time to resolve
-    (the resolver's CPU, one page after another: a lower bound without request latency), to
+    (the resolver's CPU alone, and the chain with its requests' latency and SQS hops), to
     send (at the broadcast ceiling), to absorb the events (Deliveries are in the broadcast's
     numbers; Opens and Clicks at the engagement ceiling) and the cost (measured cost per mail)."""
     found: dict[str, Any] = {"recipients": subscribers}
@@ -355,6 +358,8 @@ def at_a_million(results: Mapping[str, Mapping[str, Any]], subscribers: int = 1_
         if resolver:
             cpu_ms = broadcast["cpu_ms_per_mail"]["broadcast-resolver"]
             found["resolve_s_cpu_bound"] = round(subscribers * cpu_ms / 1000 / resolver["vcpu"])
+            found["resolve_s"] = round(subscribers / model.resolution_rate(cpu_ms, resolver["vcpu"]))
+            found["resolve_assumes"] = model.RESOLVER_LATENCY
         if broadcast["ceiling_per_s"]:
             found["send_s"] = round(subscribers / broadcast["ceiling_per_s"])
             found["send_limited_by"] = broadcast["limited_by"]

@@ -24,6 +24,11 @@ Each check reports pass, fail or skip with a detail and, when it fails, a hint.
   quota, warns at 50 % or when the count stopped early. Local: meaningful.
 - webhooks: fails when an endpoint is disabled (410 Gone, or failing for 5 days) and says
   why; warns when one has been failing (no success since). Local: meaningful.
+- table-warm-throughput: each table's warm throughput (DescribeTable ``WarmThroughput``: the
+  units per second it serves at once, raised by ``mailstep:expectedPeakMailsPerSecond`` or by
+  use; docs/deploy.md, "Warm tables for a known peak"), "not reported" where the endpoint
+  leaves it out. Informational: passes whenever a table answers. Local: moto reports a new
+  table's 12,000/4,000.
 - lambda-concurrency: the account's Lambda concurrency (``lambda:GetAccountSettings``:
   ``AccountLimit.ConcurrentExecutions``, ``UnreservedConcurrentExecutions``) against what the
   stack's functions need at least (:func:`concurrency_needed`: the SQS mappings'
@@ -549,6 +554,34 @@ def check_concurrency(
     return Check("lambda-concurrency", PASS, detail)
 
 
+def warm_throughput_check(tables: Mapping[str, str], describe: Callable[[str], Mapping[str, Any]]) -> Check:
+    """``tables``: label -> table name; ``describe`` answers DynamoDB DescribeTable's ``Table``."""
+    if not tables:
+        return Check("table-warm-throughput", SKIP, "no table")
+    parts = []
+    for label, name in tables.items():
+        warm = describe(name).get("WarmThroughput")
+        if not warm:
+            parts.append(f"{label} ({name}): not reported")
+            continue
+        parts.append(
+            f"{label} ({name}): {int(warm.get('WriteUnitsPerSecond', 0)):,} WRU/s,"
+            f" {int(warm.get('ReadUnitsPerSecond', 0)):,} RRU/s ({warm.get('Status', '?')})"
+        )
+    return Check("table-warm-throughput", PASS, "; ".join(parts))
+
+
+def check_warm_throughput(target: Target) -> Check:
+    """The target's tables' warm throughput (:func:`warm_throughput_check`)."""
+    settings = target.settings
+    tables = {"main": settings.table_name, "events": settings.events_table_name}
+    ddb = target.client("dynamodb")
+    return warm_throughput_check(
+        {label: name for label, name in tables.items() if name},
+        lambda name: ddb.describe_table(TableName=name)["Table"],
+    )
+
+
 def _rule_set_domains(target: Target, rule_set: str) -> list[str]:
     rules = target.client("ses").describe_receipt_rule_set(RuleSetName=rule_set).get("Rules", [])
     return sorted({r.lower() for rule in rules for r in rule.get("Recipients", []) if "@" not in r})
@@ -640,6 +673,7 @@ def run(
     )
     checks += _guard("webhooks", lambda: [check_webhooks(target)])
     checks += _guard("reputation", lambda: [check_reputation(target)])
+    checks += _guard("table-warm-throughput", lambda: [check_warm_throughput(target)])
     checks += _guard("lambda-concurrency", lambda: [check_concurrency(target, lambda_account_settings)])
     checks += _guard("inbound-identity", lambda: check_inbound(target))
     return Report(target=target.label, checks=tuple(checks))

@@ -27,6 +27,7 @@ from pydantic import (
 
 from shared.core import specs
 from shared.core.specs import STACK_NAME
+from stacks.warm import warm_throughput
 
 PREFIX = "mailstep:"
 # The sender when no fromAddress is set (shared.core.settings.Settings.default_from).
@@ -97,6 +98,7 @@ KEYS: dict[str, str] = {
     "new_subscriber_cold_after_days": "newSubscriberColdAfterDays",
     "sunset_grace_days": "sunsetGraceDays",
     "warmup": "warmup",
+    "expected_peak_mails_per_second": "expectedPeakMailsPerSecond",
     "local": "local",
 }
 # Context keys passed to the sign-up function as its settings (shared.core.settings) when set.
@@ -249,6 +251,10 @@ class MailstepConfig(BaseModel):
     # new: "auto" (the default ramp when the stack creates the sesDomain identity, off for an
     # existing one), "default", "off", or the volumes of day 1, 2, ... ("200,400,800").
     warmup: str = "auto"
+    # Used by storage (docs/deploy.md, "Warm tables for a known peak"): the mails per second of
+    # an expected peak the tables are pre-warmed for (their WarmThroughput, paid once per
+    # increase); 0 = none, the tables scale on demand from a new table's throughput.
+    expected_peak_mails_per_second: float = Field(default=0.0, ge=0, le=100_000)
     # Synthesized for the local runtime and the tests (local_aws.artifact sets it), not for a
     # deployment: the sending identity may stay unset (the built-in default sender is used).
     local: bool = False
@@ -348,6 +354,10 @@ class MailstepConfig(BaseModel):
                 f"which {PREFIX}useExistingIdentity leaves to you; configure it on the existing identity"
             )
         return self
+
+    def warm_throughput(self) -> dict[str, tuple[int, int]]:
+        """Table id -> (write, read) warm throughput for ``expectedPeakMailsPerSecond``."""
+        return warm_throughput(self.expected_peak_mails_per_second)
 
     @property
     def log_retention(self) -> logs.RetentionDays:

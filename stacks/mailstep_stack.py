@@ -42,7 +42,7 @@ class MailstepStack(Stack):
         super().__init__(
             scope, construct_id, description="mailstep: self-hosted email sequences and broadcasts", **kwargs
         )
-        storage = Storage(self, "Storage")
+        storage = Storage(self, "Storage", config=config)
         secrets = Secrets(self, "Secrets")
         messaging = Messaging(self, "Messaging")
         sending = Sending(self, "Sending", topics=messaging.topics, config=config)

@@ -158,6 +158,7 @@ def test_doctor_reports_each_check_and_fails_on_a_dead_letter(local: Local) -> N
         "open-executions",
         "webhooks",
         "reputation",
+        "table-warm-throughput",
         "lambda-concurrency",
         "inbound-identity",
         "receipt-rule-set",

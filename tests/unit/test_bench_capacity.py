@@ -209,6 +209,8 @@ def test_the_ceiling_is_the_lowest_limit_and_names_it() -> None:
         "DynamoDB MainTable key STATS#<broadcast> (1,000 WCU/s)": pytest.approx(2000.0),
         "Lambda CPU of broadcast-worker (4 x 1.00 vCPU, reserved)": pytest.approx(400.0),
         "SES rate (1000/s x 0.95 share)": pytest.approx(950.0),
+        # 10 ms of the worker's vCPU per mail: 1,000 environments do 100,000 mails/s
+        "Lambda account concurrency (1,000 shared by every function)": pytest.approx(100_000.0),
     }
     assert ceiling(found) == (
         pytest.approx(400.0),
@@ -223,8 +225,11 @@ def test_step_functions_and_http_limits_apply_per_mail() -> None:
 
     found = ceilings(inputs, {})
 
-    assert found["Step Functions StartExecution (300/s)"] == pytest.approx(1500.0)
-    assert found["Step Functions state transitions (5,000/s)"] == pytest.approx(2500.0)
+    assert found["Step Functions StartExecution (300/s, us-east-1)"] == pytest.approx(1500.0)
+    # 2 transitions entered per mail and 5% of them retried
+    assert found["Step Functions state transitions (5,000/s, us-east-1, retries included)"] == pytest.approx(
+        5000 / 2.1
+    )
     assert found["HTTP API throttle (10,000 requests/s)"] == pytest.approx(1_000_000.0)
     assert ceiling(found)[1] == "SES rate (14/s)"
 
