@@ -14,10 +14,11 @@ condition ``tat >= :now`` (the clock is ahead: the lease starts where the last o
 when the clock is behind (nobody sent for a while), ``SET tat = :now + :d`` on the opposite
 condition. The lease's tokens fall due ``1 / rate`` apart from its start, and the worker's threads
 wait for their token's instant (:class:`TokenPool`): the sum over every worker is exactly the
-rate, paced, with no burst. A worker guesses the branch: the side the clock was on at its last
-lease (ahead while the workers want more than the rate, behind while they want less); a wrong
-guess is told the current ``tat`` by the refusal itself (``ReturnValuesOnConditionCheckFailure``
-``ALL_OLD``) and takes the other branch: at most 2 requests, 1 in either steady state.
+rate, paced, with no burst. A worker guesses the branch: ahead when its last lease ended later
+than now, or when that lease started more than its own length after the ask (the workers queue
+for tokens: they want more than the rate), else behind; a wrong guess is told the current
+``tat`` by the refusal itself (``ReturnValuesOnConditionCheckFailure`` ``ALL_OLD``) and takes
+the other branch: at most 2 requests, 1 when the guess is right.
 
 No worker is ever refused tokens, so none polls: a starved worker's lease simply starts later
 and it sleeps until then, computed from the clock it was given. (The limiter before this one
@@ -155,7 +156,7 @@ class RateLimiter:
     # the other mail, served first: its last second's count is taken off ``rate`` (None: all of it)
     reservations: Reservations | None = None
     _seen_us: int = 0  # the clock's ``tat`` as this process last saw it
-    _was_ahead: bool = False  # the clock's side at this process's last lease
+    _queued: bool = False  # this process's last lease started more than its span after the ask
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -179,8 +180,8 @@ class RateLimiter:
         spacing_us = US / rate
         span = round(k * spacing_us)
         now = round(self.clock() * US)
-        with self._lock:  # ahead of its last lease's end, or on the side it was then
-            ahead = self._seen_us >= now or self._was_ahead
+        with self._lock:  # ahead of its last lease's end, or the workers queue for leases
+            ahead = self._seen_us >= now or self._queued
         for _ in range(CLOCK_BRANCH_TRIES):
             try:
                 end = self._advance(span, now) if ahead else self._restart(span, now)
@@ -192,7 +193,7 @@ class RateLimiter:
                 ahead = int(seen) >= now if seen is not None else not ahead
                 continue
             with self._lock:
-                self._seen_us, self._was_ahead = max(self._seen_us, end), ahead
+                self._seen_us, self._queued = max(self._seen_us, end), end - span - now > span
             return Lease(start=(end - span) / US, spacing=spacing_us / US, count=k)
         raise ConcurrentModification("the send-rate clock kept changing sides")
 
