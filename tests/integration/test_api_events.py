@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from tests.integration.conftest import API_KEY, ApiClient, scan_all
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
+T = TypeVar("T")
 
 
 def ok(email: str = "ann@example.com", **extra: object) -> dict:
@@ -431,6 +434,11 @@ def test_a_concurrent_write_between_the_check_and_the_write_refuses_that_event_a
 
 def _dynamodb_calls(api: ApiClient, body: dict) -> tuple[tuple[int, dict], list[str]]:
     """The answer to POST /v1/events with ``body``, and the DynamoDB operations it made."""
+    return _counted(lambda: api.post("/v1/events", body))
+
+
+def _counted(action: Callable[[], T]) -> tuple[T, list[str]]:
+    """What ``action`` returns, and the DynamoDB operations it made."""
     from shared.core.aws import register_hook, unregister_hook
 
     calls: list[str] = []
@@ -441,7 +449,7 @@ def _dynamodb_calls(api: ApiClient, body: dict) -> tuple[tuple[int, dict], list[
 
     register_hook("after-call", count)
     try:
-        answer = api.post("/v1/events", body)
+        answer = action()
     finally:
         unregister_hook("after-call", count)
     return answer, calls
@@ -495,3 +503,19 @@ def test_a_suppressed_address_subscribing_alone_starts_suppressed(api: ApiClient
     assert calls == ["TransactWriteItems", "TransactWriteItems", "PutItem"]
     assert store.get_profile("ann@example.com").suppressed
     assert store.tag_members("news") == ["ann@example.com"]
+
+
+def test_other_callers_of_ingest_read_first(store) -> None:
+    """The sunset and replies apply one event at a time about existing subscribers: they read
+    the profile first (a refused write would cost more than the read)."""
+    from shared.core.models import EventBatch, InboundEvent
+    from shared.web.ingest import IngestContext, ingest
+
+    store.upsert("ann@example.com", add_tags=["news"])
+    ctx = IngestContext(store=store, data_ttl_days=30)
+    event = InboundEvent.model_validate({"type": "subscriber.unsubscribed", "email": "ann@example.com"})
+
+    (result,), calls = _counted(lambda: ingest(EventBatch(events=[event]), ctx))
+
+    assert result["status"] == "unsubscribed"
+    assert calls == ["BatchGetItem", "TransactWriteItems", "PutItem"]
