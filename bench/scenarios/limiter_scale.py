@@ -38,11 +38,13 @@ class ClockItem:
 
     def __init__(self) -> None:
         self.tat: int | None = None
+        self.refused = 0
 
     def update_item(self, **request: Any) -> dict[str, Any]:
         v = {name: int(value["N"]) for name, value in request["ExpressionAttributeValues"].items()}
         ahead = self.tat is not None and self.tat >= v[":now"]
         if ahead != request["ConditionExpression"].startswith("tat >="):
+            self.refused += 1
             found = {} if self.tat is None else {"Item": {"tat": {"N": str(self.tat)}}}
             error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "refused"}, **found}
             raise ClientError(error, "UpdateItem")  # type: ignore[arg-type]

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 
+from bench.scenarios.limiter_scale import ClockItem
 from shared.broadcasts.model import (
     BATCH_CONTRACT,
     RESOLVE_CONTRACT,
@@ -125,28 +125,8 @@ def test_a_lease_is_twice_the_sends_in_flight_within_the_clock_writes_and_half_a
     assert lease_size(rate, in_flight) == size
 
 
-class FakeClock:
-    """UpdateItem of the limiter's clock item as DynamoDB answers it: the condition checked, a
-    refusal carrying the item (ReturnValuesOnConditionCheckFailure ALL_OLD), ADD and SET."""
-
-    def __init__(self) -> None:
-        self.tat: int | None = None
-        self.refused = 0
-
-    def update_item(self, **request: Any) -> dict[str, Any]:
-        v = {k: int(x["N"]) for k, x in request["ExpressionAttributeValues"].items()}
-        ahead = self.tat is not None and self.tat >= v[":now"]
-        if ahead != request["ConditionExpression"].startswith("tat >="):
-            self.refused += 1
-            item = {} if self.tat is None else {"Item": {"tat": {"N": str(self.tat)}}}
-            error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "failed"}, **item}
-            raise ClientError(error, "UpdateItem")  # type: ignore[arg-type]
-        self.tat = (self.tat or 0) + v[":d"] if ahead else v[":end"]
-        return {"Attributes": {"tat": {"N": str(self.tat)}}}
-
-
 def test_leases_follow_each_other_on_the_shared_clock_and_no_worker_is_refused() -> None:
-    table, now = FakeClock(), [1000.0]
+    table, now = ClockItem(), [1000.0]
     limiters = [RateLimiter("t", "broadcast", 50.0, client=table, clock=lambda: now[0]) for _ in range(3)]
 
     leases = [limiter.lease(10, 50.0) for limiter in limiters] + [limiters[0].lease(10, 50.0)]
@@ -160,7 +140,7 @@ def test_leases_follow_each_other_on_the_shared_clock_and_no_worker_is_refused()
 
 
 def test_workers_together_never_get_more_than_the_rate_in_any_second() -> None:
-    table, now = FakeClock(), [5000.0]
+    table, now = ClockItem(), [5000.0]
     rate = 47.5
     limiters = [RateLimiter("t", "broadcast", rate, client=table, clock=lambda: now[0]) for _ in range(5)]
     pools = [TokenPool(replace(limiter, sleep=lambda s: None), in_flight=8) for limiter in limiters]
@@ -178,7 +158,7 @@ def test_workers_together_never_get_more_than_the_rate_in_any_second() -> None:
 
 
 def test_the_pool_sleeps_until_each_token_is_due_and_asks_once_per_lease() -> None:
-    table, now, sleeps = FakeClock(), [2000.0], []
+    table, now, sleeps = ClockItem(), [2000.0], []
 
     def sleep(seconds: float) -> None:
         sleeps.append(seconds)
