@@ -5,8 +5,10 @@ ingestion alone (validation, the profile + TAG# transaction, the event record).
 scenario measures that part (StartExecution, the EXEC pair, every step).
 
 Two shapes of the same 100 new subscribers: one event per request, and one request
-carrying a batch of 100. A warm-up request first, so the cold start (secret fetch,
-imports) is not charged to the steady state.
+carrying a batch of 100; then the first 100 again, one event per request, as existing
+subscribers (a new tag: the write that assumed them new is refused and brings the profile
+back). A warm-up request first, so the cold start (secret fetch, imports) is not charged to
+the steady state.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ DESCRIPTION = "new subscribers via POST /v1/events (no sequence triggered): one 
 EVENTS = 100
 
 
-def _event(prefix: str, i: int) -> dict[str, object]:
+def _event(prefix: str, i: int, tags: tuple[str, ...] = ("newsletter", "trial")) -> dict[str, object]:
     return {
         "type": "contact.created",  # upserts the profile like subscriber.subscribed; triggers nothing
         "email": f"{prefix}{i}@example.com",
         "first_name": f"Reader {i}",
-        "tags": {"add": ["newsletter", "trial"]},
+        "tags": {"add": list(tags)},
         "attributes": {"plan": "trial", "source": "bench"},
     }
 
@@ -44,7 +46,12 @@ def run(bench: Bench) -> list[Measurement]:
     def one_batch() -> None:
         _expect_ok(*bench.post("/v1/events", {"events": [_event("batch", i) for i in range(EVENTS)]}))
 
+    def existing_one_per_request() -> None:
+        for i in range(EVENTS):
+            _expect_ok(*bench.post("/v1/events", _event("single", i, tags=("customer",))))
+
     return [
         bench.measure("1 event per request", EVENTS, "event", one_per_request),
         bench.measure(f"batch of {EVENTS}", EVENTS, "event", one_batch),
+        bench.measure("existing subscriber, 1 event per request", EVENTS, "event", existing_one_per_request),
     ]

@@ -10,7 +10,8 @@ Per batch:
    status again every ``STATUS_CHECK_S`` seconds and, once it is cancelled (or failed),
    starts no further send: the recipients not yet sent are counted ``skipped_cancelled``, so
    a cancel stops the mail within seconds instead of after every batch in flight;
-2. every recipient: a token from the shared window limiter (``shared.sending.rate``), then
+2. every recipient: a token from the shared rate limiter (``shared.sending.rate``: the worker
+   takes leases of twice its sends in flight and sends each at its token's instant), then
    ``send_pipeline.send`` with source = broadcast id and step ``broadcast`` (send-once key
    (broadcast, subscriber), its claim expiring a day after the send window:
    ``records.items_until``); up to ``threads`` sends in flight;
@@ -76,7 +77,7 @@ from shared.core.settings import Settings
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome
 from shared.sending.pipeline import send as pipeline_send
-from shared.sending.rate import RESERVED_SCOPE, Reservations, TokenPool, WindowLimiter
+from shared.sending.rate import RESERVED_SCOPE, RateLimiter, Reservations, TokenPool
 from shared.sending.warmup import Warmup, seconds_to_next_day
 
 if TYPE_CHECKING:
@@ -133,13 +134,14 @@ class TokenPools:
     _pools: dict[float, TokenPool] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def for_rate(self, rate: float) -> TokenPool:
+    def for_rate(self, rate: float, in_flight: int) -> TokenPool:
+        """The pool of ``rate``; ``in_flight`` (the worker's sends at once) sizes its leases."""
         with self._lock:
             if rate not in self._pools:
-                limiter = WindowLimiter(
+                limiter = RateLimiter(
                     self.table, self.scope, rate, client=self.client, reservations=self.reservations
                 )
-                self._pools[rate] = TokenPool(limiter)
+                self._pools[rate] = TokenPool(limiter, in_flight=in_flight)
             return self._pools[rate]
 
     @property
@@ -415,7 +417,7 @@ def _hold(
 def _send_all(
     record: Broadcast, message: BatchMessage, ctx: WorkerContext, deadline: float | None
 ) -> list[SendOutcome | None]:
-    tokens = ctx.pools.for_rate(record.send_rate)
+    tokens = ctx.pools.for_rate(record.send_rate, ctx.threads)
     results: list[SendOutcome | None] = [None] * len(message.emails)
     slots = threading.Semaphore(ctx.threads)
     futures: list[Future[None]] = []

@@ -7,15 +7,27 @@ and down) the achieved rate drops, and with more workers than assumed it oversho
 shared counter gives whatever capacity is free to whoever asks, so the sum over all
 workers stays at the rate while it is achievable.
 
-How: time is cut into windows of ``window_s`` (about 10 mails' worth, 0.1-1 s). Window
-``w`` holds ``floor((w+1)·rate·window_s) - floor(w·rate·window_s)`` tokens, so the average
-is exactly ``rate`` even when it is not a whole number per window. A worker asks for up to
-that many tokens with ONE UpdateItem: ``ADD used :n`` on ``RATE#<scope>#<w>`` / ``<w>``
-(a partition key per window, so no key takes more than one window's requests)
-(ReturnValues UPDATED_NEW); it was granted ``min(n, cap - (used - n))`` (never negative).
-Over-asking only raises the recorded count of a window that is already full. No
-conditional write, no retry loop, no clock coordination beyond NTP-synchronised hosts.
-Items expire through ``ttl`` after a minute.
+How: a virtual clock, one DynamoDB item (``RATE#<scope>`` / ``clock``) holding ``tat``, the
+instant (microseconds) at which the next token falls due. A worker takes a *lease* of ``k``
+tokens with ONE UpdateItem that moves the clock on by ``k / rate``: ``ADD tat :d`` on the
+condition ``tat >= :now`` (the clock is ahead: the lease starts where the last one ended), or,
+when the clock is behind (nobody sent for a while), ``SET tat = :now + :d`` on the opposite
+condition. The lease's tokens fall due ``1 / rate`` apart from its start, and the worker's threads
+wait for their token's instant (:class:`TokenPool`): the sum over every worker is exactly the
+rate, paced, with no burst. A worker guesses the branch: ahead when its last lease ended later
+than now, or when that lease started more than its own length after the ask (the workers queue
+for tokens: they want more than the rate), else behind; a wrong guess is told the current
+``tat`` by the refusal itself (``ReturnValuesOnConditionCheckFailure`` ``ALL_OLD``) and takes
+the other branch: at most 2 requests, 1 when the guess is right.
+
+No worker is ever refused tokens, so none polls: a starved worker's lease simply starts later
+and it sleeps until then, computed from the clock it was given. (The limiter before this one
+cut time into 0.1-1 s windows of counted tokens; at 1,000/s every worker that found the current
+window spent asked again each window: up to 10 refused UpdateItems a second per worker.) The
+lease ``k`` (:func:`lease_size`) is twice the worker's sends in flight, at least ``rate / 100``
+(so the clock item takes at most about 100 writes a second) and at most half a second of the
+rate. The item expires through ``ttl`` a minute after its last write; an expired clock is a
+clock behind.
 
 Other mail first: a broadcast may use the account's whole rate, and the rest of mailstep's mail
 (transactional, sequences, sign-up confirmations) takes its share first. Each such send adds 1
@@ -27,10 +39,11 @@ a second to the other mail actually being sent, and use all of the rate when the
 While they give way, a transactional send that SES still throttles (the second before the
 broadcast saw it) is retried in place after a short pause (``shared.sending.pipeline``).
 
-Cost: one write (1 WRU) per grant. A worker asks once per window while it has mail, so
-requests per mail are about ``workers / tokens per window`` (e.g. 3 workers at 50/s with
-10-token windows: 0.3 WRU per mail, $0.19 per million mails). Bursts are at most one
-window's tokens, well inside SES's one-second bucket.
+Cost: one write (1 WRU) per lease, so ``1 / k`` per mail whatever the number of workers (8
+sends in flight: 1/16 WRU per mail, $0.04 per million mails), plus a refused write each time
+the clock had fallen behind and the worker did not know it (at the start of a broadcast). A
+lease that is not used up (the batch cancelled, the invocation's deadline) leaves its tokens
+unsent: the rate falls short by that much, never over.
 """
 
 from __future__ import annotations
@@ -41,9 +54,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
 
 from shared.core.aws import client as aws_client
+from shared.core.errors import ConcurrentModification
 from shared.store import keys
 from shared.store.dynamo import key, values
 
@@ -55,19 +71,27 @@ if TYPE_CHECKING:
 RESERVED_SCOPE = "broadcast"  # the broadcast limiter's scope: the other mail reserves in it
 RESERVE_SHARDS = 4  # keys of one second's reservation counter
 RESERVE_TTL_S = 60
-TOKENS_PER_WINDOW = 10
-MIN_WINDOW_S = 0.1
-MAX_WINDOW_S = 1.0
-WINDOW_TTL_S = 60
+LEASE_MAX_S = 0.5  # a lease covers at most this much of the rate
+LEASES_PER_IN_FLIGHT = 2  # a lease holds this many tokens per send the worker has in flight
+CLOCK_WRITES_PER_S = 100  # leases at least rate / this: the clock item's writes a second at most
+CLOCK_TTL_S = 60
+CLOCK_BRANCH_TRIES = 3  # the clock ahead or behind: a wrong guess is corrected by its refusal
+US = 1_000_000  # the clock counts microseconds
 
 
-def window_seconds(rate: float) -> float:
-    return min(MAX_WINDOW_S, max(MIN_WINDOW_S, TOKENS_PER_WINDOW / rate))
+def lease_size(rate: float, in_flight: int) -> int:
+    """Tokens per lease at ``rate`` for a worker with ``in_flight`` sends at once (module doc)."""
+    wanted = max(LEASES_PER_IN_FLIGHT * in_flight, math.ceil(rate / CLOCK_WRITES_PER_S))
+    return max(1, min(wanted, math.floor(rate * LEASE_MAX_S)))
 
 
-def window_capacity(rate: float, window_s: float, index: int) -> int:
-    per = rate * window_s
-    return math.floor((index + 1) * per + 1e-9) - math.floor(index * per + 1e-9)
+@dataclass(frozen=True)
+class Lease:
+    """``count`` tokens, the first due at ``start`` (epoch seconds), then one every ``spacing``."""
+
+    start: float
+    spacing: float
+    count: int
 
 
 @dataclass
@@ -118,8 +142,9 @@ class Reservations:
 
 
 @dataclass
-class WindowLimiter:
-    """Tokens for ``rate`` mails per second, shared through the table by every process."""
+class RateLimiter:
+    """Tokens for ``rate`` mails per second, shared through the table by every process: leases
+    taken from one virtual clock (see the module doc)."""
 
     table: str
     scope: str
@@ -127,75 +152,130 @@ class WindowLimiter:
     client: DynamoDBClient | None = None
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
-    requests: int = 0  # UpdateItem calls made (bench, tests)
+    requests: int = 0  # UpdateItem calls made, refused ones included (bench, tests)
     # the other mail, served first: its last second's count is taken off ``rate`` (None: all of it)
     reservations: Reservations | None = None
+    _seen_us: int = 0  # the clock's ``tat`` as this process last saw it
+    _queued: bool = False  # this process's last lease started more than its span after the ask
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         if self.rate <= 0:
             raise ValueError("the rate must be positive")
-        self.window_s = window_seconds(self.rate)
 
     @property
     def _ddb(self) -> DynamoDBClient:
         return self.client or aws_client("dynamodb")
 
-    def try_acquire(self, n: int) -> tuple[int, float]:
-        """Ask for up to ``n`` tokens of the current window: (granted, seconds to its end)."""
-        now = self.clock()
-        index = int(now // self.window_s)
-        rate = self.rate
-        if self.reservations is not None:
-            rate = max(0.0, rate - self.reservations.last_second())
-        cap = window_capacity(rate, self.window_s, index)
-        left = (index + 1) * self.window_s - now
-        want = max(0, min(n, cap))
-        if want == 0:
-            return 0, left
-        response = self._ddb.update_item(
-            TableName=self.table,
-            Key=key(*keys.rate_window_key(self.scope, index)),
-            UpdateExpression="ADD used :n SET #ttl = if_not_exists(#ttl, :ttl)",
-            ExpressionAttributeNames={"#ttl": "ttl"},
-            ExpressionAttributeValues=values(n=want, ttl=int(now) + WINDOW_TTL_S),
-            ReturnValues="UPDATED_NEW",
+    def rate_now(self) -> float:
+        """The rate the broadcasts have this second: ``rate`` less the other mail's last second."""
+        if self.reservations is None:
+            return self.rate
+        return max(0.0, self.rate - self.reservations.last_second())
+
+    def lease(self, n: int, rate: float) -> Lease:
+        """Take up to ``n`` tokens at ``rate`` (at least 1 a second) from the shared clock: one
+        UpdateItem, two when the guess of the clock's side was wrong."""
+        k = max(1, min(n, math.floor(rate * LEASE_MAX_S)))
+        spacing_us = US / rate
+        span = round(k * spacing_us)
+        now = round(self.clock() * US)
+        with self._lock:  # ahead of its last lease's end, or the workers queue for leases
+            ahead = self._seen_us >= now or self._queued
+        for _ in range(CLOCK_BRANCH_TRIES):
+            try:
+                end = self._advance(span, now) if ahead else self._restart(span, now)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                found: Any = exc.response.get("Item") or {}  # ALL_OLD
+                seen = found.get("tat", {}).get("N")
+                ahead = int(seen) >= now if seen is not None else not ahead
+                continue
+            with self._lock:
+                self._seen_us, self._queued = max(self._seen_us, end), end - span - now > span
+            return Lease(start=(end - span) / US, spacing=spacing_us / US, count=k)
+        raise ConcurrentModification("the send-rate clock kept changing sides")
+
+    def _advance(self, span: int, now: int) -> int:
+        """The clock is ahead: the lease starts where it stands. Returns the lease's end."""
+        response = self._update(
+            "ADD tat :d SET #ttl = :ttl", "tat >= :now", d=span, now=now, ttl=now // US + CLOCK_TTL_S
         )
+        return int(response["Attributes"]["tat"]["N"])
+
+    def _restart(self, span: int, now: int) -> int:
+        """The clock is behind (or gone): the lease starts now."""
+        self._update(
+            "SET tat = :end, #ttl = :ttl",
+            "attribute_not_exists(tat) OR tat < :now",
+            end=now + span,
+            now=now,
+            ttl=now // US + CLOCK_TTL_S,
+        )
+        return now + span
+
+    def _update(self, expression: str, condition: str, **params: int) -> Any:
         with self._lock:
             self.requests += 1
-        used = int(response["Attributes"]["used"]["N"])
-        return max(0, min(want, cap - (used - want))), left
+        return self._ddb.update_item(
+            TableName=self.table,
+            Key=key(*keys.rate_clock_key(self.scope)),
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#ttl": "ttl"},
+            ExpressionAttributeValues=values(**params),
+            ReturnValues="UPDATED_NEW",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
 
-    def acquire(self, n: int, deadline: float | None = None) -> int:
-        """Block until at least one token is granted (or ``deadline``, wall time: 0)."""
+    def acquire(self, n: int, deadline: float | None = None) -> Lease | None:
+        """A lease of up to ``n`` tokens, its first due before ``deadline`` (wall time), else
+        None. While the other mail leaves the broadcasts less than a token a second, waits for
+        the next second's count without asking the clock."""
         while True:
-            granted, left = self.try_acquire(n)
-            if granted:
-                return granted
-            wait = left + random.uniform(0, self.window_s * 0.1)  # noqa: S311 - jitter, not crypto
+            rate = self.rate_now()
+            if rate >= 1:
+                lease = self.lease(n, rate)
+                return lease if deadline is None or lease.start <= deadline else None
+            wait = 1.0 - self.clock() % 1.0
             if deadline is not None and self.clock() + wait > deadline:
-                return 0
+                return None
             self.sleep(wait)
 
 
 @dataclass
 class TokenPool:
-    """Hands a worker's threads single tokens, fetching them from the shared limiter in bulk
-    (one request per window per worker, not per mail)."""
+    """Hands a worker's threads single tokens from its lease, each at its due instant, and
+    takes the next lease when this one is spent (one request per lease, not per mail)."""
 
-    limiter: WindowLimiter
-    _tokens: int = 0
+    limiter: RateLimiter
+    in_flight: int = 1  # the worker's sends at once: sizes its leases (:func:`lease_size`)
+    _next: float = 0.0
+    _spacing: float = 0.0
+    _left: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self, wanted_ahead: int, deadline: float | None = None) -> bool:
-        """One token; ``wanted_ahead`` (mails still to send) sizes the bulk request."""
+        """Wait for one token; ``wanted_ahead`` (mails still to send) caps the next lease.
+        False when none falls due before ``deadline``."""
         with self._lock:
-            if self._tokens == 0:
-                self._tokens = self.limiter.acquire(max(1, wanted_ahead), deadline)
-                if self._tokens == 0:
+            if self._left == 0:
+                size = lease_size(self.limiter.rate, self.in_flight)
+                lease = self.limiter.acquire(max(1, min(wanted_ahead, size)), deadline)
+                if lease is None:
                     return False
-            self._tokens -= 1
-            return True
+                self._next, self._spacing, self._left = lease.start, lease.spacing, lease.count
+            due = self._next
+            if deadline is not None and due > deadline:
+                self._left = 0  # the rest of this lease falls due even later
+                return False
+            self._next += self._spacing
+            self._left -= 1
+        wait = due - self.limiter.clock()
+        if wait > 0:
+            self.limiter.sleep(wait)
+        return True
 
 
 @dataclass(frozen=True)

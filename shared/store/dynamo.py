@@ -104,13 +104,21 @@ class Cancellation:
     response did not say (no reasons, or not one per action)."""
 
     outcomes: tuple[tuple[Action, str], ...] = ()
+    # the items as they were, of the actions that asked (ReturnValuesOnConditionCheckFailure ALL_OLD)
+    items: tuple[tuple[Action, dict[str, Any]], ...] = ()
 
     @classmethod
     def of(cls, actions: Sequence[Action], response: Mapping[str, Any]) -> Cancellation:
-        reasons = [r.get("Code", NO_REASON) for r in response.get("CancellationReasons") or []]
+        reasons = response.get("CancellationReasons") or []
         if len(reasons) != len(actions):
             return cls()
-        return cls(tuple(zip(actions, reasons, strict=True)))
+        codes = [r.get("Code", NO_REASON) for r in reasons]
+        items = tuple((a, r["Item"]) for a, r in zip(actions, reasons, strict=True) if r.get("Item"))
+        return cls(tuple(zip(actions, codes, strict=True)), items)
+
+    def item_of(self, action: Action) -> dict[str, Any] | None:
+        """The item ``action`` found (raw), when its condition failed and it asked for it."""
+        return next((i for a, i in self.items if a is action), None)
 
     @property
     def known(self) -> bool:

@@ -228,11 +228,11 @@ def rate_pk(scope: str) -> str:
     return f"{RATE}{SEP}{_part(scope, 'rate scope')}"
 
 
-def rate_window_key(scope: str, window: int) -> tuple[str, str]:
-    """(PK, SK) of one window of the shared send-rate limiter: ``RATE#<scope>#<window>`` /
-    ``<window>``. A key per window: every worker writes the current window many times a
-    second at a high rate, and one key for all windows would take all of it."""
-    return f"{rate_pk(scope)}{SEP}{int(window)}", str(int(window))
+def rate_clock_key(scope: str) -> tuple[str, str]:
+    """(PK, SK) of the shared send-rate limiter's clock: ``RATE#<scope>`` / ``clock``
+    (shared.sending.rate). One key: each write hands out a lease of many tokens, so it takes
+    about ``rate / lease`` writes a second (100 at most by the lease's sizing)."""
+    return rate_pk(scope), "clock"
 
 
 def rate_reserve_key(scope: str, second: int, shard: int) -> tuple[str, str]:

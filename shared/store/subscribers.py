@@ -78,8 +78,15 @@ from shared.store.stats import busy, counter_adds, retry_contended, source_and_d
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import DeleteTypeDef, PutTypeDef, TransactWriteItemTypeDef
+    from mypy_boto3_dynamodb.type_defs import (
+        ConditionCheckTypeDef,
+        DeleteTypeDef,
+        PutTypeDef,
+        TransactWriteItemTypeDef,
+    )
 
+
+SUPPRESSION_ROLE = "suppression"  # the check, in a new subscriber's write, that none exists
 
 # Optimistic concurrency: a write whose profile version changed under it re-reads and tries
 # again, 8 tries in all, after pauses of up to 5 ms, 10 ms, ... 200 ms (full jitter).
@@ -231,10 +238,18 @@ class Change:
 class Known:
     """One address as a read found it: its profile (None: it has none) and whether its
     ``SUPPRESSION`` item exists (None: not read). :meth:`SubscriberStore.mutate` starts from it
-    instead of reading again; its write is still conditioned on the profile's version."""
+    instead of reading again; its write is still conditioned on the profile's version.
+
+    :data:`ASSUMED_NEW` is an address not read at all, written as a new subscriber: the write's
+    own conditions stand for the read (no profile, no ``SUPPRESSION`` item), and a refusal
+    brings back what it found (see :meth:`SubscriberStore.mutate`)."""
 
     profile: Profile | None
     suppressed: bool | None = None
+    assumed: bool = False  # not read: tried as a new subscriber
+
+
+ASSUMED_NEW = Known(profile=None, suppressed=False, assumed=True)
 
 
 @dataclass(frozen=True)
@@ -504,6 +519,10 @@ class SubscriberStore(TableAdapter):
         conditioned on the version that was read; a lost race re-reads and retries.
         ``known``: the address as the caller just read it (:meth:`known`), the first attempt's
         state instead of a read of its own (a stale one loses the race and is read again).
+        :data:`ASSUMED_NEW`: the address is written as new without a read; when DynamoDB refuses
+        because the profile exists, its refusal carries the profile (ALL_OLD) and the next try
+        starts from it; when the address's ``SUPPRESSION`` item exists, the next try creates the
+        profile suppressed. Either way one refused transaction replaces the read.
         ``extra`` actions (e.g. deleting a pending sign-up) join that transaction when there is
         a write; when one of their conditions fails, :class:`Conflict` is raised (no retry).
         """
@@ -521,6 +540,8 @@ class SubscriberStore(TableAdapter):
             except TransactionConflict as exc:
                 if exc.failed("extra"):
                     raise Conflict("a condition of this write no longer holds") from None
+                if state.assumed:
+                    known = _found_instead(exc.cancellation, actions)
                 continue
             return change
         raise ConcurrentModification("profile kept changing under us")
@@ -530,7 +551,10 @@ class SubscriberStore(TableAdapter):
         profile, conditioned on the version read, and every TAG# partner added or removed).
         :class:`InvalidInput` when it breaks a per-subscriber limit (:func:`limit_problems`)."""
         current = state.profile
-        if current is None and not proposed.suppressed and self._suppressed(email, state):
+        unread: list[Action] = []  # what the write checks instead of a read (an address assumed new)
+        if state.assumed and not proposed.suppressed:
+            unread.append(self._no_suppression(email))
+        elif current is None and not proposed.suppressed and self._suppressed(email, state):
             # an address suppressed before it was a subscriber (a bounce or complaint of
             # other mail): the new profile starts suppressed (read with the profile when the
             # caller passed `known`, else one read per creation)
@@ -548,7 +572,7 @@ class SubscriberStore(TableAdapter):
             updated_at=now,
             version=(current.version if current else 0) + 1,
         )
-        actions = [self._put_profile(new, current)]
+        actions = [self._put_profile(new, current), *unread]
         if current is None or current.status != new.status:
             for item in directory_items(new):
                 put = {"TableName": self.table, "Item": serialize(item)}
@@ -1064,10 +1088,19 @@ class SubscriberStore(TableAdapter):
         put: PutTypeDef = {"TableName": self.table, "Item": serialize(new.to_item())}
         if current is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
+            put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"  # a profile found: no read after
         else:
             put["ConditionExpression"] = "version = :v"
             put["ExpressionAttributeValues"] = values(v=current.version)
         return Action("profile", {"Put": put})
+
+    def _no_suppression(self, email: str) -> Action:
+        check: ConditionCheckTypeDef = {
+            "TableName": self.table,
+            "Key": key(keys.sub_pk(email), keys.SUPPRESSION),
+            "ConditionExpression": "attribute_not_exists(PK)",
+        }
+        return Action(SUPPRESSION_ROLE, {"ConditionCheck": check})
 
     def _put_tag(self, tag: str, email: str, now: str) -> Action:
         # Four strings, written as DynamoDB's JSON directly (what `serialize` makes of them, without
@@ -1087,6 +1120,18 @@ class SubscriberStore(TableAdapter):
             started_at=item.get("started_at", ""),
             transactional=bool(item.get("transactional", False)),
         )
+
+
+def _found_instead(cancellation: Cancellation, actions: Sequence[Action]) -> Known | None:
+    """What a write of an address assumed new found instead (:data:`ASSUMED_NEW`): its profile
+    (the refusal's ALL_OLD), or its ``SUPPRESSION`` item; None: not said, read it."""
+    profile = next((a for a in actions if a.role == "profile"), None)
+    found = cancellation.item_of(profile) if profile is not None else None
+    if found:
+        return Known(Profile.from_item(deserialize(found)))
+    if cancellation.failed(SUPPRESSION_ROLE):
+        return Known(profile=None, suppressed=True)
+    return None
 
 
 class ProfileChange(TypedDict, total=False):

@@ -32,7 +32,14 @@ from shared.core.observability import logger, redact_email
 from shared.core.settings import Settings
 from shared.sequences.engine import SequenceEngine, engine_from_settings
 from shared.store import keys
-from shared.store.subscribers import Known, ProfileChange, SubscriberStore, limit_problems, merged
+from shared.store.subscribers import (
+    ASSUMED_NEW,
+    Known,
+    ProfileChange,
+    SubscriberStore,
+    limit_problems,
+    merged,
+)
 
 # Everything of an event except its id: a reused id with a different payload is a conflict.
 _PAYLOAD = "[type, email, first_name, attributes, tags, data]"
@@ -116,14 +123,26 @@ def profile_change(event: InboundEvent) -> ProfileChange:
     )
 
 
-def check_batch(batch: EventBatch, store: SubscriberStore) -> dict[str, Known]:
+def check_batch(batch: EventBatch, store: SubscriberStore, *, assume_new: bool = False) -> dict[str, Known]:
     """Refuse the batch whole, before anything is written, when the profiles it would produce
     break a per-subscriber limit: each event is merged (the store's one rule, ``merged``) onto
     the profile the events before it leave, and checked (``limit_problems``). The refusal names
     every breaking event's field (``events[1].tags``). Returns the addresses as read (profile
     and suppression, one consistent BatchGetItem per 50 addresses): each one's first upsert
-    starts from it instead of reading again."""
-    known = store.known(event.email for event in batch.events)
+    starts from it instead of reading again.
+
+    ``assume_new`` (the events API): a request of one event reads nothing: its address is
+    checked as a new subscriber and written as one (:data:`ASSUMED_NEW`), the write's conditions
+    standing for the read. When the profile exists after all, the refused write brings it back
+    and the event is merged onto it and checked again (:meth:`SubscriberStore.mutate`): a limit
+    it breaks then refuses the request the same way, nothing written. A new subscriber costs 2
+    requests (the profile's transaction, the event record) instead of 3, an existing one the
+    same 3 (a refused transaction instead of the read). Callers whose events are about existing
+    subscribers (the sunset, replies) read first."""
+    if assume_new and len(batch.events) == 1:
+        known = {batch.events[0].email: ASSUMED_NEW}
+    else:
+        known = store.known(event.email for event in batch.events)
     profiles = {email: state.profile for email, state in known.items()}
     problems: list[FieldProblem] = []
     for index, event in enumerate(batch.events):
@@ -184,10 +203,10 @@ def _record(event: InboundEvent, ctx: IngestContext) -> None:
     )
 
 
-def ingest(batch: EventBatch, ctx: IngestContext) -> list[dict[str, Any]]:
+def ingest(batch: EventBatch, ctx: IngestContext, *, assume_new: bool = False) -> list[dict[str, Any]]:
     """Process a validated batch in order (after :func:`check_batch`; nothing is written when it
-    refuses); events with an ``id`` are idempotent."""
-    known = check_batch(batch, ctx.store)
+    refuses); events with an ``id`` are idempotent. ``assume_new``: see :func:`check_batch`."""
+    known = check_batch(batch, ctx.store, assume_new=assume_new)
     idempotent = None
     if ctx.idempotency is not None and ctx.persistence is not None:
         idempotent = idempotent_function(
@@ -217,7 +236,8 @@ def ingest(batch: EventBatch, ctx: IngestContext) -> list[dict[str, Any]]:
             named = [FieldProblem(batch.field_of(index, p.field), p.message) for p in exc.problems]
             first = named[0] if named else FieldProblem(batch.field_of(index, "body"), exc.message)
             if all("error" in r for r in results):
-                raise InvalidInput(f"{first.field}: {first.message}", named or [first]) from None
+                message = f"{first.field}: {first.message}; nothing was written"
+                raise InvalidInput(message, named or [first]) from None
             results.append(_refused(index, event, "invalid_request", first.message, field=first.field))
             continue
         results.append({**outcome, "index": index})

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from tests.integration.conftest import API_KEY, ApiClient, scan_all
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
+T = TypeVar("T")
 
 
 def ok(email: str = "ann@example.com", **extra: object) -> dict:
@@ -427,3 +430,92 @@ def test_a_concurrent_write_between_the_check_and_the_write_refuses_that_event_a
     }
     assert "late" not in store.get_profile("b@example.com").tags
     assert [e["type"] for e in store.list_events("b@example.com")] == []
+
+
+def _dynamodb_calls(api: ApiClient, body: dict) -> tuple[tuple[int, dict], list[str]]:
+    """The answer to POST /v1/events with ``body``, and the DynamoDB operations it made."""
+    return _counted(lambda: api.post("/v1/events", body))
+
+
+def _counted(action: Callable[[], T]) -> tuple[T, list[str]]:
+    """What ``action`` returns, and the DynamoDB operations it made."""
+    from shared.core.aws import register_hook, unregister_hook
+
+    calls: list[str] = []
+
+    def count(model: object, **_: object) -> None:
+        if getattr(getattr(model, "service_model", None), "service_name", "") == "dynamodb":
+            calls.append(str(getattr(model, "name", "")))
+
+    register_hook("after-call", count)
+    try:
+        answer = action()
+    finally:
+        unregister_hook("after-call", count)
+    return answer, calls
+
+
+def test_a_new_subscriber_alone_in_a_request_is_written_without_a_read(api: ApiClient, store) -> None:
+    # When a new address subscribes in a request of its own
+    (status, body), calls = _dynamodb_calls(api, ok(tags=["news"], attributes={"plan": "pro"}))
+
+    # Then 2 DynamoDB requests: the profile with its TAG# partner (its conditions stand for the
+    # read: no profile, no SUPPRESSION item), and the event record
+    assert status == 200 and body["results"][0]["subscriber"] == "created"
+    assert calls == ["TransactWriteItems", "PutItem"]
+    assert store.tag_members("news") == ["ann@example.com"]
+    assert not store.get_profile("ann@example.com").suppressed
+
+
+def test_an_existing_subscriber_alone_in_a_request_is_merged_from_the_refused_write(
+    api: ApiClient, store
+) -> None:
+    # Given a subscriber with a tag and an attribute
+    api.post("/v1/events", ok(tags=["news"], attributes={"plan": "pro"}))
+
+    # When the same address comes again in a request of its own, and the same event twice
+    (status, body), calls = _dynamodb_calls(api, ok(tags=["beta"], attributes={"seats": 3}))
+    again = api.post("/v1/events", ok(tags=["beta"], attributes={"seats": 3}))
+
+    # Then the refused write brought the profile back (no read): merged onto it, TAG# in step
+    assert status == 200 and body["results"][0]["subscriber"] == "updated"
+    assert calls == ["TransactWriteItems", "TransactWriteItems", "PutItem"]
+    profile = store.get_profile("ann@example.com")
+    assert profile.tags == {"news", "beta"} and profile.attributes == {"plan": "pro", "seats": 3}
+    assert profile.version == 2
+    assert store.tag_members("news") == ["ann@example.com"] == store.tag_members("beta")
+    # and the event delivered twice changes nothing more (recorded twice, as every event is)
+    assert again[0] == 200 and again[1]["results"][0]["subscriber"] == "unchanged"
+    assert store.get_profile("ann@example.com").version == 2
+    assert len(store.list_events("ann@example.com")) == 3
+
+
+def test_a_suppressed_address_subscribing_alone_starts_suppressed(api: ApiClient, store) -> None:
+    # Given an address that bounced before it was a subscriber (its SUPPRESSION item)
+    store.put_suppression({"email": "ann@example.com", "reason": "bounce"})
+
+    # When it subscribes in a request of its own
+    (status, body), calls = _dynamodb_calls(api, ok(tags=["news"]))
+
+    # Then the write that assumed it new was refused by the SUPPRESSION check, and the profile
+    # was created suppressed, with its TAG# partner
+    assert status == 200 and body["results"][0]["subscriber"] == "created"
+    assert calls == ["TransactWriteItems", "TransactWriteItems", "PutItem"]
+    assert store.get_profile("ann@example.com").suppressed
+    assert store.tag_members("news") == ["ann@example.com"]
+
+
+def test_other_callers_of_ingest_read_first(store) -> None:
+    """The sunset and replies apply one event at a time about existing subscribers: they read
+    the profile first (a refused write would cost more than the read)."""
+    from shared.core.models import EventBatch, InboundEvent
+    from shared.web.ingest import IngestContext, ingest
+
+    store.upsert("ann@example.com", add_tags=["news"])
+    ctx = IngestContext(store=store, data_ttl_days=30)
+    event = InboundEvent.model_validate({"type": "subscriber.unsubscribed", "email": "ann@example.com"})
+
+    (result,), calls = _counted(lambda: ingest(EventBatch(events=[event]), ctx))
+
+    assert result["status"] == "unsubscribed"
+    assert calls == ["BatchGetItem", "TransactWriteItems", "PutItem"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError
 
 from local_aws.provision import LocalResources
@@ -14,46 +15,46 @@ from shared.broadcasts.worker import WorkerContext
 from shared.core.settings import Settings
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, send
-from shared.sending.rate import RESERVED_SCOPE, Reservations, WindowLimiter
+from shared.sending.rate import RESERVED_SCOPE, RateLimiter, Reservations
 from shared.store.subscribers import SubscriberStore
 from tests.integration.broadcast_support import Env, FakeSes, broadcast_env
 
 RATE = 50.0
 
 
-def granted_in_second(limiter: WindowLimiter, now: list[float], second: int) -> int:
-    """Every token the limiter grants, asked for greedily, over one whole second."""
-    total = 0
-    for k in range(round(1 / limiter.window_s)):
-        now[0] = second + (k + 0.5) * limiter.window_s  # the middle of each window
-        total += limiter.try_acquire(1000)[0]
-    return total
-
-
 def test_the_broadcasts_give_way_to_the_other_mail_of_the_last_second(resources: LocalResources) -> None:
     table = resources.tables["table_name"]
-    now = [1000.0]
+    now = [1000.5]
     reservations = Reservations(table, RESERVED_SCOPE, clock=lambda: now[0])
-    limiter = WindowLimiter(table, RESERVED_SCOPE, RATE, clock=lambda: now[0], reservations=reservations)
+    limiter = RateLimiter(table, RESERVED_SCOPE, RATE, clock=lambda: now[0], reservations=reservations)
 
-    # Given no other mail: the broadcasts take the whole rate
-    assert granted_in_second(limiter, now, 1000) == RATE
+    # Given no other mail: the broadcasts' leases run at the whole rate (half a second at most)
+    lease = limiter.acquire(1000)
+    assert lease is not None and lease.spacing == pytest.approx(1 / RATE) and lease.count == RATE / 2
 
     # When 30 other mails are sent in second 1001
     now[0] = 1001.5
     for _ in range(30):
         reservations.reserve()
 
-    # Then the broadcasts get the other 20 in second 1002, and the whole rate again after
+    # Then the broadcasts' leases in second 1002 run at the other 20 a second, and at the whole
+    # rate again after
+    now[0] = 1002.5
     requests = reservations.requests
-    assert granted_in_second(limiter, now, 1002) == RATE - 30
-    assert reservations.requests == requests + 1  # the last second read once for all its windows
-    assert granted_in_second(limiter, now, 1003) == RATE
-
-    # And more other mail than the rate stops the broadcasts for that second, never below zero
+    lease = limiter.acquire(1000)
+    assert lease is not None and lease.spacing == pytest.approx(1 / 20) and lease.count == 10
+    assert limiter.acquire(5) is not None  # the same second: its count is read once
+    assert reservations.requests == requests + 1
     now[0] = 1003.5
+    lease = limiter.acquire(1000)
+    assert lease is not None and lease.spacing == pytest.approx(1 / RATE)
+
+    # And more other mail than the rate stops the broadcasts for that second without asking the
+    # clock: no lease before a deadline within it
     reservations.reserve(80)
-    assert granted_in_second(limiter, now, 1004) == 0
+    now[0] = 1004.2
+    asked = limiter.requests
+    assert limiter.acquire(5, deadline=1004.9) is None and limiter.requests == asked
 
 
 class ThrottledFirst:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from bench.scenarios.limiter_scale import ClockItem
 from shared.broadcasts.model import (
     BATCH_CONTRACT,
     RESOLVE_CONTRACT,
@@ -20,7 +22,7 @@ from shared.broadcasts.model import (
     to_body,
 )
 from shared.core.errors import InvalidInput
-from shared.sending.rate import TokenPool, WindowLimiter, share_of, window_capacity, window_seconds
+from shared.sending.rate import RateLimiter, TokenPool, lease_size, share_of
 
 
 @pytest.mark.parametrize(
@@ -113,55 +115,63 @@ def test_envelopes_round_trip_and_bad_ones_fail_with_invalid_input() -> None:
     )
 
 
-@pytest.mark.parametrize("rate", [1.0, 2.5, 13.3, 47.5, 50.0, 475.0])
-def test_windows_hold_exactly_the_rate_on_average(rate: float) -> None:
-    window = window_seconds(rate)
-    windows = int(round(100 / window))  # 100 seconds
-    total = sum(window_capacity(rate, window, i) for i in range(1000, 1000 + windows))
-    assert abs(total - rate * 100) <= 1
-    # A window's burst stays within SES's one-second bucket (rounded up for fractional rates).
-    assert max(window_capacity(rate, window, i) for i in range(windows)) <= math.ceil(rate)
+@pytest.mark.parametrize(
+    ("rate", "in_flight", "size"),
+    [(1000.0, 8, 16), (10_000.0, 8, 100), (50.0, 8, 16), (12.0, 8, 6), (1.0, 8, 1), (47.5, 1, 2)],
+)
+def test_a_lease_is_twice_the_sends_in_flight_within_the_clock_writes_and_half_a_second(
+    rate: float, in_flight: int, size: int
+) -> None:
+    assert lease_size(rate, in_flight) == size
 
 
-class FakeTable:
-    """UpdateItem ADD on one counter per key, as DynamoDB answers it."""
+def test_leases_follow_each_other_on_the_shared_clock_and_no_worker_is_refused() -> None:
+    table, now = ClockItem(), [1000.0]
+    limiters = [RateLimiter("t", "broadcast", 50.0, client=table, clock=lambda: now[0]) for _ in range(3)]
 
-    def __init__(self) -> None:
-        self.used: dict[str, int] = {}
+    leases = [limiter.lease(10, 50.0) for limiter in limiters] + [limiters[0].lease(10, 50.0)]
 
-    def update_item(self, **request: Any) -> dict[str, Any]:
-        window = request["Key"]["SK"]["S"]
-        self.used[window] = self.used.get(window, 0) + int(request["ExpressionAttributeValues"][":n"]["N"])
-        return {"Attributes": {"used": {"N": str(self.used[window])}}}
-
-
-def test_the_limiter_never_grants_more_than_a_window_holds_to_all_workers_together() -> None:
-    table, now = FakeTable(), [1000.0]
-    limiters = [WindowLimiter("t", "broadcast", 47.5, client=table, clock=lambda: now[0]) for _ in range(3)]
-    cap = window_capacity(47.5, limiters[0].window_s, int(now[0] // limiters[0].window_s))
-
-    grants = [limiter.try_acquire(8)[0] for limiter in limiters]
-
-    assert sum(grants) == cap and grants[0] == min(8, cap)
-    assert sum(limiter.try_acquire(5)[0] for limiter in limiters) == 0  # the window is full
-    now[0] += limiters[0].window_s
-    assert limiters[2].try_acquire(5)[0] == 5  # a new window
+    # Then each lease starts where the one before ended: 10 tokens = 0.2 s at 50/s
+    assert [lease.start for lease in leases] == pytest.approx([1000.0, 1000.2, 1000.4, 1000.6])
+    assert all(lease.count == 10 and lease.spacing == pytest.approx(0.02) for lease in leases)
+    # And a worker new to the clock guessed it behind: the first restarted it, the two others
+    # were refused once each (the refusal carries the clock), then advanced it: none polls
+    assert sum(limiter.requests for limiter in limiters) == 6 and table.refused == 2
 
 
-def test_acquire_sleeps_to_the_next_window_and_the_pool_asks_in_bulk() -> None:
-    table, now, sleeps = FakeTable(), [2000.0], []
+def test_workers_together_never_get_more_than_the_rate_in_any_second() -> None:
+    table, now = ClockItem(), [5000.0]
+    rate = 47.5
+    limiters = [RateLimiter("t", "broadcast", rate, client=table, clock=lambda: now[0]) for _ in range(5)]
+    pools = [TokenPool(replace(limiter, sleep=lambda s: None), in_flight=8) for limiter in limiters]
+    due: list[float] = []
+    for _ in range(128):  # 5 workers, each always wanting more (8 leases each): the tokens' instants
+        for pool in pools:
+            pool.take(wanted_ahead=100)
+            due.append(pool._next - pool._spacing)
+    due.sort()
+    per_second = [sum(1 for t in due if start <= t < start + 1) for start in due]
+    assert max(per_second) <= math.ceil(rate)
+    assert (len(due) - 1) / (due[-1] - due[0]) == pytest.approx(rate, rel=0.01)
+    # And one request per lease of 16 tokens, plus one refused guess per worker new to the clock
+    assert sum(p.limiter.requests for p in pools) == len(due) / 16 + len(pools) - 1
+
+
+def test_the_pool_sleeps_until_each_token_is_due_and_asks_once_per_lease() -> None:
+    table, now, sleeps = ClockItem(), [2000.0], []
 
     def sleep(seconds: float) -> None:
         sleeps.append(seconds)
         now[0] += seconds
 
-    limiter = WindowLimiter("t", "broadcast", 10.0, client=table, clock=lambda: now[0], sleep=sleep)
-    pool = TokenPool(limiter)
-    taken = [pool.take(wanted_ahead=100) for _ in range(25)]
+    limiter = RateLimiter("t", "broadcast", 10.0, client=table, clock=lambda: now[0], sleep=sleep)
+    pool = TokenPool(limiter, in_flight=2)  # leases of 4
+    taken = [pool.take(wanted_ahead=100) for _ in range(12)]
 
-    assert all(taken) and limiter.requests == 3 + len(sleeps)  # one request per window, not per mail
-    assert len(sleeps) == 2 and all(0 < s <= limiter.window_s * 1.1 for s in sleeps)
-    assert limiter.acquire(1, deadline=now[0]) == 0 or limiter.requests > 3
+    assert all(taken) and limiter.requests == 3 + table.refused  # 3 leases of 4 tokens, no polling
+    assert now[0] == pytest.approx(2001.1) and all(s == pytest.approx(0.1) for s in sleeps)
+    # a token due after the deadline is not taken: the lease is dropped
+    assert not pool.take(wanted_ahead=1, deadline=now[0] - 1)
 
 
 def test_the_broadcast_share_leaves_the_rest_of_the_rate_reserved() -> None:
