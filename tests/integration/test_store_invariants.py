@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from shared.core.aws import client
 from shared.core.errors import ExecutionAlreadyActive, SubscriberNotFound
@@ -181,10 +181,15 @@ EXAMPLES = [pytest.param(40, id="40"), pytest.param(300, id="300", marks=pytest.
 
 @pytest.mark.parametrize("examples", EXAMPLES)
 def test_store_pairs_never_drift(resources, examples: int) -> None:
-    run = settings(
-        max_examples=examples, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
-    )(StoreMachine)
-    run.TestCase().runTest()
+    run_state_machine_as_test(
+        StoreMachine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=12,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
 
 
 def test_a_writer_that_loses_the_race_retries_and_keeps_both_changes(
