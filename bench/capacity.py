@@ -528,13 +528,16 @@ def table_units(log: Iterable[Logged], mails: int) -> dict[str, tuple[float, flo
 
 
 def limiter_writes_per_s(ses_rate: float, share: float = 1.0) -> float:
-    """UpdateItems per second the broadcast workers' rate limiter makes while they send: each of
-    ``broadcast_workers(rate)`` asks once per token window (0.1-1 s) while it has mail, granted
-    or starved (shared/sending/rate.py): 60 workers x 10 windows/s = 600/s at 1,000/s."""
-    from shared.sending.rate import window_seconds
+    """UpdateItems per second the broadcast workers' rate limiter makes while they send: one per
+    lease of ``lease_size(rate, threads)`` tokens on the shared clock item; a worker whose lease
+    is not due sleeps until it is, so starved workers do not poll (shared/sending/rate.py):
+    at 1,000/s, leases of 16 (8 sends in flight x 2) give 62.5 writes a second."""
+    from shared.core.settings import Settings
+    from shared.sending.rate import lease_size
 
     rate = ses_rate * share
-    return specs.broadcast_workers(ses_rate, share) / window_seconds(rate)
+    threads = Settings.model_fields["broadcast_worker_threads"].default
+    return rate / lease_size(rate, threads)
 
 
 def busy_seconds_per_mail(inputs: Inputs, shapes: Mapping[str, FunctionShape], latency_s: float) -> float:

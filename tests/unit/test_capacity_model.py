@@ -51,10 +51,10 @@ CASES = [
     pytest.param(replace(BASE, table_units={"MainTable": (2.333, 6.603)}), {}, MATURE,
                  "DynamoDB MainTable table, fresh (4,000 WRU/s or 12,000 RRU/s)",
                  1 / (2.333 / 4000 + 6.603 / 12000), id="fresh-table"),
-    # 1,091/s on the table alone: the limiter's 600 UpdateItems/s of 60 workers make it bind
-    pytest.param(replace(BASE, table_units={"MainTable": (2.0, 5.0)}, broadcast=True), {}, MATURE,
-                 "DynamoDB MainTable table, fresh (4,000 WRU/s or 12,000 RRU/s, limiter 600 WRU/s)",
-                 (1 - 600 / 4000) / (2.0 / 4000 + 5.0 / 12000), id="limiter-polling"),
+    # 1,012/s on the table alone: the limiter's 62.5 UpdateItems/s (a lease of 16 each) make it bind
+    pytest.param(replace(BASE, table_units={"MainTable": (2.12, 5.5)}, broadcast=True), {}, MATURE,
+                 "DynamoDB MainTable table, fresh (4,000 WRU/s or 12,000 RRU/s, limiter 62 WRU/s)",
+                 (1 - 62.5 / 4000) / (2.12 / 4000 + 5.5 / 12000), id="limiter-polling"),
     pytest.param(replace(BASE, table_units={"EventsTable/SequenceIndex": (5.0, 0.0)}), {}, MATURE,
                  "DynamoDB EventsTable/SequenceIndex index (GSI back-pressure", 800.0,
                  id="gsi-back-pressure"),
@@ -125,9 +125,9 @@ def test_quotas_by_region_account_and_tables() -> None:
     assert warm.table_capacity("EventsTable/SequenceIndex") == (NEW_TABLE_WRU, NEW_TABLE_RRU)
 
 
-def test_the_limiter_polls_once_per_window_and_worker() -> None:
-    assert limiter_writes_per_s(1000) == pytest.approx(600.0)  # 60 workers x 10 windows of 0.1 s
-    assert limiter_writes_per_s(14) == pytest.approx(3 * 14 / 10)  # 3 workers, windows of 10/14 s
+def test_the_limiter_writes_once_per_lease() -> None:
+    assert limiter_writes_per_s(1000) == pytest.approx(1000 / 16)  # leases of 8 in flight x 2
+    assert limiter_writes_per_s(14) == pytest.approx(14 / 7)  # at most half a second of the rate
 
 
 def test_resolution_rate_adds_cpu_requests_and_the_hop_per_page() -> None:
