@@ -312,18 +312,14 @@ class SignupOutcome:
 
     def public(self) -> dict[str, Any]:
         iso = clock.iso(datetime.fromtimestamp(self.at, UTC)) if self.at else None
-        if self.limit == "source":
-            message = (
-                "Too many sign-ups came from your network this hour, so we did not sign you up. "
-                f"Please try again after {_clock_time(self.at)}."
+        if self.limit in ("source", "full"):
+            why = (
+                "Too many sign-ups came from your network this hour, so we did not sign you up."
+                if self.limit == "source"
+                else f"So many people signed up with {self.domain} addresses this hour that we cannot "
+                "send your confirmation mail now, and did not sign you up."
             )
-            return {"status": "try_later", "confirmation": False, "message": message, "retry_after": iso}
-        if self.limit == "full":
-            message = (
-                f"So many people signed up with {self.domain} addresses this hour that we cannot send "
-                f"your confirmation mail now, and did not sign you up. Please try again after "
-                f"{_clock_time(self.at)}."
-            )
+            message = f"{why} Please try again after {_clock_time(self.at)}."
             return {"status": "try_later", "confirmation": False, "message": message, "retry_after": iso}
         if self.limit == "held":
             message = (

@@ -385,21 +385,20 @@ class PendingSignups(TableAdapter):
     ) -> UpdateTypeDef:
         """The domain counter's part of an admission: one more mail under the cap, or (a held
         sign-up) one more held place at the cap, under ``held_cap``."""
-        if not pending.held_at:
-            return {
-                "TableName": self.table,
-                "Key": key(pk, sk),
-                "UpdateExpression": "ADD mails :one SET #ttl = :ttl",
-                "ConditionExpression": "attribute_not_exists(mails) OR mails < :cap",
-                "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
-                "ExpressionAttributeValues": values(one=1, cap=cap, ttl=now + 2 * 3600),
-            }
-        return {
+        counter: UpdateTypeDef = {
             "TableName": self.table,
             "Key": key(pk, sk),
+            "UpdateExpression": "ADD mails :one SET #ttl = :ttl",
+            "ConditionExpression": "attribute_not_exists(mails) OR mails < :cap",
+            "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
+            "ExpressionAttributeValues": values(one=1, cap=cap, ttl=now + 2 * 3600),
+        }
+        if not pending.held_at:
+            return counter
+        return {
+            **counter,
             "UpdateExpression": "ADD held :one SET #ttl = :ttl, held_since = if_not_exists(held_since, :now)",
             "ConditionExpression": "mails >= :cap AND (attribute_not_exists(held) OR held < :held_cap)",
-            "ExpressionAttributeNames": {"#ttl": TTL_ATTRIBUTE},
             "ExpressionAttributeValues": values(
                 one=1, cap=cap, held_cap=held_cap, now=now, ttl=now + 2 * 3600
             ),
