@@ -12,17 +12,21 @@ The driving read depends on the filter:
   4 KB of table, e.g. ~$0.02 for a table of 100k subscribers with 20 sends each, once per
   broadcast (docs/broadcasts.md). Events live in the events table and are never read.
 
-Candidates from a ``TAG#`` partition are checked against their profile (BatchGetItem, 100
-per call): every other tag condition, the ``--where`` conditions, eligibility (subscribed,
-not suppressed) and, for a topic broadcast, whether the reader receives the topic
-(``TopicCatalog.receives``: their choice, else the topic's default).
+Candidates from a ``TAG#`` partition are read in Queries of up to ``QUERY_CHUNK`` keys (as
+many as the page still lacks, scaled by the share of keys that became recipients so far) and
+checked against their profile: BatchGetItem, 100 keys a call, every call of a Query's keys at
+once (one thread each), so a page of 1,000 costs one Query and one round of 10 BatchGetItem
+when the tag's members mostly match. The checks: every other tag condition, the ``--where``
+conditions, eligibility (subscribed, not suppressed) and, for a topic broadcast, whether the
+reader receives the topic (``TopicCatalog.receives``: their choice, else the topic's default).
 The position between pages is a small JSON cursor, so a page is resolved in one short
 Lambda invocation and the next one continues where it stopped: ``part`` = which driving
-read and ``key`` = DynamoDB's LastEvaluatedKey for the tag reads; for the Scan,
+read and ``key`` = DynamoDB's LastEvaluatedKey for the tag reads, or the key of the last
+``TAG#`` item taken when the page filled up inside a Query's answer; for the Scan,
 ``segments`` (TotalSegments) and ``open``, each segment not yet exhausted with the key it
-continues after (null: not started). A page ends inside a segment's answer when it is full:
-that segment continues after the last item taken, so a page never holds more than
-``page_size`` recipients and no item is taken twice or skipped.
+continues after (null: not started). A page ends inside a segment's (or a Query's) answer
+when it is full: the read continues after the last item taken, so a page never holds more
+than ``page_size`` recipients and no item is taken twice or skipped.
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ if TYPE_CHECKING:
 
 
 PAGE_SIZE = 1000  # recipients per page (a page is split into batches for the workers)
-CHUNK = 100  # keys per Query/BatchGetItem round trip
+CHUNK = 100  # keys per BatchGetItem (DynamoDB's maximum)
+# TAG# keys per Query at most: a page's worth, so that a tag whose members mostly match fills a
+# page in one Query. Keys only (a TAG# item is ~120 bytes): far below the 1 MB a Query answers.
+QUERY_CHUNK = 1000
 SCAN_CHUNK = 1000  # items evaluated per Scan call at most (a segment's share of a page, usually less)
 # Segments of the "everyone" Scan, read concurrently: fixed, not derived from the table's size
 # (DescribeTable's ItemCount is refreshed about every six hours, so a table just imported
@@ -125,11 +132,22 @@ class AudienceResolver(TableAdapter):
         return [None]
 
     def page(self, audience: Audience, cursor: str | None) -> Page:
-        """Resolve from ``cursor`` (None: the start) up to about ``page_size`` recipients."""
+        """Resolve from ``cursor`` (None: the start) up to ``page_size`` recipients."""
         parts = self.parts(audience)
         position: dict[str, Any] = json.loads(cursor) if cursor else {"part": 0, "key": None}
-        if parts == [None]:
-            return self._scan_page(audience, position)
+        threads = max(self.segments, QUERY_CHUNK // CHUNK)  # a Scan round, or a Query's BatchGetItems
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="read") as pool:
+            if parts == [None]:
+                return self._scan_page(audience, position, pool)
+            return self._tag_page(audience, parts, position, pool)
+
+    def _tag_page(
+        self, audience: Audience, parts: list[str | None], position: dict[str, Any], pool: ThreadPoolExecutor
+    ) -> Page:
+        """A page of the tag-driven read: Queries of the part's ``TAG#`` partition, each of as
+        many keys as the page still lacks divided by the share of keys that became recipients
+        so far (at most ``QUERY_CHUNK``), their profiles read at once; a page that fills up
+        inside a Query's answer continues after the last key taken."""
         part, start = int(position["part"]), position.get("key")
         emails: list[str] = []
         excluded: dict[str, int] = {}
@@ -140,12 +158,20 @@ class AudienceResolver(TableAdapter):
                 return Page(emails, cursor, evaluated, excluded)
             tag = parts[part]
             assert tag is not None  # the Scan is _scan_page's
-            candidates, start = self._tag_chunk(tag, start)
-            evaluated += len(candidates)
+            density = len(emails) / evaluated if evaluated else 1.0
+            wanted = (self.page_size - len(emails)) / max(density, 1 / QUERY_CHUNK)
+            limit = max(1, min(QUERY_CHUNK, self.max_evaluated - evaluated, math.ceil(wanted)))
+            found, after = self._tag_chunk(tag, start, limit, pool)
             earlier = set(parts[:part]) if audience.any_tags and not audience.tags else set()
-            for candidate in candidates:
-                if not candidate.tags & earlier:
+            stop: dict[str, Any] | None = None
+            for i, (item_key, candidate) in enumerate(found):
+                evaluated += 1
+                if candidate is not None and not candidate.tags & earlier:
                     self._take(candidate, audience, emails, excluded)
+                if len(emails) >= self.page_size and i < len(found) - 1:
+                    stop = item_key  # full inside this answer: continue after this key
+                    break
+            start = stop if stop is not None else after
             if start is None:
                 part += 1
         return Page(emails, None, evaluated, excluded)
@@ -162,7 +188,7 @@ class AudienceResolver(TableAdapter):
         else:
             excluded[reason] = excluded.get(reason, 0) + 1
 
-    def _scan_page(self, audience: Audience, position: dict[str, Any]) -> Page:
+    def _scan_page(self, audience: Audience, position: dict[str, Any], pool: ThreadPoolExecutor) -> Page:
         """A page of the "everyone" Scan: rounds of one Scan call per open segment, all at once,
         until the page is full, ``max_evaluated`` candidates were looked at or every segment is
         exhausted. Each call's ``Limit`` is the segment's share of what the page still lacks,
@@ -178,7 +204,7 @@ class AudienceResolver(TableAdapter):
             share = wanted / len(open_) / max(density, 1 / SCAN_CHUNK)
             limit = max(1, min(SCAN_CHUNK, math.ceil(share)))
             order = sorted(open_)
-            answers = self._scan_round([(s, open_[s]) for s in order], total, limit)
+            answers = self._scan_round([(s, open_[s]) for s in order], total, limit, pool)
             for segment, (candidates, start, count) in zip(order, answers, strict=True):
                 scanned += count
                 returned += len(candidates)
@@ -203,15 +229,18 @@ class AudienceResolver(TableAdapter):
         return Page(emails, json.dumps(cursor, sort_keys=True), evaluated, excluded)
 
     def _scan_round(
-        self, positions: list[tuple[int, dict[str, Any] | None]], total: int, limit: int
+        self,
+        positions: list[tuple[int, dict[str, Any] | None]],
+        total: int,
+        limit: int,
+        pool: ThreadPoolExecutor,
     ) -> list[tuple[list[Candidate], dict[str, Any] | None, int]]:
         """One Scan call per (segment, start), concurrently (boto3 clients are thread-safe)."""
         if len(positions) == 1:
             segment, start = positions[0]
             return [self._scan_chunk(start, limit, segment, total)]
-        with ThreadPoolExecutor(max_workers=len(positions), thread_name_prefix="scan") as pool:
-            futures = [pool.submit(self._scan_chunk, start, limit, s, total) for s, start in positions]
-            return [f.result() for f in futures]
+        futures = [pool.submit(self._scan_chunk, start, limit, s, total) for s, start in positions]
+        return [f.result() for f in futures]
 
     def _excluded(self, candidate: Candidate, topic: str | None) -> str | None:
         """Why a matching candidate gets no marketing mail (None: they do)."""
@@ -253,32 +282,41 @@ class AudienceResolver(TableAdapter):
         return items, response.get("LastEvaluatedKey"), int(response.get("ScannedCount", len(items)))
 
     def _tag_chunk(
-        self, tag: str, start: dict[str, Any] | None
-    ) -> tuple[list[Candidate], dict[str, Any] | None]:
+        self, tag: str, start: dict[str, Any] | None, limit: int, pool: ThreadPoolExecutor
+    ) -> tuple[list[tuple[dict[str, Any], Candidate | None]], dict[str, Any] | None]:
+        """Up to ``limit`` keys of ``TAG#<tag>`` after ``start``, in the partition's order, each
+        with its profile (None: no profile); and where the partition continues (None: done)."""
         response = self.client.query(
             TableName=self.table,
             KeyConditionExpression="PK = :pk",
             ExpressionAttributeValues=values(pk=keys.tag_pk(tag)),
             ProjectionExpression="SK",
-            Limit=CHUNK,
+            Limit=limit,
             **page_start(start),
         )
-        emails = [keys.email_from_sub(i["SK"]["S"]) for i in response.get("Items", [])]
-        return self._profiles(emails), response.get("LastEvaluatedKey")
+        pk = keys.tag_pk(tag)
+        found = [(i["SK"]["S"], keys.email_from_sub(i["SK"]["S"])) for i in response.get("Items", [])]
+        profiles = self._profiles([email for _, email in found], pool)
+        return [(key(pk, sk), profiles.get(email)) for sk, email in found], response.get("LastEvaluatedKey")
 
-    def _profiles(self, emails: list[str]) -> list[Candidate]:
-        if not emails:
-            return []
+    def _profiles(self, emails: list[str], pool: ThreadPoolExecutor) -> dict[str, Candidate]:
+        """The profiles of ``emails`` that exist, by address: one BatchGetItem per ``CHUNK``
+        keys, all of them at once."""
+        chunks = [emails[i : i + CHUNK] for i in range(0, len(emails), CHUNK)]
+        if len(chunks) <= 1:
+            return self._profile_chunk(chunks[0]) if chunks else {}
         found: dict[str, Candidate] = {}
+        for answer in [pool.submit(self._profile_chunk, chunk) for chunk in chunks]:
+            found.update(answer.result())
+        return found
+
+    def _profile_chunk(self, emails: list[str]) -> dict[str, Candidate]:
         wanted = [key(keys.sub_pk(e), keys.PROFILE) for e in emails]
         names = {"#status": "status"}
-        for item in batch_get(
+        items = batch_get(
             self.client, self.table, wanted, ProjectionExpression=_PROJECTION, ExpressionAttributeNames=names
-        ):
-            candidate = Candidate.from_item(item)
-            found[candidate.email] = candidate
-        # TAG# order (the partition's sort order) keeps pages deterministic.
-        return [found[e] for e in emails if e in found]
+        )
+        return {c.email: c for c in map(Candidate.from_item, items)}
 
 
 def _scan_position(position: dict[str, Any], segments: int) -> tuple[int, dict[int, dict[str, Any] | None]]:

@@ -4,7 +4,8 @@
     BROADCAST#<id>     / POINTER                its SK; written with the record in one transaction,
                                                 conditioned on not existing: the --id guard
     BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once;
-                                                ``handed_off`` once its batches and successor went out
+                                                ``handed_off`` once its batches went out and the
+                                                chain went on (shared.broadcasts.fanout)
     BROADCAST#<id>     / BATCH#<round>#<p>#<i>  "this batch was counted" marker
     BROADCAST#<id>     / DEAD#<round>#<p>#<i>   "this batch went to the dead-letter queue"
                                                 marker (removed when the batch is counted)
@@ -118,7 +119,7 @@ class BroadcastNotFound(NotFound):
 
 class StoredPage(NamedTuple):
     """A resolved page as checkpointed: its recipients, whether it was the last, and whether
-    its hand-off (batches, then the next page's message or ``resolved``) completed."""
+    its hand-off (its batches, and the chain gone on from it) completed."""
 
     emails: builtins.list[str]
     exhausted: bool
@@ -418,8 +419,9 @@ class BroadcastStore(TableAdapter):
         )
 
     def mark_handed_off(self, record: Broadcast, page: int) -> None:
-        """The page's batches and what follows it (the next page's message, or ``resolved``)
-        were sent: a later delivery of its message has nothing left to do."""
+        """The page's batches were sent and the chain went on from it (the same invocation
+        resolving the next page, the next page's message, or ``resolved``): a later delivery
+        of its message has nothing left to do."""
         self.client.update_item(
             TableName=self.table,
             Key=key(keys.broadcast_pk(record.id), keys.broadcast_page_sk(record.round, page)),

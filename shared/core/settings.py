@@ -46,6 +46,10 @@ class Settings(BaseModel):
     broadcast_max_send_rate: float = Field(default=0.0, ge=0)  # cap (mails/s); 0: the account's rate
     broadcast_rate_share: float = Field(default=1.0, gt=0, le=1)  # of the rate (other mail goes first)
     broadcast_worker_threads: int = Field(default=8, ge=1, le=32)  # sends in flight per worker
+    # Back-pressure (docs/broadcasts.md): the resolver resolves its next page only while the batch
+    # queue holds at most this many seconds of sending at the broadcast's rate (at least 20
+    # batches; shared.broadcasts.fanout.queue_limit); 0: no back-pressure.
+    broadcast_resolver_ahead_s: int = Field(default=120, ge=0, le=3600)
     # Warm-up (shared.sending.warmup, docs/sending.md): the sending domain's daily volumes of day
     # 1, 2, ... (no limit after the last); "off" or empty: no ramp.
     warmup_schedule: str = "off"

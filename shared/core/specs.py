@@ -57,6 +57,7 @@ ENV: dict[str, str] = {
     "broadcast_max_send_rate": "BROADCAST_MAX_SEND_RATE",
     "broadcast_rate_share": "BROADCAST_RATE_SHARE",
     "broadcast_worker_threads": "BROADCAST_WORKER_THREADS",
+    "broadcast_resolver_ahead_s": "BROADCAST_RESOLVER_AHEAD_S",
     "warmup_schedule": "WARMUP_SCHEDULE",
     "webhook_queue_url": "WEBHOOK_QUEUE_URL",
     "webhook_allow_loopback_http": "WEBHOOK_ALLOW_LOOPBACK_HTTP",
@@ -788,9 +789,10 @@ ENV["reply_forward_to"] = "REPLY_FORWARD_TO"
 
 
 # ----- broadcasts (docs/broadcasts.md) -----------------------------------------------------------
-# broadcast.resolve envelopes: the resolver handles one audience page per message and
-# re-enqueues itself; broadcast.batch envelopes: the workers send one batch per message. A
-# queue of their own keeps sequence and transactional mail (SEND_QUEUE) out of their backlog.
+# broadcast.resolve envelopes: the resolver resolves audience pages from the message's page on
+# for up to a minute, then enqueues the next page's message; broadcast.batch envelopes: the
+# workers send one batch per message. A queue of their own keeps sequence and transactional
+# mail (SEND_QUEUE) out of their backlog.
 BROADCAST_CONTROL_QUEUE = QueueSpec(
     id="BroadcastControlQueue",
     local_name="mailstep-broadcast-control",
@@ -808,18 +810,21 @@ BROADCAST_QUEUE = QueueSpec(
 BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
     name="broadcast-resolver",
     handler="functions.broadcast_resolver.handler.handler",
-    description="Broadcast audience: resolves one page per message, hands batches to the workers",
+    description="Broadcast audience: resolves pages in a loop per message, hands batches to the workers",
     # A full vCPU (1,769 MB): parsing Scan pages is CPU work (about 0.1-0.15 ms per profile
     # measured, 0.35 ms per recipient for the whole step), and a page's 16 Scan segments are
     # read at once; at 512 MB (0.29 vCPU) a million recipients took over 10 minutes of CPU
     # alone (docs/broadcasts.md, "Resolving a million").
     memory_mb=1769,
-    timeout_s=120,  # one page per invocation: <= 1,000 recipients, <= 5,000 candidates looked at
+    # Pages of <= 1,000 recipients (<= 5,000 candidates looked at) for up to 60 s per invocation,
+    # starting none in its last 30 s (shared.broadcasts.fanout.INVOCATION_BUDGET_S, RESERVE_S).
+    timeout_s=120,
     grants=(
         # the broadcast record and page checkpoints (GetItem, UpdateItem, Put + Update
         # transaction), the audience (parallel Scan of profiles, Query of TAG#, BatchGetItem profiles)
         Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "Scan")),
-        Grant(BROADCAST_QUEUE, ("sqs:SendMessage",)),  # SendMessageBatch: the batches
+        # SendMessageBatch: the batches; GetQueueAttributes: the queue's depth (back-pressure)
+        Grant(BROADCAST_QUEUE, ("sqs:SendMessage", "sqs:GetQueueAttributes")),
         Grant(BROADCAST_CONTROL_QUEUE, ("sqs:SendMessage",)),  # the next page
     ),
     event_sources=(EventSourceSpec(queue=BROADCAST_CONTROL_QUEUE, batch_size=1, max_concurrency=2),),
