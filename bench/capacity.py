@@ -120,11 +120,15 @@ LIMITS: dict[str, Limit] = {
               "the upper end of single digits, plus the network"),
         Limit("sqs_hop_ms", 50, "one SQS message to the next Lambda invocation (ms)", "not documented",
               "assumed: the event source's pollers long-poll the queue (docs/broadcasts.md: 50-200 ms)"),
-        Limit("resolver_requests_per_page", 27,
-              "requests one resolver page of 1,000 makes (a tag audience)",
-              "mailstep: shared/broadcasts/audience.py, fanout.py",
-              "10 Queries and 10 BatchGetItems of 100, the record's reads and checkpoint, the "
-              "batches' SendMessageBatch, the next page's message"),
+        Limit("resolver_serial_per_page", 5,
+              "requests a resolver page of 1,000 waits for one after another (a tag audience)",
+              "mailstep: shared/broadcasts/fanout.py; measured 4.4-5.2 with `pytest -m bench "
+              "tests/integration/test_broadcast_resolver.py` (docs/bench-scale.md, \"The resolver\")",
+              "16 requests a page: the record and the queue depth at once, the Query, the page's "
+              "BatchGetItems at once, the checkpoint; the batches are sent in the background"),
+        Limit("resolver_invocation_s", 60, "seconds one resolver invocation loops over pages",
+              "mailstep: shared/broadcasts/fanout.py (invocation_deadline)",
+              "one SQS hop to the next invocation per 60 s of pages, not one per page"),
     )
 }  # fmt: skip
 BIG_SFN_REGIONS = ("us-east-1", "us-west-2", "eu-west-1")  # the Step Functions quotas' larger Regions
@@ -549,21 +553,23 @@ def busy_seconds_per_mail(inputs: Inputs, shapes: Mapping[str, FunctionShape], l
 
 
 RESOLVER_LATENCY = (
-    f"per page of 1,000: {LIMITS['resolver_requests_per_page'].value:g} requests x "
-    f"{LIMITS['ddb_latency_ms'].value:g} ms (DynamoDB: single-digit ms documented) and one SQS hop of "
-    f"{LIMITS['sqs_hop_ms'].value:g} ms (not documented: assumed), after the page's CPU"
+    f"per page of 1,000: {LIMITS['resolver_serial_per_page'].value:g} requests one after another x "
+    f"{LIMITS['ddb_latency_ms'].value:g} ms (DynamoDB: single-digit ms documented), after the page's "
+    f"CPU; one SQS hop of {LIMITS['sqs_hop_ms'].value:g} ms (not documented: assumed) per "
+    f"{LIMITS['resolver_invocation_s'].value:g} s invocation"
 )
 
 
 def resolution_rate(cpu_ms_per_recipient: float, vcpu: float, page: int = 1000) -> float:
-    """Recipients per second the resolver's chain resolves, one page after another: a page's
-    CPU at the resolver's vCPU share, its requests at DynamoDB's latency, the SQS hop to the next."""
+    """Recipients per second the resolver resolves, one page after another: a page's CPU at the
+    resolver's vCPU share and the requests it waits for in turn at DynamoDB's latency; an
+    invocation loops over pages for ``resolver_invocation_s``, then the SQS hop to the next."""
     page_s = (
         page * cpu_ms_per_recipient / 1000 / vcpu
-        + LIMITS["resolver_requests_per_page"].value * LIMITS["ddb_latency_ms"].value / 1000
-        + LIMITS["sqs_hop_ms"].value / 1000
+        + LIMITS["resolver_serial_per_page"].value * LIMITS["ddb_latency_ms"].value / 1000
     )
-    return page / page_s
+    pages_per_invocation = max(1.0, math.floor(LIMITS["resolver_invocation_s"].value / page_s))
+    return page / (page_s + LIMITS["sqs_hop_ms"].value / 1000 / pages_per_invocation)
 
 
 def _table_ceiling(units: tuple[float, float], capacity: tuple[float, float], fixed: float) -> float:
@@ -614,7 +620,7 @@ def ceilings(
     resolver = shapes.get("broadcast-resolver")
     if resolver and inputs.cpu_ms_per_mail.get("broadcast-resolver", 0) > 0:
         rate = resolution_rate(inputs.cpu_ms_per_mail["broadcast-resolver"], resolver.vcpu)
-        found[f"broadcast resolver chain (serial pages: {RESOLVER_LATENCY})"] = rate
+        found[f"broadcast resolver (pages one after another: {RESOLVER_LATENCY})"] = rate
     share = f" x {inputs.ses_share:g} share" if inputs.ses_share != 1 else ""
     limit(f"{SES_LIMIT} ({q.ses_rate:g}/s{share})", q.ses_rate * inputs.ses_share, inputs.ses_sends_per_mail)
     start = f"Step Functions StartExecution ({q.sfn_start:,.0f}/s, {q.region})"

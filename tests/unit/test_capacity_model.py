@@ -69,7 +69,7 @@ CASES = [
     # a page: 2 s of CPU, 27 requests x 10 ms, a 50 ms hop
     pytest.param(replace(BASE, cpu_ms_per_mail={"broadcast-resolver": 2.0}),
                  {"broadcast-resolver": shape("broadcast-resolver", 1, "reserved")}, MATURE,
-                 "broadcast resolver chain (serial pages", 1000 / 2.32, id="resolver-chain"),
+                 "broadcast resolver (pages one after another", 1000 / (2.05 + 0.05 / 29), id="resolver-chain"),
     pytest.param(BASE, {}, MATURE, "SES rate (1000/s)", 1000.0, id="ses"),
     pytest.param(replace(BASE, starts_per_mail=0.2), {}, quotas("eu-central-2"),
                  "Step Functions StartExecution (150/s, eu-central-2)", 750.0, id="sfn-start-other-region"),
@@ -130,9 +130,10 @@ def test_the_limiter_writes_once_per_lease() -> None:
     assert limiter_writes_per_s(14) == pytest.approx(14 / 7)  # at most half a second of the rate
 
 
-def test_resolution_rate_adds_cpu_requests_and_the_hop_per_page() -> None:
-    assert resolution_rate(0.0, 1.0) == pytest.approx(1000 / (0.27 + 0.05))
-    assert resolution_rate(0.35, 0.5) == pytest.approx(1000 / (0.7 + 0.27 + 0.05))
+def test_resolution_rate_adds_cpu_and_serial_requests_per_page_and_one_hop_per_invocation() -> None:
+    assert resolution_rate(0.0, 1.0) == pytest.approx(1000 / (0.05 + 0.05 / 1200))  # 1,200 pages in 60 s
+    assert resolution_rate(0.35, 0.5) == pytest.approx(1000 / (0.75 + 0.05 / 80))
+    assert resolution_rate(70.0, 1.0) == pytest.approx(1000 / (70.05 + 0.05))  # a page longer than 60 s
 
 
 def test_warm_throughput_is_none_for_no_peak_and_at_most_the_table_quota() -> None:
