@@ -69,7 +69,7 @@ CASES = [
     # a page: 2 s of CPU, 27 requests x 10 ms, a 50 ms hop
     pytest.param(replace(BASE, cpu_ms_per_mail={"broadcast-resolver": 2.0}),
                  {"broadcast-resolver": shape("broadcast-resolver", 1, "reserved")}, MATURE,
-                 "broadcast resolver (pages one after another", 1000 / (2.05 + 0.05 / 29), id="resolver-chain"),
+                 "broadcast resolver (pages one", 1000 / (2.05 + 0.05 / 29), id="resolver-chain"),
     pytest.param(BASE, {}, MATURE, "SES rate (1000/s)", 1000.0, id="ses"),
     pytest.param(replace(BASE, starts_per_mail=0.2), {}, quotas("eu-central-2"),
                  "Step Functions StartExecution (150/s, eu-central-2)", 750.0, id="sfn-start-other-region"),
