@@ -44,17 +44,8 @@ from shared.core import clock
 from shared.core.models import SUBSCRIBED, UNSUBSCRIBE_EVENT, UNSUBSCRIBED, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.core.specs import HYGIENE_INDEX
-from shared.store import keys
-from shared.store.dynamo import (
-    batch_get,
-    deserialize,
-    from_dynamo,
-    key,
-    page_start,
-    query_all,
-    serialize,
-    values,
-)
+from shared.store import dynamo, keys
+from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, query_all, serialize, values
 from shared.store.hygiene import (
     backfilled_item,
     cold_key,
@@ -537,15 +528,8 @@ def backfill(
         store.client.delete_item(TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_BACKFILL))
         report.writes += 1
     report.done = True
-    logger.info(
-        "hygiene backfill",
-        dry_run=dry_run,
-        read=report.read,
-        items_created=report.created,
-        engaged=report.engaged,
-        raced=report.raced,
-        writes=report.writes,
-    )
+    counts = {k: v for k, v in asdict(report).items() if isinstance(v, int) and not isinstance(v, bool)}
+    logger.info("hygiene backfill", dry_run=dry_run, **{f"subscribers_{k}": v for k, v in counts.items()})
     return report
 
 
@@ -574,7 +558,7 @@ def _subscribed_count(store: SubscriberStore) -> int:
                 "ExpressionAttributeValues": values(pk=pk),
                 "Select": "COUNT",
             }
-            answer = store.client.query(**request, **page_start(start))
+            answer = store.client.query(**request, **dynamo.page_start(start))
             counted += answer.get("Count", 0)
             start = answer.get("LastEvaluatedKey")
             if not start:

@@ -53,18 +53,8 @@ def test_the_nudge_goes_only_to_readers_who_did_not_open_the_welcome_as_a_person
 
     with paused_clock(local):  # the executions stop at their two-day wait
         # Given three readers in the sequence, each with the welcome
-        report = ok_json(
-            ops(
-                local,
-                "subscribers",
-                "import",
-                str(imported),
-                "--trigger",
-                "--sequences-dir",
-                str(folder),
-                "--json",
-            )
-        )
+        start = ("import", str(imported), "--trigger", "--sequences-dir", str(folder), "--json")
+        report = ok_json(ops(local, "subscribers", *start))
         assert report["rejected"] == [] and report["sequences_started"] == 3, report
         eventually(
             lambda: all(len(_mail_to(local, run, email)) == 1 for email in readers),
