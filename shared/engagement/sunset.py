@@ -528,7 +528,7 @@ def backfill(
         store.client.delete_item(TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_BACKFILL))
         report.writes += 1
     report.done = True
-    counts = {k: v for k, v in asdict(report).items() if isinstance(v, int) and not isinstance(v, bool)}
+    counts: dict[str, Any] = {k: v for k, v in asdict(report).items() if type(v) is int}
     logger.info("hygiene backfill", dry_run=dry_run, **{f"subscribers_{k}": v for k, v in counts.items()})
     return report
 
