@@ -6,7 +6,9 @@ loaded here. Actions:
 
 - ``send``: send through the one send pipeline with the send-once key
   (subscriber, sequence, step code + execution), then apply a riding ``tag`` change;
-- ``check``: evaluate a condition on live data -> ``{"ok": bool}``;
+- ``check``: evaluate a condition on live data -> ``{"ok": bool}``; a condition on a named
+  step's mail (``{opened: {step: welcome}}``) comes with ``steps``, each name's step code, and
+  looks for a person's event of that step's mail in this execution;
 - ``branch``: an ``if`` whose branches are each at most one send: evaluate the condition on
   live data and send the chosen branch's mail (``then`` / ``else``) as that branch's own send
   step (its step code: the same send-once key and per-step counts as a send Task of its own);
@@ -276,13 +278,14 @@ def _step_mail_engaged(
     code = request.steps.get(name)
     if code is None or execution is None:
         raise ValueError(f"the condition names step {name!r}, whose step code the payload lacks")
-    started = clock.parse_iso(execution.started_at) - CLOCK_SLACK
+    # every pair is written with its start time; without one, every event of the subscriber is read
+    since = clock.iso(clock.parse_iso(execution.started_at) - CLOCK_SLACK) if execution.started_at else ""
     return deps.store.has_step_event(
         request.email,
         OPEN_EVENT if kind == "opened" else CLICK_EVENT,
         source=request.sequence,
         step=send_once_step(code, request.execution),
-        since=clock.iso(started),
+        since=since,
     )
 
 
