@@ -32,6 +32,7 @@ twice, two runs at once, or a run resumed after a crash mark each subscriber col
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -471,6 +472,7 @@ def _sunset(store: SubscriberStore, emit: Emit, item: Mapping[str, Any], report:
 
 # ----- the backfill ----------------------------------------------------------------------------
 BACKFILL_PAGE = 100  # subscribers per step: one BatchGetItem of their items, one checkpoint
+BACKFILL_WORKERS = 8  # subscribers without an item read and written at once
 HUMAN_ENGAGEMENT = ("open", "click")
 
 Progress = Callable[[int, int], None]  # (subscribers looked at so far, subscribed in all)
@@ -497,6 +499,7 @@ def backfill(
     dry_run: bool = False,
     restart: bool = False,
     page: int = BACKFILL_PAGE,
+    workers: int = BACKFILL_WORKERS,
     progress: Progress | None = None,
 ) -> BackfillReport:
     """Create the missing ``ENGAGEMENT`` items of subscribed subscribers (profiles from before
@@ -504,9 +507,10 @@ def backfill(
     last recorded opt-in (``consent.at``); the last human open or click = the newest ``open`` or
     ``click`` event without a ``machine`` verdict. Subscribers are read from the subscriber
     directory in address order (Queries, no Scan), ``page`` at a time: one BatchGetItem of
-    their items, then for each one without an item its profile and one Query of its events (newest
-    first, stopping at the first human engagement), and a conditional Put (``attribute_not_exists``:
-    an item written meanwhile, by a subscription or the consumer, is never replaced).
+    their items, then for each one without an item (``workers`` at once) its profile and one Query
+    of its events (newest first, stopping at the first human engagement), and a conditional Put
+    (``attribute_not_exists``: an item written meanwhile, by a subscription or the consumer, is
+    never replaced).
 
     Idempotent: a second run finds every item and writes nothing. Resumable: after each page
     that wrote, the directory key reached is the checkpoint ``HYGIENE`` / ``BACKFILL``; the next
@@ -521,7 +525,7 @@ def backfill(
     checkpointed = saved is not None
     directory = store.iter_directory(status=SUBSCRIBED, after=report.resumed_after, page=page)
     for emails, last in _pages(directory, page):
-        checkpointed |= _backfill_page(store, emails, last, report)
+        checkpointed |= _backfill_page(store, emails, last, report, workers)
         if progress is not None:
             progress(report.read, report.total)
     if checkpointed and not dry_run:
@@ -568,8 +572,11 @@ def _subscribed_count(store: SubscriberStore) -> int:
     return everyone - sum(count(pk) for pk in keys.directory_pks(UNSUBSCRIBED))
 
 
-def _backfill_page(store: SubscriberStore, emails: list[str], last: str, report: BackfillReport) -> bool:
-    """One page of subscribers; True when it wrote the checkpoint (it wrote an item)."""
+def _backfill_page(
+    store: SubscriberStore, emails: list[str], last: str, report: BackfillReport, workers: int
+) -> bool:
+    """One page of subscribers (those without an item ``workers`` at once); True when it wrote
+    the checkpoint (it wrote an item)."""
     report.read += len(emails)
     wanted = [key(*engagement_key(email)) for email in emails]
     have = {
@@ -579,37 +586,47 @@ def _backfill_page(store: SubscriberStore, emails: list[str], last: str, report:
     report.had_item += len(have)
     missing = [email for email in emails if email not in have]
     profiles = store.get_profiles(missing) if missing else {}
-    wrote = False
-    for email in missing:
-        profile = profiles.get(email)
-        if profile is None or profile.status != SUBSCRIBED:
-            report.gone += 1
-            continue
-        engaged_at = last_human_engagement(store, email)
-        report.created += 1
-        report.engaged += engaged_at is not None
-        if report.dry_run:
-            continue
-        item = backfilled_item(email, subscribed_since(profile), engaged_at)
-        report.writes += 1
-        try:
-            store.client.put_item(
-                TableName=store.events_table,
-                Item=serialize(item),
-                ConditionExpression="attribute_not_exists(PK)",
-            )
-            wrote = True
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
-            report.created -= 1
-            report.engaged -= engaged_at is not None
-            report.raced += 1
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="backfill") as pool:
+        outcomes = Counter(
+            pool.map(lambda email: _backfill_one(store, email, profiles.get(email), report.dry_run), missing)
+        )
+    created = outcomes[CREATED] + outcomes[CREATED_ENGAGED]
+    report.gone += outcomes[GONE]
+    report.raced += outcomes[RACED]
+    report.created += created
+    report.engaged += outcomes[CREATED_ENGAGED]
+    if report.dry_run:
+        return False
+    report.writes += created + outcomes[RACED]  # one conditional Put each
+    wrote = created > 0
     if wrote:
         checkpoint = {"PK": keys.HYGIENE_PK, "SK": keys.HYGIENE_BACKFILL, "after": last, "at": clock.iso()}
         store.client.put_item(TableName=store.table, Item=serialize(checkpoint))
         report.writes += 1
     return wrote
+
+
+GONE, RACED, CREATED, CREATED_ENGAGED = "gone", "raced", "created", "created_engaged"
+
+
+def _backfill_one(store: SubscriberStore, email: str, profile: Profile | None, dry_run: bool) -> str:
+    """Create one subscriber's item (a dry run: only read): the outcome."""
+    if profile is None or profile.status != SUBSCRIBED:
+        return GONE
+    engaged_at = last_human_engagement(store, email)
+    created = CREATED if engaged_at is None else CREATED_ENGAGED
+    if dry_run:
+        return created
+    item = backfilled_item(email, subscribed_since(profile), engaged_at)
+    try:
+        store.client.put_item(
+            TableName=store.events_table, Item=serialize(item), ConditionExpression="attribute_not_exists(PK)"
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        return RACED
+    return created
 
 
 def subscribed_since(profile: Profile) -> str:
