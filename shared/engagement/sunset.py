@@ -474,6 +474,7 @@ def _sunset(store: SubscriberStore, emit: Emit, item: Mapping[str, Any], report:
 BACKFILL_PAGE = 100  # subscribers per step: one BatchGetItem of their items, one checkpoint
 BACKFILL_WORKERS = 8  # subscribers without an item read and written at once
 HUMAN_ENGAGEMENT = ("open", "click")
+ENGAGEMENT_PAGE = 50  # events per Query page while looking for the newest human open or click
 
 Progress = Callable[[int, int], None]  # (subscribers looked at so far, subscribed in all)
 
@@ -655,6 +656,7 @@ def last_human_engagement(store: SubscriberStore, email: str) -> str | None:
         ),
         ProjectionExpression="#at",
         ScanIndexForward=False,
+        Limit=ENGAGEMENT_PAGE,  # a page of events at a time: a reader who engaged lately costs little
     ):
         return str(deserialize(raw)["at"])
     return None
