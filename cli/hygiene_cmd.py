@@ -1,5 +1,5 @@
-"""``mailstep hygiene report | run [--dry-run]``: the sunset of subscribers without human
-engagement (docs/hygiene.md)."""
+"""``mailstep hygiene report | run [--dry-run] | backfill [--dry-run]``: the sunset of subscribers
+without human engagement, and the backfill of subscribers from before it (docs/hygiene.md)."""
 
 from __future__ import annotations
 
@@ -96,4 +96,48 @@ def run(
         return
     console.print(
         f"{result['day']}: {result['marked_cold']} marked cold, {result['unsubscribed']} unsubscribed"
+    )
+
+
+@app.command()
+@targeted
+def backfill(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only count what it would create."),
+    restart: bool = typer.Option(
+        False, "--restart", help="Start from the first subscriber, not where an unfinished run stopped."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    *,
+    target: Target,
+) -> None:
+    """Create the ENGAGEMENT items of subscribers from before list hygiene, from their recorded
+    opens and clicks, so the sunset sees them (idempotent: a second run writes nothing)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ops import hygiene
+
+    with Progress(
+        TextColumn("subscribers"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=as_json,
+    ) as bar:
+        task = bar.add_task("backfill", total=None)
+        result = hygiene.backfill(
+            target,
+            dry_run=dry_run,
+            restart=restart,
+            progress=lambda done, total: bar.update(task, completed=done, total=max(total, done)),
+        )
+    if as_json:
+        console.print_json(json.dumps(result))
+        return
+    resumed = f" (resumed after {result['resumed_after']})" if result["resumed_after"] else ""
+    verb = "would create" if dry_run else "created"
+    console.print(
+        f"{result['read']} subscribed subscribers read{resumed}: {result['had_item']} had their item, "
+        f"{verb} {result['created']} ({result['engaged']} with a human open or click), "
+        f"{result['raced']} written meanwhile by others; {result['writes']} writes"
     )

@@ -27,7 +27,8 @@ then returns plain JSON:
 - doctor: ``ops.doctor.run`` (``mailstep doctor``);
 - webhooks_add/list/remove/enable/test/deliveries/replay/rotate: ``ops.webhooks.Webhooks``
   (``mailstep webhooks ...``);
-- hygiene_report, hygiene_run: ``ops.hygiene`` (``mailstep hygiene report|run [--dry-run]``).
+- hygiene_report, hygiene_run, hygiene_backfill: ``ops.hygiene``
+  (``mailstep hygiene report|run|backfill [--dry-run]``).
 
 Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send, webhooks_remove).
 Domain errors become tool errors with the message (``isError``), never a crash of the server.
@@ -549,3 +550,14 @@ def _hygiene_tools(tool: Register[Any], target: Target) -> None:
         if not dry_run and not confirm:
             raise ToolError("hygiene_run changes subscribers: call again with confirm=true (or dry_run=true)")
         return hygiene.run(target, dry_run=dry_run, at=at)
+
+    @tool
+    def hygiene_backfill(
+        dry_run: bool = True, confirm: bool = False, restart: bool = False
+    ) -> dict[str, Any]:
+        """Create the ENGAGEMENT items subscribers from before list hygiene lack, from their
+        recorded opens and clicks, so the sunset sees them (idempotent; resumes where an
+        unfinished run stopped unless restart=true). A dry run by default; writing needs confirm=true."""
+        if not dry_run and not confirm:
+            raise ToolError("hygiene_backfill writes: call again with confirm=true (or dry_run=true)")
+        return hygiene.backfill(target, dry_run=dry_run, restart=restart)

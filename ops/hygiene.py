@@ -1,6 +1,7 @@
-"""List hygiene for operators (``mailstep hygiene report|run``, the MCP tools hygiene_report and
-hygiene_run): the sunset's report and the daily run, through the same logic the hygiene function
-runs (``shared.engagement.sunset``), against a target.
+"""List hygiene for operators (``mailstep hygiene report|run|backfill``, the MCP tools
+hygiene_report, hygiene_run and hygiene_backfill): the sunset's report, the daily run and the
+backfill of subscribers from before it, through the same logic the hygiene function runs
+(``shared.engagement.sunset``), against a target.
 
 "Now" is the target's: the wall clock for a deployed stack, the runtime's calendar for the local
 runtime (``mailstep local advance``), or the day an operator names (``at``).
@@ -105,3 +106,17 @@ def run(target: Target, *, dry_run: bool = True, at: str | None = None) -> dict[
         "to_mark_cold_emails": report.to_mark_cold,
         "to_unsubscribe_emails": report.to_unsubscribe,
     }
+
+
+def backfill(
+    target: Target,
+    *,
+    dry_run: bool = True,
+    restart: bool = False,
+    progress: sunset.Progress | None = None,
+) -> dict[str, Any]:
+    """Create the ``ENGAGEMENT`` items subscribers from before list hygiene lack, from their
+    recorded events (``sunset.backfill``): idempotent, resumable where an unfinished run stopped
+    (``restart``: from the first subscriber). ``progress(looked at, total)`` after each page."""
+    found = sunset.backfill(target.subscriber_store(), dry_run=dry_run, restart=restart, progress=progress)
+    return asdict(found)

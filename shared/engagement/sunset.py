@@ -32,6 +32,7 @@ twice, two runs at once, or a run resumed after a crash mark each subscriber col
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -41,12 +42,20 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from shared.core import clock
-from shared.core.models import UNSUBSCRIBE_EVENT, InboundEvent
+from shared.core.models import SUBSCRIBED, UNSUBSCRIBE_EVENT, UNSUBSCRIBED, InboundEvent
 from shared.core.observability import logger, redact_email
 from shared.core.specs import HYGIENE_INDEX
-from shared.store import keys
+from shared.store import dynamo, keys
 from shared.store.dynamo import batch_get, deserialize, from_dynamo, key, query_all, serialize, values
-from shared.store.hygiene import cold_key, day_of, days_between, engagement_key, shift, warm_key
+from shared.store.hygiene import (
+    backfilled_item,
+    cold_key,
+    day_of,
+    days_between,
+    engagement_key,
+    shift,
+    warm_key,
+)
 from shared.store.subscribers import Known, Profile, SubscriberStore
 
 if TYPE_CHECKING:
@@ -459,6 +468,198 @@ def _sunset(store: SubscriberStore, emit: Emit, item: Mapping[str, Any], report:
     if not _update_engagement(store, email, update, "cold_at = :cold", at=at, cold=cold_at):
         report.warmed_meanwhile += 1  # engaged at the last moment: unsubscribed all the same
     report.unsubscribed += 1
+
+
+# ----- the backfill ----------------------------------------------------------------------------
+BACKFILL_PAGE = 100  # subscribers per step: one BatchGetItem of their items, one checkpoint
+BACKFILL_WORKERS = 8  # subscribers without an item read and written at once
+HUMAN_ENGAGEMENT = ("open", "click")
+ENGAGEMENT_PAGE = 50  # events per Query page while looking for the newest human open or click
+
+Progress = Callable[[int, int], None]  # (subscribers looked at so far, subscribed in all)
+
+
+@dataclass
+class BackfillReport:
+    dry_run: bool
+    resumed_after: str | None = None  # the directory key an unfinished run had reached
+    total: int = 0  # subscribed subscribers (the directories' counts, for the progress bar)
+    read: int = 0  # subscribed subscribers looked at
+    had_item: int = 0  # already had their ENGAGEMENT item
+    created: int = 0  # items written (a dry run: that would be)
+    engaged: int = 0  # of those, with a human open or click in their events
+    raced: int = 0  # an item appeared between the read and the write (a subscription, another run)
+    gone: int = 0  # no longer a subscribed profile when read
+    writes: int = 0  # write requests made (items and the checkpoint)
+    done: bool = False
+
+
+def backfill(
+    store: SubscriberStore,
+    *,
+    dry_run: bool = False,
+    restart: bool = False,
+    page: int = BACKFILL_PAGE,
+    workers: int = BACKFILL_WORKERS,
+    progress: Progress | None = None,
+) -> BackfillReport:
+    """Create the missing ``ENGAGEMENT`` items of subscribed subscribers (profiles from before
+    list hygiene) from their records: since = the later of the profile's creation and its
+    last recorded opt-in (``consent.at``); the last human open or click = the newest ``open`` or
+    ``click`` event without a ``machine`` verdict. Subscribers are read from the subscriber
+    directory in address order (Queries, no Scan), ``page`` at a time: one BatchGetItem of
+    their items, then for each one without an item (``workers`` at once) its profile and one Query
+    of its events (newest first, stopping at the first human engagement), and a conditional Put
+    (``attribute_not_exists``: an item written meanwhile, by a subscription or the consumer, is
+    never replaced).
+
+    Idempotent: a second run finds every item and writes nothing. Resumable: after each page
+    that wrote, the directory key reached is the checkpoint ``HYGIENE`` / ``BACKFILL``; the next
+    run starts after it (``restart``: from the first subscriber), and a finished run deletes it.
+    ``dry_run`` reads the same and writes nothing."""
+    answer = store.client.get_item(
+        TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_BACKFILL), ConsistentRead=True
+    )
+    saved = deserialize(answer["Item"]) if "Item" in answer else None
+    report = BackfillReport(dry_run=dry_run, resumed_after=None if restart or not saved else saved["after"])
+    report.total = _subscribed_count(store)
+    checkpointed = saved is not None
+    directory = store.iter_directory(status=SUBSCRIBED, after=report.resumed_after, page=page)
+    for emails, last in _pages(directory, page):
+        checkpointed |= _backfill_page(store, emails, last, report, workers)
+        if progress is not None:
+            progress(report.read, report.total)
+    if checkpointed and not dry_run:
+        store.client.delete_item(TableName=store.table, Key=key(keys.HYGIENE_PK, keys.HYGIENE_BACKFILL))
+        report.writes += 1
+    report.done = True
+    counts: dict[str, Any] = {k: v for k, v in asdict(report).items() if type(v) is int}
+    logger.info("hygiene backfill", dry_run=dry_run, **{f"subscribers_{k}": v for k, v in counts.items()})
+    return report
+
+
+def _pages(directory: Iterator[tuple[str, str]], size: int) -> Iterator[tuple[list[str], str]]:
+    """The directory's (email, sort key) pairs as pages of ``size`` emails, each with its last key."""
+    emails: list[str] = []
+    for email, sort_key in directory:
+        emails.append(email)
+        if len(emails) == size:
+            yield emails, sort_key
+            emails = []
+    if emails:
+        yield emails, sort_key
+
+
+def _subscribed_count(store: SubscriberStore) -> int:
+    """Subscribers in the directory of everyone minus those in the unsubscribed one
+    (``Select=COUNT`` Queries of the 16 directory partitions: no item returned)."""
+
+    def count(pk: str) -> int:
+        counted, start = 0, None
+        while True:
+            request: dict[str, Any] = {
+                "TableName": store.table,
+                "KeyConditionExpression": "PK = :pk",
+                "ExpressionAttributeValues": values(pk=pk),
+                "Select": "COUNT",
+            }
+            answer = store.client.query(**request, **dynamo.page_start(start))
+            counted += answer.get("Count", 0)
+            start = answer.get("LastEvaluatedKey")
+            if not start:
+                return counted
+
+    everyone = sum(count(pk) for pk in keys.directory_pks())
+    return everyone - sum(count(pk) for pk in keys.directory_pks(UNSUBSCRIBED))
+
+
+def _backfill_page(
+    store: SubscriberStore, emails: list[str], last: str, report: BackfillReport, workers: int
+) -> bool:
+    """One page of subscribers (those without an item ``workers`` at once); True when it wrote
+    the checkpoint (it wrote an item)."""
+    report.read += len(emails)
+    wanted = [key(*engagement_key(email)) for email in emails]
+    have = {
+        keys.email_from_sub(raw["PK"]["S"])
+        for raw in batch_get(store.client, store.events_table, wanted, ProjectionExpression="PK")
+    }
+    report.had_item += len(have)
+    missing = [email for email in emails if email not in have]
+    profiles = store.get_profiles(missing) if missing else {}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="backfill") as pool:
+        outcomes = Counter(
+            pool.map(lambda email: _backfill_one(store, email, profiles.get(email), report.dry_run), missing)
+        )
+    created = outcomes[CREATED] + outcomes[CREATED_ENGAGED]
+    report.gone += outcomes[GONE]
+    report.raced += outcomes[RACED]
+    report.created += created
+    report.engaged += outcomes[CREATED_ENGAGED]
+    if report.dry_run:
+        return False
+    report.writes += created + outcomes[RACED]  # one conditional Put each
+    wrote = created > 0
+    if wrote:
+        checkpoint = {"PK": keys.HYGIENE_PK, "SK": keys.HYGIENE_BACKFILL, "after": last, "at": clock.iso()}
+        store.client.put_item(TableName=store.table, Item=serialize(checkpoint))
+        report.writes += 1
+    return wrote
+
+
+GONE, RACED, CREATED, CREATED_ENGAGED = "gone", "raced", "created", "created_engaged"
+
+
+def _backfill_one(store: SubscriberStore, email: str, profile: Profile | None, dry_run: bool) -> str:
+    """Create one subscriber's item (a dry run: only read): the outcome."""
+    if profile is None or profile.status != SUBSCRIBED:
+        return GONE
+    engaged_at = last_human_engagement(store, email)
+    created = CREATED if engaged_at is None else CREATED_ENGAGED
+    if dry_run:
+        return created
+    item = backfilled_item(email, subscribed_since(profile), engaged_at)
+    try:
+        store.client.put_item(
+            TableName=store.events_table, Item=serialize(item), ConditionExpression="attribute_not_exists(PK)"
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        return RACED
+    return created
+
+
+def subscribed_since(profile: Profile) -> str:
+    """When the subscriber's current subscription started, as far as the profile tells: its
+    creation, or its last recorded opt-in (a confirmation, a sign-up) when later."""
+    opted_in = (profile.consent or {}).get("at")
+    if isinstance(opted_in, str) and opted_in > profile.created_at:
+        return opted_in
+    return profile.created_at
+
+
+def last_human_engagement(store: SubscriberStore, email: str) -> str | None:
+    """The time of the subscriber's newest open or click a person made (no ``machine``
+    verdict): their events newest first, read until the first one."""
+    for raw in query_all(
+        store.client,
+        TableName=store.events_table,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+        FilterExpression="#type IN (:open, :click) AND attribute_not_exists(machine)",
+        ExpressionAttributeNames={"#type": "type", "#at": "at"},
+        ExpressionAttributeValues=values(
+            pk=keys.sub_pk(email),
+            prefix=f"{keys.EVT}{keys.SEP}",
+            open=HUMAN_ENGAGEMENT[0],
+            click=HUMAN_ENGAGEMENT[1],
+        ),
+        ProjectionExpression="#at",
+        ScanIndexForward=False,
+        Limit=ENGAGEMENT_PAGE,  # a page of events at a time: a reader who engaged lately costs little
+    ):
+        return str(deserialize(raw)["at"])
+    return None
 
 
 # ----- the report ----------------------------------------------------------------------------------

@@ -44,8 +44,10 @@ from shared.sequences.model import (
     TagStep,
     WaitStep,
     condition_to_data,
+    step_references,
     uses_live_data,
 )
+from shared.sequences.validate import step_names
 
 CONTRACT = "sequence.step"
 VERSION = 1
@@ -330,7 +332,7 @@ class _Compiler:
         branches = (branch_mail(step.then, (*path, "then")), branch_mail(step.else_, (*path, "else")))
         if live and all(b is not False for b in branches):
             # check + Choice + send folded into one Task that evaluates and sends: 2 transitions less
-            params = {**self.mail_params(), "condition": condition_to_data(step.if_)}
+            params = {**self.mail_params(), **self.condition_params(step.if_)}
             params |= {key: b for key, b in zip(("then", "else"), branches, strict=True) if b is not None}
             return Cont.to(self.task(f"{code}_branch", "branch", code, params, cont))
         then = self.steps(step.then, (*path, "then"), cont)
@@ -345,9 +347,19 @@ class _Compiler:
             {"Type": "Choice", "Choices": [{**rule, "Next": then.entry()}], "Default": other.entry()},
         )
         if "Variable" in rule and rule["Variable"] == "$.r.ok":
-            check = {"condition": condition_to_data(step.if_)}
+            check = self.condition_params(step.if_)
             return Cont.to(self.task(f"{code}_check", "check", code, check, Cont.to(choice_name)))
         return Cont.to(choice_name)
+
+    def condition_params(self, condition: Condition) -> dict[str, Any]:
+        """A live condition for the step function, and the step code of each step it names
+        (``steps``: only when it names one, so other machines stay as they were)."""
+        params: dict[str, Any] = {"condition": condition_to_data(condition)}
+        named = {ref.step for _, ref in step_references(condition)}
+        if named:
+            codes = {name: step_code(path) for name, (_, path, _) in step_names(self.seq.steps).items()}
+            params["steps"] = {name: codes[name] for name in sorted(named)}
+        return params
 
     def mail_params(self) -> dict[str, Any]:
         """What every mail of the sequence carries (the step's own template and subject aside)."""

@@ -20,14 +20,17 @@ from shared.sequences.model import (
     HasTag,
     Not,
     SendWindow,
+    StepEngagement,
 )
 
 TIMEZONE_ATTRIBUTE = "timezone"
 # (kind: opened | clicked | sent, template key) -> bool, looked up only when a condition asks.
 EngagementLookup = Callable[[str, str], bool]
+# (kind: opened | clicked, step name) -> bool: a person opened (clicked) that step's mail.
+StepMailLookup = Callable[[str, str], bool]
 
 
-def _no_engagement(kind: str, template: str) -> bool:
+def _no_engagement(kind: str, key: str) -> bool:
     raise ValueError("engagement conditions need live data (use a check step)")
 
 
@@ -44,18 +47,21 @@ def evaluate(
     tags: Iterable[str],
     attributes: dict[str, Any],
     engagement: EngagementLookup = _no_engagement,
+    step_mail: StepMailLookup = _no_engagement,
 ) -> bool:
     tag_set = frozenset(tags)
     if isinstance(condition, HasTag):
         return condition.tag in tag_set
     if isinstance(condition, All):
-        return all(evaluate(c, tag_set, attributes, engagement) for c in condition.all)
+        return all(evaluate(c, tag_set, attributes, engagement, step_mail) for c in condition.all)
     if isinstance(condition, Any_):
-        return any(evaluate(c, tag_set, attributes, engagement) for c in condition.any)
+        return any(evaluate(c, tag_set, attributes, engagement, step_mail) for c in condition.any)
     if isinstance(condition, Not):
-        return not evaluate(condition.not_, tag_set, attributes, engagement)
+        return not evaluate(condition.not_, tag_set, attributes, engagement, step_mail)
     if isinstance(condition, Engagement):
         return engagement(condition.kind, condition.template)
+    if isinstance(condition, StepEngagement):
+        return step_mail(condition.kind, condition.step)
     assert isinstance(condition, AttributeCondition)
     present = condition.attribute in attributes
     value = attributes.get(condition.attribute)

@@ -144,7 +144,7 @@ class _Parser:
             return None
         kind = kinds[0]
         if kind == "if":
-            extra = [k for k in item if k not in ("if", "then", "else")]
+            extra = [k for k in item if k not in ("if", "then", "else", "name")]
             if extra:
                 self.problem((*path, extra[0]), f"unknown key {extra[0]!r}")
                 return None
@@ -160,7 +160,8 @@ class _Parser:
             other = self.steps(item.get("else"), (*path, "else"))
             if not then and not other and not self.problems:
                 self.problem(path, "if needs steps in then or else")
-            return IfStep.model_validate({"if": condition, "then": then, "else": other})
+            named = {"name": item["name"]} if "name" in item else {}
+            return self.model(IfStep, {"if": condition, "then": then, "else": other, **named}, path)
         if kind == "exit":
             return self.model(ExitStep, item, path)
         if kind == "tag":

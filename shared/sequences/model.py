@@ -8,12 +8,14 @@ event type) goes through :func:`shared.core.models.validate_name`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import partial
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from shared.core.models import AttributeName, EventType, Tag, TopicId, validate_name, validate_template_key
+from shared.core.yaml_source import Path_
 
 DURATION_RE = re.compile(r"^([1-9][0-9]*)(m|h|d|w)$")
 UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -105,6 +107,39 @@ class Engagement(Strict):
         return self.opened or self.clicked or self.sent or ""
 
 
+# A step's name (``name: welcome``): what a ``{opened: {step: welcome}}`` condition names.
+StepName = Annotated[str, BeforeValidator(partial(validate_name, what="step name"))]
+
+
+class StepRef(Strict):
+    step: StepName
+
+
+class StepEngagement(Strict):
+    """opened / clicked {step: <name>}: a person opened (clicked) the mail that the named send
+    step of this execution sent; machine opens and clicks do not count. Live data: evaluated
+    by the step function."""
+
+    opened: StepRef | None = None
+    clicked: StepRef | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> StepEngagement:
+        if (self.opened is None) == (self.clicked is None):
+            raise ValueError("use exactly one of opened, clicked")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "opened" if self.opened else "clicked"
+
+    @property
+    def step(self) -> str:
+        ref = self.opened or self.clicked
+        assert ref is not None
+        return ref.step
+
+
 class All(Strict):
     all: list[Condition] = Field(min_length=1)
 
@@ -119,7 +154,7 @@ class Not(Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-Condition = HasTag | AttributeCondition | Engagement | All | Any_ | Not
+Condition = HasTag | AttributeCondition | Engagement | StepEngagement | All | Any_ | Not
 CONDITION_KEYS: dict[str, type[BaseModel]] = {
     "tag": HasTag,
     "attribute": AttributeCondition,
@@ -134,7 +169,7 @@ CONDITION_KEYS: dict[str, type[BaseModel]] = {
 
 def parse_condition(value: Any) -> Condition:
     """Pick the condition type by its leading key (clear errors instead of a union dump)."""
-    if isinstance(value, HasTag | AttributeCondition | Engagement | All | Any_ | Not):
+    if isinstance(value, HasTag | AttributeCondition | Engagement | StepEngagement | All | Any_ | Not):
         return value
     if not isinstance(value, dict) or not value:
         raise ValueError("a condition is a mapping such as {tag: pro} or {attribute: plan, equals: pro}")
@@ -145,6 +180,8 @@ def parse_condition(value: Any) -> Condition:
             "use tag, attribute, opened, clicked, sent, all, any or not"
         )
     model = CONDITION_KEYS[kinds[0]]
+    if kinds[0] in ("opened", "clicked") and isinstance(value[kinds[0]], dict):
+        model = StepEngagement  # {opened: {step: welcome}}: the mail of a named step
     if model in (All, Any_):
         return model.model_validate(
             {
@@ -168,7 +205,7 @@ def _as_list(value: Any) -> list[Any]:
 
 def uses_live_data(condition: Condition) -> bool:
     """True when the condition needs more than the profile snapshot (engagement, send log)."""
-    if isinstance(condition, Engagement):
+    if isinstance(condition, Engagement | StepEngagement):
         return True
     if isinstance(condition, All):
         return any(uses_live_data(c) for c in condition.all)
@@ -177,6 +214,19 @@ def uses_live_data(condition: Condition) -> bool:
     if isinstance(condition, Not):
         return uses_live_data(condition.not_)
     return False
+
+
+def step_references(condition: Condition, path: Path_ = ()) -> Iterator[tuple[Path_, StepEngagement]]:
+    """Every ``{opened|clicked: {step: name}}`` in the condition, with its path below ``path``
+    (``("all", 1, "opened", "step")``): what the validator checks against the step names."""
+    if isinstance(condition, StepEngagement):
+        yield (*path, condition.kind, "step"), condition
+    elif isinstance(condition, All | Any_):
+        word = "all" if isinstance(condition, All) else "any"
+        for index, part in enumerate(condition.all if isinstance(condition, All) else condition.any):
+            yield from step_references(part, (*path, word, index))
+    elif isinstance(condition, Not):
+        yield from step_references(condition.not_, (*path, "not"))
 
 
 def condition_to_data(condition: Condition) -> dict[str, Any]:
@@ -205,6 +255,7 @@ class Variant(Strict):
 
 class SendStep(Strict):
     send: TemplateRef
+    name: StepName | None = None
     subject: str | None = Field(default=None, min_length=1, max_length=300)
     variants: list[Variant] = Field(default_factory=list, max_length=9)
     weight: int = Field(default=1, ge=1, le=100)  # weight of the step's own template among variants
@@ -215,6 +266,7 @@ class SendStep(Strict):
 
 class WaitStep(Strict):
     wait: int
+    name: StepName | None = None
 
     @field_validator("wait", mode="before")
     @classmethod
@@ -255,6 +307,7 @@ class TagChangeStep(Strict):
 
 class TagStep(Strict):
     tag: TagChangeStep
+    name: StepName | None = None
 
 
 class ExitStep(Strict):
@@ -265,6 +318,7 @@ class IfStep(Strict):
     if_: Condition = Field(alias="if")
     then: list[Step] = Field(default_factory=list)
     else_: list[Step] = Field(default_factory=list, alias="else")
+    name: StepName | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

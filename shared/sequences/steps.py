@@ -6,7 +6,9 @@ loaded here. Actions:
 
 - ``send``: send through the one send pipeline with the send-once key
   (subscriber, sequence, step code + execution), then apply a riding ``tag`` change;
-- ``check``: evaluate a condition on live data -> ``{"ok": bool}``;
+- ``check``: evaluate a condition on live data -> ``{"ok": bool}``; a condition on a named
+  step's mail (``{opened: {step: welcome}}``) comes with ``steps``, each name's step code, and
+  looks for a person's event of that step's mail in this execution;
 - ``branch``: an ``if`` whose branches are each at most one send: evaluate the condition on
   live data and send the chosen branch's mail (``then`` / ``else``) as that branch's own send
   step (its step code: the same send-once key and per-step counts as a send Task of its own);
@@ -25,8 +27,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,11 +40,15 @@ from shared.sending.pipeline import SendOutcome
 from shared.sequences.compiler import CONTRACT, VERSION
 from shared.sequences.evaluate import evaluate, wake_at
 from shared.sequences.model import SendWindow, Variant, parse_condition
-from shared.store.subscribers import EXECUTION_COMPLETED, SubscriberStore
+from shared.store.subscribers import EXECUTION_COMPLETED, Execution, SubscriberStore
 
 OPEN_EVENT = "open"
 CLICK_EVENT = "click"
 FAILED_EVENT = "sequence_failed"
+STEP_CODE_PATTERN = r"^[A-Z0-9]{1,40}$"
+# How long before the execution's start (the EXEC pair's started_at) a step mail's event is
+# looked for: the clocks of the Lambda and of SES's event stamps may differ a little.
+CLOCK_SLACK = timedelta(hours=1)
 
 
 class SendRetryable(Exception):  # noqa: N818 - the name is the ASL error name the Retry matches
@@ -70,7 +76,7 @@ class BranchMail(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    step: str = Field(pattern=r"^[A-Z0-9]{1,40}$")
+    step: str = Field(pattern=STEP_CODE_PATTERN)
     template: str
     subject: str | None = None
     variants: list[Variant] = Field(default_factory=list)
@@ -86,7 +92,7 @@ class StepRequest(BaseModel):
     version: Literal[1]
     action: Literal["send", "branch", "check", "tag", "schedule", "finish", "fail"]
     sequence: str
-    step: str = Field(pattern=r"^[A-Z0-9]{1,40}$")
+    step: str = Field(pattern=STEP_CODE_PATTERN)
     email: str
     execution: str = Field(min_length=1, max_length=2048)
     one_off: bool = False
@@ -107,9 +113,13 @@ class StepRequest(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)  # the trigger event's data (templates read it)
     then: BranchMail | None = None
     else_: BranchMail | None = Field(default=None, alias="else")
+    # the step code of each step the condition names ({opened: {step: welcome}} -> S1)
+    steps: dict[str, Annotated[str, Field(pattern=STEP_CODE_PATTERN)]] = Field(default_factory=dict)
 
     def model_post_init(self, context: Any) -> None:
         validate_name(self.sequence, "sequence")
+        for name in self.steps:
+            validate_name(name, "step name")
         branches = [b for b in (self.then, self.else_) if b is not None]
         for tag in (*self.add, *self.remove, *(t for b in branches for t in (*b.add, *b.remove))):
             validate_name(tag, "tag")
@@ -159,8 +169,7 @@ def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
         _remove_pair(request, deps)
         logger.warning("sequence step failed", error=(request.error or {}).get("Error"), **log)
         return {"ok": False}
-    if not request.one_off:
-        _require_pair(request, deps)
+    execution = None if request.one_off else _require_pair(request, deps)
     result: dict[str, Any] = {}
     attributes: dict[str, Any] | None = None
     mail: StepRequest | None = request if request.action == "send" else None
@@ -173,6 +182,7 @@ def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
             tags,
             attributes,
             lambda kind, key: _engaged(request, deps, kind, key),
+            lambda kind, name: _step_mail_engaged(request, deps, execution, kind, name),
         )
         if request.action == "branch":
             chosen = request.then if result["ok"] else request.else_
@@ -201,7 +211,7 @@ def _send(request: StepRequest, deps: StepDeps) -> str:
         template=template,
         source=request.sequence,
         # the send-once key: one mail per step per execution (a re-entry sends again)
-        step=f"{request.step}:{_name_of(request.execution)[-40:]}",
+        step=send_once_step(request.step, request.execution),
         subject=subject,
         transactional=request.transactional,
         topic=request.topic,
@@ -218,11 +228,11 @@ def _send(request: StepRequest, deps: StepDeps) -> str:
     return outcome.status if outcome.status == "sent" else f"skipped:{outcome.reason}"
 
 
-def _require_pair(request: StepRequest, deps: StepDeps) -> None:
+def _require_pair(request: StepRequest, deps: StepDeps) -> Execution:
     for execution in deps.store.list_executions(request.email):
         if execution.sequence_id == request.sequence:
             if execution.execution_arn == request.execution:
-                return
+                return execution
             break
     raise SequenceHalted("the EXEC pair is gone or names another execution")
 
@@ -257,6 +267,32 @@ def _engaged(request: StepRequest, deps: StepDeps, kind: str, template: str) -> 
     if kind == "sent":
         return deps.store.has_sent(request.email, template)
     return deps.store.has_event(request.email, OPEN_EVENT if kind == "opened" else CLICK_EVENT, template)
+
+
+def _step_mail_engaged(
+    request: StepRequest, deps: StepDeps, execution: Execution | None, kind: str, name: str
+) -> bool:
+    """opened / clicked {step: name}: a person's open (click) of the mail that step sent in this
+    execution: an event of this sequence whose ``step`` is that step's send-once step (its code
+    and this execution), without a ``machine`` verdict, since the execution started."""
+    code = request.steps.get(name)
+    if code is None or execution is None:
+        raise ValueError(f"the condition names step {name!r}, whose step code the payload lacks")
+    # every pair is written with its start time; without one, every event of the subscriber is read
+    since = clock.iso(clock.parse_iso(execution.started_at) - CLOCK_SLACK) if execution.started_at else ""
+    return deps.store.has_step_event(
+        request.email,
+        OPEN_EVENT if kind == "opened" else CLICK_EVENT,
+        source=request.sequence,
+        step=send_once_step(code, request.execution),
+        since=since,
+    )
+
+
+def send_once_step(code: str, execution_arn: str) -> str:
+    """The send job's ``step`` of a sequence mail: the step code and this execution (the
+    send-once key; SES events carry it in the ``step`` tag)."""
+    return f"{code}:{_name_of(execution_arn)[-40:]}"
 
 
 def parse_request(payload: dict[str, Any]) -> StepRequest:

@@ -32,7 +32,9 @@ from shared.sequences.model import (
     SendWindow,
     Sequence,
     Step,
+    TagStep,
     WaitStep,
+    step_references,
 )
 
 SEQUENCE_SUFFIXES = (".yaml", ".yml")
@@ -130,6 +132,7 @@ def check_sequence(
         add(("exit_on",), f"exit_on names the trigger event {sequence.trigger_event!r}")
     _unreachable(sequence.steps, ("steps",), add)
     _longest_path(sequence.steps, ("steps",), 0, window_hold_s(sequence.send_window), add)
+    _step_names(sequence.steps, add)
     for path, step in walk(sequence.steps):
         if isinstance(step, SendStep):
             found = templates(step.send, step.subject)
@@ -152,6 +155,48 @@ def _unreachable(steps: list[Step], path: Path_, add: Callable[[Path_, str], Non
         if isinstance(step, IfStep):
             _unreachable(step.then, (*path, index, "then"), add)
             _unreachable(step.else_, (*path, index, "else"), add)
+
+
+STEP_KINDS = {SendStep: "send", WaitStep: "wait", IfStep: "if", TagStep: "tag"}
+
+
+def step_names(steps: list[Step]) -> dict[str, tuple[int, Path_, Step]]:
+    """Each named step by its name: its place in file order, its path, the step (the first of
+    a name used twice)."""
+    named: dict[str, tuple[int, Path_, Step]] = {}
+    for order, (path, step) in enumerate(walk(steps)):
+        name = getattr(step, "name", None)
+        if name is not None:
+            named.setdefault(name, (order, path, step))
+    return named
+
+
+def _step_names(steps: list[Step], add: Callable[[Path_, str], None]) -> None:
+    """Step names are unique; an ``{opened|clicked: {step: name}}`` condition names a send step
+    that comes before it in the file (whose mail may have been sent by then)."""
+    named = step_names(steps)
+    for order, (path, step) in enumerate(walk(steps)):
+        name = getattr(step, "name", None)
+        if name is not None and named[name][1] != path:
+            add((*path, "name"), f"step name {name!r} is used twice (also {step_label(named[name][1])})")
+        if not isinstance(step, IfStep):
+            continue
+        for where, ref in step_references(step.if_, (*path, "if")):
+            found = named.get(ref.step)
+            if found is None:
+                known = ", ".join(sorted(named)) or "none: give the send step a name"
+                add(where, f"{ref.kind}: no step is named {ref.step!r} (named steps: {known})")
+            elif not isinstance(found[2], SendStep):
+                add(
+                    where,
+                    f"{ref.kind}: step {ref.step!r} is a {STEP_KINDS[type(found[2])]} step: "
+                    "only a send step's mail can be opened or clicked",
+                )
+            elif found[0] > order:
+                add(
+                    where,
+                    f"{ref.kind}: step {ref.step!r} comes after this condition: its mail is not sent yet",
+                )
 
 
 EXECUTION_LIMIT_S = MAX_WAIT_SECONDS  # a standard workflow execution ends after one year

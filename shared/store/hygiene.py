@@ -63,3 +63,16 @@ def engagement_item(email: str, since: str) -> dict[str, Any]:
         "day": day,
         "hygiene_key": warm_key(email, day),
     }
+
+
+def backfilled_item(email: str, since: str, engaged_at: str | None) -> dict[str, Any]:
+    """The item of a subscriber from before list hygiene (``mailstep hygiene backfill``), from
+    what their records say: subscribed at ``since``, last engaged as a person at ``engaged_at``
+    (None: never). Its day is the later of the two days, as the consumer would have kept it."""
+    item = engagement_item(email, since)
+    if engaged_at is not None:
+        item["engaged_at"] = engaged_at
+        if day_of(engaged_at) > item["day"]:
+            item["day"] = day_of(engaged_at)
+            item["hygiene_key"] = warm_key(email, item["day"])
+    return item

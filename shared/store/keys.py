@@ -343,6 +343,7 @@ def webhook_delivery_sk(iso_ts: str, message_id: str) -> str:
 ENGAGEMENT = "ENGAGEMENT"  # SK of SUB#<email>: the subscriber's last human engagement and cold mark
 HYGIENE_PK = "HYGIENE"  # PK of the daily run's checkpoint (SK STATE)
 HYGIENE_STATE = "STATE"
+HYGIENE_BACKFILL = "BACKFILL"  # SK of HYGIENE: where an unfinished `mailstep hygiene backfill` stopped
 HYGIENE_WARM = "E"  # HygieneIndex bucket of a warm subscriber: the day of their last engagement
 HYGIENE_COLD = "C"  # HygieneIndex bucket of a cold subscriber: the day they turned cold
 

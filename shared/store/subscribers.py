@@ -995,6 +995,29 @@ class SubscriberStore(TableAdapter):
         )
         return any(True for _ in items)
 
+    def has_step_event(self, email: str, kind: str, *, source: str, step: str, since: str) -> bool:
+        """Whether a person made a ``kind`` event (open, click) of the one mail of ``source`` whose
+        send-once ``step`` this is (a sequence step's mail in one execution), at or after
+        ``since``: the subscriber's events from then on, filtered (no machine verdict)."""
+        items = query_all(
+            self.client,
+            TableName=self.events_table,
+            KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
+            FilterExpression="#type = :kind AND #source = :source AND #step = :step "
+            "AND attribute_not_exists(machine)",
+            ExpressionAttributeValues=values(
+                pk=keys.sub_pk(email),
+                low=f"{keys.EVT}{keys.SEP}{since}",
+                high=f"{keys.EVT}{keys.SEP}~",  # after every ISO time
+                kind=kind,
+                source=source,
+                step=step,
+            ),
+            ExpressionAttributeNames={"#type": "type", "#source": "source", "#step": "step"},
+            ProjectionExpression="SK",
+        )
+        return any(True for _ in items)
+
     def has_sent(self, email: str, template: str) -> bool:
         """Whether the subscriber's ``SENT#`` log holds a mail of ``template``."""
         items = query_all(

@@ -74,6 +74,7 @@ EXPECTED_TOOLS = {
     "webhooks_rotate",
     "hygiene_report",
     "hygiene_run",
+    "hygiene_backfill",
     "reputation_status",
     "reputation_resume",
 }
