@@ -339,6 +339,7 @@ def test_a_hanging_receiver_does_not_delay_a_healthy_endpoint_beyond_the_bound(
         assert hanging.connections >= 1  # the hanging endpoint's deliveries were attempted
 
 
+@pytest.mark.timeout(600)  # its waits, generous for a loaded machine
 def test_a_hanging_endpoint_s_circuit_opens_parks_without_connections_and_closes_when_it_answers(
     local: Local, hanging: HangingReceiver, endpoints: list[str]
 ) -> None:
@@ -347,7 +348,8 @@ def test_a_hanging_endpoint_s_circuit_opens_parks_without_connections_and_closes
     run = unique("cb")
     for n in range(CIRCUIT_THRESHOLD):
         add_contact(local, f"{run}-{n}@example.com")
-    eventually(lambda: circuit_of(local, endpoint_id) == "open", timeout_s=60, what="the open circuit")
+    # (generous waits: each hanging attempt holds a worker 10 s, longer on a loaded machine)
+    eventually(lambda: circuit_of(local, endpoint_id) == "open", timeout_s=180, what="the open circuit")
     # When more events come for it
     later = [f"{run}-later{n}@example.com" for n in range(5)]
     for email in later:
@@ -358,7 +360,7 @@ def test_a_hanging_endpoint_s_circuit_opens_parks_without_connections_and_closes
         mine = [d for d in deliveries_of(local, endpoint_id) if d["email"] in later]
         return mine if len(mine) == len(later) and all(d["attempts"] == 0 for d in mine) else []
 
-    eventually(parked, timeout_s=60, what="the later deliveries parked")
+    eventually(parked, timeout_s=120, what="the later deliveries parked")
     # every connection the receiver saw is an attempt of the first deliveries (their retries until
     # the circuit opened, then the probe, one at a time: locally its back-off runs on the virtual
     # clock, so a new probe starts as each one times out)
@@ -370,7 +372,7 @@ def test_a_hanging_endpoint_s_circuit_opens_parks_without_connections_and_closes
     expected = ["delivered"] * (CIRCUIT_THRESHOLD + len(later))
     eventually(
         lambda: [d["status"] for d in deliveries_of(local, endpoint_id)] == expected,
-        timeout_s=90,
+        timeout_s=240,
         what="every delivery recorded delivered",
     )
     assert circuit_of(local, endpoint_id) == "closed"
