@@ -181,11 +181,11 @@ def _broadcast(bench: Bench, broadcast_id: str, tag: str) -> None:
 
 
 def broadcast(bench: Bench) -> Run:
-    from bench.scenarios.broadcast import WARM_RECIPIENTS, _seed
+    from bench.scenarios.broadcast import WARM_RECIPIENTS, seed_tagged
 
     table = bench.runtime.resources.tables["table_name"]
-    _seed(bench.aws, table, "cap-warm", WARM_RECIPIENTS)
-    _seed(bench.aws, table, "cap-news", BROADCAST_RECIPIENTS)
+    seed_tagged(bench.aws, table, "cap-warm", WARM_RECIPIENTS)
+    seed_tagged(bench.aws, table, "cap-news", BROADCAST_RECIPIENTS)
     _broadcast(bench, "cap-warmup", "cap-warm")
     share = specs_rate_share()
     return capture(

@@ -42,7 +42,7 @@ WARM_RECIPIENTS = 300
 TEMPLATE = "newsletter/monthly"
 
 
-def _seed(aws: ClientFactory, table: str, tag: str, count: int) -> None:
+def seed_tagged(aws: ClientFactory, table: str, tag: str, count: int) -> None:
     now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     items = []
     for i in range(count):
@@ -102,10 +102,10 @@ def _achieved_rate(bench: Bench, broadcast_id: str) -> float:
 
 def run(bench: Bench) -> list[Measurement]:
     table = bench.runtime.resources.tables["table_name"]
-    _seed(bench.aws, table, "bench-warm", WARM_RECIPIENTS)
-    _seed(bench.aws, table, "bench-news", RECIPIENTS)
-    _seed(bench.aws, table, "bench-rate", RECIPIENTS)
-    _seed(bench.aws, table, "bench-account", RECIPIENTS)
+    seed_tagged(bench.aws, table, "bench-warm", WARM_RECIPIENTS)
+    seed_tagged(bench.aws, table, "bench-news", RECIPIENTS)
+    seed_tagged(bench.aws, table, "bench-rate", RECIPIENTS)
+    seed_tagged(bench.aws, table, "bench-account", RECIPIENTS)
     service = _service(bench)
     _run(bench, service, "bench-warmup", "bench-warm")  # imports, secret, first claims
 

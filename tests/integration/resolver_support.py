@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from local_aws.apigw import LambdaContext
 from local_aws.provision import LocalResources
 from shared.broadcasts.audience import AudienceResolver
-from shared.broadcasts.model import parse_batch
+from shared.broadcasts.model import DONE, parse_batch
 from shared.core.specs import BROADCAST_CONTROL_QUEUE, ENV
 from tests.integration.broadcast_support import Env
 from tests.integration.conftest import sqs_record
@@ -85,3 +86,21 @@ def fail_once(operation: str, call: int) -> Callable[..., None]:
             raise ConnectionError(f"injected: {operation} #{call} lost")
 
     return hook
+
+
+def assert_each_reader_once(env: Env, broadcast_id: str, want: set[str]) -> None:
+    """The audience counted once, batches only repeated whole (same name, same readers), and
+    after the workers took every batch, duplicates included, one mail per reader."""
+    record = env.service.get(broadcast_id)
+    assert record.resolved and record.audience_size == len(want)
+    messages, emails = batch_emails(env)
+    assert set(emails) == want
+    named: dict[tuple[int, int], tuple[str, ...]] = {}
+    for message in messages:
+        batch = parse_batch(message["Body"])
+        assert named.setdefault((batch.page, batch.index), batch.emails) == batch.emails
+    assert sum(len(b) for b in named.values()) == len(want)
+    env.work(messages)
+    assert Counter(env.ses.recipients()) == Counter(dict.fromkeys(want, 1))
+    done = env.service.get(broadcast_id)
+    assert (done.status, done.sent, done.processed) == (DONE, len(want), len(want))

@@ -16,12 +16,18 @@ from typer.testing import CliRunner
 from local_aws.provision import LocalResources
 from ops.targets import LOCAL, Target
 from shared.broadcasts.audience import AudienceResolver
-from shared.broadcasts.model import DONE, Audience, parse_batch, parse_request
+from shared.broadcasts.model import Audience, parse_request
 from shared.core.aws import client, register_hook, unregister_hook
 from shared.core.settings import Settings
 from shared.store.subscribers import SubscriberStore
 from tests.integration.broadcast_support import Env, eligible, seed
-from tests.integration.resolver_support import batch_emails, deliver, fail_once, resolver_handler
+from tests.integration.resolver_support import (
+    assert_each_reader_once,
+    batch_emails,
+    deliver,
+    fail_once,
+    resolver_handler,
+)
 
 TEMPLATE = "newsletter/monthly"
 SEGMENTS = 4
@@ -120,25 +126,9 @@ def test_a_redelivered_or_crashed_page_adds_no_duplicate_and_each_reader_gets_on
         for event, hook in hooks:
             unregister_hook(event, hook)
 
-    # Then the audience is counted once, its batches only repeat (same names, same readers)
-    want = {p["email"] for p in eligible(people)}
-    record = env.service.get("again")
-    assert record.resolved and record.audience_size == len(want)
-    messages, emails = batch_emails(env)
-    assert set(emails) == want
-    named: dict[tuple[int, int], tuple[str, ...]] = {}
-    for message in messages:
-        batch = parse_batch(message["Body"])
-        assert named.setdefault((batch.page, batch.index), batch.emails) == batch.emails
-    assert sum(len(b) for b in named.values()) == len(want)
-
-    # When the workers take every batch, duplicates included
-    env.work(messages)
-
-    # Then each reader got exactly one mail and the broadcast is done
-    assert Counter(env.ses.recipients()) == Counter(dict.fromkeys(want, 1))
-    done = env.service.get("again")
-    assert (done.status, done.sent, done.processed) == (DONE, len(want), len(want))
+    # Then the audience is counted once, its batches only repeat (same names, same readers), and
+    # after the workers took every batch, duplicates included, each reader got one mail
+    assert_each_reader_once(env, "again", {p["email"] for p in eligible(people)})
 
 
 def _target(env: Env, resources: LocalResources) -> Target:

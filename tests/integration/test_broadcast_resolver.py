@@ -9,22 +9,28 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse
 
+from bench.scenarios.broadcast import seed_tagged
 from shared.broadcasts import fanout
 from shared.broadcasts.fanout import invocation_deadline, queue_limit, resolve_step
-from shared.broadcasts.model import CANCELLED, DONE, parse_batch, parse_request, parse_resolve
-from shared.core.aws import client, register_hook, unregister_hook
+from shared.broadcasts.model import CANCELLED, DONE, parse_request, parse_resolve
+from shared.core.aws import ClientFactory, client, register_hook, unregister_hook
 from shared.core.retry import Backoff
-from shared.store.dynamo import serialize
-from shared.store.subscribers import Profile, SubscriberStore, profile_items
+from shared.store.subscribers import SubscriberStore
 from tests.eventually import eventually
 from tests.integration.broadcast_support import Env, eligible, seed
-from tests.integration.resolver_support import batch_emails, deliver, fail_once, invoke, resolver_handler
+from tests.integration.resolver_support import (
+    assert_each_reader_once,
+    batch_emails,
+    deliver,
+    fail_once,
+    invoke,
+    resolver_handler,
+)
 
 TEMPLATE = "newsletter/monthly"
 PAGE = 7  # recipients per page: the tag audiences below take several pages
@@ -67,46 +73,12 @@ def tag_audience(people: list[dict[str, Any]], tag: str) -> set[str]:
     return {p["email"] for p in eligible(people) if tag in p["tags"]}
 
 
-def assert_each_reader_once(env: Env, broadcast_id: str, want: set[str]) -> None:
-    """The audience counted once, batches only repeated whole (same name, same readers), and
-    after the workers took every batch, duplicates included, one mail per reader."""
-    record = env.service.get(broadcast_id)
-    assert record.resolved and record.audience_size == len(want)
-    messages, emails = batch_emails(env)
-    assert set(emails) == want
-    named: dict[tuple[int, int], tuple[str, ...]] = {}
-    for message in messages:
-        batch = parse_batch(message["Body"])
-        assert named.setdefault((batch.page, batch.index), batch.emails) == batch.emails
-    assert sum(len(b) for b in named.values()) == len(want)
-    env.work(messages)
-    assert Counter(env.ses.recipients()) == Counter(dict.fromkeys(want, 1))
-    done = env.service.get(broadcast_id)
-    assert (done.status, done.sent, done.processed) == (DONE, len(want), len(want))
-
-
 # ----- pages per invocation, requests per page ----------------------------------------------------
-def _seed_tagged(table: str, tag: str, count: int) -> None:
-    """``count`` subscribers of ``tag`` written as the store writes them (BatchWriteItem)."""
-    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    items = []
-    for i in range(count):
-        email = f"{tag}{i:05d}@example.com"
-        profile = Profile(email=email, first_name=f"R{i}", attributes={"plan": "pro"}, tags=frozenset({tag}),
-                          created_at=now, updated_at=now, version=1)  # fmt: skip
-        items += profile_items(profile, now)
-    ddb = client("dynamodb")
-    for start in range(0, len(items), 25):
-        request = {table: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}
-        while request:
-            request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
-
-
 def test_one_invocation_resolves_page_after_page_each_one_query_and_one_round_of_reads(
     env: Env, resources, monkeypatch, calls
 ) -> None:
     # Given 2,500 readers of a tag, and the resolver with its deployed page size (1,000)
-    _seed_tagged(env.table, "news", 2500)
+    seed_tagged(ClientFactory(), env.table, "news", 2500)
     module = resolver_handler(env, resources, monkeypatch, page_size=1000)
     env.service.send(parse_request(id="pages", template=TEMPLATE, audience={"tags": ["news"]}))
     calls.clear()
@@ -138,7 +110,7 @@ LATENCY_S = 0.25  # added to every request: far above moto's own time per reques
 def test_a_page_waits_for_four_requests_one_after_another(env, resources, monkeypatch) -> None:
     """The requests a page waits for one after another: the run's wall time with LATENCY_S added
     to every request, less the same run without, in request latencies per page."""
-    _seed_tagged(env.table, "lat", 2000)
+    seed_tagged(ClientFactory(), env.table, "lat", 2000)
     module = resolver_handler(env, resources, monkeypatch, page_size=200)  # small: moto stays fast
 
     def run(broadcast_id: str) -> tuple[float, int]:
