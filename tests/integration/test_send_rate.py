@@ -69,8 +69,12 @@ def test_the_other_mail_is_counted_only_while_a_broadcast_is_sending(resources: 
 
     def counted(second: int) -> int:
         return sum(
-            int(ddb.get_item(TableName=table, Key=key(*rate_reserve_key(RESERVED_SCOPE, second, n)))
-                .get("Item", {}).get("used", {}).get("N", 0))
+            int(
+                ddb.get_item(TableName=table, Key=key(*rate_reserve_key(RESERVED_SCOPE, second, n)))
+                .get("Item", {})
+                .get("used", {})
+                .get("N", 0)
+            )
             for n in range(4)
         )
 
