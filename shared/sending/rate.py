@@ -40,8 +40,10 @@ While they give way, a transactional send that SES still throttles (the second b
 broadcast saw it) is retried in place after a short pause (``shared.sending.pipeline``).
 
 The count is written only while a broadcast is sending: a process reads the limiter's clock
-once a second (one eventually consistent GetItem) and reserves nothing when no lease was taken
-within :data:`BROADCAST_IDLE_S` (a sequence mail's reservation was about 1.1 WRU of its 15.6,
+once a second (one GetItem, eventually consistent: GetItem's default, half a read unit up to
+4 KB, DynamoDB Developer Guide "DynamoDB read and write operations") and reserves nothing
+when no lease was taken within :data:`BROADCAST_IDLE_S` (a sequence mail's reservation was
+1.0 WRU of its 15.6,
 docs/bench.md "What each mail writes"). A broadcast that starts sees the other mail's count
 from the second after the senders saw its clock move (the read, at most a second old, plus the
 last full second it reads): the other mail may find SES throttling for a second or two
