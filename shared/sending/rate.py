@@ -43,11 +43,11 @@ The count is written only while a broadcast is sending: a process reads the limi
 once a second (one GetItem, eventually consistent: GetItem's default, half a read unit up to
 4 KB, DynamoDB Developer Guide "DynamoDB read and write operations") and reserves nothing
 when no lease was taken within :data:`BROADCAST_IDLE_S` (a sequence mail's reservation was
-1.0 WRU of its 15.6,
-docs/bench.md "What each mail writes"). A broadcast that starts sees the other mail's count
-from the second after the senders saw its clock move (the read, at most a second old, plus the
-last full second it reads): the other mail may find SES throttling for a second or two
-longer than before, and is tried again in place as when a broadcast has not given way yet.
+1.0 WRU of its 15.6, docs/bench.md "What each mail writes"). A broadcast that starts sees the
+other mail's count from the second after the senders saw its clock move (the read, at most a
+second old, plus the last full second it reads): the other mail may find SES throttling for a
+second or two longer than before, and is tried again in place as when a broadcast has not given
+way yet.
 
 Cost: one write (1 WRU) per lease, so ``1 / k`` per mail whatever the number of workers (8
 sends in flight: 1/16 WRU per mail, $0.04 per million mails), plus a refused write each time
