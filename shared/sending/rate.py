@@ -39,6 +39,16 @@ a second to the other mail actually being sent, and use all of the rate when the
 While they give way, a transactional send that SES still throttles (the second before the
 broadcast saw it) is retried in place after a short pause (``shared.sending.pipeline``).
 
+The count is written only while a broadcast is sending: a process reads the limiter's clock
+once a second (one GetItem, eventually consistent: GetItem's default, half a read unit up to
+4 KB, DynamoDB Developer Guide "DynamoDB read and write operations") and reserves nothing
+when no lease was taken within :data:`BROADCAST_IDLE_S` (a sequence mail's reservation was
+1.0 WRU of its 15.6, docs/bench.md "What each mail writes"). A broadcast that starts sees the
+other mail's count from the second after the senders saw its clock move (the read, at most a
+second old, plus the last full second it reads): the other mail may find SES throttling for a
+second or two longer than before, and is tried again in place as when a broadcast has not given
+way yet.
+
 Cost: one write (1 WRU) per lease, so ``1 / k`` per mail whatever the number of workers (8
 sends in flight: 1/16 WRU per mail, $0.04 per million mails), plus a refused write each time
 the clock had fallen behind and the worker did not know it (at the start of a broadcast). A
@@ -75,6 +85,9 @@ LEASE_MAX_S = 0.5  # a lease covers at most this much of the rate
 LEASES_PER_IN_FLIGHT = 2  # a lease holds this many tokens per send the worker has in flight
 CLOCK_WRITES_PER_S = 100  # leases at least rate / this: the clock item's writes a second at most
 CLOCK_TTL_S = 60
+# No lease taken for this long (the clock's ``tat`` this far behind): no broadcast is sending, and
+# the other mail's sends are not counted (nobody would read the count).
+BROADCAST_IDLE_S = 60
 CLOCK_BRANCH_TRIES = 3  # the clock ahead or behind: a wrong guess is corrected by its refusal
 US = 1_000_000  # the clock counts microseconds
 
@@ -102,16 +115,41 @@ class Reservations:
     scope: str
     client: DynamoDBClient | None = None
     clock: Callable[[], float] = time.time
-    requests: int = 0  # UpdateItem and BatchGetItem calls made (bench, tests)
+    requests: int = 0  # UpdateItem, GetItem and BatchGetItem calls made (bench, tests)
     _seen: tuple[int, int] = (-1, 0)  # (second, its count) last read
+    _broadcasting: tuple[int, bool] = (-1, False)  # (second, a broadcast is sending) last read
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def _ddb(self) -> DynamoDBClient:
         return self.client or aws_client("dynamodb")
 
+    def broadcasting(self) -> bool:
+        """Whether a broadcast took tokens within the last :data:`BROADCAST_IDLE_S`: the
+        broadcast limiter's clock (``tat``) is later than that. Read once per second and
+        process (one eventually consistent GetItem, half a read unit)."""
+        now = self.clock()
+        with self._lock:
+            if self._broadcasting[0] == int(now):
+                return self._broadcasting[1]
+        found = self._ddb.get_item(
+            TableName=self.table,
+            Key=key(*keys.rate_clock_key(self.scope)),
+            ProjectionExpression="tat",
+        ).get("Item")
+        tat = int(found["tat"]["N"]) if found and "tat" in found else 0
+        sending = tat >= round((now - BROADCAST_IDLE_S) * US)
+        with self._lock:
+            self.requests += 1
+            self._broadcasting = (int(now), sending)
+        return sending
+
     def reserve(self, n: int = 1) -> None:
-        """Count ``n`` sends of this second (one UpdateItem on a random shard)."""
+        """Count ``n`` sends of this second (one UpdateItem on a random shard), while a
+        broadcast is sending (:meth:`broadcasting`); else nothing is written: no broadcast
+        reads the count."""
+        if not self.broadcasting():
+            return
         now = self.clock()
         shard = random.randrange(RESERVE_SHARDS)  # noqa: S311 - spreading writes, not crypto
         self._ddb.update_item(

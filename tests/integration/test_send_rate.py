@@ -12,10 +12,13 @@ from botocore.exceptions import ClientError
 
 from local_aws.provision import LocalResources
 from shared.broadcasts.worker import WorkerContext
+from shared.core.aws import client
 from shared.core.settings import Settings
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, send
-from shared.sending.rate import RESERVED_SCOPE, RateLimiter, Reservations
+from shared.sending.rate import BROADCAST_IDLE_S, RESERVED_SCOPE, RateLimiter, Reservations
+from shared.store.dynamo import key
+from shared.store.keys import rate_reserve_key
 from shared.store.subscribers import SubscriberStore
 from tests.integration.broadcast_support import Env, FakeSes, broadcast_env
 
@@ -55,6 +58,44 @@ def test_the_broadcasts_give_way_to_the_other_mail_of_the_last_second(resources:
     now[0] = 1004.2
     asked = limiter.requests
     assert limiter.acquire(5, deadline=1004.9) is None and limiter.requests == asked
+
+
+def test_the_other_mail_is_counted_only_while_a_broadcast_is_sending(resources: LocalResources) -> None:
+    table = resources.tables["table_name"]
+    ddb = client("dynamodb")
+    now = [2000.5]
+    reservations = Reservations(table, RESERVED_SCOPE, clock=lambda: now[0])
+    limiter = RateLimiter(table, RESERVED_SCOPE, RATE, clock=lambda: now[0], reservations=reservations)
+
+    def counted(second: int) -> int:
+        return sum(
+            int(
+                ddb.get_item(TableName=table, Key=key(*rate_reserve_key(RESERVED_SCOPE, second, n)))
+                .get("Item", {})
+                .get("used", {})
+                .get("N", 0)
+            )
+            for n in range(4)
+        )
+
+    # Given no broadcast: other mail writes no count (one read of the clock per second)
+    for _ in range(5):
+        reservations.reserve()
+    assert counted(2000) == 0 and reservations.requests == 1
+
+    # When a broadcast takes a lease, the other mail of the next second is counted
+    assert limiter.acquire(10) is not None
+    now[0] = 2001.5
+    for _ in range(3):
+        reservations.reserve()
+    assert counted(2001) == 3
+    now[0] = 2002.5
+    assert limiter.rate_now() == RATE - 3  # and the broadcast gives way by that much
+
+    # And a minute after its last lease it is not counted any more
+    now[0] = 2001.0 + BROADCAST_IDLE_S + 1.5
+    reservations.reserve()
+    assert counted(int(now[0])) == 0
 
 
 class ThrottledFirst:
