@@ -182,7 +182,9 @@ class FanoutContext:
     def from_settings(cls, settings: Settings) -> FanoutContext:
         return cls(
             records=BroadcastStore(settings.table_name),
-            resolver=AudienceResolver(settings.table_name, topics=require_topics()),
+            resolver=AudienceResolver(
+                settings.table_name, topics=require_topics(), events_table=settings.events_table_name
+            ),
             queues=BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url),
             ahead_s=settings.broadcast_resolver_ahead_s,
         )
