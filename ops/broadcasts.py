@@ -184,6 +184,10 @@ class Broadcasts:
             known = ", ".join(t.id for t in self.topics) or "none"
             problem = f"{topic!r} is not declared in topics.yaml (declared: {known})"
             raise InvalidInput(f"--topic {problem}", [FieldProblem("topic", problem)])
+        for source in request.audience.not_opened:
+            if self.records.record_sk(source) is None:
+                problem = f"{source!r} is not a broadcast (it takes broadcast ids)"
+                raise InvalidInput(f"--not-opened {problem}", [FieldProblem("audience.not_opened", problem)])
         if request.at is not None and self.scheduler is None:
             raise InvalidInput("--at needs the broadcast schedule state machine (not deployed)", [])
 

@@ -3,13 +3,14 @@
 Only for the candidates a page already matched on tags and attributes, in batches (never a
 scan):
 
-- ``opened X`` / ``clicked X`` (as a person): the subscriber's unique marker of that source,
-  ``SUB#<email>`` / ``UNIQ#open#source#X`` (``UNIQ#click#...``) in the main table, written by the
-  engagement consumer with the first human open (click) of any mail of broadcast or sequence
-  ``X``; machine opens and clicks never write one (shared.engagement.machine). One keys-only
-  BatchGetItem per 100 keys.
+- ``opened X`` / ``clicked X`` (as a person): the subscriber's unique markers of that source,
+  ``SUB#<email>`` / ``UNIQ#open#source#X`` and ``UNIQ#click#source#X`` in the main table,
+  written by the engagement consumer with the first human open (click) of any mail of
+  broadcast or sequence ``X``; machine opens and clicks never write one
+  (shared.engagement.machine). A click counts as an open (the mail was read, its images
+  blocked or not). One keys-only BatchGetItem per 100 keys.
 - ``not opened X``: the send-once claim of broadcast ``X``, ``SEND#X#broadcast`` (it was sent to
-  them; a released claim is deleted), and no ``open`` marker of ``X``. Same BatchGetItem.
+  them; a released claim is deleted), and neither marker of ``X``. Same BatchGetItem.
 - ``engaged within N days`` (and ``not``): the subscriber's ``ENGAGEMENT`` item in the events
   table (shared.store.hygiene), whose ``engaged_at`` is the last human open or click: one
   BatchGetItem per 100 subscribers. No item (a subscriber from before list hygiene) or no
@@ -57,9 +58,12 @@ def holds(audience: Audience, found: Engagement, now: datetime) -> bool:
     machine = audience.machine_opens
 
     def did(metric: str, source: str) -> bool:
-        if (metric, source) in found.markers:
+        """``click``: clicked; ``open``: opened or clicked (a click shows the mail was read,
+        images blocked or not)."""
+        metrics = {metric} if metric == CLICK else {OPEN, CLICK}
+        if any((m, source) in found.markers for m in metrics):
             return True
-        return machine and any(t == metric and s == source for t, s, _ in found.machine)
+        return machine and any(t in metrics and s == source for t, s, _ in found.machine)
 
     def engaged_since(days: int) -> bool:
         since = clock.iso(now - timedelta(days=days))
@@ -131,9 +135,10 @@ class EngagementReader:
     ) -> tuple[dict[str, set[tuple[str, str]]], dict[str, set[str]]]:
         """Per subscriber: the (metric, source) markers that exist, and the broadcasts sent."""
         asked: dict[str, tuple[str, str, str]] = {}  # SK -> (kind, metric, source)
-        for source in dict.fromkeys((*audience.opened, *audience.not_opened)):
+        opened = (*audience.opened, *audience.not_opened)
+        for source in dict.fromkeys(opened):
             asked[keys.unique_marker_sk(OPEN, SOURCE_SCOPE, source)] = ("marker", OPEN, source)
-        for source in audience.clicked:
+        for source in dict.fromkeys((*opened, *audience.clicked)):  # a click counts as an open too
             asked[keys.unique_marker_sk(CLICK, SOURCE_SCOPE, source)] = ("marker", CLICK, source)
         for source in audience.not_opened:
             asked[keys.send_claim_sk(source, STEP)] = ("sent", "", source)

@@ -129,11 +129,11 @@ EVERYONE = set(READERS)
 HUMAN_RECENT = OPENED | CLICKED
 MACHINE_RECENT = MACHINE_OPENED | MACHINE_SEQUENCE_OPEN
 CASES = [
-    ({"opened": [ORIGINAL]}, OPENED),
-    ({"opened": [ORIGINAL], "machine_opens": True}, OPENED | MACHINE_OPENED),
+    ({"opened": [ORIGINAL]}, OPENED | CLICKED),  # a click shows the mail was read
+    ({"opened": [ORIGINAL], "machine_opens": True}, OPENED | CLICKED | MACHINE_OPENED),
     ({"clicked": [ORIGINAL]}, CLICKED),
-    ({"not_opened": [ORIGINAL]}, EVERYONE - OPENED),
-    ({"not_opened": [ORIGINAL], "machine_opens": True}, EVERYONE - OPENED - MACHINE_OPENED),
+    ({"not_opened": [ORIGINAL]}, EVERYONE - OPENED - CLICKED),
+    ({"not_opened": [ORIGINAL], "machine_opens": True}, EVERYONE - OPENED - CLICKED - MACHINE_OPENED),
     ({"opened": [SEQUENCE]}, OLD_SEQUENCE_OPEN),
     ({"engaged_within_days": 7}, HUMAN_RECENT),
     ({"engaged_within_days": 60}, HUMAN_RECENT | OLD_SEQUENCE_OPEN),
@@ -158,7 +158,7 @@ def test_each_engagement_condition_dry_run_equals_the_sent_audience(
 def test_engagement_conditions_apply_to_the_everyone_scan_too(engaged: None, service: Broadcasts) -> None:
     """Without a tag the conditions apply to the "everyone" Scan's candidates alike."""
     request = parse_request(id="preview", template=TEMPLATE, audience={"opened": [ORIGINAL]})
-    assert set(service.resolver.iterate(request.audience)) == OPENED
+    assert set(service.resolver.iterate(request.audience)) == OPENED | CLICKED
 
 
 def test_a_tag_audience_on_engagement_reads_by_key_never_by_scan(engaged: None, service: Broadcasts) -> None:
@@ -211,7 +211,7 @@ def test_a_resend_reaches_the_non_openers_minus_who_unsubscribed_once_and_only_o
     messages, emails = batch_emails(env)
     env.work(messages)
 
-    want = EVERYONE - OPENED - {UNSUBSCRIBED_SINCE}  # a machine's open or a click is no person's open
+    want = EVERYONE - OPENED - CLICKED - {UNSUBSCRIBED_SINCE}  # a machine's open is no person's
     assert set(emails) == want
     assert Counter(env.ses.recipients()) == dict.fromkeys(want, 1)
     record = service.get(answer.record.id)
@@ -235,3 +235,12 @@ def test_bad_resend_options_are_refused_naming_the_option_and_write_nothing(
             service.resend(ORIGINAL, **options)
         assert [p.field for p in caught.value.problems] == [name]
     assert service.records.resend_of(ORIGINAL) is None
+
+
+def test_not_opened_takes_only_a_broadcast_that_exists(engaged: None, service: Broadcasts) -> None:
+    for source in (SEQUENCE, "no-such-broadcast"):
+        request = parse_request(id="n", template=TEMPLATE, audience={"not_opened": [source]})
+        with pytest.raises(InvalidInput) as caught:
+            service.check(request)
+        assert [p.field for p in caught.value.problems] == ["audience.not_opened"]
+    service.check(parse_request(id="n", template=TEMPLATE, audience={"not_opened": [ORIGINAL]}))
