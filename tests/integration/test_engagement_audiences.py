@@ -24,7 +24,8 @@ import pytest
 from local_aws.provision import LocalResources
 from ops.broadcasts import Broadcasts
 from shared.broadcasts.audience import AudienceResolver
-from shared.broadcasts.model import SCHEDULED, parse_request
+from shared.broadcasts.fanout import resolve_step
+from shared.broadcasts.model import DONE, SCHEDULED, parse_request, parse_resolve
 from shared.broadcasts.records import ResendExists
 from shared.core import clock
 from shared.core.aws import client, register_hook, unregister_hook
@@ -244,3 +245,36 @@ def test_not_opened_takes_only_a_broadcast_that_exists(engaged: None, service: B
             service.check(request)
         assert [p.field for p in caught.value.problems] == ["audience.not_opened"]
     service.check(parse_request(id="n", template=TEMPLATE, audience={"not_opened": [ORIGINAL]}))
+
+
+def test_a_resend_waits_until_its_original_is_finished(
+    env: Env, store: SubscriberStore, service: Broadcasts
+) -> None:
+    """Given an original resolved but not all sent, a resend due now resolves nothing: its first
+    page's message comes back delayed; once the original is done, that message resolves it."""
+    for email in READERS[:4]:
+        store.upsert(email, add_tags=["eng"])
+    assert service.send(parse_request(id=ORIGINAL, template=TEMPLATE, audience={"tags": ["eng"]})).created
+    env.resolve_all()  # resolved: its batch waits for a worker
+    later = clock.utc_now() + timedelta(days=3)
+    resend = service.resend(ORIGINAL, after="48h", now=later).record
+    ctx = dataclasses.replace(
+        env.fanout(), resolver=AudienceResolver(env.table, events_table=env.events_table)
+    )
+    (message,) = env.receive(env.queues.control_url, 10)
+    env.delete(env.queues.control_url, message)
+
+    waited = resolve_step(parse_resolve(message["Body"]), ctx)
+
+    assert (waited.status, waited.wait_s) == ("waiting", 900)
+    assert service.get(resend.id).page == 0 and service.get(resend.id).audience_size == 0
+    depth = client("sqs").get_queue_attributes(
+        QueueUrl=env.queues.control_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )
+    assert depth["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"  # it comes back
+
+    env.work(env.batches())  # the original is sent: done
+    assert service.get(ORIGINAL).status == DONE
+    assert resolve_step(parse_resolve(message["Body"]), ctx).status == "last_page"
+    _, emails = batch_emails(env)
+    assert set(emails) == set(READERS[:4])  # nobody opened
