@@ -171,4 +171,12 @@ def test_a_resend_reaches_the_non_openers_who_stayed_once_and_only_one_resend_is
     assert again.returncode == 1 and "has a resend already" in again.stdout, again.stdout
     shown = broadcast(local, "get", ORIGINAL)
     assert f'"id": "{resend_id}"' in shown.stdout and '"status": "done"' in shown.stdout
+
+    async def through_mcp(tools: Any) -> None:
+        refused = await tools.error("broadcast_resend", broadcast_id=ORIGINAL, after="48h", confirm=True)
+        assert "has a resend already" in refused
+        shown = await tools.call("broadcast_get", broadcast_id=ORIGINAL)
+        assert (shown["resend"]["id"], shown["resend"]["sent"]) == (resend_id, len(want))
+
+    run_session(local, through_mcp)
     assert recipients(local, resend_id) == dict.fromkeys(want, 1)  # nothing more was sent
