@@ -10,7 +10,12 @@ The driving read depends on the filter:
   at once (one thread each) in each round of a page. A Scan reads (and bills) every item of
   the table, send claims and ``SENT#`` logs included, not only profiles: about 0.5 RRU per
   4 KB of table, e.g. ~$0.02 for a table of 100k subscribers with 20 sends each, once per
-  broadcast (docs/broadcasts.md). Events live in the events table and are never read.
+  broadcast (docs/broadcasts.md). Events live in the events table and are not scanned;
+- a resend (``recipients_of``): the original broadcast's checkpointed pages (``PAGE#`` items of
+  its last round), each reader's profile read by key.
+
+Engagement conditions (``shared.broadcasts.engagement``) narrow the candidates a read found and
+the tags and attributes matched, checked by key for all of them at once; they never drive.
 
 Candidates from a ``TAG#`` partition are read in Queries of up to ``QUERY_CHUNK`` keys (as
 many as the page still lacks, scaled by the share of keys that became recipients so far) and
