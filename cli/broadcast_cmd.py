@@ -1,4 +1,4 @@
-"""``mailstep broadcast send | list | get | cancel | resume`` against a deployed stack or the
+"""``mailstep broadcast send | resend | list | get | cancel | resume`` against a deployed stack or the
 local runtime (``--stack`` / ``--target`` / ``--region`` / ``--state-dir``, as every operator
 command: ``cli.target.targeted``).
 
@@ -94,6 +94,26 @@ def send(
         "--topic",
         help="Topic of this mail (topics.yaml): readers who opted out are skipped (topic_opt_out).",
     ),
+    opened: list[str] = typer.Option(
+        [], "--opened", help="... who opened a mail of this broadcast or sequence (repeatable)."
+    ),
+    clicked: list[str] = typer.Option(
+        [], "--clicked", help="... who clicked in a mail of this broadcast or sequence (repeatable)."
+    ),
+    not_opened: list[str] = typer.Option(
+        [], "--not-opened", help="... who were sent this broadcast and did not open it (repeatable)."
+    ),
+    engaged_within: int | None = typer.Option(
+        None, "--engaged-within", help="... who opened or clicked any mail within the last N days."
+    ),
+    not_engaged_within: int | None = typer.Option(
+        None, "--not-engaged-within", help="... who did not open or click any mail within the last N days."
+    ),
+    machine_opens: bool = typer.Option(
+        False,
+        "--machine-opens",
+        help="Engagement conditions count opens and clicks machines made too (default: people only).",
+    ),
     at: str | None = typer.Option(None, "--at", help="Send later: ISO 8601 time with zone, in the future."),
     broadcast_id: str | None = typer.Option(
         None, "--id", help="Broadcast id (re-running with it sends nothing new)."
@@ -123,6 +143,12 @@ def send(
             topic=topic,
             at=at,
             broadcast_id=broadcast_id,
+            opened=opened,
+            clicked=clicked,
+            not_opened=not_opened,
+            engaged_within_days=engaged_within,
+            not_engaged_within_days=not_engaged_within,
+            machine_opens=machine_opens,
         )
         service = _service(target)
         service.check(request)
@@ -216,6 +242,12 @@ def _option_message(exc: Any) -> str:
         "audience.exclude_tags": "--exclude-tag",
         "audience.where": "--where",
         "audience.topic": "--topic",
+        "audience.opened": "--opened",
+        "audience.clicked": "--clicked",
+        "audience.not_opened": "--not-opened",
+        "audience.engaged_within_days": "--engaged-within",
+        "audience.not_engaged_within_days": "--not-engaged-within",
+        "audience": "audience",
         "topic": "--topic",
     }
     for problem in exc.problems:
@@ -299,6 +331,41 @@ def _summary(record: Any) -> str:
         f"{record.id}: {record.status}; audience {record.audience_size}, sent {record.sent}, "
         f"failed {record.failed}, skipped: {skipped}" + (f"\n{held}" if held else "")
     )
+
+
+@app.command()
+@targeted
+def resend(
+    broadcast_id: str = ID,
+    to: str = typer.Option("non-openers", "--to", help="Who gets it: non-openers (as people)."),
+    after: str = typer.Option(..., "--after", help="How long after the original's start: 90m, 48h, 2d."),
+    subject: str | None = typer.Option(None, "--subject", help="Subject (default: the original's)."),
+    template: str | None = typer.Option(None, "--template", help="Template (default: the original's)."),
+    resend_id: str | None = typer.Option(None, "--id", help="The resend's id (default: <id>-resend)."),
+    *,
+    target: Target,
+) -> None:
+    """Schedule one follow-up of a broadcast to its recipients who did not open it as a person
+    (minus whoever unsubscribed, was suppressed or left the topic since); cancel it like any."""
+    from shared.core.errors import Conflict, InvalidInput
+
+    try:
+        answer = _on_broadcast(
+            target,
+            lambda service: service.resend(
+                broadcast_id, to=to, after=after, subject=subject, template=template, resend_id=resend_id
+            ),
+            Conflict,
+        )
+    except InvalidInput as exc:
+        _fail(_option_message(exc))
+    record = answer.record
+    if not answer.created:
+        _report_existing(answer)
+        return
+    when = f"scheduled for {record.at}" if record.at else "sending now"
+    described = record.audience.describe()
+    console.print(f"resend [bold]{record.id}[/bold] of {broadcast_id} {when}: {described}", soft_wrap=True)
 
 
 @app.command("list")

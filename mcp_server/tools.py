@@ -19,9 +19,9 @@ then returns plain JSON:
 - templates_list/validate/preview: ``ops.templates.rows`` and ``shared.sending.rendering.Renderer``
   (``mailstep templates``);
 - suppression_list/remove: ``shared.engagement.suppression.Suppressions`` (``mailstep suppression``);
-- broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send:
-  ``ops.broadcasts.Broadcasts`` list/details/check+preview/send with
-  ``shared.broadcasts.model.parse_request`` (``mailstep broadcast list|get|send [--dry-run]``);
+- broadcasts_list, broadcast_get, broadcast_dry_run, broadcast_send, broadcast_resend:
+  ``ops.broadcasts.Broadcasts`` list/details/check+preview/send/resend with
+  ``shared.broadcasts.model.parse_request`` (``mailstep broadcast list|get|send [--dry-run]|resend``);
 - warmup_status (and broadcast_dry_run's ``warmup`` plan): ``ops.warmup.WarmupService``
   (``mailstep warmup status|plan``);
 - doctor: ``ops.doctor.run`` (``mailstep doctor``);
@@ -30,7 +30,8 @@ then returns plain JSON:
 - hygiene_report, hygiene_run, hygiene_backfill: ``ops.hygiene``
   (``mailstep hygiene report|run|backfill [--dry-run]``).
 
-Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send, webhooks_remove).
+Destructive tools ask for an explicit ``confirm=true`` (erase, broadcast send and resend,
+webhooks_remove).
 Domain errors become tool errors with the message (``isError``), never a crash of the server.
 Logs go to stderr: stdout carries the protocol.
 """
@@ -326,6 +327,12 @@ def _broadcast_arguments(
     where: list[str] | None = None,
     at: str | None = None,
     topic: str | None = None,
+    opened: list[str] | None = None,
+    clicked: list[str] | None = None,
+    not_opened: list[str] | None = None,
+    engaged_within_days: int | None = None,
+    not_engaged_within_days: int | None = None,
+    machine_opens: bool = False,
 ) -> None:
     """The parameters broadcast_dry_run and broadcast_send share (see :func:`_broadcast_tool`)."""
 
@@ -354,6 +361,12 @@ def _broadcast_request(arguments: dict[str, Any], broadcast_id: str | None = Non
         topic=arguments.get("topic"),
         at=arguments.get("at"),
         broadcast_id=broadcast_id,
+        opened=arguments.get("opened") or [],
+        clicked=arguments.get("clicked") or [],
+        not_opened=arguments.get("not_opened") or [],
+        engaged_within_days=arguments.get("engaged_within_days"),
+        not_engaged_within_days=arguments.get("not_engaged_within_days"),
+        machine_opens=bool(arguments.get("machine_opens")),
     )
 
 
@@ -380,7 +393,10 @@ def _broadcast_tools(tool: Register[Any], target: Target) -> None:
         warm-up ramp the plan of days it spreads over (warmup.line). Audience:
         ALL of tags, at least one of any_tags, none of exclude_tags, attribute conditions in
         where (plan=pro, plan!=free, seats>3, country in de,fr); with topic (topics_list) only
-        readers who receive that topic."""
+        readers who receive that topic. Engagement (people only unless machine_opens): opened /
+        clicked a mail of each of these broadcast or sequence ids, not_opened (sent each of
+        these broadcasts and did not open it), engaged_within_days / not_engaged_within_days
+        (opened or clicked any mail in the last N days, or not)."""
         request = _broadcast_request(arguments)
         service = broadcasts()
         service.check(request)
@@ -409,6 +425,26 @@ def _broadcast_tools(tool: Register[Any], target: Target) -> None:
             )
         answer = broadcasts().send(_broadcast_request(arguments, broadcast_id))
         return {"created": answer.created, "same": answer.same, "broadcast": answer.record.public()}
+
+    @tool
+    def broadcast_resend(
+        broadcast_id: str,
+        after: str,
+        subject: str | None = None,
+        template: str | None = None,
+        resend_id: str | None = None,
+        confirm: bool = False,
+    ) -> dict[str, Any]:
+        """Schedule the one follow-up of a broadcast to its recipients who did not open it as
+        a person, ``after`` (90m, 48h, 2d) past its start; minus whoever unsubscribed, was
+        suppressed or left the topic since. Mails real people: requires confirm=true. A second
+        resend of the same broadcast is refused."""
+        if confirm is not True:
+            raise ToolError("a resend reaches real people: call with confirm=true")
+        answer = broadcasts().resend(
+            broadcast_id, after=after, subject=subject, template=template, resend_id=resend_id
+        )
+        return {"created": answer.created, "broadcast": answer.record.public()}
 
     @tool
     def warmup_status() -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Broadcast operations (the CLI, the demo and the bench call these): preview, send,
-cancel, resume, get, list."""
+resend, cancel, resume, get, list."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ops.broadcast_requests import NON_OPENERS, resend_request
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, first_page, resolve_body
 from shared.broadcasts.model import (
@@ -26,7 +27,7 @@ from shared.broadcasts.model import (
     Broadcast,
     BroadcastRequest,
 )
-from shared.broadcasts.records import BroadcastStore
+from shared.broadcasts.records import BroadcastStore, ResendExists
 from shared.broadcasts.schedule import Scheduler
 from shared.core.aws import ClientFactory
 from shared.core.errors import Conflict, FieldProblem, InvalidInput, NotFound
@@ -99,7 +100,9 @@ class Broadcasts:
         topics = require_topics()
         return cls(
             records=BroadcastStore(settings.table_name, client=ddb),
-            resolver=AudienceResolver(settings.table_name, client=ddb, topics=topics),
+            resolver=AudienceResolver(
+                settings.table_name, client=ddb, topics=topics, events_table=settings.events_table_name
+            ),
             topics=topics,
             queues=BroadcastQueues(
                 settings.broadcast_queue_url, settings.broadcast_control_queue_url, client=aws.client("sqs")
@@ -181,6 +184,10 @@ class Broadcasts:
             known = ", ".join(t.id for t in self.topics) or "none"
             problem = f"{topic!r} is not declared in topics.yaml (declared: {known})"
             raise InvalidInput(f"--topic {problem}", [FieldProblem("topic", problem)])
+        for source in request.audience.not_opened:
+            if self.records.record_sk(source) is None:
+                problem = f"{source!r} is not a broadcast (it takes broadcast ids)"
+                raise InvalidInput(f"--not-opened {problem}", [FieldProblem("audience.not_opened", problem)])
         if request.at is not None and self.scheduler is None:
             raise InvalidInput("--at needs the broadcast schedule state machine (not deployed)", [])
 
@@ -244,6 +251,29 @@ class Broadcasts:
         self.queues.send_resolve(first_page(resumed.id, resumed.round))
         return resumed
 
+    def resend(
+        self,
+        broadcast_id: str,
+        *,
+        after: str,
+        to: str = NON_OPENERS,
+        subject: str | None = None,
+        template: str | None = None,
+        resend_id: str | None = None,
+        now: datetime | None = None,
+    ) -> SendAnswer:
+        """Schedule the follow-up of a broadcast to its recipients who did not open it as a
+        person (docs/broadcasts.md, "Resend to non-openers"): one per broadcast, so a second
+        call is refused (:class:`ResendExists`) and nothing is written."""
+        original = self.get(broadcast_id)
+        existing = self.records.resend_of(original.id)
+        if existing is not None:
+            raise ResendExists(f"broadcast {original.id!r} has a resend already: {existing!r}")
+        request = resend_request(
+            original, to=to, after=after, subject=subject, template=template, broadcast_id=resend_id, now=now
+        )
+        return self.send(request, now)
+
     def list(self, limit: int = 50) -> list[Broadcast]:
         return self.records.list(limit)
 
@@ -255,6 +285,13 @@ class Broadcasts:
             out["engagement"] = {row["metric"]: row for row in self.stats.source(broadcast_id).rows()}
         if record.dead_lettered_batches:
             out["dead_letters"] = dead_letters(record, self.queues)
+        resend_id = self.records.resend_of(record.id)
+        if resend_id is not None:
+            resend = self.records.get(resend_id)
+            out["resend"] = {"id": resend_id}
+            if resend is not None:
+                out["resend"] |= {"status": resend.status, "at": resend.at}
+                out["resend"] |= {"audience": resend.audience_size, "sent": resend.sent}
         return out
 
 

@@ -10,7 +10,12 @@ The driving read depends on the filter:
   at once (one thread each) in each round of a page. A Scan reads (and bills) every item of
   the table, send claims and ``SENT#`` logs included, not only profiles: about 0.5 RRU per
   4 KB of table, e.g. ~$0.02 for a table of 100k subscribers with 20 sends each, once per
-  broadcast (docs/broadcasts.md). Events live in the events table and are never read.
+  broadcast (docs/broadcasts.md). Events live in the events table and are not scanned;
+- a resend (``recipients_of``): the original broadcast's checkpointed pages (``PAGE#`` items of
+  its last round), each reader's profile read by key.
+
+Engagement conditions (``shared.broadcasts.engagement``) narrow the candidates a read found and
+the tags and attributes matched, checked by key for all of them at once; they never drive.
 
 Candidates from a ``TAG#`` partition are read in Queries of up to ``QUERY_CHUNK`` keys (as
 many as the page still lacks, scaled by the share of keys that became recipients so far) and
@@ -38,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shared.broadcasts.engagement import EngagementReader
 from shared.broadcasts.model import Audience
 from shared.core.models import SUBSCRIBED
 from shared.core.topics import TopicCatalog
@@ -115,8 +121,10 @@ class AudienceResolver(TableAdapter):
         max_evaluated: int = MAX_EVALUATED,
         topics: TopicCatalog | None = None,
         segments: int = SCAN_SEGMENTS,
+        events_table: str = "",  # the engagement conditions' ENGAGEMENT items and events
     ) -> None:
         super().__init__(table_name, client)
+        self.events_table = events_table
         self.topics = topics or TopicCatalog()
         self.page_size = page_size
         self.max_evaluated = max_evaluated
@@ -124,7 +132,8 @@ class AudienceResolver(TableAdapter):
 
     @staticmethod
     def parts(audience: Audience) -> list[str | None]:
-        """The driving reads in order: a tag partition each, or None for the profile Scan."""
+        """The driving reads in order: a tag partition each, or None for the profile Scan (a
+        resend's ``recipients_of`` reads that broadcast's pages instead: :meth:`_recipients_page`)."""
         if audience.tags:
             return [audience.tags[0]]
         if audience.any_tags:
@@ -137,6 +146,8 @@ class AudienceResolver(TableAdapter):
         position: dict[str, Any] = json.loads(cursor) if cursor else {"part": 0, "key": None}
         threads = max(self.segments, QUERY_CHUNK // CHUNK)  # a Scan round, or a Query's BatchGetItems
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="read") as pool:
+            if audience.recipients_of is not None:
+                return self._recipients_page(audience, audience.recipients_of, position, pool)
             if parts == [None]:
                 return self._scan_page(audience, position, pool)
             return self._tag_page(audience, parts, position, pool)
@@ -163,11 +174,12 @@ class AudienceResolver(TableAdapter):
             limit = max(1, min(QUERY_CHUNK, self.max_evaluated - evaluated, math.ceil(wanted)))
             found, after = self._tag_chunk(tag, start, limit, pool)
             earlier = set(parts[:part]) if audience.any_tags and not audience.tags else set()
+            engaged = self._engaged(audience, [c for _, c in found if c is not None], pool)
             stop: dict[str, Any] | None = None
             for i, (item_key, candidate) in enumerate(found):
                 evaluated += 1
                 if candidate is not None and not candidate.tags & earlier:
-                    self._take(candidate, audience, emails, excluded)
+                    self._take(candidate, audience, emails, excluded, engaged)
                 if len(emails) >= self.page_size and i < len(found) - 1:
                     stop = item_key  # full inside this answer: continue after this key
                     break
@@ -176,11 +188,30 @@ class AudienceResolver(TableAdapter):
                 part += 1
         return Page(emails, None, evaluated, excluded)
 
+    def _engaged(
+        self, audience: Audience, candidates: list[Candidate], pool: ThreadPoolExecutor
+    ) -> set[str] | None:
+        """Those of ``candidates`` matching the tags and attributes that also meet the engagement
+        conditions (None: the audience has none), read for all of them at once."""
+        if not audience.engagement:
+            return None
+        matching = [c.email for c in candidates if audience.matches(c.tags, c.attributes)]
+        reader = EngagementReader(self.client, self.table, self.events_table)
+        return reader.passing(audience, matching, pool)
+
     def _take(
-        self, candidate: Candidate, audience: Audience, emails: list[str], excluded: dict[str, int]
+        self,
+        candidate: Candidate,
+        audience: Audience,
+        emails: list[str],
+        excluded: dict[str, int],
+        engaged: set[str] | None,
     ) -> None:
-        """Add ``candidate`` to the page's recipients or to its exclusions, if the filters match."""
+        """Add ``candidate`` to the page's recipients or to its exclusions, if the filters (and
+        the engagement conditions: ``engaged``, None when there are none) match."""
         if not audience.matches(candidate.tags, candidate.attributes):
+            return
+        if engaged is not None and candidate.email not in engaged:
             return
         reason = self._excluded(candidate, audience.topic)
         if reason is None:
@@ -205,13 +236,14 @@ class AudienceResolver(TableAdapter):
             limit = max(1, min(SCAN_CHUNK, math.ceil(share)))
             order = sorted(open_)
             answers = self._scan_round([(s, open_[s]) for s in order], total, limit, pool)
+            engaged = self._engaged(audience, [c for found, _, _ in answers for c in found], pool)
             for segment, (candidates, start, count) in zip(order, answers, strict=True):
                 scanned += count
                 returned += len(candidates)
                 stop: dict[str, Any] | None = None
                 for i, candidate in enumerate(candidates):
                     evaluated += 1
-                    self._take(candidate, audience, emails, excluded)
+                    self._take(candidate, audience, emails, excluded, engaged)
                     if len(emails) >= self.page_size and i < len(candidates) - 1:
                         stop = candidate.key  # full inside this answer: continue after this item
                         break
@@ -227,6 +259,73 @@ class AudienceResolver(TableAdapter):
             return Page(emails, None, evaluated, excluded)
         cursor = {"part": 0, "segments": total, "open": {str(s): k for s, k in open_.items()}}
         return Page(emails, json.dumps(cursor, sort_keys=True), evaluated, excluded)
+
+    def _recipients_page(
+        self, audience: Audience, original: str, position: dict[str, Any], pool: ThreadPoolExecutor
+    ) -> Page:
+        """A page of a resend: the recipients the ``original`` broadcast's pages of its last
+        round hold (its ``PAGE#`` items, each up to a page of addresses), in their order, each
+        checked against their profile and the conditions. The cursor holds the round (read from
+        the original's record on the first page, so every page reads the same round), the
+        original's page and the offset in it."""
+        round_ = position.get("round")
+        if round_ is None:
+            round_ = self._last_round(original)
+            if round_ is None:
+                return Page([], None, 0, {})
+        number, offset = int(position.get("page", 0)), int(position.get("offset", 0))
+        emails: list[str] = []
+        excluded: dict[str, int] = {}
+        evaluated = 0
+        while len(emails) < self.page_size and evaluated < self.max_evaluated:
+            stored = self._original_page(original, int(round_), number)
+            if stored is None:
+                return Page(emails, None, evaluated, excluded)
+            addresses, last = stored
+            chunk = addresses[offset : offset + min(QUERY_CHUNK, self.max_evaluated - evaluated)]
+            profiles = self._profiles(chunk, pool)
+            engaged = self._engaged(audience, list(profiles.values()), pool)
+            for email in chunk:
+                evaluated += 1
+                offset += 1
+                candidate = profiles.get(email)
+                if candidate is not None:
+                    self._take(candidate, audience, emails, excluded, engaged)
+                if len(emails) >= self.page_size:
+                    break
+            if offset >= len(addresses):
+                if last:
+                    return Page(emails, None, evaluated, excluded)
+                number, offset = number + 1, 0
+        cursor = {"part": 0, "round": int(round_), "page": number, "offset": offset}
+        return Page(emails, json.dumps(cursor, sort_keys=True), evaluated, excluded)
+
+    def _last_round(self, broadcast_id: str) -> int | None:
+        pointer = self.client.get_item(
+            TableName=self.table, Key=key(keys.broadcast_pk(broadcast_id), keys.BROADCAST_POINTER)
+        ).get("Item")
+        if not pointer:
+            return None
+        record = self.client.get_item(
+            TableName=self.table,
+            Key=key(keys.BROADCAST, pointer["record_sk"]["S"]),
+            ConsistentRead=True,
+            ProjectionExpression="#round",
+            ExpressionAttributeNames={"#round": "round"},
+        ).get("Item")
+        return int(record["round"]["N"]) if record else None
+
+    def _original_page(self, broadcast_id: str, round_: int, page: int) -> tuple[list[str], bool] | None:
+        """(addresses, whether it was the last page) of a checkpointed page (None: none)."""
+        item = self.client.get_item(
+            TableName=self.table,
+            Key=key(keys.broadcast_pk(broadcast_id), keys.broadcast_page_sk(round_, page)),
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            return None
+        data = deserialize(item)
+        return list(json.loads(data["emails"])), bool(data["exhausted"])
 
     def _scan_round(
         self,

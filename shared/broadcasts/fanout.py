@@ -9,7 +9,8 @@ large audience short and a crash loses at most the page in hand:
 1. a message of another round, or for a broadcast that is no longer active, is dropped;
    so is one after the broadcast's send window (an unfinished broadcast is marked failed:
    ``BroadcastStore.close_window``; its PAGE items expire after the window);
-   ``scheduled`` becomes ``resolving`` (the schedule fired);
+   ``scheduled`` becomes ``resolving`` (the schedule fired); a resend whose original is not
+   finished yet waits: its page-0 message comes back in 15 minutes (:func:`_original_unfinished`);
 2. before each page: the record (cancelled, held, another round: stop) and the batch queue's
    depth (back-pressure: while more than :func:`queue_limit` batches wait, the next page's
    message goes out delayed by :func:`queue_wait_s` and the invocation ends), read at once;
@@ -52,8 +53,10 @@ from botocore.exceptions import ClientError
 
 from shared.broadcasts.audience import AudienceResolver, Page
 from shared.broadcasts.model import (
+    ACTIVE,
     BATCH_CONTRACT,
     HELD,
+    PAUSED_REPUTATION,
     RESOLVE_CONTRACT,
     RESOLVING,
     SCHEDULED,
@@ -99,6 +102,9 @@ MIN_WAIT_S = 5
 # another transaction holds the record. It is tried again in place, for up to ~3 s, rather than
 # failing the invocation (the message would come back only after the visibility timeout).
 CHECKPOINT_RETRY = Backoff(attempts=10, base=0.01, cap=1.0)
+# A resend resolves its original's recipients once the original is none of these (above all, a
+# held broadcast may resolve again in a new round, and one still sending has unclaimed readers).
+UNFINISHED = ACTIVE | {HELD, PAUSED_REPUTATION}
 
 
 @dataclass(frozen=True)
@@ -157,8 +163,9 @@ def resolve_body(message: ResolveMessage) -> str:
 @dataclass(frozen=True)
 class StepResult:
     # resolved_page (the chain passed on to the next page's message) | last_page | waiting (the
-    # next page's message delayed: back-pressure) | taken_over (another invocation resolved a
-    # page of this run first and goes on) | stale | stopped | held | resumed
+    # next page's message delayed: back-pressure, or a resend's original not finished) |
+    # taken_over (another invocation resolved a page of this run first and goes on) | stale |
+    # stopped | held | resumed
     status: str
     page: int  # the message's page
     recipients: int = 0  # handed to the workers by this invocation (the resolver's metric)
@@ -182,7 +189,9 @@ class FanoutContext:
     def from_settings(cls, settings: Settings) -> FanoutContext:
         return cls(
             records=BroadcastStore(settings.table_name),
-            resolver=AudienceResolver(settings.table_name, topics=require_topics()),
+            resolver=AudienceResolver(
+                settings.table_name, topics=require_topics(), events_table=settings.events_table_name
+            ),
             queues=BroadcastQueues(settings.broadcast_queue_url, settings.broadcast_control_queue_url),
             ahead_s=settings.broadcast_resolver_ahead_s,
         )
@@ -232,6 +241,10 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext, deadline: float | 
     if record.status not in (RESOLVING, SENDING):
         logger.info("broadcast resolution stopped", status=record.status, **log)
         return StepResult("stopped", message.page)
+    if _original_unfinished(record, message, ctx):  # a resend reads its original's recipients
+        ctx.queues.send_resolve(message, MAX_DELAY_S)
+        logger.info("resend waits for its original to finish", original=record.audience.recipients_of, **log)
+        return StepResult("waiting", message.page, next_page=message.page, wait_s=MAX_DELAY_S)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fanout") as pool:
         return _Run(ctx, record, message.page, deadline, pool).run()
 
@@ -432,6 +445,18 @@ class _Run:
             **self.log,
         )
         return StepResult(status, self.first, self.recipients, self.batches, self.pages, next_page, wait)
+
+
+def _original_unfinished(record: Broadcast, message: ResolveMessage, ctx: FanoutContext) -> bool:
+    """Whether ``record`` is a resend about to resolve its first page while its original is
+    still unfinished (scheduled, resolving, sending, held or paused): its recipients are not
+    all resolved and sent yet, and "not opened" needs both. The resend's page 0 then comes back
+    every :data:`MAX_DELAY_S` until the original is done, cancelled or failed."""
+    original_id = record.audience.recipients_of
+    if original_id is None or message.page != 0 or record.page != 0:
+        return False
+    original = ctx.records.get(original_id)
+    return original is not None and original.status in UNFINISHED
 
 
 def hold_wake(record: Broadcast, queues: BroadcastQueues, wait_s: int) -> None:

@@ -62,6 +62,8 @@ SKIP_REASONS = ("no_profile", "suppressed", "unsubscribed", "topic_opt_out", "ca
 MAX_FILTER_TAGS = 20
 MAX_WHERE = 20
 MAX_IN_VALUES = 50
+MAX_ENGAGEMENT_SOURCES = 10  # broadcasts or sequences named by --opened, --clicked, --not-opened
+MAX_ENGAGEMENT_DAYS = 3650
 
 Op = Literal["=", "!=", ">", ">=", "<", "<=", "in", "not in"]
 _CMP = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(!=|>=|<=|=|>|<)\s*(.*?)\s*$")
@@ -165,8 +167,20 @@ def _conditions(value: Any) -> tuple[str, ...]:
     return tuple(str(Condition.parse(v)) for v in listed(value, MAX_WHERE, "conditions"))
 
 
+def _optional_name(value: Any) -> str | None:
+    return None if value is None else validate_name(value, "broadcast id")
+
+
+def _sources(value: Any) -> tuple[str, ...]:
+    """Broadcast or sequence ids (the ``source`` of their mails), repeats dropped."""
+    listed_ = listed(value, MAX_ENGAGEMENT_SOURCES, "broadcast or sequence ids")
+    return tuple(dict.fromkeys(validate_name(v, "broadcast or sequence id") for v in listed_))
+
+
 FilterTags = Annotated[tuple[str, ...], BeforeValidator(partial(validate_tags, limit=MAX_FILTER_TAGS))]
 Conditions = Annotated[tuple[str, ...], BeforeValidator(_conditions)]
+Sources = Annotated[tuple[str, ...], BeforeValidator(_sources)]
+Days = Annotated[int | None, Field(default=None, ge=1, le=MAX_ENGAGEMENT_DAYS, strict=True)]
 
 
 class Audience(BaseModel):
@@ -175,7 +189,14 @@ class Audience(BaseModel):
     ``tags``: must carry all; ``any_tags``: at least one; ``exclude_tags``: none of them;
     ``where``: every attribute condition. Unsubscribed and suppressed subscribers are never
     part of the audience. ``topic`` (topics.yaml) names the kind of mail: a reader who does not
-    receive it is left out (counted as skipped ``topic_opt_out``)."""
+    receive it is left out (counted as skipped ``topic_opt_out``).
+
+    Engagement (docs/engagement.md, "Audiences on engagement"; ``shared.broadcasts.engagement``):
+    ``opened``/``clicked``: opened (clicked) a mail of each of these broadcasts or sequences;
+    ``not_opened``: was sent each of these broadcasts and did not open it; ``engaged_within_days``
+    / ``not_engaged_within_days``: opened or clicked any mail within the last N days, or not.
+    People only, unless ``machine_opens`` (opens and clicks machines made count too).
+    ``recipients_of``: only the recipients of that broadcast's last round (a resend)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -184,13 +205,43 @@ class Audience(BaseModel):
     exclude_tags: FilterTags = ()
     where: Conditions = ()
     topic: TopicId | None = None
+    opened: Sources = ()
+    clicked: Sources = ()
+    not_opened: Sources = ()
+    engaged_within_days: Days = None
+    not_engaged_within_days: Days = None
+    machine_opens: bool = False
+    recipients_of: Annotated[str | None, BeforeValidator(_optional_name)] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Audience:
         both = (set(self.tags) | set(self.any_tags)) & set(self.exclude_tags)
         if both:
             raise ValueError(f"tags both required and excluded: {sorted(both)} (the audience would be empty)")
+        opened_and_not = set(self.opened) & set(self.not_opened)
+        if opened_and_not:
+            raise ValueError(
+                f"both opened and not opened: {sorted(opened_and_not)} (the audience would be empty)"
+            )
+        within, not_within = self.engaged_within_days, self.not_engaged_within_days
+        if within is not None and not_within is not None and not_within <= within:
+            raise ValueError(
+                f"engaged within {within} days and not within {not_within}: the audience would be empty"
+            )
+        if self.recipients_of is not None and (self.tags or self.any_tags):
+            raise ValueError("recipients_of takes no tag filter (it reads that broadcast's recipients)")
         return self
+
+    @property
+    def engagement(self) -> bool:
+        """Whether any engagement condition applies (``shared.broadcasts.engagement``)."""
+        return bool(
+            self.opened
+            or self.clicked
+            or self.not_opened
+            or self.engaged_within_days is not None
+            or self.not_engaged_within_days is not None
+        )
 
     @property
     def conditions(self) -> tuple[Condition, ...]:
@@ -218,8 +269,24 @@ class Audience(BaseModel):
         if self.exclude_tags:
             parts.append("none of " + ", ".join(self.exclude_tags))
         parts += list(self.where)
+        parts += self._engagement_parts()
+        if self.recipients_of:
+            parts.insert(0, f"recipients of {self.recipients_of}")
         described = "; ".join(parts) or "everyone"
         return f"{described} (topic {self.topic})" if self.topic else described
+
+    def _engagement_parts(self) -> list[str]:
+        who = "" if self.machine_opens else " as a person"
+        parts = [f"opened {s}{who}" for s in self.opened]
+        parts += [f"clicked {s}{who}" for s in self.clicked]
+        parts += [f"sent {s} and did not open it{who}" for s in self.not_opened]
+        if self.engaged_within_days is not None:
+            parts.append(f"engaged{who} within {self.engaged_within_days} days")
+        if self.not_engaged_within_days is not None:
+            parts.append(f"not engaged{who} within {self.not_engaged_within_days} days")
+        if self.machine_opens and self.engagement:
+            parts.append("machine opens and clicks count")
+        return parts
 
 
 class BroadcastRequest(BaseModel):

@@ -3,6 +3,9 @@
     BROADCAST          / <iso ts>#<id>          the record (definition, status, checkpoint, counters)
     BROADCAST#<id>     / POINTER                its SK; written with the record in one transaction,
                                                 conditioned on not existing: the --id guard
+    BROADCAST#<id>     / RESEND                 its resend to non-openers (``resend_id``,
+                                                ``created_at``): written with the resend's record,
+                                                conditioned on not existing (one per broadcast)
     BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once;
                                                 ``handed_off`` once its batches went out and the
                                                 chain went on (shared.broadcasts.fanout)
@@ -131,6 +134,10 @@ def dead_letter_sk(round_: int, page: int, index: int) -> str:
     return "DEAD" + keys.broadcast_batch_sk(round_, page, index).removeprefix("BATCH")
 
 
+class ResendExists(Conflict):
+    """The broadcast has its resend already (one per broadcast)."""
+
+
 class SendWindowClosed(Conflict):
     """The broadcast's send window ended: it can no longer resume."""
 
@@ -214,15 +221,44 @@ class BroadcastStore(TableAdapter):
             ),
             Action("record", {"Put": {"TableName": self.table, "Item": serialize(item)}}),
         ]
+        original = request.audience.recipients_of
+        if original is not None:  # a resend: one per broadcast, named on the original
+            link = {
+                "PK": keys.broadcast_pk(original),
+                "SK": keys.BROADCAST_RESEND,
+                "resend_id": request.id,
+                "created_at": created_at,
+            }
+            put: TransactWriteItemTypeDef = {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": serialize(link),
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            }
+            actions.append(Action("resend", put))
         try:
             transact(self.client, actions)
-        except TransactionConflict:
+        except TransactionConflict as exc:
             existing = self.get(request.id)
+            if existing is None and original is not None and exc.failed("resend"):
+                found = self.resend_of(original)
+                raise ResendExists(f"broadcast {original!r} has a resend already: {found!r}") from None
             if existing is None:  # pragma: no cover - a pointer without a record cannot be written
                 raise
             return existing, False
         self._sks[request.id] = sk
         return Broadcast.from_item(item), True
+
+    def resend_of(self, broadcast_id: str) -> str | None:
+        """The id of ``broadcast_id``'s resend to non-openers (None: it has none)."""
+        response = self.client.get_item(
+            TableName=self.table,
+            Key=key(keys.broadcast_pk(broadcast_id), keys.BROADCAST_RESEND),
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return item["resend_id"]["S"] if item else None
 
     def record_sk(self, broadcast_id: str) -> str | None:
         if broadcast_id in self._sks:

@@ -823,6 +823,9 @@ BROADCAST_RESOLVER_FUNCTION = FunctionSpec(
         # the broadcast record and page checkpoints (GetItem, UpdateItem, Put + Update
         # transaction), the audience (parallel Scan of profiles, Query of TAG#, BatchGetItem profiles)
         Grant(MAIN_TABLE, _ddb("GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "Scan")),
+        # engagement conditions (shared.broadcasts.engagement): ENGAGEMENT items (BatchGetItem),
+        # a subscriber's machine opens and clicks (Query)
+        Grant(EVENTS_TABLE, _ddb("BatchGetItem", "Query")),
         # SendMessageBatch: the batches; GetQueueAttributes: the queue's depth (back-pressure)
         Grant(BROADCAST_QUEUE, ("sqs:SendMessage", "sqs:GetQueueAttributes")),
         Grant(BROADCAST_CONTROL_QUEUE, ("sqs:SendMessage",)),  # the next page

@@ -204,6 +204,7 @@ def unique_marker_sk(metric: str, scope: str, value: str) -> str:
 # Broadcasts (shared/broadcasts): the record lives at PK ``BROADCAST`` / SK ``<iso ts>#<id>``
 # (listing by time); everything looked up by id lives in the broadcast's own partition.
 BROADCAST_POINTER = "POINTER"  # PK BROADCAST#<id>: the record's SK (and the --id guard)
+BROADCAST_RESEND = "RESEND"  # PK BROADCAST#<id>: its resend to non-openers (one per broadcast)
 
 
 def broadcast_pk(broadcast_id: str) -> str:

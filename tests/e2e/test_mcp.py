@@ -63,6 +63,7 @@ EXPECTED_TOOLS = {
     "broadcast_get",
     "broadcast_dry_run",
     "broadcast_send",
+    "broadcast_resend",
     "warmup_status",
     "webhooks_add",
     "webhooks_list",
