@@ -16,8 +16,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     table_name: str
-    # Only functions whose spec grants the events table receive it (sequence-cleanup and
-    # broadcast-resolver do not): empty means "not granted", and a DynamoDB call naming an
+    # Only functions whose spec grants the events table receive it (sequence-cleanup does
+    # not): empty means "not granted", and a DynamoDB call naming an
     # empty table fails on parameter validation before reaching AWS.
     events_table_name: str = ""
     api_key_secret: str = ""
