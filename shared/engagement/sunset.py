@@ -17,7 +17,9 @@ day>#<shard>`` (warm) or ``C#<cold day>#<shard>`` (cold); the run's checkpoint
 
 The engagement consumer (:func:`touch`) moves the item on a subscriber's first human open or click
 of a day: one BatchGetItem of the batch's items first, so a busy reader costs a read per open, and a
-write (conditional) at most once a day.
+write (conditional) at most once a day. The first engagement ever is written even on the day the
+item starts (the subscription's): its ``engaged_at`` is what "engaged within N days" audiences
+read (``shared.broadcasts.engagement``).
 
 The daily run (:func:`run`, the hygiene function on an EventBridge schedule) for day ``T`` reads
 only the day buckets that fall due since its last run (16 shard keys each): warm ``E#d`` for the
@@ -120,7 +122,8 @@ def touch(store: SubscriberStore, engaged: Mapping[str, str]) -> Touched:
         if item is None:
             continue
         cold = "cold_at" in item
-        if not cold and str(item.get("day", "")) >= day_of(at):
+        first_on_its_day = "engaged_at" not in item and str(item.get("day", "")) == day_of(at)
+        if not cold and str(item.get("day", "")) >= day_of(at) and not first_on_its_day:
             continue  # already marked today (or later): no write
         if cold and not (day_of(at) > str(item.get("day", "")) or at > str(item["cold_at"])):
             continue  # an engagement older than what the item knows
@@ -181,7 +184,8 @@ def _mark_engaged(store: SubscriberStore, email: str, at: str) -> bool:
         store,
         email,
         "SET engaged_at = :at, #day = :day, hygiene_key = :key REMOVE cold_at, cold_pending",
-        "attribute_exists(PK) AND (#day < :day OR (attribute_exists(cold_at) AND cold_at < :at))",
+        "attribute_exists(PK) AND (#day < :day OR (attribute_not_exists(engaged_at) AND #day = :day)"
+        " OR (attribute_exists(cold_at) AND cold_at < :at))",
         names={"#day": "day"},
         at=at,
         day=day,

@@ -232,6 +232,21 @@ def test_the_last_engagement_is_written_at_most_once_per_subscriber_per_day(
     assert len(reads) == 5  # one read of the item per open
 
 
+def test_an_open_on_the_day_of_the_subscription_is_recorded_as_the_last_engagement(
+    store: SubscriberStore, ctx: EngagementContext
+) -> None:
+    email = "eager@example.com"
+    store.upsert(email)  # the item starts today, without an engagement
+    assert "engaged_at" not in engagement(store, email)
+
+    opened(ctx, email, 0, message="m-1")
+    opened(ctx, email, 0, message="m-1")  # SNS delivers it again
+    opened(ctx, email, 0, message="m-2")
+
+    item = engagement(store, email)
+    assert (item["engaged_at"], item["day"]) == (f"{day(0)}T10:00:00.000Z", day(0))
+
+
 def test_a_run_that_crashed_after_marking_cold_is_completed_by_the_next_delivery(
     store: SubscriberStore, hygiene: Callable[[int], dict[str, Any]]
 ) -> None:
