@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from botocore.exceptions import ClientError
+from jinja2 import TemplateError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -94,6 +97,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
     async def subscriber(request: Request) -> Response:
         from ops.admin import email_arg
+        from ops.subscriber_view import summary, timeline
 
         email = request.path_params["email"]
         address = email_arg(email)
@@ -109,7 +113,8 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             d=detail,
             p=detail.profile,
             topics=topics,
-            events=list(reversed(events)),
+            timeline=timeline(events),
+            summary=summary(events),
             attributes=chart_data(detail.profile.attributes),
             title=detail.profile.email,
         )
@@ -129,8 +134,13 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
     # ----- broadcasts ----------------------------------------------------------------------------
     async def broadcasts(request: Request) -> Response:
+        from ops.overview import broadcast_reports
+
         records = await call(c.broadcasts.list, PAGE)
-        return c.page(request, "broadcasts.html", records=records, title="Broadcasts")
+        reports, subjects = await asyncio.gather(
+            call(broadcast_reports, c.stats, records), call(_subjects, c, {r.template for r in records})
+        )
+        return c.page(request, "broadcasts.html", reports=reports, subjects=subjects, title="Broadcasts")
 
     async def broadcast_new(request: Request) -> Response:
         from ops.templates import rows
@@ -175,10 +185,12 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         details, people = await asyncio.gather(
             call(c.broadcasts.details, broadcast_id), call(engaged, c.stats, broadcast_id)
         )
+        subjects = await call(_subjects, c, [details["template"]])
         return c.page(
             request,
             "broadcast.html",
             b=details,
+            subject=subjects.get(details["template"]),
             engaged=people.public(),
             progress=chart_data(_progress(details)),
             title=broadcast_id,
@@ -504,8 +516,13 @@ def _request(form: FormData) -> Any:
 
 
 def _progress(record: dict[str, Any]) -> dict[str, Any]:
+    from console.formatting import tone, words
+
     keys = ("id", "status", "resolved", "audience", "processed", "sent", "failed", "skipped")
-    return {k: record.get(k) for k in keys}
+    found = {k: record.get(k) for k in keys}
+    found["status_text"], found["status_tone"] = words(found["status"]), tone(found["status"])
+    found["skipped_text"] = {words(k): v for k, v in (found["skipped"] or {}).items()}
+    return found
 
 
 def _render(c: Console, key: str) -> Any:
@@ -516,6 +533,16 @@ def _render(c: Console, key: str) -> Any:
         email="preview@example.com", first_name="Ada", data={}, transactional=False
     )
     return c.renderer.render(key, context)
+
+
+def _subjects(c: Console, keys: Iterable[str]) -> dict[str, str]:
+    """Each template's subject as a reader sees it (rendered for the sample subscriber, not its
+    Jinja source); a template that no longer renders is left out."""
+    found = {}
+    for key in sorted(keys):
+        with contextlib.suppress(MailstepError, ValueError, OSError, TemplateError):
+            found[key] = str(_render(c, key).subject)
+    return found
 
 
 def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:

@@ -143,3 +143,33 @@ def count_by_status(profiles: Iterable[Any]) -> dict[str, int]:
         found[profile.status] += 1
         found["suppressed"] += bool(profile.suppressed)
     return dict(found)
+
+
+@dataclass(frozen=True)
+class BroadcastReport:
+    """A broadcast as a row of the console's broadcasts list: its record and its engagement
+    counters, with the rates of ``shared.store.stats.REPORT_ROWS`` (None: nothing to divide by)."""
+
+    record: Any  # shared.broadcasts.model.Broadcast
+    counters: Counters
+
+    def rate(self, label: str) -> float | None:
+        found = next((row for row in self.counters.rows() if row["metric"] == label), None)
+        return None if found is None else found["rate"]
+
+    @property
+    def rates(self) -> dict[str, float | None]:
+        """opened, clicked, bounced, unsubscribed: the list's four rates."""
+        return {label: self.rate(label) for label in ("opened", "clicked", "bounced", "unsubscribed")}
+
+
+def broadcast_reports(stats: StatsStore, records: Iterable[Any]) -> list[BroadcastReport]:
+    """The broadcasts ``records`` with their counters: every counters item in the same
+    BatchGetItem requests (``StatsStore.summed``), none read one by one."""
+    records = list(records)
+    wanted = [(keys.stats_pk(r.id), keys.COUNTERS) for r in records]
+    found = stats.summed(wanted) if wanted else {}
+    return [
+        BroadcastReport(r, Counters.from_item(found.get(item)))
+        for r, item in zip(records, wanted, strict=True)
+    ]
