@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from console.site import Console, back, call, chart_data
-from shared.core.errors import InvalidInput, MailstepError, NotFound
+from shared.core.errors import FieldProblem, InvalidInput, MailstepError, NotFound
 
 if TYPE_CHECKING:
     from starlette.datastructures import FormData
@@ -143,11 +143,8 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return c.page(request, "broadcasts.html", reports=reports, subjects=subjects, title="Broadcasts")
 
     async def broadcast_new(request: Request) -> Response:
-        from ops.templates import rows
-
-        return c.page(
-            request, "broadcast_new.html", templates=rows(c.renderer), topics=c.topics, title="New broadcast"
-        )
+        groups = await call(_sendable, c)
+        return c.page(request, "broadcast_new.html", groups=groups, topics=c.topics, title="New broadcast")
 
     async def audience(request: Request) -> Response:
         form = await request.form()
@@ -511,7 +508,7 @@ def _request(form: FormData) -> Any:
         exclude_tags=_lines(text("exclude_tags")),
         where=[w.strip() for w in text("where").splitlines() if w.strip()],
         topic=text("topic") or None,
-        at=text("at") or None,
+        at=_at(form),
     )
 
 
@@ -533,6 +530,56 @@ def _render(c: Console, key: str) -> Any:
         email="preview@example.com", first_name="Ada", data={}, transactional=False
     )
     return c.renderer.render(key, context)
+
+
+NOT_SENDABLE = ("system", "transactional")  # template folders a broadcast never sends
+
+
+def _sendable(c: Console) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The templates a broadcast may send, each with its subject rendered, in two groups: the
+    ones no sequence sends first (the form's default is the first of them), then the ones a
+    marketing sequence sends. Left out: the system and transactional folders (the sign-up
+    confirmation, receipts) and whatever a transactional sequence sends."""
+    from ops.sequence_view import graph
+    from ops.templates import rows
+
+    used: dict[str, bool] = {}  # template -> sent by a transactional sequence
+    for sequence in c.catalog():
+        for node in graph(sequence):
+            for key in node.templates:
+                used[key] = used.get(key, False) or sequence.transactional
+    sendable = [
+        row
+        for row in rows(c.renderer)
+        if row["key"].split("/")[0] not in NOT_SENDABLE and not used.get(row["key"], False)
+    ]
+    subjects = _subjects(c, (row["key"] for row in sendable))
+    shown = [{**row, "subject": subjects.get(row["key"], row["subject"])} for row in sendable]
+    return [
+        ("Broadcast templates", [row for row in shown if row["key"] not in used]),
+        ("Templates a sequence sends too", [row for row in shown if row["key"] in used]),
+    ]
+
+
+def _at(form: FormData) -> str | None:
+    """The form's send time: the date-time field (no zone) in the browser's zone (``tz_offset``:
+    minutes east of UTC, set by console.js for that date; UTC without the script), as ISO 8601."""
+    from datetime import timedelta, timezone
+
+    value = str(form.get("at", "") or "").strip()
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value  # the request's validation names the field and the format
+    if moment.tzinfo is not None:
+        return value
+    offset = str(form.get("tz_offset", "") or "0").strip()
+    if not re.fullmatch(r"[+-]?\d{1,4}", offset) or abs(int(offset)) > 14 * 60:
+        message = "tz_offset must be minutes east of UTC, between -840 and 840"
+        raise InvalidInput(message, [FieldProblem("tz_offset", message)])
+    return moment.replace(tzinfo=timezone(timedelta(minutes=int(offset)))).isoformat()
 
 
 def _subjects(c: Console, keys: Iterable[str]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, RedirectResponse
 from console.formatting import FILTERS
 from console.guard import CSRF_FIELD, Secrets
 from console.jobs import Jobs
+from ops.subscriber_view import decoded_subject
 from shared.core.errors import Conflict, NotFound
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ class Console:
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         self.env.filters.update(FILTERS)  # numbers, times and internal keys for people
+        self.env.filters["subject"] = decoded_subject  # =?utf-8?...?= as the reader sees it
         self.env.filters["q"] = lambda value: quote(str(value), safe="")
         self.env.filters["json"] = lambda value: json.dumps(
             value, default=str, sort_keys=True, ensure_ascii=False

@@ -67,7 +67,7 @@
   function stackTables() {
     document.querySelectorAll("main table").forEach(table => {
       const heads = [...table.querySelectorAll(":scope > thead > tr > th")].map(th => th.textContent.trim());
-      if (!heads.length) return;
+      if (!heads.length || table.classList.contains("keep")) return;  // keep: scrolls in its box
       table.classList.add("stack");
       table.querySelectorAll(":scope > tbody > tr").forEach(tr => {
         [...tr.children].forEach((td, i) => { if (heads[i]) td.dataset.label = heads[i]; });
@@ -138,6 +138,27 @@
     count();
   }
 
+  // The send-at field holds a time without a zone: it is the browser's, whose offset at that
+  // date (summer time included) goes with it in tz_offset (minutes east of UTC).
+  function sendAt() {
+    const at = document.getElementById("at");
+    const offset = document.getElementById("tz_offset");
+    if (!at || !offset) return;
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "this browser's";
+    function update() {
+      const when = at.value ? new Date(at.value) : new Date();
+      const minutes = -when.getTimezoneOffset();
+      offset.value = String(minutes);
+      const sign = minutes < 0 ? "-" : "+";
+      const hhmm = String(Math.floor(Math.abs(minutes) / 60)).padStart(2, "0") + ":" + String(Math.abs(minutes) % 60).padStart(2, "0");
+      const utc = at.value ? " = " + when.toISOString().slice(0, 16).replace("T", " ") + " UTC" : "";
+      document.getElementById("tz-note").textContent =
+        "Empty: now. The time is in your time zone, " + zone + " (UTC" + sign + hhmm + ")" + utc + ".";
+    }
+    at.addEventListener("input", update);
+    update();
+  }
+
   function progress() {
     const box = document.getElementById("broadcast-progress");
     if (!box) return;
@@ -181,5 +202,5 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", () => { stackTables(); charts(); audience(); progress(); typedGuards(); });
+  document.addEventListener("DOMContentLoaded", () => { stackTables(); charts(); audience(); sendAt(); progress(); typedGuards(); });
 })();

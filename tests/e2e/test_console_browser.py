@@ -141,9 +141,10 @@ LAYOUT = """(() => {
   }
   const wide = [...document.querySelectorAll("main *")].filter(el => {
     const box = el.getBoundingClientRect();
-    return box.width > 0 && box.right > innerWidth + 1 && !el.closest(".chart, pre, iframe");
+    return box.width > 0 && box.right > document.documentElement.clientWidth + 1 && !el.closest(".scroll");
   }).slice(0, 5).map(el => el.tagName + (el.id ? "#" + el.id : "") + " " + el.textContent.slice(0, 40));
-  return { scroll: document.documentElement.scrollWidth, inner: innerWidth, broken: broken, wide: wide };
+  const inner = document.documentElement.clientWidth;  // the window less its scroll bar
+  return { scroll: document.documentElement.scrollWidth, inner: inner, broken: broken, wide: wide };
 })()"""
 
 
@@ -158,6 +159,7 @@ def layout_problems(browser: ConsoleBrowser) -> list[str]:
 
 
 NAMES = ("Анастасия", "مريم", "さくら", "Zoë Ångström-Lefèvre")
+SUBJECT = "Grüße aus Köln — новости"  # sent as RFC 2047 encoded words
 
 
 def realistic_data(local: Local) -> dict[str, str]:
@@ -175,7 +177,7 @@ def realistic_data(local: Local) -> dict[str, str]:
 
     done = unique("bc-console")
     sent = ops(local, "broadcast", "send", "--template", "newsletter/monthly", "--tag", tag,
-               "--id", done, "--yes", "--no-wait")  # fmt: skip
+               "--id", done, "--subject", SUBJECT, "--yes", "--no-wait")  # fmt: skip
     assert sent.returncode == 0, sent.stdout + sent.stderr
     got = eventually(
         lambda: m if len(m := sent_by(local, done)) == len(readers) else None, 120, "the broadcast's mails"
@@ -264,7 +266,25 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
             )
         if name.startswith("webhook"):  # the endpoint this test added is listed
             assert endpoint_id in browser.text(), (name, browser.text()[:300])
-        if name == "broadcast-new":
+        if name == "subscriber":  # each mail once, its subject decoded; only the action that applies
+            rows = browser.evaluate(
+                "[...document.querySelectorAll('#timeline tr.mail')].map(r => r.dataset.message)"
+            )
+            assert len(rows) == 2 and len(set(rows)) == 2, rows  # the broadcast and the test mail
+            timeline = browser.evaluate("document.getElementById('timeline').textContent")
+            assert SUBJECT in timeline and "=?" not in timeline, timeline[:500]
+            assert browser.evaluate("!!document.getElementById('unsubscribe-form')") is True
+            assert browser.evaluate("!!document.getElementById('resubscribe-form')") is False
+        if name == "broadcasts":  # the subject, and a scheduled one says so instead of "0 / 0"
+            row = f"#broadcasts tr[data-id='{data['scheduled']}']"
+            assert "counted when it sends" in browser.evaluate(f'document.querySelector("{row}").textContent')
+            assert SUBJECT in browser.text()
+        if name == "broadcast-new":  # no system or transactional template; a marketing one first
+            options = browser.evaluate("[...document.querySelectorAll('#template option')].map(o => o.value)")
+            assert options[0] == "newsletter/monthly", options
+            assert not [o for o in options if o.startswith(("system/", "transactional/"))], options
+            assert "{{" not in browser.evaluate("document.getElementById('template').textContent")
+
             # everyone in this runtime (thousands, from the other e2e tests): the first part of
             # the live count is the page loaded; the count to the end is the broadcast flow's test
             browser.wait_text(
