@@ -170,4 +170,5 @@ FILTERS = {
     "words": words,
     "tone": tone,
     "breakable": breakable,
+    "condition": condition_words,
 }

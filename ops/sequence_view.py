@@ -38,6 +38,7 @@ class StepNode:
     depth: int
     templates: tuple[str, ...] = ()
     counts: dict[str, int] = field(default_factory=dict)  # sent, opened, clicked, waiting
+    condition: dict[str, Any] | None = None  # an ``if`` step's condition (``condition_to_data``)
 
     def public(self) -> dict[str, Any]:
         return {**asdict(self), "templates": list(self.templates)}
@@ -155,8 +156,9 @@ def graph(
             elif isinstance(step, ExitStep):
                 nodes.append(StepNode(code, "exit", "exit", depth, (), counts(code, ())))
             elif isinstance(step, IfStep):
-                label = f"if {json.dumps(condition_to_data(step.if_))}"
-                nodes.append(StepNode(code, "if", label, depth, (), counts(code, ())))
+                condition = condition_to_data(step.if_)
+                label = f"if {json.dumps(condition)}"
+                nodes.append(StepNode(code, "if", label, depth, (), counts(code, ()), condition))
                 nodes.append(StepNode(f"{code}T", "then", "then", depth + 1))
                 add(step.then, (*here, "then"), depth + 2)
                 if step.else_:

@@ -70,7 +70,14 @@
       if (!heads.length || table.classList.contains("keep")) return;  // keep: scrolls in its box
       table.classList.add("stack");
       table.querySelectorAll(":scope > tbody > tr").forEach(tr => {
-        [...tr.children].forEach((td, i) => { if (heads[i]) td.dataset.label = heads[i]; });
+        [...tr.children].forEach((td, i) => {
+          if (!heads[i] || td.colSpan > 1) return;
+          td.dataset.label = heads[i];
+          const value = document.createElement("span");  // one box beside the label
+          value.className = "v";
+          while (td.firstChild) value.appendChild(td.firstChild);
+          td.appendChild(value);
+        });
       });
     });
     const here = document.querySelector("header nav a[aria-current]");
