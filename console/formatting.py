@@ -52,13 +52,16 @@ WORDS = {
     "confirm": "confirmed",
     "reject": "rejected",
     "delivery_delay": "delayed",
+    # how a sequence's execution ended early (ops.sequence_view.ended)
+    "exit": "exited",
+    "stopped": "stopped",
 }
 TONES = {
-    "good": ("done", "subscribed", "delivery", "open", "click", "on", "active", "confirm"),
+    "good": ("done", "subscribed", "delivery", "open", "click", "on", "active", "confirm", "exit"),
     "busy": ("scheduled", "resolving", "sending", "send"),
     "warn": ("paused_reputation", "held", "delivery_delay", "failing"),
     "bad": ("failed", "bounce", "complaint", "suppressed", "disabled", "reject"),
-    "off": ("cancelled", "unsubscribed", "unsubscribe"),
+    "off": ("cancelled", "unsubscribed", "unsubscribe", "stopped"),
 }
 TONE = {key: tone for tone, found in TONES.items() for key in found}
 _BREAK_AFTER = re.compile(r"([@._/-])")

@@ -594,7 +594,7 @@ def _subjects(c: Console, keys: Iterable[str]) -> dict[str, str]:
 
 def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
     from ops.admin import failed_executions
-    from ops.sequence_view import MAX_MEMBERS, graph, members, waiting_at
+    from ops.sequence_view import MAX_MEMBERS, ended, graph, members, waiting_at
     from shared.sequences.sfn import StepFunctions
 
     emails = c.admin.store.sequence_members(sequence.id, limit=MAX_MEMBERS)
@@ -612,7 +612,7 @@ def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
         "nodes": graph(sequence, c.stats, waiting),
         "members": shown,
         "total": total,
-        "failed": failed[:50],
+        "ended": ended(sfn, failed),  # goal exits apart from stops and failures
     }
 
 

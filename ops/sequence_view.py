@@ -180,3 +180,47 @@ def graph(
         return nodes
     add(sequence.steps, ("steps",), 0)
     return nodes
+
+
+STOPPED = "mailstep.stopped"  # the error the engine stops an execution with (its cause: why)
+GOAL = "event "  # the cause of a stop on one of the sequence's exit events: its goal reached
+
+
+@dataclass(frozen=True)
+class Ended:
+    """An execution that ended before its last step: ``exit`` (an exit event came: the goal,
+    a conversion), ``stopped`` (unsubscribed, erased, restarted: the cause says), ``failed``
+    (FAILED or TIMED_OUT: a fault)."""
+
+    kind: str
+    email: str
+    reason: str
+    stopped_at: str
+    execution_arn: str
+
+
+def ended(sfn: StepFunctions, executions: Iterable[Any], limit: int = 50) -> list[Ended]:
+    """The first ``limit`` of ``executions`` (``ops.admin.failed_executions``: not SUCCEEDED,
+    newest first) told apart by their DescribeExecution (``error``, ``cause``, and the
+    subscriber from the input), :data:`READERS` at a time."""
+    shown = list(executions)[:limit]
+
+    def one(execution: Any) -> Ended:
+        found = sfn.client.describe_execution(executionArn=execution.execution_arn)
+        try:
+            email = str(json.loads(found.get("input") or "{}").get("email") or "")
+        except (ValueError, AttributeError):
+            email = ""
+        error, cause = str(found.get("error") or ""), str(found.get("cause") or "")
+        if execution.status != "ABORTED":
+            kind, reason = "failed", " ".join(p for p in (execution.status.lower(), error, cause[:200]) if p)
+        elif error == STOPPED and cause.startswith(GOAL):
+            kind, reason = "exit", f"goal reached: {cause.removeprefix(GOAL)}"
+        else:
+            kind, reason = "stopped", cause or "stopped (no reason recorded)"
+        return Ended(kind, email, reason, execution.stopped_at, execution.execution_arn)
+
+    if not shown:
+        return []
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        return list(pool.map(one, shown))
