@@ -107,10 +107,12 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             call(c.topic_admin.subscriber, email),
             call(c.admin.store.list_events, address),
         )
+        steps = await call(_current_steps, c, detail.executions)
         return c.page(
             request,
             "subscriber.html",
             d=detail,
+            steps=steps,
             p=detail.profile,
             topics=topics,
             timeline=timeline(events),
@@ -580,6 +582,15 @@ def _at(form: FormData) -> str | None:
         message = "tz_offset must be minutes east of UTC, between -840 and 840"
         raise InvalidInput(message, [FieldProblem("tz_offset", message)])
     return moment.replace(tzinfo=timezone(timedelta(minutes=int(offset)))).isoformat()
+
+
+def _current_steps(c: Console, executions: list[Any]) -> dict[str, str]:
+    from ops.sequence_view import current_steps
+    from shared.sequences.sfn import StepFunctions
+
+    if not executions:
+        return {}
+    return current_steps(StepFunctions(c.target.client("stepfunctions")), c.catalog(), executions)
 
 
 def _subjects(c: Console, keys: Iterable[str]) -> dict[str, str]:

@@ -224,3 +224,23 @@ def ended(sfn: StepFunctions, executions: Iterable[Any], limit: int = 50) -> lis
         return []
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         return list(pool.map(one, shown))
+
+
+def current_steps(sfn: StepFunctions, catalog: Any, executions: Iterable[Any]) -> dict[str, str]:
+    """Where each of a subscriber's ``executions`` is now, by execution ARN: its step's label
+    ("wait 1d", "send onboarding/tips"; "" when it ended or its sequence is no longer in
+    ``catalog``), one history read per execution, :data:`READERS` at a time."""
+    shown = list(executions)[:MAX_LOCATED]
+
+    def one(execution: Any) -> tuple[str, str]:
+        sequence = catalog.get(execution.sequence_id)
+        state = current_state(sfn, execution.execution_arn) if sequence is not None else None
+        if sequence is None or not state:
+            return execution.execution_arn, ""
+        labels = {node.code: node.label for node in graph(sequence)}
+        return execution.execution_arn, labels.get(state.split("_", 1)[0], state)
+
+    if not shown:
+        return {}
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        return dict(pool.map(one, shown))

@@ -59,3 +59,33 @@ def test_an_exit_on_a_goal_event_is_an_exit_with_the_subscriber_not_a_failure() 
         ("stopped", "di@example.com", "stopped (no reason recorded)"),
     ]
     assert ended(sfn, []) == []
+
+
+class History:
+    """GetExecutionHistory, newest first: the state each execution entered last."""
+
+    def __init__(self, entered: dict[str, str]) -> None:
+        self.entered = entered
+
+    def get_execution_history(self, executionArn: str, **_: Any) -> dict[str, Any]:  # noqa: N803
+        name = self.entered[executionArn]
+        return {"events": [{"id": 2, "type": "WaitStateEntered", "stateEnteredEventDetails": {"name": name}}]}
+
+
+def test_a_subscriber_s_executions_say_the_step_they_are_at() -> None:
+    from ops.sequence_view import current_steps
+    from shared.sequences import SEQUENCES_DIR
+    from shared.sequences.validate import load_catalog
+
+    catalog, _ = load_catalog(SEQUENCES_DIR)
+    sfn: Any = SimpleNamespace(client=History({"arn:1": "S2_wait", "arn:2": "S3_send"}))
+    executions = [
+        SimpleNamespace(sequence_id="onboarding", execution_arn="arn:1"),
+        SimpleNamespace(sequence_id="onboarding", execution_arn="arn:2"),
+        SimpleNamespace(sequence_id="gone", execution_arn="arn:3"),  # no longer in the catalog
+    ]
+    assert current_steps(sfn, catalog, executions) == {
+        "arn:1": "wait 1d",
+        "arn:2": "send onboarding/tips",
+        "arn:3": "",
+    }
