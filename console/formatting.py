@@ -120,6 +120,22 @@ def ago(value: Any, now: datetime | None = None) -> str:
     return "just now"  # pragma: no cover - the loop always answers from 60 s on
 
 
+def took(start: Any, end: Any) -> str:
+    """How long from ``start`` to ``end``: ``45 s``, ``12 min``, ``3 h 20 min``, ``2 days 4 h``."""
+    first, last = moment(start), moment(end)
+    if first is None or last is None:
+        return "-"
+    seconds = max(0, round((last - first).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours = seconds // 60, seconds // 3600
+    if hours < 1:
+        return f"{minutes} min"
+    if hours < 24:
+        return f"{hours} h {minutes % 60} min"
+    return f"{hours // 24} day{'' if hours // 24 == 1 else 's'} {hours % 24} h"
+
+
 def words(value: Any) -> str:
     """An internal key in words; one this module does not know, with its underscores as spaces."""
     key = str(value or "")
@@ -170,6 +186,7 @@ FILTERS = {
     "pct": pct,
     "when": when,
     "ago": ago,
+    "took": took,
     "words": words,
     "tone": tone,
     "breakable": breakable,

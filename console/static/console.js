@@ -209,5 +209,12 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", () => { stackTables(); charts(); audience(); sendAt(); progress(); typedGuards(); });
+  // A form whose change cannot be taken back (cancel a broadcast) asks first.
+  function confirms() {
+    document.querySelectorAll("form[data-confirm]").forEach(form => {
+      form.addEventListener("submit", event => { if (!window.confirm(form.dataset.confirm)) event.preventDefault(); });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => { confirms(); stackTables(); charts(); audience(); sendAt(); progress(); typedGuards(); });
 })();

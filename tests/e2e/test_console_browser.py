@@ -286,6 +286,9 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
             row = f"#broadcasts tr[data-id='{data['scheduled']}']"
             assert "counted when it sends" in browser.evaluate(f'document.querySelector("{row}").textContent')
             assert SUBJECT in browser.text()
+        if name == "broadcast":  # headline figures: 3 of 5 opened, 1 of those 3 clicked
+            headline = browser.evaluate("document.getElementById('headline').textContent")
+            assert "60.00%" in headline and "33.33%" in headline, headline
         if name == "broadcast-new":  # no system or transactional template; a marketing one first
             options = browser.evaluate("[...document.querySelectorAll('#template option')].map(o => o.value)")
             assert options[0] == "newsletter/monthly", options

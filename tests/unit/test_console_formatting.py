@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from starlette.datastructures import FormData
 
-from console.formatting import ago, breakable, condition_words, num, tone, when, words
+from console.formatting import ago, breakable, condition_words, num, tone, took, when, words
 from console.pages import _at
 from ops.subscriber_view import Mail, decoded_subject, summary, timeline
 from shared.core.errors import InvalidInput
@@ -28,6 +28,15 @@ def test_a_time_carries_its_zone_on_one_line_and_reads_from_now() -> None:
     assert ago("2026-12-10T12:00:00Z", now=NOW) == "in 12 days"
     assert ago("2026-11-28T09:00:00Z", now=NOW) == "3 hours ago"
     assert ago("2026-11-28T11:59:30Z", now=NOW) == "just now"
+    start = "2026-11-28T10:00:00Z"
+    assert [took(start, end) for end in ("2026-11-28T10:00:45Z", "2026-11-28T10:12:00Z")] == [
+        "45 s",
+        "12 min",
+    ]
+    assert (
+        took(start, "2026-11-28T13:20:00Z") == "3 h 20 min"
+        and took(start, "2026-11-30T14:00:00Z") == "2 days 4 h"
+    )
 
 
 def test_internal_keys_read_as_words_and_statuses_have_a_colour() -> None:
