@@ -163,13 +163,16 @@ class BroadcastReport:
         return {label: self.rate(label) for label in ("opened", "clicked", "bounced", "unsubscribed")}
 
 
-def broadcast_reports(stats: StatsStore, records: Iterable[Any]) -> list[BroadcastReport]:
-    """The broadcasts ``records`` with their counters: every counters item in the same
+def source_counters(stats: StatsStore, sources: Iterable[str]) -> dict[str, Counters]:
+    """The counters of each source (a broadcast, a sequence): every counters item in the same
     BatchGetItem requests (``StatsStore.summed``), none read one by one."""
+    wanted = {source: (keys.stats_pk(source), keys.COUNTERS) for source in sources}
+    found = stats.summed(wanted.values()) if wanted else {}
+    return {source: Counters.from_item(found.get(item)) for source, item in wanted.items()}
+
+
+def broadcast_reports(stats: StatsStore, records: Iterable[Any]) -> list[BroadcastReport]:
+    """The broadcasts ``records`` with their counters (:func:`source_counters`)."""
     records = list(records)
-    wanted = [(keys.stats_pk(r.id), keys.COUNTERS) for r in records]
-    found = stats.summed(wanted) if wanted else {}
-    return [
-        BroadcastReport(r, Counters.from_item(found.get(item)))
-        for r, item in zip(records, wanted, strict=True)
-    ]
+    counters = source_counters(stats, (r.id for r in records))
+    return [BroadcastReport(r, counters[r.id]) for r in records]
