@@ -254,9 +254,17 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
     # ----- sequences -----------------------------------------------------------------------------
     async def sequences(request: Request) -> Response:
+        from ops.overview import source_counters
+
         catalog = c.catalog()
-        active = await call(c.stats.active_of, [s.id for s in catalog])
-        return c.page(request, "sequences.html", sequences=list(catalog), active=active, title="Sequences")
+        ids = [s.id for s in catalog]
+        active, counters = await asyncio.gather(
+            call(c.stats.active_of, ids), call(source_counters, c.stats, ids)
+        )
+        rows = {i: {row["metric"]: row for row in found.rows()} for i, found in counters.items()}
+        return c.page(
+            request, "sequences.html", sequences=list(catalog), active=active, rows=rows, title="Sequences"
+        )
 
     async def sequence(request: Request) -> Response:
         sequence_id = request.path_params["id"]

@@ -50,3 +50,16 @@ def test_bounces_and_complaints_made_with_mailstep_local_count_in_the_set_s_repu
         "the hard bounce and the complaint counted",
     )
     assert after["bounces"] >= before["bounces"] + 1 and after["complaints"] >= before["complaints"] + 1
+
+
+def test_an_event_record_the_runtime_cannot_use_is_refused_naming_the_field(local: Local) -> None:
+    for body, says in (
+        ({}, "record is required"),
+        ({"record": "Bounce"}, "record must be an SES event record"),
+        (
+            {"record": {"eventType": "Bounce", "mail": {}}},
+            "record needs eventType and a mail object with its tags",
+        ),
+    ):
+        status, answer = local.http("POST", "/_local/ses/events", body)
+        assert status == 400 and says in answer["error"]["message"], answer
