@@ -195,7 +195,7 @@ def realistic_data(local: Local) -> dict[str, str]:
     ):
         answer = ops(local, "local", command, to[reader])
         assert answer.returncode == 0, answer.stdout + answer.stderr
-    return {"tag": tag, "long": long_address, "done": done}
+    return {"tag": tag, "long": long_address, "done": done, "bounced": readers[2], "complained": readers[3]}
 
 
 def scheduled_broadcasts(local: Local, tag: str) -> dict[str, str]:
@@ -289,6 +289,11 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
         if name == "broadcast":  # headline figures: 3 of 5 opened, 1 of those 3 clicked
             headline = browser.evaluate("document.getElementById('headline').textContent")
             assert "60.00%" in headline and "33.33%" in headline, headline
+            lost = browser.evaluate(
+                "[...document.querySelectorAll('#lost tr[data-kind]')].map(r => [r.dataset.kind,"
+                " r.querySelector('a').textContent])"
+            )
+            assert sorted(lost) == [["bounce", data["bounced"]], ["complaint", data["complained"]]], lost
         if name == "broadcast-new":  # no system or transactional template; a marketing one first
             options = browser.evaluate("[...document.querySelectorAll('#template option')].map(o => o.value)")
             assert options[0] == "newsletter/monthly", options
