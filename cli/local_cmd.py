@@ -111,7 +111,6 @@ def publish_event(
     hidden: bool = False,
 ) -> dict[str, Any]:
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
-    from cli.target import local
     from local_aws import read_state
     from local_aws import ses_events as ev
 
@@ -135,28 +134,17 @@ def publish_event(
         record = ev.bounce_event(mail, recipients)
     else:
         record = ev.complaint_event(mail, recipients)
-    runtime = local(state_dir)  # the running runtime, and clients that reach it
-    configuration_set = message.get("configuration_set")
-    if not configuration_set:
+    if not message.get("configuration_set"):
         raise typer.BadParameter("the message was sent without a configuration set: SES publishes no events")
-    destinations = runtime.client("sesv2").get_configuration_set_event_destinations(
-        ConfigurationSetName=configuration_set
-    )
-    kind_name = ev.destination_event_type(record)
-    sns = runtime.client("sns")
-    topics = []
-    for destination in destinations["EventDestinations"]:
-        topic = (destination.get("SnsDestination") or {}).get("TopicArn")
-        if destination.get("Enabled") and topic and kind_name in destination.get("MatchingEventTypes", []):
-            sns.publish(TopicArn=topic, Message=json.dumps(record))
-            topics.append(topic)
-    return {"message_id": message["message_id"], "event": record["eventType"], "topics": topics}
+    # published by the runtime's SES, as its own events are: its reputation monitor counts it
+    published = _post_local(state_dir, "/_local/ses/events", {"record": record})
+    return {"message_id": message["message_id"], "event": record["eventType"], "topics": published["topics"]}
 
 
 def _run(kind: str, target: str, state_dir: Path, link: str | None = None, **flags: bool) -> None:
     """Publish the event (``flags``: :func:`publish_event`'s) and say where it went."""
     result = publish_event(state_dir.resolve(), target, kind, link, **flags)
-    topics = len(result["topics"])
+    topics = result["topics"]
     console.print(f"published [bold]{result['event']}[/bold] for {result['message_id']} to {topics} topic(s)")
 
 

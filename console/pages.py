@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from botocore.exceptions import ClientError
+from jinja2 import TemplateError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from console.site import Console, back, call, chart_data
-from shared.core.errors import InvalidInput, MailstepError, NotFound
+from shared.core.errors import FieldProblem, InvalidInput, MailstepError, NotFound
 
 if TYPE_CHECKING:
     from starlette.datastructures import FormData
@@ -94,6 +97,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
     async def subscriber(request: Request) -> Response:
         from ops.admin import email_arg
+        from ops.subscriber_view import summary, timeline
 
         email = request.path_params["email"]
         address = email_arg(email)
@@ -103,13 +107,16 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             call(c.topic_admin.subscriber, email),
             call(c.admin.store.list_events, address),
         )
+        steps = await call(_current_steps, c, detail.executions)
         return c.page(
             request,
             "subscriber.html",
             d=detail,
+            steps=steps,
             p=detail.profile,
             topics=topics,
-            events=list(reversed(events)),
+            timeline=timeline(events),
+            summary=summary(events),
             attributes=chart_data(detail.profile.attributes),
             title=detail.profile.email,
         )
@@ -129,15 +136,17 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
     # ----- broadcasts ----------------------------------------------------------------------------
     async def broadcasts(request: Request) -> Response:
+        from ops.overview import broadcast_reports
+
         records = await call(c.broadcasts.list, PAGE)
-        return c.page(request, "broadcasts.html", records=records, title="Broadcasts")
+        reports, subjects = await asyncio.gather(
+            call(broadcast_reports, c.stats, records), call(_subjects, c, {r.template for r in records})
+        )
+        return c.page(request, "broadcasts.html", reports=reports, subjects=subjects, title="Broadcasts")
 
     async def broadcast_new(request: Request) -> Response:
-        from ops.templates import rows
-
-        return c.page(
-            request, "broadcast_new.html", templates=rows(c.renderer), topics=c.topics, title="New broadcast"
-        )
+        groups = await call(_sendable, c)
+        return c.page(request, "broadcast_new.html", groups=groups, topics=c.topics, title="New broadcast")
 
     async def audience(request: Request) -> Response:
         form = await request.form()
@@ -175,10 +184,12 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         details, people = await asyncio.gather(
             call(c.broadcasts.details, broadcast_id), call(engaged, c.stats, broadcast_id)
         )
+        subjects = await call(_subjects, c, [details["template"]])
         return c.page(
             request,
             "broadcast.html",
             b=details,
+            subject=subjects.get(details["template"]),
             engaged=people.public(),
             progress=chart_data(_progress(details)),
             title=broadcast_id,
@@ -243,9 +254,17 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
     # ----- sequences -----------------------------------------------------------------------------
     async def sequences(request: Request) -> Response:
+        from ops.overview import source_counters
+
         catalog = c.catalog()
-        active = await call(c.stats.active_of, [s.id for s in catalog])
-        return c.page(request, "sequences.html", sequences=list(catalog), active=active, title="Sequences")
+        ids = [s.id for s in catalog]
+        active, counters = await asyncio.gather(
+            call(c.stats.active_of, ids), call(source_counters, c.stats, ids)
+        )
+        rows = {i: {row["metric"]: row for row in found.rows()} for i, found in counters.items()}
+        return c.page(
+            request, "sequences.html", sequences=list(catalog), active=active, rows=rows, title="Sequences"
+        )
 
     async def sequence(request: Request) -> Response:
         sequence_id = request.path_params["id"]
@@ -499,13 +518,18 @@ def _request(form: FormData) -> Any:
         exclude_tags=_lines(text("exclude_tags")),
         where=[w.strip() for w in text("where").splitlines() if w.strip()],
         topic=text("topic") or None,
-        at=text("at") or None,
+        at=_at(form),
     )
 
 
 def _progress(record: dict[str, Any]) -> dict[str, Any]:
+    from console.formatting import tone, words
+
     keys = ("id", "status", "resolved", "audience", "processed", "sent", "failed", "skipped")
-    return {k: record.get(k) for k in keys}
+    found = {k: record.get(k) for k in keys}
+    found["status_text"], found["status_tone"] = words(found["status"]), tone(found["status"])
+    found["skipped_text"] = {words(k): v for k, v in (found["skipped"] or {}).items()}
+    return found
 
 
 def _render(c: Console, key: str) -> Any:
@@ -518,9 +542,78 @@ def _render(c: Console, key: str) -> Any:
     return c.renderer.render(key, context)
 
 
+NOT_SENDABLE = ("system", "transactional")  # template folders a broadcast never sends
+
+
+def _sendable(c: Console) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The templates a broadcast may send, each with its subject rendered, in two groups: the
+    ones no sequence sends first (the form's default is the first of them), then the ones a
+    marketing sequence sends. Left out: the system and transactional folders (the sign-up
+    confirmation, receipts) and whatever a transactional sequence sends."""
+    from ops.sequence_view import graph
+    from ops.templates import rows
+
+    used: dict[str, bool] = {}  # template -> sent by a transactional sequence
+    for sequence in c.catalog():
+        for node in graph(sequence):
+            for key in node.templates:
+                used[key] = used.get(key, False) or sequence.transactional
+    sendable = [
+        row
+        for row in rows(c.renderer)
+        if row["key"].split("/")[0] not in NOT_SENDABLE and not used.get(row["key"], False)
+    ]
+    subjects = _subjects(c, (row["key"] for row in sendable))
+    shown = [{**row, "subject": subjects.get(row["key"], row["subject"])} for row in sendable]
+    return [
+        ("Broadcast templates", [row for row in shown if row["key"] not in used]),
+        ("Templates a sequence sends too", [row for row in shown if row["key"] in used]),
+    ]
+
+
+def _at(form: FormData) -> str | None:
+    """The form's send time: the date-time field (no zone) in the browser's zone (``tz_offset``:
+    minutes east of UTC, set by console.js for that date; UTC without the script), as ISO 8601."""
+    from datetime import timedelta, timezone
+
+    value = str(form.get("at", "") or "").strip()
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value  # the request's validation names the field and the format
+    if moment.tzinfo is not None:
+        return value
+    offset = str(form.get("tz_offset", "") or "0").strip()
+    if not re.fullmatch(r"[+-]?\d{1,4}", offset) or abs(int(offset)) > 14 * 60:
+        message = "tz_offset must be minutes east of UTC, between -840 and 840"
+        raise InvalidInput(message, [FieldProblem("tz_offset", message)])
+    return moment.replace(tzinfo=timezone(timedelta(minutes=int(offset)))).isoformat()
+
+
+def _current_steps(c: Console, executions: list[Any]) -> dict[str, str]:
+    from ops.sequence_view import current_steps
+    from shared.sequences.sfn import StepFunctions
+
+    if not executions:
+        return {}
+    return current_steps(StepFunctions(c.target.client("stepfunctions")), c.catalog(), executions)
+
+
+def _subjects(c: Console, keys: Iterable[str]) -> dict[str, str]:
+    """Each template's subject as a reader sees it (rendered for the sample subscriber, not its
+    Jinja source); a template that no longer renders is left out."""
+    found = {}
+    for key in sorted(keys):
+        with contextlib.suppress(MailstepError, ValueError, OSError, TemplateError):
+            found[key] = str(_render(c, key).subject)
+    return found
+
+
 def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
     from ops.admin import failed_executions
-    from ops.sequence_view import MAX_MEMBERS, graph, members, waiting_at
+    from ops.sequence_view import MAX_MEMBERS, ended, graph, members, waiting_at
     from shared.sequences.sfn import StepFunctions
 
     emails = c.admin.store.sequence_members(sequence.id, limit=MAX_MEMBERS)
@@ -538,7 +631,7 @@ def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
         "nodes": graph(sequence, c.stats, waiting),
         "members": shown,
         "total": total,
-        "failed": failed[:50],
+        "ended": ended(sfn, failed),  # goal exits apart from stops and failures
     }
 
 

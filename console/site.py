@@ -24,8 +24,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
+from console.formatting import FILTERS
 from console.guard import CSRF_FIELD, Secrets
 from console.jobs import Jobs
+from ops.subscriber_view import decoded_subject
 from shared.core.errors import Conflict, NotFound
 
 if TYPE_CHECKING:
@@ -75,10 +77,12 @@ class Console:
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
-        self.env.filters["when"] = lambda iso: str(iso or "")[:19].replace("T", " ")
-        self.env.filters["pct"] = lambda rate: "-" if rate is None else f"{rate * 100:.2f}%"
+        self.env.filters.update(FILTERS)  # numbers, times and internal keys for people
+        self.env.filters["subject"] = decoded_subject  # =?utf-8?...?= as the reader sees it
         self.env.filters["q"] = lambda value: quote(str(value), safe="")
-        self.env.filters["json"] = lambda value: json.dumps(value, default=str, sort_keys=True)
+        self.env.filters["json"] = lambda value: json.dumps(
+            value, default=str, sort_keys=True, ensure_ascii=False
+        )
 
     # ----- the adapters (built once per start) ----------------------------------------------
     @cached_property

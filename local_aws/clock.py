@@ -7,9 +7,11 @@ is recorded, so tests can assert that "30 days" really went by. SQS message dela
 
 The clock can be paused (``POST /_local/clock {"paused": true}``): virtual time stands
 still, so no Wait state and no Retry interval ends until it is resumed. A paused wait
-still ends early when its execution stops (``running`` turns false). This is how a test or the
-demo holds executions in the middle of a sequence, deterministically, even when waits are
-otherwise instant. ``held`` counts the waits the pause is holding right now.
+still ends early when its execution stops (``running`` turns false). A wait already running
+when the clock is paused (``mailstep dev --speed N``: a wall-clock wait) is held too, with the
+rest of its time; it goes on from there when the clock resumes. This is how a test or the demo
+holds executions in the middle of a sequence, deterministically, even when waits are otherwise
+instant. ``held`` counts the waits the pause is holding right now.
 
 The calendar is apart from the waits: ``mailstep local advance --days N`` moves the runtime's
 days ahead of the wall clock (``calendar_offset_s``): the scheduled EventBridge rules fire for
@@ -94,13 +96,20 @@ class VirtualClock:
         if not self._hold(running):
             return
         self.record(seconds)
-        wall = self.wall_seconds(seconds)
-        if wall <= 0:
-            return
-        if interrupt is not None:
-            interrupt.wait(wall)
-        else:
-            time.sleep(wall)
+        remaining = self.wall_seconds(seconds)
+        # in slices: a pause while it runs holds the rest of it too (virtual time stands still
+        # for the waits already running, not only for the ones that start meanwhile)
+        while remaining > 0:
+            step = min(remaining, PAUSE_POLL_S)
+            started = time.monotonic()
+            if interrupt is not None:
+                if interrupt.wait(step):
+                    return
+            else:
+                time.sleep(step)
+            remaining -= time.monotonic() - started
+            if remaining > 0 and not self._hold(running):
+                return
 
     def sleep(self, seconds: float) -> None:
         self.wait(seconds)

@@ -7,7 +7,9 @@ and "Automatically pausing email sending"), and the stack's CloudWatch alarms wa
 has neither, so the local runtime:
 
 - counts, per configuration set, the recipients of every Send, the permanent bounces and the
-  complaints the local SES publishes (:meth:`ReputationMonitor.observe`), over the last
+  complaints the local SES publishes (:meth:`ReputationMonitor.observe`; the events
+  ``mailstep local bounce|complain`` make are published by the local SES too, through
+  ``POST /_local/ses/events``), over the last
   :data:`WINDOW_S` seconds since the set's last fresh start (re-enabling sending, as SES's
   ``LastFreshStart``);
 - publishes no rate below ``min_sends`` sends in the window (SES reports reputation over a
@@ -152,6 +154,24 @@ class ReputationMonitor:
         if sends < max(1, self.min_sends):
             return sends, None, None
         return sends, bounces / sends, complaints / sends
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per configuration set, the sends, permanent bounces and complaints in its window (what
+        its rates are computed from; ``GET /_local/status``)."""
+        now = time.time()
+        with self._lock:
+            sets = list(self._counts)
+        found = {}
+        for configuration_set in sets:
+            start = max(now - WINDOW_S, self._fresh.get(configuration_set, 0.0))
+            with self._lock:
+                counts = self._counts.get(configuration_set) or _Counts()
+                found[configuration_set] = {
+                    "sends": counts.sends.since(start),
+                    "bounces": counts.bounces.since(start),
+                    "complaints": counts.complaints.since(start),
+                }
+        return found
 
     def evaluate(self, configuration_set: str) -> None:
         _, bounce, complaint = self.rates(configuration_set)

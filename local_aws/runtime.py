@@ -553,6 +553,7 @@ class LocalRuntime:
                 "refused_unverified": self.ses.refused_unverified,
                 "refused_daily_quota": self.ses.refused_daily_quota,
                 "pending_identities": sorted(self.ses.pending_identities),
+                "reputation": self.ses.reputation.counts(),  # per set: what its rates count
                 **self.ses.account()["SendQuota"],
             },
             "http": {"requests": self.front.stats.requests},
@@ -618,6 +619,17 @@ class LocalRuntime:
                 raise
         self.ses.hold_identity(domain)
 
+    def _publish_ses_event(self, body: bytes) -> tuple[int, Any]:
+        """``POST /_local/ses/events`` {record}: an SES event record (``mailstep local bounce``,
+        ``complain``, ``open``, ``click``) published as the local SES publishes its own: to its
+        configuration set's destinations, and counted by the reputation monitor."""
+        record = _json_field(body, "record", dict, "record must be an SES event record (a JSON object)")
+        mail = record.get("mail")
+        tags = mail.get("tags") if isinstance(mail, dict) else None
+        if not record.get("eventType") or not isinstance(tags, dict):
+            raise _InvalidRequest("record needs eventType and a mail object with its tags")
+        return 200, {"topics": self.ses.emit(record)}
+
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """``GET /_local/status``; ``POST /_local/ses`` {max_send_rate, max_24_hour_send};
         ``POST /_local/clock`` {paused: true|false} (a paused clock holds every Wait and Retry).
@@ -642,6 +654,8 @@ class LocalRuntime:
             return 200, self.status()["clock"]
         if method == "POST" and path == "/_local/calendar":
             return self._advance_calendar(body)
+        if method == "POST" and path == "/_local/ses/events":
+            return self._publish_ses_event(body)
         if method == "POST" and path == "/_local/ses":
             try:
                 values = json.loads(body or b"{}")

@@ -1,6 +1,7 @@
 """Who engaged with one mail source (a broadcast or a sequence): the openers and clickers and
-the clicks per link, from the source's events (a Query of the events table's
-``SequenceIndex``: ``StatsStore.events``). The console's broadcast page and its CSV export."""
+the clicks per link, and who bounced, complained or unsubscribed, from the source's events (a
+Query of the events table's ``SequenceIndex``: ``StatsStore.events``). The console's broadcast
+page and its CSV export."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from shared.store.keys import email_from_sub
 from shared.store.stats import StatsStore
 
 KINDS = ("open", "click")
+OUTCOMES = ("bounce", "complaint", "unsubscribe")  # who the mail lost, listed apart
 
 
 @dataclass
@@ -21,6 +23,8 @@ class Engaged:
     links: Counter[str] = field(default_factory=Counter)  # link -> clicks
     link_people: dict[str, set[str]] = field(default_factory=dict)  # link -> unique clickers
     people: dict[str, dict[str, Any]] = field(default_factory=dict)  # email -> first open/click, counts
+    # bounce | complaint | unsubscribe -> [{email, at, detail}], oldest first
+    lost: dict[str, list[dict[str, str]]] = field(default_factory=lambda: {kind: [] for kind in OUTCOMES})
 
     def public(self) -> dict[str, Any]:
         return {
@@ -29,6 +33,7 @@ class Engaged:
                 for link, n in self.links.most_common()
             ],
             "people": [{"email": e, **v} for e, v in sorted(self.people.items())],
+            "lost": self.lost,
         }
 
     def csv(self) -> str:
@@ -45,6 +50,15 @@ def engaged(stats: StatsStore, source: str) -> Engaged:
     found = Engaged()
     for item in stats.events(source=source):
         kind = item.get("type")
+        if kind in OUTCOMES:
+            detail = item.get("bounce_type") or item.get("reason") or ""
+            where = {
+                "email": email_from_sub(str(item["PK"])),
+                "at": str(item.get("at", "")),
+                "detail": str(detail),
+            }
+            found.lost[str(kind)].append(where)
+            continue
         if kind not in KINDS or item.get("machine"):
             continue  # machine opens and clicks are nobody's engagement (docs/hygiene.md)
         email = email_from_sub(str(item["PK"]))

@@ -143,3 +143,36 @@ def count_by_status(profiles: Iterable[Any]) -> dict[str, int]:
         found[profile.status] += 1
         found["suppressed"] += bool(profile.suppressed)
     return dict(found)
+
+
+@dataclass(frozen=True)
+class BroadcastReport:
+    """A broadcast as a row of the console's broadcasts list: its record and its engagement
+    counters, with the rates of ``shared.store.stats.REPORT_ROWS`` (None: nothing to divide by)."""
+
+    record: Any  # shared.broadcasts.model.Broadcast
+    counters: Counters
+
+    def rate(self, label: str) -> float | None:
+        found = next((row for row in self.counters.rows() if row["metric"] == label), None)
+        return None if found is None else found["rate"]
+
+    @property
+    def rates(self) -> dict[str, float | None]:
+        """opened, clicked, bounced, unsubscribed: the list's four rates."""
+        return {label: self.rate(label) for label in ("opened", "clicked", "bounced", "unsubscribed")}
+
+
+def source_counters(stats: StatsStore, sources: Iterable[str]) -> dict[str, Counters]:
+    """The counters of each source (a broadcast, a sequence): every counters item in the same
+    BatchGetItem requests (``StatsStore.summed``), none read one by one."""
+    wanted = {source: (keys.stats_pk(source), keys.COUNTERS) for source in sources}
+    found = stats.summed(wanted.values()) if wanted else {}
+    return {source: Counters.from_item(found.get(item)) for source, item in wanted.items()}
+
+
+def broadcast_reports(stats: StatsStore, records: Iterable[Any]) -> list[BroadcastReport]:
+    """The broadcasts ``records`` with their counters (:func:`source_counters`)."""
+    records = list(records)
+    counters = source_counters(stats, (r.id for r in records))
+    return [BroadcastReport(r, counters[r.id]) for r in records]

@@ -38,6 +38,7 @@ class StepNode:
     depth: int
     templates: tuple[str, ...] = ()
     counts: dict[str, int] = field(default_factory=dict)  # sent, opened, clicked, waiting
+    condition: dict[str, Any] | None = None  # an ``if`` step's condition (``condition_to_data``)
 
     def public(self) -> dict[str, Any]:
         return {**asdict(self), "templates": list(self.templates)}
@@ -155,8 +156,9 @@ def graph(
             elif isinstance(step, ExitStep):
                 nodes.append(StepNode(code, "exit", "exit", depth, (), counts(code, ())))
             elif isinstance(step, IfStep):
-                label = f"if {json.dumps(condition_to_data(step.if_))}"
-                nodes.append(StepNode(code, "if", label, depth, (), counts(code, ())))
+                condition = condition_to_data(step.if_)
+                label = f"if {json.dumps(condition)}"
+                nodes.append(StepNode(code, "if", label, depth, (), counts(code, ()), condition))
                 nodes.append(StepNode(f"{code}T", "then", "then", depth + 1))
                 add(step.then, (*here, "then"), depth + 2)
                 if step.else_:
@@ -178,3 +180,67 @@ def graph(
         return nodes
     add(sequence.steps, ("steps",), 0)
     return nodes
+
+
+STOPPED = "mailstep.stopped"  # the error the engine stops an execution with (its cause: why)
+GOAL = "event "  # the cause of a stop on one of the sequence's exit events: its goal reached
+
+
+@dataclass(frozen=True)
+class Ended:
+    """An execution that ended before its last step: ``exit`` (an exit event came: the goal,
+    a conversion), ``stopped`` (unsubscribed, erased, restarted: the cause says), ``failed``
+    (FAILED or TIMED_OUT: a fault)."""
+
+    kind: str
+    email: str
+    reason: str
+    stopped_at: str
+    execution_arn: str
+
+
+def ended(sfn: StepFunctions, executions: Iterable[Any], limit: int = 50) -> list[Ended]:
+    """The first ``limit`` of ``executions`` (``ops.admin.failed_executions``: not SUCCEEDED,
+    newest first) told apart by their DescribeExecution (``error``, ``cause``, and the
+    subscriber from the input), :data:`READERS` at a time."""
+    shown = list(executions)[:limit]
+
+    def one(execution: Any) -> Ended:
+        found = sfn.client.describe_execution(executionArn=execution.execution_arn)
+        try:
+            email = str(json.loads(found.get("input") or "{}").get("email") or "")
+        except (ValueError, AttributeError):
+            email = ""
+        error, cause = str(found.get("error") or ""), str(found.get("cause") or "")
+        if execution.status != "ABORTED":
+            kind, reason = "failed", " ".join(p for p in (execution.status.lower(), error, cause[:200]) if p)
+        elif error == STOPPED and cause.startswith(GOAL):
+            kind, reason = "exit", f"goal reached: {cause.removeprefix(GOAL)}"
+        else:
+            kind, reason = "stopped", cause or "stopped (no reason recorded)"
+        return Ended(kind, email, reason, execution.stopped_at, execution.execution_arn)
+
+    if not shown:
+        return []
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        return list(pool.map(one, shown))
+
+
+def current_steps(sfn: StepFunctions, catalog: Any, executions: Iterable[Any]) -> dict[str, str]:
+    """Where each of a subscriber's ``executions`` is now, by execution ARN: its step's label
+    ("wait 1d", "send onboarding/tips"; "" when it ended or its sequence is no longer in
+    ``catalog``), one history read per execution, :data:`READERS` at a time."""
+    shown = list(executions)[:MAX_LOCATED]
+
+    def one(execution: Any) -> tuple[str, str]:
+        sequence = catalog.get(execution.sequence_id)
+        state = current_state(sfn, execution.execution_arn) if sequence is not None else None
+        if sequence is None or not state:
+            return execution.execution_arn, ""
+        labels = {node.code: node.label for node in graph(sequence)}
+        return execution.execution_arn, labels.get(state.split("_", 1)[0], state)
+
+    if not shown:
+        return {}
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        return dict(pool.map(one, shown))

@@ -3,25 +3,42 @@
 "use strict";
 (function () {
   const csrf = document.querySelector('meta[name="csrf"]').content;
-  const COLORS = ["#2563eb", "#16a34a", "#9333ea", "#ea580c", "#dc2626", "#0891b2", "#854d0e"];
+  // One colour per series, a person's word for each (the overview's day counters).
+  const SERIES = {
+    send: ["sent", "#64748b"], delivery: ["delivered", "#2563eb"], open: ["unique opens", "#16a34a"],
+    click: ["unique clicks", "#9333ea"], signup: ["sign-ups", "#0891b2"], confirm: ["confirmed", "#854d0e"],
+    bounce: ["bounces", "#dc2626"], complaint: ["complaints", "#db2777"], unsubscribe: ["unsubscribes", "#ea580c"],
+  };
+  // Bounces, complaints and unsubscribes are a few where deliveries are hundreds: their own
+  // scale (the right axis), so that they do not lie flat on the bottom.
+  const SMALL = ["bounce", "complaint", "unsubscribe"];
+  const drawn = [];
 
-  function width(el) { return Math.max(280, el.clientWidth || 600); }
+  function width(el) { return Math.max(240, el.clientWidth || 600); }
+  function days(data) { return data.dates.map(d => Date.parse(d + "T00:00:00Z") / 1000); }
+  const whole = (u, values) => values.map(v => (Number.isInteger(v) ? v.toLocaleString("en") : ""));
 
   function dailyChart(el, data) {
-    const xs = data.dates.map(d => Date.parse(d + "T00:00:00Z") / 1000);
-    const metrics = Object.keys(data.daily);
-    const series = [{}].concat(metrics.map((m, i) => ({ label: m, stroke: COLORS[i % COLORS.length], width: 2 })));
-    const values = [xs].concat(metrics.map(m => data.daily[m]));
-    return new uPlot({ width: width(el), height: 260, series: series, scales: { x: { time: true } } }, values, el);
+    const metrics = Object.keys(data.daily).filter(m => SERIES[m]);
+    const series = [{}].concat(metrics.map(m => ({
+      label: SERIES[m][0] + (SMALL.includes(m) ? " (right)" : ""), stroke: SERIES[m][1], width: 2,
+      scale: SMALL.includes(m) ? "few" : "many",
+    })));
+    const axes = [{}, { scale: "many", values: whole }, { scale: "few", side: 1, grid: { show: false }, values: whole }];
+    const scales = { x: { time: true }, many: { range: (u, lo, hi) => [0, Math.max(4, hi)] },
+      few: { range: (u, lo, hi) => [0, Math.max(4, hi)] } };
+    const values = [days(data)].concat(metrics.map(m => data.daily[m]));
+    return new uPlot({ width: width(el), height: 260, series: series, axes: axes, scales: scales }, values, el);
   }
 
   function rateChart(el, data, metric) {
-    const xs = data.dates.map(d => Date.parse(d + "T00:00:00Z") / 1000);
+    const xs = days(data);
     const t = data.thresholds[metric];
     const pct = v => (v == null ? null : v * 100);
-    const series = [{}, { label: metric + " rate %", stroke: "#dc2626", width: 2 },
-      { label: "review " + (t.review * 100) + "%", stroke: "#f59e0b", dash: [6, 4] },
-      { label: "pause " + (t.pause * 100) + "%", stroke: "#7f1d1d", dash: [2, 4] }];
+    const name = metric === "bounce" ? "bounce rate %" : "complaint rate %";
+    const series = [{}, { label: name, stroke: "#dc2626", width: 2 },
+      { label: "SES review " + (t.review * 100) + "%", stroke: "#f59e0b", dash: [6, 4] },
+      { label: "SES pause " + (t.pause * 100) + "%", stroke: "#7f1d1d", dash: [2, 4] }];
     const values = [xs, data.daily_rates[metric].map(pct), xs.map(() => t.review * 100), xs.map(() => t.pause * 100)];
     return new uPlot({ width: width(el), height: 200, series: series, scales: { x: { time: true } } }, values, el);
   }
@@ -31,10 +48,40 @@
     if (!source || typeof uPlot === "undefined") return;
     const data = JSON.parse(source.textContent);
     document.querySelectorAll("[data-chart]").forEach(el => {
-      if (el.dataset.chart === "daily") dailyChart(el, data);
-      else rateChart(el, data, el.dataset.metric);
+      const chart = el.dataset.chart === "daily" ? dailyChart(el, data) : rateChart(el, data, el.dataset.metric);
+      drawn.push([el, chart]);
       el.dataset.drawn = "yes";
     });
+    let timer = null;
+    window.addEventListener("resize", () => {  // redraw at the new width
+      clearTimeout(timer);
+      timer = setTimeout(() => drawn.forEach(([el, chart]) => {
+        chart.setSize({ width: width(el), height: chart.height });
+        el.dataset.width = String(width(el));
+      }), 150);
+    });
+  }
+
+  // A table with a header row: each cell learns its column's name (data-label), which a narrow
+  // screen shows beside it when the rows become blocks (console.css, table.stack).
+  function stackTables() {
+    document.querySelectorAll("main table").forEach(table => {
+      const heads = [...table.querySelectorAll(":scope > thead > tr > th")].map(th => th.textContent.trim());
+      if (!heads.length || table.classList.contains("keep")) return;  // keep: scrolls in its box
+      table.classList.add("stack");
+      table.querySelectorAll(":scope > tbody > tr").forEach(tr => {
+        [...tr.children].forEach((td, i) => {
+          if (!heads[i] || td.colSpan > 1) return;
+          td.dataset.label = heads[i];
+          const value = document.createElement("span");  // one box beside the label
+          value.className = "v";
+          while (td.firstChild) value.appendChild(td.firstChild);
+          td.appendChild(value);
+        });
+      });
+    });
+    const here = document.querySelector("header nav a[aria-current]");
+    if (here && here.scrollIntoView) here.scrollIntoView({ block: "nearest", inline: "nearest" });
   }
 
   function post(url, form, extra) {
@@ -98,21 +145,46 @@
     count();
   }
 
+  // The send-at field holds a time without a zone: it is the browser's, whose offset at that
+  // date (summer time included) goes with it in tz_offset (minutes east of UTC).
+  function sendAt() {
+    const at = document.getElementById("at");
+    const offset = document.getElementById("tz_offset");
+    if (!at || !offset) return;
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "this browser's";
+    function update() {
+      const when = at.value ? new Date(at.value) : new Date();
+      const minutes = -when.getTimezoneOffset();
+      offset.value = String(minutes);
+      const sign = minutes < 0 ? "-" : "+";
+      const hhmm = String(Math.floor(Math.abs(minutes) / 60)).padStart(2, "0") + ":" + String(Math.abs(minutes) % 60).padStart(2, "0");
+      const utc = at.value ? " = " + when.toISOString().slice(0, 16).replace("T", " ") + " UTC" : "";
+      document.getElementById("tz-note").textContent =
+        "Empty: now. The time is in your time zone, " + zone + " (UTC" + sign + hhmm + ")" + utc + ".";
+    }
+    at.addEventListener("input", update);
+    update();
+  }
+
   function progress() {
     const box = document.getElementById("broadcast-progress");
     if (!box) return;
     const id = box.dataset.id;
     const final = ["done", "cancelled", "failed"];
     function show(p) {
-      document.getElementById("b-status").textContent = p.status;
+      const status = document.getElementById("b-status");
+      status.textContent = p.status_text;
+      status.dataset.status = p.status;
+      status.className = "status " + p.status_tone;
       const bar = document.getElementById("b-bar");
       bar.max = p.audience || 1;
       bar.value = p.processed || 0;
-      document.getElementById("b-count").textContent = p.processed + " / " + p.audience +
+      const n = v => Number(v || 0).toLocaleString("en");
+      if (p.status !== "scheduled") document.getElementById("b-count").textContent = n(p.processed) + " / " + n(p.audience) +
         (p.resolved ? "" : final.includes(p.status) ? " (resolution stopped)" : " (resolving)");
-      document.getElementById("b-sent").textContent = p.sent;
-      document.getElementById("b-failed").textContent = p.failed;
-      const skipped = Object.entries(p.skipped || {}).map(([k, v]) => k + ": " + v).join(" ");
+      document.getElementById("b-sent").textContent = n(p.sent);
+      document.getElementById("b-failed").textContent = n(p.failed);
+      const skipped = Object.entries(p.skipped_text || {}).map(([k, v]) => k + ": " + n(v)).join(", ");
       document.getElementById("b-skipped").textContent = skipped || "none";
     }
     function poll() {
@@ -137,5 +209,12 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", () => { charts(); audience(); progress(); typedGuards(); });
+  // A form whose change cannot be taken back (cancel a broadcast) asks first.
+  function confirms() {
+    document.querySelectorAll("form[data-confirm]").forEach(form => {
+      form.addEventListener("submit", event => { if (!window.confirm(form.dataset.confirm)) event.preventDefault(); });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => { confirms(); stackTables(); charts(); audience(); sendAt(); progress(); typedGuards(); });
 })();

@@ -18,6 +18,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +28,7 @@ import pytest
 from tests.e2e.conftest import Local
 from tests.e2e.helpers import (
     add_contact,
+    broadcast_record,
     eventually,
     item,
     mails,
@@ -51,6 +53,7 @@ class ConsoleBrowser(Browser):
         super().__init__(profile_dir)
         self.call("Runtime.enable")
         self.call("Log.enable")
+        self.call("Emulation.setScrollbarsHidden", hidden=True)  # as a phone's: no gutter
 
     def _note(self, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params", {})
@@ -117,14 +120,118 @@ def browser(console: Console) -> Iterator[ConsoleBrowser]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_every_page_loads_without_console_errors_at_both_widths(
+# What a page does wrong at the browser's width: the document wider than the window (a
+# horizontal scroll), and words broken in a table cell (a word's text spread over two lines:
+# "schedul|ed"). A word is a run without spaces, hyphens or slashes (a line may break after
+# those); an address or id breaks only after @ . - _ / (the console's <wbr>); text in a `.free`
+# element (JSON, URLs, errors) may break anywhere and is not checked.
+LAYOUT = """(() => {
+  const broken = [];
+  for (const cell of document.querySelectorAll("main td, main th")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (n.parentElement.closest(".free")) continue;
+      for (const m of n.data.matchAll(/[^\\s\\/-]+[\\/-]?/g)) {
+        const r = document.createRange();
+        r.setStart(n, m.index);
+        r.setEnd(n, m.index + m[0].length);
+        const tops = [...r.getClientRects()].filter(x => x.width > 0).map(x => x.top);
+        if (tops.length && Math.max(...tops) - Math.min(...tops) > 3) broken.push(m[0]);
+      }
+    }
+  }
+  const wide = [...document.querySelectorAll("main *")].filter(el => {
+    const box = el.getBoundingClientRect();
+    return box.width > 0 && box.right > document.documentElement.clientWidth + 1 && !el.closest(".scroll");
+  }).slice(0, 5).map(el => el.tagName + (el.id ? "#" + el.id : "") + " " + el.textContent.slice(0, 40));
+  const inner = document.documentElement.clientWidth;  // the window less its scroll bar
+  return { scroll: document.documentElement.scrollWidth, inner: inner, broken: broken, wide: wide };
+})()"""
+
+
+def layout_problems(browser: ConsoleBrowser) -> list[str]:
+    found = browser.evaluate(LAYOUT)
+    problems = [f"broken in a cell: {word!r}" for word in found["broken"]]
+    if found["scroll"] > found["inner"]:
+        problems.append(
+            f"scrolls sideways: {found['scroll']} px wide in {found['inner']}; wider: {found['wide']}"
+        )
+    return problems
+
+
+NAMES = ("Анастасия", "مريم", "さくら", "Zoë Ångström-Lefèvre")
+SUBJECT = "Grüße aus Köln — новости"  # sent as RFC 2047 encoded words
+
+
+def realistic_data(local: Local) -> dict[str, str]:
+    """Subscribers named in Cyrillic, Arabic, Japanese and accented Latin, one with an
+    80-character address, engagement, and broadcasts sent, scheduled and cancelled; the pages of
+    some of them by name."""
+    run = unique("cp")
+    tag = f"console-pages-{run[-8:]}"
+    domain = "marketing-department.example.com"
+    long_address = f"aleksandra.konstantinopolskaya-vasilyeva-{run[-8:]}"[: 79 - len(domain)] + "@" + domain
+    assert len(long_address) == 80
+    readers = [f"{run}-{i}@example.com" for i in range(len(NAMES))] + [long_address]
+    for reader, name in zip(readers, [*NAMES, "Александра"], strict=True):
+        add_contact(local, reader, first_name=name, tags=[tag], attributes={"plan": "pro", "city": name})
+
+    done = unique("bc-console")
+    sent = ops(local, "broadcast", "send", "--template", "newsletter/monthly", "--tag", tag,
+               "--id", done, "--subject", SUBJECT, "--yes", "--no-wait")  # fmt: skip
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    got = eventually(
+        lambda: m if len(m := sent_by(local, done)) == len(readers) else None, 120, "the broadcast's mails"
+    )
+    eventually(lambda: broadcast_record(local, done)["status"] == "done", 120, "the broadcast done")
+    to = {m["destination"][0]: m["message_id"] for m in got}
+    for command, reader in (
+        ("open", readers[0]),
+        ("open", readers[1]),
+        ("open", long_address),
+        ("click", readers[0]),
+        ("bounce", readers[2]),  # suppressed from now on
+        ("complain", readers[3]),
+    ):
+        answer = ops(local, "local", command, to[reader])
+        assert answer.returncode == 0, answer.stdout + answer.stderr
+    return {"tag": tag, "long": long_address, "done": done, "bounced": readers[2], "complained": readers[3]}
+
+
+def scheduled_broadcasts(local: Local, tag: str) -> dict[str, str]:
+    """A broadcast scheduled 12 days ahead and one cancelled before its time (while the clock is
+    paused: its wait holds them scheduled)."""
+    later = (datetime.now(UTC) + timedelta(days=12)).replace(microsecond=0).isoformat()
+    made = {}
+    for name in ("scheduled", "cancelled"):
+        made[name] = unique("bc-console")
+        sent = ops(local, "broadcast", "send", "--template", "newsletter/monthly", "--tag", tag,
+                   "--id", made[name], "--at", later, "--yes", "--no-wait")  # fmt: skip
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert ops(local, "broadcast", "cancel", made["cancelled"]).returncode == 0
+    assert broadcast_record(local, made["scheduled"])["status"] == "scheduled"
+    return made
+
+
+def test_every_page_reads_well_at_both_widths_without_console_errors(
     local: Local, console: Console, browser: ConsoleBrowser
 ) -> None:
-    email = unique("console-pages") + "@example.com"
-    add_contact(local, email, first_name="Ada", tags=["console-pages"], attributes={"plan": "pro"})
+    data = realistic_data(local)
+    with paused_clock(local):  # the scheduled broadcast stays scheduled while the pages are read
+        data.update(scheduled_broadcasts(local, data["tag"]))
+        try:
+            read_every_page(local, console, browser, data)
+        finally:  # it never sends
+            ops(local, "broadcast", "cancel", data["scheduled"])
+
+
+def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, data: dict[str, str]) -> None:
+    email = data["long"]
     result = local.cli("send-test", "newsletter/monthly", "--to", email, "--state-dir", str(local.state_dir))
     assert result.returncode == 0, result.stderr
-    message = eventually(lambda: mails(local, {email})[email], 60, "the test mail in the outbox")[0]
+    message = eventually(
+        lambda: [m for m in mails(local, {email})[email] if m["source"] == "test"], 60, "the test mail"
+    )[0]
     added = ops(
         local, "webhooks", "add", "http://127.0.0.1:9/console-pages", "--events", "broadcast.completed"
     )
@@ -133,9 +240,12 @@ def test_every_page_loads_without_console_errors_at_both_widths(
     pages = {
         "overview": "/",
         "overview-90": "/?days=90",
-        "subscribers": "/subscribers?tag=console-pages",
+        "subscribers": f"/subscribers?tag={data['tag']}",
         "subscriber": f"/subscribers/{quote(email)}",
         "broadcasts": "/broadcasts",
+        "broadcast": f"/broadcasts/{data['done']}",
+        "broadcast-scheduled": f"/broadcasts/{data['scheduled']}",
+        "broadcast-cancelled": f"/broadcasts/{data['cancelled']}",
         "broadcast-new": "/broadcasts/new",
         "templates": "/templates",
         "template": "/templates/view?key=newsletter/monthly",
@@ -152,6 +262,7 @@ def test_every_page_loads_without_console_errors_at_both_widths(
         "outbox-message": f"/outbox/{message['message_id']}",
     }
     print(f"\nscreenshots: {SCREENSHOTS}")
+    problems: dict[str, list[str]] = {}
     for name, path in pages.items():
         browser.width(WIDTHS[0])
         browser.open(console.base + path)
@@ -162,7 +273,33 @@ def test_every_page_loads_without_console_errors_at_both_widths(
             )
         if name.startswith("webhook"):  # the endpoint this test added is listed
             assert endpoint_id in browser.text(), (name, browser.text()[:300])
-        if name == "broadcast-new":
+        if name == "subscriber":  # each mail once, its subject decoded; only the action that applies
+            rows = browser.evaluate(
+                "[...document.querySelectorAll('#timeline tr.mail')].map(r => r.dataset.message)"
+            )
+            assert len(rows) == 2 and len(set(rows)) == 2, rows  # the broadcast and the test mail
+            timeline = browser.evaluate("document.getElementById('timeline').textContent")
+            assert SUBJECT in timeline and "=?" not in timeline, timeline[:500]
+            assert browser.evaluate("!!document.getElementById('unsubscribe-form')") is True
+            assert browser.evaluate("!!document.getElementById('resubscribe-form')") is False
+        if name == "broadcasts":  # the subject, and a scheduled one says so instead of "0 / 0"
+            row = f"#broadcasts tr[data-id='{data['scheduled']}']"
+            assert "counted when it sends" in browser.evaluate(f'document.querySelector("{row}").textContent')
+            assert SUBJECT in browser.text()
+        if name == "broadcast":  # headline figures: 3 of 5 opened, 1 of those 3 clicked
+            headline = browser.evaluate("document.getElementById('headline').textContent")
+            assert "60.00%" in headline and "33.33%" in headline, headline
+            lost = browser.evaluate(
+                "[...document.querySelectorAll('#lost tr[data-kind]')].map(r => [r.dataset.kind,"
+                " r.querySelector('a').textContent])"
+            )
+            assert sorted(lost) == [["bounce", data["bounced"]], ["complaint", data["complained"]]], lost
+        if name == "broadcast-new":  # no system or transactional template; a marketing one first
+            options = browser.evaluate("[...document.querySelectorAll('#template option')].map(o => o.value)")
+            assert options[0] == "newsletter/monthly", options
+            assert not [o for o in options if o.startswith(("system/", "transactional/"))], options
+            assert "{{" not in browser.evaluate("document.getElementById('template').textContent")
+
             # everyone in this runtime (thousands, from the other e2e tests): the first part of
             # the live count is the page loaded; the count to the end is the broadcast flow's test
             browser.wait_text(
@@ -170,8 +307,17 @@ def test_every_page_loads_without_console_errors_at_both_widths(
             )
         for width in WIDTHS:
             browser.width(width)
+            if name.startswith("overview"):  # the charts are drawn again at the new width
+                browser.wait_for_page(
+                    lambda: browser.evaluate(
+                        "[...document.querySelectorAll('.uplot')].every(u => u.offsetWidth <= innerWidth)"
+                    ),
+                    f"the charts redrawn at {width} px",
+                )
             browser.shot(f"console-{name}-{width}")
+            problems.update({f"{name} at {width} px": found for found in [layout_problems(browser)] if found})
         assert browser.errors == [], (name, browser.errors)
+    assert problems == {}
     shots = {p.name for p in SCREENSHOTS.glob("console-*.png")}
     assert {f"console-{n}-{w}.png" for n in pages for w in WIDTHS} <= shots
     assert ops(local, "webhooks", "remove", endpoint_id).returncode == 0
@@ -232,7 +378,8 @@ def test_build_an_audience_see_its_count_send_and_watch_progress(
     )
     broadcast_id = browser.evaluate("document.getElementById('broadcast-progress').dataset.id")
     # the page follows the broadcast by itself (no reload) until it is done
-    browser.wait_text("#b-status", lambda t: t == "done", "the broadcast to be done", timeout_s=120)
+    browser.wait_text("#b-status", lambda t: t == "sent", "the broadcast to be done", timeout_s=120)
+    assert browser.evaluate("document.getElementById('b-status').dataset.status") == "done"
     assert browser.evaluate("document.getElementById('b-sent').textContent") == "3"
     assert browser.evaluate("document.getElementById('b-count').textContent").startswith("3 / 3")
     browser.shot("console-flow-broadcast-2-done")
