@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.scenarios import broadcast, hygiene, sequences, signup, subscribe, webhooks
+from bench.scenarios import audiences, broadcast, hygiene, sequences, signup, subscribe, webhooks
 
 SCENARIOS: dict[str, ModuleType] = {
     subscribe.NAME: subscribe,
@@ -16,4 +16,5 @@ SCENARIOS: dict[str, ModuleType] = {
     signup.NAME: signup,
     webhooks.NAME: webhooks,
     hygiene.NAME: hygiene,
+    audiences.NAME: audiences,
 }
