@@ -145,8 +145,16 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return c.page(request, "broadcasts.html", reports=reports, subjects=subjects, title="Broadcasts")
 
     async def broadcast_new(request: Request) -> Response:
-        groups = await call(_sendable, c)
-        return c.page(request, "broadcast_new.html", groups=groups, topics=c.topics, title="New broadcast")
+        groups, recent = await asyncio.gather(call(_sendable, c), call(c.broadcasts.list, RECENT_SOURCES))
+        return c.page(
+            request,
+            "broadcast_new.html",
+            groups=groups,
+            topics=c.topics,
+            recent=[b.id for b in recent],
+            sequences=sorted(s.id for s in c.catalog()),
+            title="New broadcast",
+        )
 
     async def audience(request: Request) -> Response:
         form = await request.form()
@@ -519,7 +527,26 @@ def _request(form: FormData) -> Any:
         where=[w.strip() for w in text("where").splitlines() if w.strip()],
         topic=text("topic") or None,
         at=_at(form),
+        opened=_lines(text("opened")),
+        clicked=_lines(text("clicked")),
+        not_opened=_lines(text("not_opened")),
+        engaged_within_days=_days(text("engaged_within_days"), "engaged_within_days"),
+        not_engaged_within_days=_days(text("not_engaged_within_days"), "not_engaged_within_days"),
+        machine_opens=form.get("machine_opens") == "yes",
     )
+
+
+RECENT_SOURCES = 20  # broadcasts the new-broadcast form suggests for its engagement conditions
+
+
+def _days(value: str, name: str) -> int | None:
+    """A number of days from the form (empty: no condition); its range is the request's to check."""
+    if not value:
+        return None
+    if not re.fullmatch(r"[+-]?\d{1,6}", value):
+        message = f"{value!r} is not a whole number of days"
+        raise InvalidInput(f"{name}: {message}", [FieldProblem(name, message)])
+    return int(value)
 
 
 def _progress(record: dict[str, Any]) -> dict[str, Any]:

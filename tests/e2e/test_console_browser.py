@@ -299,6 +299,10 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
             assert options[0] == "newsletter/monthly", options
             assert not [o for o in options if o.startswith(("system/", "transactional/"))], options
             assert "{{" not in browser.evaluate("document.getElementById('template').textContent")
+            # the engagement conditions suggest the recent broadcasts, and sequences where they may
+            offered = browser.evaluate("[...document.querySelectorAll('#sources option')].map(o => o.value)")
+            assert data["done"] in offered and "onboarding" in offered, offered
+            assert browser.evaluate("document.getElementById('machine_opens').checked") is False
 
             # everyone in this runtime (thousands, from the other e2e tests): the first part of
             # the live count is the page loaded; the count to the end is the broadcast flow's test

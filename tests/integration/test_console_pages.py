@@ -13,6 +13,7 @@ forced resume needs the configuration set's name typed. The Hygiene page shows
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
@@ -600,3 +601,100 @@ def test_a_held_broadcast_s_page_says_why_and_when_and_resume_now_starts_a_round
     answer = browser.press("/broadcasts/quota-1", "Resume now")
     assert flash(answer) == "broadcast quota-1 resumed (round 2)"
     assert status_of(world, "quota-1") == "resolving"
+
+
+# ----- the new-broadcast form's engagement conditions (docs/console.md, "Broadcasts") -------------
+SPRING = "spring"  # the broadcast some readers opened
+OPENERS = [f"open{i}@example.com" for i in range(3)]  # opened it as people
+MACHINE_OPENER = "machine@example.com"  # only Apple's prefetch opened it
+IDLE = [f"idle{i}@example.com" for i in range(2)]  # did nothing
+
+
+@pytest.fixture
+def opened_spring(world: LocalResources) -> None:
+    """Six readers tagged ``news``, three of whom opened ``spring`` as people and one only by a
+    machine, their opens written by the engagement consumer from SES events."""
+    from shared.engagement.consumer import EngagementContext, process_body
+    from shared.engagement.machine import MPP_USER_AGENT
+    from shared.engagement.suppression import Suppressions
+    from tests.integration.test_engagement import event, sns
+
+    store = SubscriberStore(world.tables["table_name"], world.tables["events_table_name"])
+    for email in [*OPENERS, MACHINE_OPENER, *IDLE]:
+        store.upsert(email, add_tags=["news"])
+    BroadcastStore(world.tables["table_name"]).create(
+        BroadcastRequest.model_validate({"id": SPRING, "template": "newsletter/monthly"}), send_rate=1000
+    )
+    ctx = EngagementContext(store=store, suppressions=Suppressions(store))
+    at = (datetime.now(UTC) - timedelta(days=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    for email in [*OPENERS, MACHINE_OPENER]:
+        machine = {"userAgent": MPP_USER_AGENT} if email == MACHINE_OPENER else {}
+        record = event("open", email=email, source=SPRING, template="newsletter/monthly",
+                       message_id=f"m-{email}", at=at, **machine)  # fmt: skip
+        process_body(sns(record), ctx)
+
+
+def new_broadcast_form(browser: Browser, **fill: str) -> tuple[str, dict[str, str]]:
+    """The new-broadcast form's action and fields as the page serves them (its text fields, the
+    CSRF token), filled with ``fill``: the select and the boxes a browser would set."""
+    url, body = submission("/broadcasts/new", browser.get("/broadcasts/new").text, "Send broadcast")
+    fields = dict(parse_qsl(body, keep_blank_values=True))
+    for name in ("opened", "clicked", "not_opened", "engaged_within_days", "not_engaged_within_days"):
+        assert name in fields, f"the form has no {name} field"
+    return url, {**fields, "template": "newsletter/monthly", "tags": "news", **fill}
+
+
+def live_count(browser: Browser, fields: dict[str, str]) -> Answer:
+    """The live count's request, as console.js sends the form (one part: a small audience)."""
+    return browser.request(
+        "POST", "/api/audience", urlencode(fields), headers={"x-csrf-token": browser.secrets.csrf}
+    )
+
+
+def test_the_form_counts_and_sends_an_audience_of_human_openers(
+    world: LocalResources, browser: Browser, opened_spring: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.sesv2.responses import SESV2Response
+
+    from local_aws import hooks
+
+    monkeypatch.setattr(SESV2Response, "get_account", hooks._get_account, raising=False)  # the send's rate
+    page = browser.get("/broadcasts/new").text
+    assert f'<option value="{SPRING}">' in page  # offered among the recent broadcasts
+    assert "only people&#39;s opens" in page or "only people's opens" in page
+
+    url, fields = new_broadcast_form(browser, opened=SPRING)
+    counted = live_count(browser, fields)
+    assert counted.status == 200, counted.text
+    answer = json.loads(counted.text)
+    assert answer["cursor"] is None and answer["size"] == len(OPENERS)
+    assert sorted(answer["sample"]) == sorted(OPENERS)
+    assert f"opened {SPRING} as a person" in answer["audience"]
+
+    # the box: the machine's open counts too
+    with_machines = json.loads(live_count(browser, {**fields, "machine_opens": "yes"}).text)
+    assert sorted(with_machines["sample"]) == sorted([*OPENERS, MACHINE_OPENER])
+
+    sent = browser.request("POST", url, urlencode({**fields, "confirm": "yes"}))
+    assert sent.status == 303 and "broadcast sent" in flash(sent), sent.location
+    broadcast_id = sent.location.split("?")[0].rsplit("/", 1)[1]
+    record = BroadcastStore(world.tables["table_name"]).get(broadcast_id)
+    assert record is not None
+    assert list(record.audience.opened) == [SPRING] and record.audience.machine_opens is False
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_a_bad_number_of_days_is_refused_naming_the_field_and_nothing_is_sent(
+    world: LocalResources, browser: Browser, opened_spring: None, value: str
+) -> None:
+    records = BroadcastStore(world.tables["table_name"])
+    before = [b.id for b in records.list()]
+    url, fields = new_broadcast_form(browser, engaged_within_days=value)
+
+    counted = live_count(browser, fields)
+    assert counted.status == 400 and "engaged_within_days" in json.loads(counted.text)["error"]
+
+    sent = browser.request("POST", url, urlencode({**fields, "confirm": "yes"}))
+    assert sent.status == 303 and sent.location.startswith("/broadcasts/new?")
+    assert "engaged_within_days" in flash(sent)
+    assert [b.id for b in records.list()] == before
