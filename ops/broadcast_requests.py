@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
+
 from shared.broadcasts.abtest import (
     MAX_DECIDE_S,
     MAX_MIN_SAMPLE,
@@ -17,15 +19,13 @@ from shared.broadcasts.abtest import (
     METRICS,
     MIN_DECIDE_S,
     MIN_SHARE,
+    Variant,
 )
-from pydantic import ValidationError as PydanticValidationError
-
-from shared.broadcasts.abtest import Variant
 from shared.broadcasts.model import Broadcast, BroadcastRequest, parse_request
-from shared.core.models import invalid_input
 from shared.broadcasts.records import SEND_WINDOW_DAYS
 from shared.core import clock
 from shared.core.errors import FieldProblem, InvalidInput
+from shared.core.models import invalid_input
 
 NON_OPENERS = "non-openers"  # the one audience a resend has (``--to``)
 _AFTER = re.compile(r"^\s*(\d{1,6})\s*([mhd])\s*$")

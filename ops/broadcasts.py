@@ -187,6 +187,8 @@ class Broadcasts:
 
     def check(self, request: BroadcastRequest, now: datetime | None = None) -> None:
         request.check_future(now or datetime.now(UTC))
+        if request.ab is not None:  # its variants' templates (the first is ``template``)
+            self._check_ab(request.ab)
         if not self.templates.exists(request.template):
             known = ", ".join(self.templates.keys()[:20])
             raise InvalidInput(
@@ -204,8 +206,6 @@ class Broadcasts:
                 raise InvalidInput(f"--not-opened {problem}", [FieldProblem("audience.not_opened", problem)])
         if request.at is not None and self.scheduler is None:
             raise InvalidInput("--at needs the broadcast schedule state machine (not deployed)", [])
-        if request.ab is not None:
-            self._check_ab(request.ab)
 
     def _check_ab(self, test: AbTest) -> None:
         for number, variant in enumerate(test.variants, start=1):

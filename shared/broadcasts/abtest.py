@@ -107,7 +107,8 @@ class AbTest(BaseModel):
         ]
         return (
             f"{self.share}% test ({'; '.join(parts)}), winner on human {self.metric} "
-            f"after {self.decide_after_s // 60} min (min {self.min_sample} delivered per variant) to {self.rest_id}"
+            f"after {self.decide_after_s // 60} min (min {self.min_sample} delivered per variant) "
+            f"to {self.rest_id}"
         )
 
 

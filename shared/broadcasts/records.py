@@ -3,8 +3,9 @@
     BROADCAST          / <iso ts>#<id>          the record (definition, status, checkpoint, counters)
     BROADCAST#<id>     / POINTER                its SK; written with the record in one transaction,
                                                 conditioned on not existing: the --id guard
-    BROADCAST#<id>     / RESEND                 its resend to non-openers, or its A/B test's rest (``resend_id``,
-                                                ``created_at``): written with the resend's record,
+    BROADCAST#<id>     / RESEND                 its resend to non-openers or its A/B test's rest
+                                                (``resend_id``, ``created_at``): written with the
+                                                follow-up's record,
                                                 conditioned on not existing (one per broadcast)
     BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once;
                                                 ``handed_off`` once its batches went out and the
