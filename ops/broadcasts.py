@@ -249,7 +249,8 @@ class Broadcasts:
         return record
 
     def cancel(self, broadcast_id: str) -> tuple[Broadcast, bool]:
-        """(record, changed). Batches already in a worker's hands finish; later ones are skipped."""
+        """(record, changed). Batches already in a worker's hands finish; later ones are skipped.
+        An A/B test not decided yet takes its rest with it."""
         record = self.get(broadcast_id)
         if record.status not in ACTIVE | {PAUSED_REPUTATION, HELD}:
             return record, False
@@ -258,6 +259,8 @@ class Broadcasts:
             return self.get(broadcast_id), False
         if record.status == SCHEDULED and record.execution_arn and self.scheduler is not None:
             self.scheduler.unschedule(record.execution_arn)
+        if record.ab is not None and self.records.get(record.ab.rest_id) is not None:
+            self.cancel(record.ab.rest_id)  # a test: its rest is not sent either
         return cancelled, True
 
     def resume(self, broadcast_id: str) -> Broadcast:

@@ -50,7 +50,7 @@ def measure(test: Broadcast, emails: list[str], resolver: AudienceResolver) -> D
     assert test.ab is not None
     n = len(test.ab.variants)
     claimed = SendLog(resolver.table, resolver.client).claimed(emails, test.id, STEP)
-    audience = Audience(opened=[test.id]) if test.ab.metric == "opens" else Audience(clicked=[test.id])
+    audience = Audience(opened=(test.id,)) if test.ab.metric == "opens" else Audience(clicked=(test.id,))
     reader = EngagementReader(resolver.client, resolver.table, resolver.events_table)
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="ab") as pool:
         engaged = reader.passing(audience, sorted(claimed), pool)

@@ -222,3 +222,12 @@ def test_a_bad_test_is_refused_and_writes_nothing(env: Env, service: Broadcasts)
         unscheduled.send(ab_test())
     assert caught.value.message.startswith("--decide-after")
     assert service.records.get(TEST_ID) is None and service.records.get(f"{TEST_ID}-rest") is None
+
+
+def test_cancelling_the_test_cancels_its_rest(env: Env, store: SubscriberStore, service: Broadcasts) -> None:
+    for email in READERS[:10]:
+        store.upsert(email, add_tags=["ab"])
+    service.send(ab_test())
+    record, changed = service.cancel(TEST_ID)
+    assert changed and record.status == "cancelled"
+    assert service.get(f"{TEST_ID}-rest").status == "cancelled"
