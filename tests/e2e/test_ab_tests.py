@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,22 +31,15 @@ from tests.e2e.helpers import (
     new_audience,
     ops,
     paused_clock,
+    run_session,
     sent_by,
 )
-from tests.e2e.test_webhooks import add, verified
+from tests.e2e.test_webhooks import add, endpoints, verified
 from tests.webhook_receiver import Receiver
 
 TEMPLATE = "newsletter/monthly"
+__all__ = ["endpoints"]  # the fixture, from test_webhooks
 SUBJECTS = ("Spring is here", "Our spring sale")
-
-
-@pytest.fixture
-def endpoint(local: Local) -> Iterator[list[str]]:
-    """The endpoint the test adds: removed after it (the session's runtime goes on)."""
-    added: list[str] = []
-    yield added
-    for endpoint_id in added:
-        ops(local, "webhooks", "remove", endpoint_id)
 
 
 def drawn(test_id: str, readers: list[str]) -> int:
@@ -59,7 +51,7 @@ def flat(answer: Any) -> str:
 
 
 def test_the_winner_on_human_clicks_goes_to_the_other_400_and_every_reader_gets_one_mail(
-    local: Local, receiver: Receiver, endpoint: list[str]
+    local: Local, receiver: Receiver, request: pytest.FixtureRequest
 ) -> None:
     tag, readers = new_audience(local, "ab", 500)
     # The share is drawn per reader (a hash of test id and address: about 20%); the acceptance's
@@ -68,6 +60,7 @@ def test_the_winner_on_human_clicks_goes_to_the_other_400_and_every_reader_gets_
         i for i in (f"e2e-ab-{uuid.uuid4().hex[:6]}" for _ in range(10_000)) if drawn(i, readers) == 100
     )
     rest_id = f"{test_id}-rest"
+    endpoint = request.getfixturevalue("endpoints")  # removed after the test (test_webhooks)
     _, secret = add(local, endpoint, receiver.url, "broadcast.ab_decided")
     options = ["--template", TEMPLATE, "--tag", tag, "--variant", f"subject={SUBJECTS[0]}",
                "--variant", f"subject={SUBJECTS[1]}", "--test-share", "20", "--metric", "clicks",
@@ -115,6 +108,12 @@ def test_the_winner_on_human_clicks_goes_to_the_other_400_and_every_reader_gets_
     a, b = decision["variants"]
     assert (a["delivered"], a["engaged"], b["delivered"], b["engaged"]) == (counts[0], 3, counts[1], 12)
     assert json.loads(shown.stdout)["rest"]["id"] == rest_id
+
+    async def through_mcp(tools: Any) -> None:
+        got = await tools.call("broadcast_get", broadcast_id=test_id)
+        assert got["ab_decision"] == decision and got["rest"]["sent"] == 400
+
+    run_session(local, through_mcp)
     table = flat(ops(local, "stats", "--broadcast", test_id))
     assert f"A/B test {test_id}: B won (higher_rate)" in table, table
 
