@@ -68,6 +68,12 @@ def test_the_winner_on_human_clicks_goes_to_the_other_400_and_every_reader_gets_
     tested = {e for e in readers if in_test(test_id, e, 20)}
     group = {e: variant_of(test_id, e, 2) for e in tested}
 
+    bad_options = [["--metric", "sends"], ["--test-share", "95"], ["--decide-after", "soon"],
+                   ["--min-sample", "0"], ["--variant", "colour=red"]]  # fmt: skip
+    for bad in bad_options:
+        named = bad[0]
+        refused = ops(local, "broadcast", "send", *options, *bad, "--id", test_id, "--yes")
+        assert refused.returncode == 2 and named in flat(refused), refused.stdout + refused.stderr
     dry = ops(local, "broadcast", "send", *options, "--id", test_id, "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     counts = Counter(group.values())
