@@ -1,5 +1,7 @@
 """``mailstep stats``: sent, delivered, opened, clicked, bounced, complained, unsubscribed;
 and sign-ups, confirmations and the confirmation rate (``--signups``, and below the sources).
+``--broadcast`` of an A/B test shows its decision too (per variant: delivered, human opens or
+clicks, rate; the winner and why: docs/broadcasts.md, "A/B tests").
 
 Works against the running local runtime (``--state-dir``, the default) or a deployed stack
 (``--stack``): the options of ``cli.target.targeted``. The numbers come from
