@@ -115,6 +115,24 @@ def send(
         help="Engagement conditions count opens and clicks machines made too (default: people only).",
     ),
     at: str | None = typer.Option(None, "--at", help="Send later: ISO 8601 time with zone, in the future."),
+    variant: list[str] = typer.Option(
+        [],
+        "--variant",
+        help="A/B test variant (2-5): template=KEY, subject=TEXT or template=KEY,subject=TEXT; "
+        "the rest from --template/--subject (docs/broadcasts.md, 'A/B tests').",
+    ),
+    test_share: int | None = typer.Option(
+        None, "--test-share", help="A/B test: per cent of the audience in the test groups (1-90)."
+    ),
+    metric: str | None = typer.Option(None, "--metric", help="A/B test: opens or clicks (people only)."),
+    decide_after: str | None = typer.Option(
+        None, "--decide-after", help="A/B test: when the winner goes to the rest, after the start (e.g. 4h)."
+    ),
+    min_sample: int = typer.Option(
+        100,
+        "--min-sample",
+        help="A/B test: fewest delivered per variant to decide on rates (else variant 1).",
+    ),
     broadcast_id: str | None = typer.Option(
         None, "--id", help="Broadcast id (re-running with it sends nothing new)."
     ),
@@ -129,7 +147,7 @@ def send(
     target: Target,
 ) -> None:
     """Send (or schedule) a broadcast and follow its progress."""
-    from ops.broadcast_requests import broadcast_request
+    from ops.broadcast_requests import ab_request, broadcast_request
     from shared.core.errors import InvalidInput
 
     try:
@@ -150,6 +168,15 @@ def send(
             not_engaged_within_days=not_engaged_within,
             machine_opens=machine_opens,
         )
+        if variant or test_share is not None or metric is not None or decide_after is not None:
+            request = ab_request(
+                request,
+                variants=variant,
+                test_share=test_share,
+                metric=metric,
+                decide_after=decide_after,
+                min_sample=min_sample,
+            )
         service = _service(target)
         service.check(request)
     except InvalidInput as exc:
@@ -160,6 +187,9 @@ def send(
         return
     described = request.audience.describe()
     if dry_run:  # the whole audience, read now: its exact size
+        if request.ab is not None:
+            _split(request, service.split(request))
+            return
         size, sample = service.preview(request)
         _audience(f"[bold]{size}[/bold] subscriber(s) ({described}) on {target.label}", sample)
         _warmup(target, size)
@@ -190,9 +220,24 @@ def send(
     console.print(
         f"broadcast [bold]{record.id}[/bold] {record.status}" + (f" for {record.at}" if record.at else "")
     )
+    if record.ab is not None:
+        console.print(f"A/B test: {record.ab.describe()}", soft_wrap=True)
     if no_wait or record.at:
         return
     _follow(service, record.id)
+
+
+def _split(request: Any, counts: dict[str, int]) -> None:
+    """An A/B test's dry run: each variant's test group and the rest."""
+    assert request.ab is not None
+    console.print(f"A/B test: {request.ab.describe()}", soft_wrap=True)
+    console.print(
+        f"audience: {request.audience.model_copy(update={'split': None}).describe()}", soft_wrap=True
+    )
+    for letter, count in counts.items():
+        what = "the winner" if letter == "rest" else f"variant {letter}"
+        console.print(f"  {letter:>4}: [bold]{count}[/bold] subscriber(s) get {what}")
+    console.print(f"  total: {sum(counts.values())}")
 
 
 def _warmup(target: Target, size: int | None) -> None:

@@ -383,7 +383,9 @@ def _broadcast_tools(tool: Register[Any], target: Target) -> None:
 
     @tool
     def broadcast_get(broadcast_id: str) -> dict[str, Any]:
-        """One broadcast: its record merged with its engagement counters."""
+        """One broadcast: its record merged with its engagement counters; an A/B test's
+        settings (ab), its decision (ab_decision: winner, reason, per variant delivered,
+        engaged, rate) and its rest."""
         return dict(broadcasts().details(broadcast_id))
 
     @tool

@@ -14,7 +14,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ops.broadcast_requests import NON_OPENERS, resend_request
+from ops.broadcast_requests import NON_OPENERS, resend_request, rest_request
+from shared.broadcasts.abtest import LETTERS, AbTest, variant_of
 from shared.broadcasts.audience import AudienceResolver
 from shared.broadcasts.fanout import BroadcastQueues, first_page, resolve_body
 from shared.broadcasts.model import (
@@ -164,6 +165,19 @@ class Broadcasts:
                 raise
             raise forged from None
 
+    def split(self, request: BroadcastRequest) -> dict[str, int]:
+        """An A/B test's dry run: how many of the whole audience each variant's test group and
+        the rest get (the whole audience is read, as ``preview`` does)."""
+        assert request.ab is not None and request.audience.split is not None
+        whole = request.audience.model_copy(update={"split": None})
+        counts = dict.fromkeys([*LETTERS[: len(request.ab.variants)], "rest"], 0)
+        for email in self.resolver.iterate(whole):
+            if request.audience.split.keeps(email):
+                counts[LETTERS[variant_of(request.id, email, len(request.ab.variants))]] += 1
+            else:
+                counts["rest"] += 1
+        return counts
+
     def glance(self, request: BroadcastRequest, sample: int = SAMPLE) -> Glance:
         """The audience's first page only (at most one resolver page of reads, whatever the
         audience's size): what the confirmation of ``send`` shows. The resolver counts the
@@ -173,6 +187,8 @@ class Broadcasts:
 
     def check(self, request: BroadcastRequest, now: datetime | None = None) -> None:
         request.check_future(now or datetime.now(UTC))
+        if request.ab is not None:  # its variants' templates (the first is ``template``)
+            self._check_ab(request.ab)
         if not self.templates.exists(request.template):
             known = ", ".join(self.templates.keys()[:20])
             raise InvalidInput(
@@ -191,14 +207,25 @@ class Broadcasts:
         if request.at is not None and self.scheduler is None:
             raise InvalidInput("--at needs the broadcast schedule state machine (not deployed)", [])
 
+    def _check_ab(self, test: AbTest) -> None:
+        for number, variant in enumerate(test.variants, start=1):
+            if not self.templates.exists(variant.template):
+                problem = f"variant {number}: template {variant.template!r} does not exist"
+                raise InvalidInput(f"--variant {problem}", [FieldProblem("variant", problem)])
+        if self.scheduler is None:
+            problem = "needs the broadcast schedule state machine (not deployed)"
+            raise InvalidInput(f"--decide-after {problem}", [FieldProblem("decide_after", problem)])
+
     def send(self, request: BroadcastRequest, now: datetime | None = None) -> SendAnswer:
         """Create the broadcast and start it (or schedule it). With an id that exists already
         nothing new is sent; a broadcast that never got started (a crash right after it was
         written) is started again, which is harmless when it had started."""
         self.check(request, now)
         record, created = self.records.create(request, send_rate=self.send_rate(), now=now)
+        same = created or request.same_as(record)
+        if record.ab is not None and same:  # an A/B test: its rest, scheduled at the decision time
+            self.send(rest_request(record), now)
         if not created:
-            same = request.same_as(record)
             if same and record.status in ACTIVE and record.page == 0 and not record.resolved:
                 self._start(record)
             return SendAnswer(record, created=False, same=same)
@@ -222,7 +249,8 @@ class Broadcasts:
         return record
 
     def cancel(self, broadcast_id: str) -> tuple[Broadcast, bool]:
-        """(record, changed). Batches already in a worker's hands finish; later ones are skipped."""
+        """(record, changed). Batches already in a worker's hands finish; later ones are skipped.
+        An A/B test not decided yet takes its rest with it."""
         record = self.get(broadcast_id)
         if record.status not in ACTIVE | {PAUSED_REPUTATION, HELD}:
             return record, False
@@ -231,6 +259,8 @@ class Broadcasts:
             return self.get(broadcast_id), False
         if record.status == SCHEDULED and record.execution_arn and self.scheduler is not None:
             self.scheduler.unschedule(record.execution_arn)
+        if record.ab is not None and self.records.get(record.ab.rest_id) is not None:
+            self.cancel(record.ab.rest_id)  # a test: its rest is not sent either
         return cancelled, True
 
     def resume(self, broadcast_id: str) -> Broadcast:
@@ -286,12 +316,13 @@ class Broadcasts:
         if record.dead_lettered_batches:
             out["dead_letters"] = dead_letters(record, self.queues)
         resend_id = self.records.resend_of(record.id)
-        if resend_id is not None:
+        if resend_id is not None:  # a resend to non-openers, or an A/B test's rest
+            name = "rest" if record.ab is not None else "resend"
             resend = self.records.get(resend_id)
-            out["resend"] = {"id": resend_id}
+            out[name] = {"id": resend_id}
             if resend is not None:
-                out["resend"] |= {"status": resend.status, "at": resend.at}
-                out["resend"] |= {"audience": resend.audience_size, "sent": resend.sent}
+                out[name] |= {"status": resend.status, "at": resend.at, "template": resend.template}
+                out[name] |= {"audience": resend.audience_size, "sent": resend.sent}
         return out
 
 

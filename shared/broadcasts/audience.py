@@ -213,6 +213,8 @@ class AudienceResolver(TableAdapter):
             return
         if engaged is not None and candidate.email not in engaged:
             return
+        if audience.split is not None and not audience.split.keeps(candidate.email):
+            return  # the other side of an A/B test (shared.broadcasts.abtest)
         reason = self._excluded(candidate, audience.topic)
         if reason is None:
             emails.append(candidate.email)

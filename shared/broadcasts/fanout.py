@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, cast
 from botocore.exceptions import ClientError
 
 from shared.broadcasts.audience import AudienceResolver, Page
+from shared.broadcasts.decide import decide_for_rest
 from shared.broadcasts.model import (
     ACTIVE,
     BATCH_CONTRACT,
@@ -237,6 +238,9 @@ def resolve_step(message: ResolveMessage, ctx: FanoutContext, deadline: float | 
     if record.status == HELD and message.wake:
         return _wake(record, message, ctx)
     if record.status == SCHEDULED:
+        split = record.audience.split
+        if split is not None and split.side == "rest":  # an A/B test's rest: its winner first
+            record = decide_for_rest(record, ctx.records, ctx.resolver)
         record = ctx.records.start_resolving(record) or ctx.records.get(record.id) or record
     if record.status not in (RESOLVING, SENDING):
         logger.info("broadcast resolution stopped", status=record.status, **log)

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from shared.broadcasts.abtest import AbTest, Decision, Split
 from shared.core.clock import iso
 from shared.core.envelopes import decode, encode
 from shared.core.errors import FieldProblem, InvalidInput
@@ -212,6 +213,7 @@ class Audience(BaseModel):
     not_engaged_within_days: Days = None
     machine_opens: bool = False
     recipients_of: Annotated[str | None, BeforeValidator(_optional_name)] = None
+    split: Split | None = None  # an A/B test's test groups or its rest (shared.broadcasts.abtest)
 
     @model_validator(mode="after")
     def _consistent(self) -> Audience:
@@ -272,6 +274,8 @@ class Audience(BaseModel):
         parts += self._engagement_parts()
         if self.recipients_of:
             parts.insert(0, f"recipients of {self.recipients_of}")
+        if self.split is not None:
+            parts.append(self.split.describe())
         described = "; ".join(parts) or "everyone"
         return f"{described} (topic {self.topic})" if self.topic else described
 
@@ -299,6 +303,7 @@ class BroadcastRequest(BaseModel):
     subject: str | None = Field(default=None, min_length=1, max_length=500)
     audience: Audience = Field(default_factory=Audience)
     at: datetime | None = None
+    ab: AbTest | None = None  # an A/B test (docs/broadcasts.md, "A/B tests")
 
     @field_validator("at", mode="before")
     @classmethod
@@ -325,6 +330,7 @@ class BroadcastRequest(BaseModel):
             and record.subject == self.subject
             and record.audience == self.audience
             and record.at == (iso(self.at) if self.at else None)
+            and record.ab == self.ab
         )
 
 
@@ -340,7 +346,7 @@ def parse_request(**values: Any) -> BroadcastRequest:
 _BROADCAST_KEYS = (
     "id status template subject audience_filter filters created_at at round resolved audience processed"
     " sent failed skipped finished_at error send_rate dead_lettered_batches dead_lettered_recipients"
-    " hold_reason resume_at"
+    " hold_reason resume_at ab ab_decision"
 )
 
 
@@ -380,6 +386,8 @@ class Broadcast:
     dead_lettered_recipients: int = 0
     hold_reason: str | None = None  # while ``held``: why (HOLD_*)
     resume_at: str | None = None  # while ``held``: when it resumes by itself
+    ab: AbTest | None = None  # the A/B test this broadcast's test groups are (abtest.py)
+    ab_decision: Decision | None = None  # its winner, numbers and reason, once decided
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Broadcast:
@@ -410,6 +418,10 @@ class Broadcast:
             dead_lettered_recipients=int(item.get("dead_lettered_recipients", 0)),
             hold_reason=item.get("hold_reason"),
             resume_at=item.get("resume_at"),
+            ab=AbTest.model_validate_json(item["ab"]) if item.get("ab") else None,
+            ab_decision=Decision.model_validate_json(item["ab_decision"])
+            if item.get("ab_decision")
+            else None,
         )
 
     @property
@@ -435,6 +447,8 @@ class Broadcast:
             filters=self.audience.model_dump(mode="json"),
             audience=self.audience_size,
             skipped=dict(self.skipped),
+            ab=self.ab.model_dump(mode="json") if self.ab else None,
+            ab_decision=self.ab_decision.model_dump(mode="json") if self.ab_decision else None,
         )
 
 

@@ -3,8 +3,9 @@
     BROADCAST          / <iso ts>#<id>          the record (definition, status, checkpoint, counters)
     BROADCAST#<id>     / POINTER                its SK; written with the record in one transaction,
                                                 conditioned on not existing: the --id guard
-    BROADCAST#<id>     / RESEND                 its resend to non-openers (``resend_id``,
-                                                ``created_at``): written with the resend's record,
+    BROADCAST#<id>     / RESEND                 its resend to non-openers or its A/B test's rest
+                                                (``resend_id``, ``created_at``): written with the
+                                                follow-up's record,
                                                 conditioned on not existing (one per broadcast)
     BROADCAST#<id>     / PAGE#<round>#<page>    one resolved page (its recipients), written once;
                                                 ``handed_off`` once its batches went out and the
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
+from shared.broadcasts.abtest import Decision, Variant
 from shared.broadcasts.model import (
     ACTIVE,
     CANCELLED,
@@ -138,6 +140,15 @@ class ResendExists(Conflict):
     """The broadcast has its resend already (one per broadcast)."""
 
 
+def followed(request: BroadcastRequest) -> str | None:
+    """The broadcast that ``request`` follows up (``RESEND`` link, one per broadcast): a resend's
+    original, or the test broadcast of an A/B test's rest."""
+    split = request.audience.split
+    if split is not None and split.side == "rest":
+        return split.test_of
+    return request.audience.recipients_of
+
+
 class SendWindowClosed(Conflict):
     """The broadcast's send window ended: it can no longer resume."""
 
@@ -207,6 +218,8 @@ class BroadcastStore(TableAdapter):
             item["subject"] = request.subject
         if request.at is not None:
             item["at"] = clock.iso(request.at)
+        if request.ab is not None:
+            item["ab"] = request.ab.model_dump_json()
         pointer = {"PK": keys.broadcast_pk(request.id), "SK": keys.BROADCAST_POINTER, "record_sk": sk}
         actions = [
             Action(
@@ -221,8 +234,8 @@ class BroadcastStore(TableAdapter):
             ),
             Action("record", {"Put": {"TableName": self.table, "Item": serialize(item)}}),
         ]
-        original = request.audience.recipients_of
-        if original is not None:  # a resend: one per broadcast, named on the original
+        original = followed(request)
+        if original is not None:  # a resend or an A/B test's rest: one per broadcast, on the original
             link = {
                 "PK": keys.broadcast_pk(original),
                 "SK": keys.BROADCAST_RESEND,
@@ -249,6 +262,36 @@ class BroadcastStore(TableAdapter):
             return existing, False
         self._sks[request.id] = sk
         return Broadcast.from_item(item), True
+
+    def record_decision(self, test: Broadcast, decision: Decision) -> Broadcast | None:
+        """Store the A/B test's decision on its record, once: None when it had one already
+        (a redelivered or concurrent decision changes nothing, and the stream sees one change:
+        one ``broadcast.ab_decided`` event)."""
+        return self._update(
+            test,
+            "SET #ab_decision = :decision, #updated_at = :now",
+            condition="attribute_not_exists(#ab_decision)",
+            names={"#ab_decision": "ab_decision"},
+            decision=decision.model_dump_json(),
+            now=_now(),
+        )
+
+    def apply_winner(self, rest: Broadcast, winner: Variant) -> Broadcast | None:
+        """The A/B test's rest takes the winning variant, while it is still scheduled (it starts
+        resolving only after this: its batches read the record)."""
+        subject = "#subject = :subject, " if winner.subject is not None else ""
+        remove = "" if winner.subject is not None else " REMOVE #subject"
+        extra = {"subject": winner.subject} if winner.subject is not None else {}
+        return self._update(
+            rest,
+            f"SET {subject}#template = :template, #updated_at = :now{remove}",
+            condition="#status = :scheduled",
+            names={"#subject": "subject", "#template": "template"},
+            template=winner.template,
+            scheduled=SCHEDULED,
+            now=_now(),
+            **extra,
+        )
 
     def resend_of(self, broadcast_id: str) -> str | None:
         """The id of ``broadcast_id``'s resend to non-openers (None: it has none)."""

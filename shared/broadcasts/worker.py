@@ -487,13 +487,17 @@ def _send_all(
 def _send_one(
     record: Broadcast, email: str, ctx: WorkerContext, tokens: TokenPool, deadline: float | None
 ) -> SendOutcome | None:
+    template, subject = record.template, record.subject
+    if record.ab is not None:  # an A/B test's groups: the reader's variant (shared.broadcasts.abtest)
+        variant = record.ab.variant(record.id, email)
+        template, subject = variant.template, variant.subject
     try:
         job = SendJob(
             email=email,
-            template=record.template,
+            template=template,
             source=record.id,
             step=STEP,
-            subject=record.subject,
+            subject=subject,
             topic=record.audience.topic,  # the pipeline checks the choice again at send time
         )
     except ValidationError:

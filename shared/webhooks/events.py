@@ -56,6 +56,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "sequence.exited",
     "broadcast.started",
     "broadcast.completed",
+    "broadcast.ab_decided",
     "reputation.paused",
     "reputation.resumed",
 )
@@ -265,6 +266,10 @@ def _sunset(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 
 def _broadcast(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    if new.get("ab_decision") and not old.get("ab_decision"):  # stored once (shared.broadcasts.decide)
+        return [
+            ("broadcast.ab_decided", {"broadcast_id": new.get("id"), **json.loads(new["ab_decision"])}, "")
+        ]
     before, after = old.get("status"), new.get("status")
     if before == after:
         return []
