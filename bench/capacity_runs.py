@@ -166,10 +166,10 @@ def sequences(bench: Bench) -> Run:
 
 
 def _broadcast(bench: Bench, broadcast_id: str, tag: str) -> None:
-    from bench.scenarios.broadcast import _service
+    from bench.scenarios.broadcast import broadcasts_service
     from shared.broadcasts.model import parse_request
 
-    service = _service(bench)
+    service = broadcasts_service(bench)
     service.send(parse_request(id=broadcast_id, template=TEMPLATE, audience={"tags": [tag]}))
     deadline = time.monotonic() + 600
     with bench.meter.quiet():  # the bench watching the record is not the product's traffic

@@ -205,10 +205,10 @@ def _broadcast(bench: Bench, subscribers: int, timings: dict[str, float], say: C
     """Send the broadcast and wait for it (resolution, every recipient counted, its Delivery
     events), noting when each happened in ``timings`` (seconds after the send request) and
     telling its progress every :data:`PROGRESS_S`."""
-    from bench.scenarios.broadcast import _drained, _service
+    from bench.scenarios.broadcast import _drained, broadcasts_service
     from shared.broadcasts.model import parse_request
 
-    service = _service(bench)
+    service = broadcasts_service(bench)
     queue = bench.runtime.resources.queues[specs.ENGAGEMENT_QUEUE.id].url
     deadline_s = max(MIN_DEADLINE_S, subscribers * DEADLINE_S_PER_RECIPIENT)
     started = told = time.monotonic()
@@ -241,7 +241,7 @@ def _broadcast(bench: Bench, subscribers: int, timings: dict[str, float], say: C
 def run(bench: Bench, subscribers: int, ses_rate: float = DEFAULT_SES_RATE,
         say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
     """One scale run on ``bench`` (a fresh local runtime): its report (:func:`report`)."""
-    from bench.scenarios.broadcast import _service
+    from bench.scenarios.broadcast import broadcasts_service
 
     quota = bench.runtime.ses.max_24_hour_send
     if quota < subscribers:  # the local SES would defer the rest for a day, as SES does
@@ -264,7 +264,7 @@ def run(bench: Bench, subscribers: int, ses_rate: float = DEFAULT_SES_RATE,
         ses_share=capacity_runs.specs_rate_share(),
     )  # fmt: skip
     model = capacity_runs.derive(measured, ses_rate)
-    record = _service(bench).get(BROADCAST_ID)
+    record = broadcasts_service(bench).get(BROADCAST_ID)
     figures = BroadcastFigures(
         recipients=record.audience_size,
         sent=record.sent,

@@ -27,15 +27,11 @@ from typing import Any
 from bench import capacity
 from bench.harness import Bench
 from bench.meter import Measurement
-from bench.scenarios.broadcast import TEMPLATE, seed_tagged
-from ops.broadcasts import Broadcasts
+from bench.scenarios.broadcast import TEMPLATE, broadcasts_service, seed_tagged, write_items
 from shared.broadcasts.audience import QUERY_CHUNK
 from shared.broadcasts.engagement import CHUNK
 from shared.broadcasts.model import STEP, parse_request
-from shared.core import specs
-from shared.core.settings import Settings
 from shared.store import keys
-from shared.store.dynamo import serialize
 from shared.store.hygiene import backfilled_item
 from shared.store.stats import SOURCE_SCOPE
 
@@ -92,23 +88,8 @@ def _seed_engagement(bench: Bench) -> None:
             )
         if i % 10 < 4:  # 40% last engaged 3 days ago
             event_items.append(backfilled_item(email, since, at))
-    ddb = bench.aws.client("dynamodb")
-    for table, items in ((main, main_items), (events, event_items)):
-        for start in range(0, len(items), 25):
-            request = {table: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}
-            while request:
-                request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
-
-
-def _service(bench: Bench) -> Broadcasts:
-    resources = bench.runtime.resources
-    settings = Settings(
-        table_name=resources.tables["table_name"],
-        events_table_name=resources.tables["events_table_name"],
-        broadcast_queue_url=resources.queues[specs.BROADCAST_QUEUE.id].url,
-        broadcast_control_queue_url=resources.queues[specs.BROADCAST_CONTROL_QUEUE.id].url,
-    )
-    return Broadcasts.from_settings(settings, aws=bench.aws)
+    write_items(bench.aws, main, main_items)
+    write_items(bench.aws, events, event_items)
 
 
 def million_s(rounds: int, machine: bool, cpu_ms_per_candidate: float) -> float:
@@ -126,7 +107,7 @@ def run(bench: Bench) -> list[Measurement]:
     table = bench.runtime.resources.tables["table_name"]
     seed_tagged(bench.aws, table, TAG, CANDIDATES)
     _seed_engagement(bench)
-    service = _service(bench)
+    service = broadcasts_service(bench)
     found: list[Measurement] = []
     for label, extra, rounds in CONDITIONS:
         request = parse_request(id="bench-aud", template=TEMPLATE, audience={"tags": [TAG], **extra})

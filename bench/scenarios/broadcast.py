@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from bench.harness import Bench
 from bench.meter import Measurement
@@ -50,6 +51,11 @@ def seed_tagged(aws: ClientFactory, table: str, tag: str, count: int) -> None:
         profile = Profile(email=email, first_name=f"R{i}", attributes={"plan": "pro"}, tags=frozenset({tag}),
                           created_at=now, updated_at=now, version=1)  # fmt: skip
         items += profile_items(profile, now)
+    write_items(aws, table, items)
+
+
+def write_items(aws: ClientFactory, table: str, items: list[dict[str, Any]]) -> None:
+    """``items`` written with BatchWriteItem, 25 a request, the unprocessed ones again."""
     ddb = aws.client("dynamodb")
     for start in range(0, len(items), 25):
         request = {table: [{"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]]}
@@ -57,7 +63,7 @@ def seed_tagged(aws: ClientFactory, table: str, tag: str, count: int) -> None:
             request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
 
 
-def _service(bench: Bench) -> Broadcasts:
+def broadcasts_service(bench: Bench) -> Broadcasts:
     resources = bench.runtime.resources
     settings = Settings(
         table_name=resources.tables["table_name"],
@@ -106,7 +112,7 @@ def run(bench: Bench) -> list[Measurement]:
     seed_tagged(bench.aws, table, "bench-news", RECIPIENTS)
     seed_tagged(bench.aws, table, "bench-rate", RECIPIENTS)
     seed_tagged(bench.aws, table, "bench-account", RECIPIENTS)
-    service = _service(bench)
+    service = broadcasts_service(bench)
     _run(bench, service, "bench-warmup", "bench-warm")  # imports, secret, first claims
 
     unlimited = bench.measure(
