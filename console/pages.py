@@ -145,6 +145,8 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return c.page(request, "broadcasts.html", reports=reports, subjects=subjects, title="Broadcasts")
 
     async def broadcast_new(request: Request) -> Response:
+        from ops.broadcast_requests import new_broadcast_id
+
         groups, recent = await asyncio.gather(call(_sendable, c), call(c.broadcasts.list, RECENT_SOURCES))
         return c.page(
             request,
@@ -152,6 +154,8 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             groups=groups,
             topics=c.topics,
             recent=[b.id for b in recent],
+            ab_id=new_broadcast_id(),
+            ab_rows=AB_ROWS,
             sequences=sorted(s.id for s in c.catalog()),
             title="New broadcast",
         )
@@ -160,6 +164,8 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         form = await request.form()
         built = _request(form)
         cursor = str(form.get("cursor") or "") or None
+        if built.ab is not None:  # an A/B test: each variant's test group and the rest, as --dry-run
+            return JSONResponse(await call(_split, c, built))
         part = await call(c.broadcasts.count, built, cursor)
         answer: dict[str, Any] = {
             "size": part.size,
@@ -496,6 +502,22 @@ PAGE = 50
 OUTBOX_PAGE = 50
 
 
+def _split(c: Console, built: Any) -> dict[str, Any]:
+    """An A/B test's live count: the whole audience read once (``Broadcasts.split``, what
+    ``mailstep broadcast send --dry-run`` shows), each variant's test group and the rest."""
+    groups = c.broadcasts.split(built)
+    total = sum(groups.values())
+    return {
+        "size": total,
+        "sample": [],
+        "cursor": None,
+        "audience": built.audience.model_copy(update={"split": None}).describe(),
+        "groups": groups,
+        "ab": built.ab.describe(),
+        "warmup": _warmup_line(c.target, total),
+    }
+
+
 def _warmup_line(target: Any, size: int) -> str | None:
     from ops.warmup import WarmupService
 
@@ -513,12 +535,15 @@ def _email(raw: str) -> str:
 
 
 def _request(form: FormData) -> Any:
-    from ops.broadcast_requests import broadcast_request
+    """The form's broadcast request; with its A/B test on (``ab``), the test's request, built
+    as ``mailstep broadcast send --variant ... --test-share ...`` builds it (``ab_request``)."""
+    from ops.broadcast_requests import ab_request, broadcast_request
 
     def text(name: str) -> str:
         return str(form.get(name, "") or "").strip()
 
-    return broadcast_request(
+    testing = form.get("ab") == "yes"
+    base = broadcast_request(
         template=text("template"),
         subject=text("subject") or None,
         tags=_lines(text("tags")),
@@ -530,21 +555,56 @@ def _request(form: FormData) -> Any:
         opened=_lines(text("opened")),
         clicked=_lines(text("clicked")),
         not_opened=_lines(text("not_opened")),
-        engaged_within_days=_days(text("engaged_within_days"), "engaged_within_days"),
-        not_engaged_within_days=_days(text("not_engaged_within_days"), "not_engaged_within_days"),
+        engaged_within_days=_whole(text("engaged_within_days"), "engaged_within_days", DAYS),
+        not_engaged_within_days=_whole(text("not_engaged_within_days"), "not_engaged_within_days", DAYS),
         machine_opens=form.get("machine_opens") == "yes",
+        # fixed when the page loads: the live count's test groups are the send's
+        broadcast_id=(text("ab_id") or None) if testing else None,
     )
+    if not testing:
+        return base
+    try:
+        return ab_request(
+            base,
+            variants=_variants(form, base.template),
+            test_share=_whole(text("test_share"), "test_share", "a whole per cent"),
+            metric=text("metric") or None,
+            decide_after=text("decide_after") or None,
+            min_sample=_whole(text("min_sample"), "min_sample", "a whole number"),
+        )
+    except InvalidInput as exc:  # named by the form's field (test_share), not the CLI's option
+        if not exc.problems:
+            raise
+        raise InvalidInput(f"{exc.problems[0].field}: {exc.problems[0].message}", exc.problems) from None
+
+
+AB_ROWS = 5  # the form's variant rows: A and B always count, C to E when filled in
+
+
+def _variants(form: FormData, template: str) -> list[str]:
+    """The variant rows as ``--variant`` takes them: ``template=KEY[,subject=TEXT]``, an empty
+    template the form's; a row from C on with neither is no variant."""
+    found = []
+    for row in range(AB_ROWS):
+        chosen = str(form.get(f"variant_template_{row}", "") or "").strip()
+        subject = str(form.get(f"variant_subject_{row}", "") or "").strip()
+        if row < 2 or chosen or subject:
+            found.append(f"template={chosen or template}" + (f",subject={subject}" if subject else ""))
+    return found
 
 
 RECENT_SOURCES = 20  # broadcasts the new-broadcast form suggests for its engagement conditions
 
 
-def _days(value: str, name: str) -> int | None:
-    """A number of days from the form (empty: no condition); its range is the request's to check."""
+DAYS = "a whole number of days"
+
+
+def _whole(value: str, name: str, what: str) -> int | None:
+    """A whole number from the form (empty: None); its range is the request's to check."""
     if not value:
         return None
     if not re.fullmatch(r"[+-]?\d{1,6}", value):
-        message = f"{value!r} is not a whole number of days"
+        message = f"{value!r} is not {what}"
         raise InvalidInput(f"{name}: {message}", [FieldProblem(name, message)])
     return int(value)
 

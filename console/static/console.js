@@ -130,7 +130,11 @@
         }
         out.dataset.state = "counted";
         out.dataset.size = String(total);
+        // an A/B test: each variant's test group and the rest (the whole audience, one answer)
+        const groups = Object.entries(body.groups || {}).map(([k, n]) =>
+          (k === "rest" ? "the rest " + n + " get the winner" : k + " " + n));
         out.textContent = "Audience: " + total + " subscriber(s), " + body.audience +
+          (groups.length ? ". A/B test groups: " + groups.join(", ") : "") +
           (body.warmup ? ". Warm-up: " + body.warmup : "");
       }).catch(() => fail(mine, "cannot count"));
     }
@@ -143,6 +147,16 @@
     form.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
     form.addEventListener("change", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
     count();
+  }
+
+  // The A/B test's fields show while its box is ticked (the server reads them only then).
+  function abTest() {
+    const box = document.getElementById("ab");
+    const fields = document.getElementById("ab-fields");
+    if (!box || !fields) return;
+    const update = () => { fields.hidden = !box.checked; };
+    box.addEventListener("change", update);
+    update();
   }
 
   // The send-at field holds a time without a zone: it is the browser's, whose offset at that
@@ -216,5 +230,5 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", () => { confirms(); stackTables(); charts(); audience(); sendAt(); progress(); typedGuards(); });
+  document.addEventListener("DOMContentLoaded", () => { confirms(); stackTables(); charts(); audience(); abTest(); sendAt(); progress(); typedGuards(); });
 })();

@@ -298,6 +298,9 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
             options = browser.evaluate("[...document.querySelectorAll('#template option')].map(o => o.value)")
             assert options[0] == "newsletter/monthly", options
             assert not [o for o in options if o.startswith(("system/", "transactional/"))], options
+            # the A/B test's fieldset, its fields shown only once its box is ticked (console.js)
+            assert browser.evaluate("!!document.querySelector('fieldset#ab-test #ab')") is True
+            assert browser.evaluate("document.getElementById('ab-fields').hidden") is True
             assert "{{" not in browser.evaluate("document.getElementById('template').textContent")
             # the engagement conditions suggest the recent broadcasts, and sequences where they may
             offered = browser.evaluate("[...document.querySelectorAll('#sources option')].map(o => o.value)")

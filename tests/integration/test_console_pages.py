@@ -13,6 +13,7 @@ forced resume needs the configuration set's name typed. The Hygiene page shows
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import threading
@@ -683,18 +684,114 @@ def test_the_form_counts_and_sends_an_audience_of_human_openers(
     assert list(record.audience.opened) == [SPRING] and record.audience.machine_opens is False
 
 
-@pytest.mark.parametrize("value", ["-1", "soon"])
-def test_a_bad_number_of_days_is_refused_naming_the_field_and_nothing_is_sent(
-    world: LocalResources, browser: Browser, opened_spring: None, value: str
+def refused_naming(
+    world: LocalResources, browser: Browser, url: str, fields: dict[str, str], name: str
 ) -> None:
+    """The live count and the send of ``fields`` are refused with an error naming the
+    field's ``name``; the send writes no broadcast."""
     records = BroadcastStore(world.tables["table_name"])
     before = [b.id for b in records.list()]
-    url, fields = new_broadcast_form(browser, engaged_within_days=value)
-
     counted = live_count(browser, fields)
-    assert counted.status == 400 and "engaged_within_days" in json.loads(counted.text)["error"]
+    assert counted.status == 400 and name in json.loads(counted.text)["error"]
 
     sent = browser.request("POST", url, urlencode({**fields, "confirm": "yes"}))
     assert sent.status == 303 and sent.location.startswith("/broadcasts/new?")
-    assert "engaged_within_days" in flash(sent)
+    assert name in flash(sent)
     assert [b.id for b in records.list()] == before
+
+
+# ----- the new-broadcast form's A/B test (docs/console.md, "Broadcasts") --------------------------
+AB_READERS = [f"ab{i:02d}@example.com" for i in range(40)]
+
+
+@pytest.fixture
+def ab_world(world: LocalResources, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Forty readers tagged ``ab``; the console's broadcasts with a schedule state machine (the
+    rest waits for the decision time) that keeps what it would start; the send's SES rate."""
+    from moto.sesv2.responses import SESV2Response
+
+    from local_aws import hooks
+    from ops.broadcasts import Broadcasts
+    from tests.integration.test_ab_tests import FakeScheduler
+
+    store = SubscriberStore(world.tables["table_name"], world.tables["events_table_name"])
+    for email in AB_READERS:
+        store.upsert(email, add_tags=["ab"])
+    monkeypatch.setattr(SESV2Response, "get_account", hooks._get_account, raising=False)
+    scheduler = FakeScheduler()
+    wired = Broadcasts.from_settings
+
+    def with_scheduler(*args: Any, **kwargs: Any) -> Broadcasts:
+        return dataclasses.replace(wired(*args, **kwargs), scheduler=scheduler)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Broadcasts, "from_settings", with_scheduler)
+    return scheduler
+
+
+def ab_form(browser: Browser, **fill: str) -> tuple[str, dict[str, str]]:
+    """The form with its A/B test ticked: variant A the template and subject above, B another
+    subject, half the audience in the test, decided on people's clicks."""
+    url, fields = new_broadcast_form(browser, tags="ab", subject="Spring")
+    for name in ("ab_id", "variant_subject_1", "test_share", "decide_after", "min_sample"):
+        assert name in fields, f"the form has no {name} field"
+    test = {"ab": "yes", "variant_subject_1": "Our spring sale", "test_share": "50", "metric": "clicks"}
+    return url, {**fields, **test, "min_sample": "5", **fill}
+
+
+def test_the_form_s_ab_test_counts_each_variant_s_group_and_sends_the_test_and_its_rest(
+    world: LocalResources, ab_world: Any, browser: Browser
+) -> None:
+    from ops.broadcasts import Broadcasts
+    from shared.broadcasts.abtest import in_test, variant_of
+
+    assert 'id="ab-test"' in browser.get("/broadcasts/new").text
+    url, fields = ab_form(browser)
+    test_id = fields["ab_id"]
+    expected = {"A": 0, "B": 0, "rest": 0}
+    for email in AB_READERS:
+        group = "AB"[variant_of(test_id, email, 2)] if in_test(test_id, email, 50) else "rest"
+        expected[group] += 1
+    assert min(expected.values()) > 0, expected
+
+    counted = live_count(browser, fields)
+    assert counted.status == 200, counted.text
+    answer = json.loads(counted.text)
+    assert answer["groups"] == expected and answer["size"] == len(AB_READERS)
+    assert answer["cursor"] is None and "all of ab" in answer["audience"]
+    # without the box, the same fields count the whole audience as one broadcast
+    plain = json.loads(live_count(browser, {k: v for k, v in fields.items() if k != "ab"}).text)
+    assert "groups" not in plain and plain["size"] == len(AB_READERS)
+
+    sent = browser.request("POST", url, urlencode({**fields, "confirm": "yes"}))
+    assert sent.status == 303 and flash(sent) == f"broadcast sent {test_id}", sent.location
+    service = Broadcasts.from_settings(settings_of(world))
+    test = service.get(test_id)
+    assert test.ab is not None and test.audience.split is not None
+    assert [(v.template, v.subject) for v in test.ab.variants] == [
+        ("newsletter/monthly", "Spring"),
+        ("newsletter/monthly", "Our spring sale"),
+    ]
+    settings = (test.ab.share, test.ab.metric, test.ab.decide_after_s, test.ab.min_sample)
+    assert settings == (50, "clicks", 4 * 3600, 5)
+    rest = service.get(f"{test_id}-rest")
+    assert test.ab.rest_id == rest.id and rest.status == "scheduled" and rest.id in ab_world.started
+    assert rest.audience.split is not None and rest.audience.split.side == "rest"
+    assert list(rest.audience.tags) == ["ab"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("engaged_within_days", "-1"),
+        ("engaged_within_days", "soon"),
+        ("test_share", "0"),
+        ("test_share", "x"),
+    ],
+)
+def test_a_bad_field_is_refused_naming_it_and_nothing_is_written(
+    world: LocalResources, ab_world: Any, browser: Browser, name: str, value: str
+) -> None:
+    """A bad number of days (an engagement condition), a bad test share (the A/B test)."""
+    url, fields = (ab_form if name == "test_share" else new_broadcast_form)(browser, **{name: value})
+    refused_naming(world, browser, url, fields, name)
+    assert ab_world.started == {}  # no rest scheduled either
