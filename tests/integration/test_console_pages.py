@@ -742,7 +742,7 @@ def test_the_form_s_ab_test_counts_each_variant_s_group_and_sends_the_test_and_i
     world: LocalResources, ab_world: Any, browser: Browser
 ) -> None:
     from ops.broadcasts import Broadcasts
-    from shared.broadcasts.abtest import in_test, variant_of
+    from shared.broadcasts.abtest import decide, in_test, variant_of
 
     assert 'id="ab-test"' in browser.get("/broadcasts/new").text
     url, fields = ab_form(browser)
@@ -777,6 +777,15 @@ def test_the_form_s_ab_test_counts_each_variant_s_group_and_sends_the_test_and_i
     assert test.ab.rest_id == rest.id and rest.status == "scheduled" and rest.id in ab_world.started
     assert rest.audience.split is not None and rest.audience.split.side == "rest"
     assert list(rest.audience.tags) == ["ab"]
+
+    # The test's page shows its setup, the rest and, once decided, the winner and the numbers
+    page = browser.get(f"/broadcasts/{test_id}").text
+    assert 'id="ab-setup"' in page and "50% of the audience" in page and f"/broadcasts/{rest.id}" in page
+    assert "Not decided yet" in page and 'id="follow-up"' in page and "The rest (the winner)" in page
+    decision = decide(test.ab, [40, 42], [4, 9], decided_at="2026-11-28T12:00:00.000Z")
+    assert service.records.record_decision(test, decision) is not None
+    page = browser.get(f"/broadcasts/{test_id}").text
+    assert "Variant B won" in page and "the higher rate" in page and "21.43%" in page, page
 
 
 @pytest.mark.parametrize(
