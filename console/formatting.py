@@ -20,6 +20,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from shared.core import clock
+
 WORDS = {
     # broadcast statuses (shared.broadcasts.model)
     "scheduled": "scheduled",
@@ -84,13 +86,13 @@ def moment(value: Any) -> datetime | None:
     """An ISO 8601 string (a trailing ``Z`` too) or a datetime as an aware UTC datetime (one
     without a zone is UTC, as the platform stores them); None when it is none of these."""
     if isinstance(value, datetime):
-        found = value
+        found = value if value.tzinfo else value.replace(tzinfo=UTC)
     else:
         try:
-            found = datetime.fromisoformat(str(value or "").strip().replace("Z", "+00:00"))
+            found = clock.parse_iso(str(value or "").strip())
         except ValueError:
             return None
-    return (found if found.tzinfo else found.replace(tzinfo=UTC)).astimezone(UTC)
+    return found.astimezone(UTC)
 
 
 def when(value: Any) -> Markup | str:
