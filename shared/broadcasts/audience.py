@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.broadcasts.engagement import EngagementReader
 from shared.broadcasts.model import Audience
+from shared.broadcasts.records import BroadcastStore
 from shared.core.models import SUBSCRIBED
 from shared.core.topics import TopicCatalog
 from shared.store import keys
@@ -270,20 +271,22 @@ class AudienceResolver(TableAdapter):
         checked against their profile and the conditions. The cursor holds the round (read from
         the original's record on the first page, so every page reads the same round), the
         original's page and the offset in it."""
+        records = BroadcastStore(self.table, self.client)
         round_ = position.get("round")
         if round_ is None:
-            round_ = self._last_round(original)
-            if round_ is None:
+            record = records.get(original)
+            if record is None:
                 return Page([], None, 0, {})
+            round_ = record.round
         number, offset = int(position.get("page", 0)), int(position.get("offset", 0))
         emails: list[str] = []
         excluded: dict[str, int] = {}
         evaluated = 0
         while len(emails) < self.page_size and evaluated < self.max_evaluated:
-            stored = self._original_page(original, int(round_), number)
+            stored = records.get_page(original, int(round_), number)
             if stored is None:
                 return Page(emails, None, evaluated, excluded)
-            addresses, last = stored
+            addresses, last = stored.emails, stored.exhausted
             chunk = addresses[offset : offset + min(QUERY_CHUNK, self.max_evaluated - evaluated)]
             profiles = self._profiles(chunk, pool)
             engaged = self._engaged(audience, list(profiles.values()), pool)
@@ -301,33 +304,6 @@ class AudienceResolver(TableAdapter):
                 number, offset = number + 1, 0
         cursor = {"part": 0, "round": int(round_), "page": number, "offset": offset}
         return Page(emails, json.dumps(cursor, sort_keys=True), evaluated, excluded)
-
-    def _last_round(self, broadcast_id: str) -> int | None:
-        pointer = self.client.get_item(
-            TableName=self.table, Key=key(keys.broadcast_pk(broadcast_id), keys.BROADCAST_POINTER)
-        ).get("Item")
-        if not pointer:
-            return None
-        record = self.client.get_item(
-            TableName=self.table,
-            Key=key(keys.BROADCAST, pointer["record_sk"]["S"]),
-            ConsistentRead=True,
-            ProjectionExpression="#round",
-            ExpressionAttributeNames={"#round": "round"},
-        ).get("Item")
-        return int(record["round"]["N"]) if record else None
-
-    def _original_page(self, broadcast_id: str, round_: int, page: int) -> tuple[list[str], bool] | None:
-        """(addresses, whether it was the last page) of a checkpointed page (None: none)."""
-        item = self.client.get_item(
-            TableName=self.table,
-            Key=key(keys.broadcast_pk(broadcast_id), keys.broadcast_page_sk(round_, page)),
-            ConsistentRead=True,
-        ).get("Item")
-        if not item:
-            return None
-        data = deserialize(item)
-        return list(json.loads(data["emails"])), bool(data["exhausted"])
 
     def _scan_round(
         self,
