@@ -6,6 +6,10 @@ BIN := $(VENV)/bin
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export TZ := UTC
 export PYTHONPATH := $(CURDIR)
+# Bytecode is cached (__pycache__: ignored by git, left out of the Lambda asset, which ships its
+# own): each CLI call and local runtime a test starts imports compiled modules instead of compiling
+# them again, as it would where the environment sets PYTHONDONTWRITEBYTECODE (empty = write).
+export PYTHONDONTWRITEBYTECODE :=
 
 LOCK := requirements.lock
 PYTEST := $(PY) -m pytest
