@@ -192,11 +192,13 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return back(f"/broadcasts/{quote(answer.record.id)}", msg=f"broadcast {word} {answer.record.id}")
 
     async def broadcast(request: Request) -> Response:
-        from ops.engaged import engaged
+        from ops.engaged import engaged, non_openers
 
         broadcast_id = request.path_params["id"]
-        details, people = await asyncio.gather(
-            call(c.broadcasts.details, broadcast_id), call(engaged, c.stats, broadcast_id)
+        details, people, unopened = await asyncio.gather(
+            call(c.broadcasts.details, broadcast_id),
+            call(engaged, c.stats, broadcast_id),
+            call(lambda: list(non_openers(c.broadcasts.resolver, broadcast_id, SHOWN + 1))),
         )
         subjects = await call(_subjects, c, [details["template"]])
         return c.page(
@@ -205,6 +207,9 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             b=details,
             subject=subjects.get(details["template"]),
             engaged=people.public(),
+            unopened=unopened[:SHOWN],
+            unopened_more=len(unopened) > SHOWN,
+            shown=SHOWN,
             progress=chart_data(_progress(details)),
             title=broadcast_id,
         )
@@ -222,6 +227,15 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return PlainTextResponse(
             people.csv(), media_type="text/csv", headers={"content-disposition": disposition}
         )
+
+    async def broadcast_non_openers_csv(request: Request) -> Response:
+        from ops.engaged import emails_csv, non_openers
+
+        broadcast_id = request.path_params["id"]
+        await call(c.broadcasts.get, broadcast_id)  # an unknown broadcast: not found, not an empty file
+        found = await call(lambda: emails_csv(non_openers(c.broadcasts.resolver, broadcast_id)))
+        disposition = f'attachment; filename="{broadcast_id}-did-not-open.csv"'
+        return PlainTextResponse(found, media_type="text/csv", headers={"content-disposition": disposition})
 
     async def broadcast_control(request: Request) -> Response:
         broadcast_id = request.path_params["id"]
@@ -472,6 +486,7 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         Route("/api/broadcasts/{id}", broadcast_json),  # polled by console.js while a broadcast sends
         Route("/broadcasts/{id}", broadcast),
         Route("/broadcasts/{id}/engaged.csv", broadcast_csv),  # who opened or clicked, as a download
+        Route("/broadcasts/{id}/did-not-open.csv", broadcast_non_openers_csv),  # sent, not opened
         Route("/broadcasts/{id}/{action:str}", broadcast_control, methods=["POST"]),
         Route("/templates", templates),
         Route("/templates/view", template),
@@ -499,7 +514,9 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
 
 PAGE = 50
+SHOWN = 200  # people listed on a broadcast's page per list (the CSV has them all)
 OUTBOX_PAGE = 50
+SHOWN = 200  # people listed on a broadcast's page per list (the CSV has them all)
 
 
 def _split(c: Console, built: Any) -> dict[str, Any]:

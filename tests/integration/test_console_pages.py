@@ -804,3 +804,23 @@ def test_a_bad_field_is_refused_naming_it_and_nothing_is_written(
     url, fields = (ab_form if name == "test_share" else new_broadcast_form)(browser, **{name: value})
     refused_naming(world, browser, url, fields, name)
     assert ab_world.started == {}  # no rest scheduled either
+
+
+# ----- a broadcast's report (docs/console.md, "Broadcasts") ---------------------------------------
+def test_a_broadcast_s_report_shows_opens_over_time_the_non_openers_the_mail_and_its_times(
+    browser: Browser, opened_spring: None
+) -> None:
+    page = browser.get(f"/broadcasts/{SPRING}").text
+    over_time = text_of(page, "over-time")
+    assert over_time.startswith("hour (UTC) opens clicks ")
+    assert f" {len(OPENERS)} 0" in over_time  # the people's opens in their hour, the machine's not
+    assert page.count('<meter class="open"') == 1  # one hour: one bar each
+    assert text_of(page, "unopened") == "email nobody"  # never resolved: no recipients
+    assert '<iframe sandbox src="/templates/render/newsletter/monthly"' in page
+    assert text_of(page, "b-end") == "not yet" and text_of(page, "b-duration") == "-"
+    assert "UTC" in text_of(page, "b-start")
+
+    answer = browser.get(f"/broadcasts/{SPRING}/did-not-open.csv")
+    assert answer.headers["content-type"].startswith("text/csv")
+    assert answer.text.splitlines() == ["email"]
+    assert browser.request("GET", "/broadcasts/no-such/did-not-open.csv").status == 404
