@@ -34,6 +34,7 @@ from tests.e2e.helpers import (
     mails,
     ops,
     paused_clock,
+    post,
     sent_by,
     subscribe,
     unique,
@@ -446,6 +447,33 @@ def test_a_sequences_counts_move_after_virtual_time_runs(
     after = eventually(moved, 60, "the tips step's sent count to grow", interval_s=1)
     assert after["S1"]["sent"] >= before["S1"]["sent"]
     browser.shot("console-flow-sequence-2-moved")
+    assert browser.errors == []
+
+
+def test_a_sequence_exit_on_a_goal_event_is_listed_as_an_exit(
+    local: Local, console: Console, browser: ConsoleBrowser
+) -> None:
+    """A purchase stops the buyer's onboarding (one of its exit events): the sequence's page
+    lists it under "Ended early" as an exit with the buyer's address and the event, not as a
+    stop or a failure (the engine's StopExecution error and cause, kept by Step Functions)."""
+    email = unique("console-goal") + "@example.com"
+    with paused_clock(local):  # the execution waits at its first wait until the purchase
+        (started,) = post(local, {"type": "subscriber.subscribed", "email": email, "id": f"s-{email}"})
+        assert started["sequences_started"] == ["onboarding"]
+        (purchase,) = post(local, {"type": "purchase.completed", "email": email, "id": f"p-{email}"})
+        assert purchase["sequences_stopped"] == ["onboarding"]
+
+    def listed() -> list[str] | None:
+        browser.open(console.base + "/sequences/onboarding")
+        rows = browser.evaluate(
+            "[...document.querySelectorAll('#ended tr[data-kind]')].map(r =>"
+            " [r.dataset.kind, r.cells[0].textContent.trim(), r.cells[2].textContent.trim(),"
+            " r.cells[3].textContent.trim()])"
+        )
+        return next((row for row in rows if row[1] == email), None)
+
+    row = eventually(listed, 60, "the buyer's execution under Ended early", interval_s=1)
+    assert row == ["exit", email, "exited", "goal reached: purchase.completed"]
     assert browser.errors == []
 
 

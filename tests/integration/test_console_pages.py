@@ -824,3 +824,56 @@ def test_a_broadcast_s_report_shows_opens_over_time_the_non_openers_the_mail_and
     assert answer.headers["content-type"].startswith("text/csv")
     assert answer.text.splitlines() == ["email"]
     assert browser.request("GET", "/broadcasts/no-such/did-not-open.csv").status == 404
+
+
+# ----- the new-broadcast form's tag suggestions, preview and test send ---------------------------
+@pytest.fixture
+def unsubscribe_secret(target: Target) -> Iterator[str]:
+    """The unsubscribe links' secret the target's settings name, while the test sends mail."""
+    sm = client("secretsmanager")
+    name = target.settings.unsubscribe_secret
+    sm.create_secret(Name=name, SecretString="s" * 32)
+    yield name
+    sm.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
+
+
+def test_the_form_suggests_the_tags_in_use_and_test_sends_its_template_and_subject_inline(
+    world: LocalResources,
+    ses: LocalSes,
+    browser: Browser,
+    target: Target,
+    unsubscribe_secret: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto.sesv2.responses import SESV2Response
+
+    from local_aws import hooks
+
+    monkeypatch.setattr(SESV2Response, "get_account", hooks._get_account, raising=False)
+    audience = {"tags": ["news"], "exclude_tags": ["churned"]}
+    request = {"id": "tagged", "template": "newsletter/monthly", "audience": audience}
+    records = BroadcastStore(world.tables["table_name"])
+    records.create(BroadcastRequest.model_validate(request), send_rate=1000)
+    page = browser.get("/broadcasts/new").text
+    hints = text_of(page, "tag-hints")  # a recent broadcast's, and onboarding's (if pro, tag onboarded)
+    for tag in ("churned", "news", "onboarded", "pro"):
+        assert f" {tag}" in hints, hints
+    assert '<option value="onboarded">' in page and 'list="known-tags"' in page
+    assert 'id="template-preview"' in page and 'src="/templates/render/' in page
+
+    def test_send(**fields: str) -> Answer:
+        return browser.request(
+            "POST", "/api/test-send", urlencode(fields), headers={"x-csrf-token": browser.secrets.csrf}
+        )
+
+    answer = test_send(template="newsletter/monthly", subject="Spring, inline", test_to="Me@Example.com")
+    assert answer.status == 200, answer.text
+    assert json.loads(answer.text) == {"message": "test mail sent to Me@example.com"}  # the domain lowered
+    (meta,) = [json.loads(p.read_text()) for p in ses.outbox.glob("*.json")]
+    assert meta["destination"] == ["Me@example.com"] and meta["subject"] == "Spring, inline"
+
+    refused = test_send(template="newsletter/monthly", subject="", test_to="not an address")
+    assert refused.status == 400 and "email" in json.loads(refused.text)["error"]
+    assert len(list(ses.outbox.glob("*.json"))) == 1  # nothing more went out
+    no_csrf = browser.request("POST", "/api/test-send", urlencode({"template": "newsletter/monthly"}))
+    assert no_csrf.status == 403
