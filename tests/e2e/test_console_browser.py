@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -329,6 +331,71 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
     shots = {p.name for p in SCREENSHOTS.glob("console-*.png")}
     assert {f"console-{n}-{w}.png" for n in pages for w in WIDTHS} <= shots
     assert ops(local, "webhooks", "remove", endpoint_id).returncode == 0
+
+
+BENCH_SUBSCRIBERS = "MAILSTEP_CONSOLE_BENCH_SUBSCRIBERS"  # e.g. 10000: the bench's data set
+
+
+def bench_pages(subscribers: int) -> list[tuple[str, str]]:
+    """The HTML pages ``python -m bench console`` times (``bench.console_pages.pages``), by a
+    name for their screenshots: not its JSON, CSV, form posts, background reads or framed mail."""
+    from bench import console_pages
+
+    return [
+        (re.sub(r"[^a-z0-9]+", "-", page.name.lower()).strip("-"), page.path)
+        for page in console_pages.pages(subscribers)
+        if page.path
+        and page.form is None
+        and not page.background
+        and not page.path.startswith(("/api/", "/templates/render/"))
+        and not page.path.endswith(".csv")
+    ]
+
+
+@pytest.mark.skipif(
+    not os.environ.get(BENCH_SUBSCRIBERS),
+    reason=f"the bench's data set takes minutes to import: set {BENCH_SUBSCRIBERS}=10000 (docs/console.md)",
+)
+def test_every_page_reads_well_at_both_widths_with_the_bench_s_data_set() -> None:
+    """The pages of ``python -m bench console`` with its data set (10,000 imported subscribers,
+    a broadcast, the onboarding sequence run: ``bench.console_pages.prepare``) on a fresh local
+    runtime of their own, read at 1280 and 390 px: no horizontal scroll, no word broken in a
+    table cell, no console error; screenshots ``console-bench-<page>-<width>.png``."""
+    from bench import console_pages
+    from bench.__main__ import _runtime
+    from console.server import serve
+    from ops.targets import local_target
+
+    subscribers = int(os.environ[BENCH_SUBSCRIBERS])
+    with _runtime() as bench:
+        console_pages.prepare(bench, subscribers, print)
+        runtime = bench.runtime
+        target = local_target(str(runtime.state_dir), runtime.config.region, aws=runtime.aws)
+        served = serve(target, 0, state_dir=Path(runtime.state_dir), outbox=runtime.outbox)
+        served.start()
+        profile = Path(tempfile.mkdtemp(prefix="mailstep-console-bench-chromium-"))
+        browser = ConsoleBrowser(profile)
+        try:
+            browser.width(WIDTHS[0])
+            browser.call("Page.navigate", url=served.url)
+            browser.wait_for_page(lambda: browser.evaluate("location.pathname") == "/", "the overview")
+            base = served.url.split("/?", 1)[0]
+            problems: dict[str, list[str]] = {}
+            for name, path in bench_pages(subscribers):
+                browser.width(WIDTHS[0])
+                browser.open(base + path)
+                assert browser.evaluate("document.querySelector('main h1') !== null"), name
+                for width in WIDTHS:
+                    browser.width(width)
+                    browser.shot(f"console-bench-{name}-{width}")
+                    if found := layout_problems(browser):
+                        problems[f"{name} at {width} px"] = found
+                assert browser.errors == [], (name, browser.errors)
+            assert problems == {}
+        finally:
+            browser.close()
+            served.stop()
+            shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_find_a_subscriber_and_erase_them(local: Local, console: Console, browser: ConsoleBrowser) -> None:
