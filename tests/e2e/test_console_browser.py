@@ -42,6 +42,7 @@ from tests.e2e.helpers import (
     unique,
 )
 from tests.e2e.test_console_security import Console, running_console  # noqa: F401 - the `console` fixture
+from tests.e2e.test_sequences import pair, waiting
 from tests.e2e.test_signup_browser import SCREENSHOTS, Browser
 
 WIDTHS = (1280, 390)
@@ -216,12 +217,23 @@ def scheduled_broadcasts(local: Local, tag: str) -> dict[str, str]:
     return made
 
 
+def onboarding_waits(local: Local, email: str) -> None:
+    """``email`` subscribes (with the clock paused: onboarding sends its welcome and waits a
+    day); back once the execution sits in that wait."""
+    (started,) = post(local, {"type": "subscriber.subscribed", "email": email, "id": f"s-{email}"})
+    assert started["sequences_started"] == ["onboarding"]
+    arn = str(pair(local, email, "onboarding"))
+    eventually(lambda: waiting(local, arn), 60, "the execution in its 1d wait")
+
+
 def test_every_page_reads_well_at_both_widths_without_console_errors(
     local: Local, console: Console, browser: ConsoleBrowser
 ) -> None:
     data = realistic_data(local)
     with paused_clock(local):  # the scheduled broadcast stays scheduled while the pages are read
         data.update(scheduled_broadcasts(local, data["tag"]))
+        data["member"] = unique("console-member") + "@example.com"  # waits in onboarding's 1d wait
+        onboarding_waits(local, data["member"])
         try:
             read_every_page(local, console, browser, data)
         finally:  # it never sends
@@ -297,6 +309,14 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
                 " r.querySelector('a').textContent])"
             )
             assert sorted(lost) == [["bounce", data["bounced"]], ["complaint", data["complained"]]], lost
+        if name == "sequence":  # the member's step now, and the next with when
+            rows = browser.evaluate(
+                "[...document.querySelectorAll('#members tbody tr')].map(r => [...r.cells].map(c =>"
+                " c.textContent.replace(/\\s+/g, ' ').trim()))"
+            )
+            (member,) = [row for row in rows if row[0] == data["member"]]
+            assert member[2] == "wait 1d" and member[3].startswith("send onboarding/tips at "), member
+            assert re.search(r"UTC \(in (23|24) hours\)$", member[3]), member  # a day after the welcome
         if name == "broadcast-new":  # no system or transactional template; a marketing one first
             options = browser.evaluate("[...document.querySelectorAll('#template option')].map(o => o.value)")
             assert options[0] == "newsletter/monthly", options
@@ -525,8 +545,7 @@ def test_a_sequence_exit_on_a_goal_event_is_listed_as_an_exit(
     stop or a failure (the engine's StopExecution error and cause, kept by Step Functions)."""
     email = unique("console-goal") + "@example.com"
     with paused_clock(local):  # the execution waits at its first wait until the purchase
-        (started,) = post(local, {"type": "subscriber.subscribed", "email": email, "id": f"s-{email}"})
-        assert started["sequences_started"] == ["onboarding"]
+        onboarding_waits(local, email)
         (purchase,) = post(local, {"type": "purchase.completed", "email": email, "id": f"p-{email}"})
         assert purchase["sequences_stopped"] == ["onboarding"]
 
