@@ -92,6 +92,7 @@ def pages(subscribers: int) -> list[Page]:
         Page("subscriber", "/subscribers/" + quote(one, safe="@")),
         Page("broadcasts", "/broadcasts"),
         Page("broadcast", f"/broadcasts/{BROADCAST_ID}"),
+        Page("broadcast: did not open (csv)", f"/broadcasts/{BROADCAST_ID}/did-not-open.csv"),
         Page("broadcast progress (json)", f"/api/broadcasts/{BROADCAST_ID}"),
         Page("new broadcast", "/broadcasts/new"),
         Page("dry-run count (20)", "/api/audience", {"template": TEMPLATE, "tags": SMALL_TAG}),
@@ -421,7 +422,7 @@ def run(bench: Bench, subscribers: int, repeats: int, say: Callable[[str], None]
     imported = prepare(bench, subscribers, say)
     runtime = bench.runtime
     target = local_target(str(runtime.state_dir), runtime.config.region, aws=runtime.aws)
-    served = serve(target, 0, outbox=runtime.outbox)
+    served = serve(target, 0, state_dir=Path(runtime.state_dir), outbox=runtime.outbox)
     served.start()
     try:
         browser = Browser(f"http://127.0.0.1:{served.port}")

@@ -145,14 +145,17 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return c.page(request, "broadcasts.html", reports=reports, subjects=subjects, title="Broadcasts")
 
     async def broadcast_new(request: Request) -> Response:
-        from ops.broadcast_requests import new_broadcast_id
+        from ops.broadcast_requests import new_broadcast_id, suggested_tags
 
         groups, recent = await asyncio.gather(call(_sendable, c), call(c.broadcasts.list, RECENT_SOURCES))
+        first = next((row["key"] for _, rows in groups for row in rows), "")
         return c.page(
             request,
             "broadcast_new.html",
             groups=groups,
+            first_template=first,
             topics=c.topics,
+            known_tags=suggested_tags(recent, c.catalog()),
             recent=[b.id for b in recent],
             ab_id=new_broadcast_id(),
             ab_rows=AB_ROWS,
@@ -192,11 +195,13 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return back(f"/broadcasts/{quote(answer.record.id)}", msg=f"broadcast {word} {answer.record.id}")
 
     async def broadcast(request: Request) -> Response:
-        from ops.engaged import engaged
+        from ops.engaged import engaged, non_openers
 
         broadcast_id = request.path_params["id"]
-        details, people = await asyncio.gather(
-            call(c.broadcasts.details, broadcast_id), call(engaged, c.stats, broadcast_id)
+        details, people, unopened = await asyncio.gather(
+            call(c.broadcasts.details, broadcast_id),
+            call(engaged, c.stats, broadcast_id),
+            call(lambda: list(non_openers(c.broadcasts.resolver, broadcast_id, SHOWN + 1))),
         )
         subjects = await call(_subjects, c, [details["template"]])
         return c.page(
@@ -205,6 +210,9 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
             b=details,
             subject=subjects.get(details["template"]),
             engaged=people.public(),
+            unopened=unopened[:SHOWN],
+            unopened_more=len(unopened) > SHOWN,
+            shown=SHOWN,
             progress=chart_data(_progress(details)),
             title=broadcast_id,
         )
@@ -222,6 +230,15 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return PlainTextResponse(
             people.csv(), media_type="text/csv", headers={"content-disposition": disposition}
         )
+
+    async def broadcast_non_openers_csv(request: Request) -> Response:
+        from ops.engaged import emails_csv, non_openers
+
+        broadcast_id = request.path_params["id"]
+        await call(c.broadcasts.get, broadcast_id)  # an unknown broadcast: not found, not an empty file
+        found = await call(lambda: emails_csv(non_openers(c.broadcasts.resolver, broadcast_id)))
+        disposition = f'attachment; filename="{broadcast_id}-did-not-open.csv"'
+        return PlainTextResponse(found, media_type="text/csv", headers={"content-disposition": disposition})
 
     async def broadcast_control(request: Request) -> Response:
         broadcast_id = request.path_params["id"]
@@ -253,18 +270,25 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         return HTMLResponse(rendered.html)
 
     async def test_send(request: Request) -> Response:
-        from ops.templates import send_test
-
         form = await request.form()
         key = str(form.get("key", ""))
         url = "/templates/view?key=" + quote(key, safe="")
         try:
-            outcome = await call(send_test, c.target, key, str(form.get("to", "")))
+            message = await call(_test_send, c, key, str(form.get("to", "")), None)
         except (MailstepError, ValueError) as exc:
             return back(url, error=str(exc))
-        if outcome.status != "sent":
-            return back(url, error=f"not sent: {outcome.reason or outcome.status}")
-        return back(url, msg=f"test mail sent to {form.get('to')}")
+        return back(url, msg=message)
+
+    async def broadcast_test_send(request: Request) -> Response:
+        """The new-broadcast form's inline test: its template and subject to one address."""
+        form = await request.form()
+        subject = str(form.get("subject", "") or "").strip() or None
+        key, to = str(form.get("template", "")), str(form.get("test_to", ""))
+        try:
+            message = await call(_test_send, c, key, to, subject)
+        except (MailstepError, ValueError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"message": message})
 
     # ----- sequences -----------------------------------------------------------------------------
     async def sequences(request: Request) -> Response:
@@ -272,12 +296,17 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
         catalog = c.catalog()
         ids = [s.id for s in catalog]
-        active, counters = await asyncio.gather(
-            call(c.stats.active_of, ids), call(source_counters, c.stats, ids)
+        executions, counters = await asyncio.gather(
+            call(c.stats.executions_of, ids), call(source_counters, c.stats, ids)
         )
         rows = {i: {row["metric"]: row for row in found.rows()} for i, found in counters.items()}
         return c.page(
-            request, "sequences.html", sequences=list(catalog), active=active, rows=rows, title="Sequences"
+            request,
+            "sequences.html",
+            sequences=list(catalog),
+            executions=executions,
+            rows=rows,
+            title="Sequences",
         )
 
     async def sequence(request: Request) -> Response:
@@ -469,9 +498,11 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
         Route("/broadcasts", broadcast_send, methods=["POST"]),
         Route("/broadcasts/new", broadcast_new),
         Route("/api/audience", audience, methods=["POST"]),
+        Route("/api/test-send", broadcast_test_send, methods=["POST"]),  # the form's inline test
         Route("/api/broadcasts/{id}", broadcast_json),  # polled by console.js while a broadcast sends
         Route("/broadcasts/{id}", broadcast),
         Route("/broadcasts/{id}/engaged.csv", broadcast_csv),  # who opened or clicked, as a download
+        Route("/broadcasts/{id}/did-not-open.csv", broadcast_non_openers_csv),  # sent, not opened
         Route("/broadcasts/{id}/{action:str}", broadcast_control, methods=["POST"]),
         Route("/templates", templates),
         Route("/templates/view", template),
@@ -499,7 +530,9 @@ def routes(c: Console) -> list[Route]:  # noqa: C901 - one closure per route, ea
 
 
 PAGE = 50
+SHOWN = 200  # people listed on a broadcast's page per list (the CSV has them all)
 OUTBOX_PAGE = 50
+SHOWN = 200  # people listed on a broadcast's page per list (the CSV has them all)
 
 
 def _split(c: Console, built: Any) -> dict[str, Any]:
@@ -679,13 +712,27 @@ def _at(form: FormData) -> str | None:
     return moment.replace(tzinfo=timezone(timedelta(minutes=int(offset)))).isoformat()
 
 
-def _current_steps(c: Console, executions: list[Any]) -> dict[str, str]:
+def _current_steps(c: Console, executions: list[Any]) -> dict[str, dict[str, Any]]:
     from ops.sequence_view import current_steps
     from shared.sequences.sfn import StepFunctions
 
     if not executions:
         return {}
     return current_steps(StepFunctions(c.target.client("stepfunctions")), c.catalog(), executions)
+
+
+def _test_send(c: Console, key: str, to: str, subject: str | None) -> str:
+    """One test mail of ``key`` to ``to`` (``ops.templates.send_test``: the real send pipeline,
+    as ``mailstep templates``' test send); what to tell the operator. Not sent: an InvalidInput
+    with the reason."""
+    from ops.templates import send_test
+
+    if not to.strip():
+        raise InvalidInput("to: the address to send the test to", [FieldProblem("to", "missing")])
+    outcome = send_test(c.target, key, _email(to), subject=subject)
+    if outcome.status != "sent":
+        raise InvalidInput(f"not sent: {outcome.reason or outcome.status}")
+    return f"test mail sent to {_email(to)}"
 
 
 def _subjects(c: Console, keys: Iterable[str]) -> dict[str, str]:
@@ -700,14 +747,17 @@ def _subjects(c: Console, keys: Iterable[str]) -> dict[str, str]:
 
 def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
     from ops.admin import failed_executions
-    from ops.sequence_view import MAX_MEMBERS, ended, graph, members, waiting_at
+    from ops.sequence_view import MAX_MEMBERS, ended, graph, locate_all, members, waiting_at, whereabouts
     from shared.sequences.sfn import StepFunctions
 
     emails = c.admin.store.sequence_members(sequence.id, limit=MAX_MEMBERS)
     shown = members(c.admin.store, sequence.id, emails=emails)
     total = max(c.stats.active_of([sequence.id])[sequence.id], len(emails))
     sfn = StepFunctions(c.target.client("stepfunctions"))
-    waiting = waiting_at(sfn, (m.execution_arn for m in shown))
+    positions = locate_all(sfn, (m.execution_arn for m in shown))
+    nodes = graph(sequence)  # without counts: each member's step and the one after it
+    windowed = sequence.send_window is not None
+    where = {arn: whereabouts(nodes, found, windowed=windowed) for arn, found in positions.items()}
     try:
         failed = failed_executions(
             sequence.id, sfn=sfn, arn_prefix=c.target.settings.state_machine_arn_prefix, aws=c.target.aws
@@ -715,8 +765,9 @@ def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
     except NotFound:  # not deployed yet
         failed = []
     return {
-        "nodes": graph(sequence, c.stats, waiting),
+        "nodes": graph(sequence, c.stats, waiting_at(positions.values())),
         "members": shown,
+        "where": where,
         "total": total,
         "ended": ended(sfn, failed),  # goal exits apart from stops and failures
     }

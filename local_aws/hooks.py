@@ -9,6 +9,7 @@
 - SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
   event destinations) -> the local SES (``local_aws.ses``);
 - SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
+- Step Functions ``StopExecution`` keeps its ``error`` and ``cause`` (:func:`_stop_execution`);
 - DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
   :func:`transact_write_items`);
 - a DynamoDB Query on a table's own key reads only its partition, and one on an index only the
@@ -62,6 +63,7 @@ from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.utils import boto_client as sfn_boto_client
+from moto.stepfunctions.responses import StepFunctionResponse
 
 from local_aws.clock import VirtualClock
 from local_aws.ses import LocalSes, SesError
@@ -126,6 +128,7 @@ def self_check() -> None:
         (StreamShard, "add"): ["self", "old", "new"],
         (StreamRecord, "__init__"): ["self", "table", "stream_type", "event_name", "old", "new", "seq"],
         (SqsMessage, "delay"): ["self", "delay_seconds"],
+        (StepFunctionResponse, "stop_execution"): ["self"],
     }
     for (owner, name), params in expected.items():
         member = getattr(owner, name, None)
@@ -358,6 +361,19 @@ def trim_stream(shard: Any, count: int) -> None:
 
 
 _MOTO_SQS_DELAY = SqsMessage.delay
+_MOTO_STOP_EXECUTION = StepFunctionResponse.stop_execution
+
+
+def _stop_execution(self: Any) -> Any:
+    """StopExecution keeping the ``error`` and ``cause`` it was given, as Step Functions does
+    (DescribeExecution answers them): moto stops with neither. The engine stops an execution
+    on one of its sequence's exit events with ``mailstep.stopped`` and ``event <type>``, which
+    the console lists as an exit (its goal reached), not as a stop or a failure."""
+    answer = _MOTO_STOP_EXECUTION(self)
+    execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
+    execution.error = self._get_param("error") or None
+    execution.cause = self._get_param("cause") or None
+    return answer
 
 
 def _sqs_delay(self: Any, delay_seconds: int) -> None:
@@ -509,6 +525,7 @@ def install() -> None:
         LambdaBackend.create_event_source_mapping = _create_event_source_mapping  # type: ignore[method-assign]
         StreamShard.add = _stream_add  # type: ignore[method-assign]
         SqsMessage.delay = _sqs_delay  # type: ignore[method-assign]
+        StepFunctionResponse.stop_execution = _stop_execution  # type: ignore[method-assign]
         dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
         sesv2_urls.url_paths.update(_SESV2_EXTRA_PATHS)
         SESV2Response.send_email = _send_email  # type: ignore[method-assign]

@@ -256,3 +256,30 @@ def rest_request(test: Broadcast) -> BroadcastRequest:
         audience=test.audience.model_copy(update={"split": split}),
         at=start + timedelta(seconds=test.ab.decide_after_s),
     )
+
+
+# ----- the new-broadcast form's tag suggestions ----------------------------------------------------
+def suggested_tags(broadcasts: Iterable[Broadcast], sequences: Iterable[Any]) -> list[str]:
+    """Tags worth offering when an audience is built, from what is at hand without reading a
+    subscriber: the tags the given broadcasts' audiences named (all, any, none) and the tags the
+    sequences set, remove or test (``tag`` steps and ``if: {tag: ...}`` conditions), sorted."""
+    found: set[str] = set()
+    for record in broadcasts:
+        found.update((*record.audience.tags, *record.audience.any_tags, *record.audience.exclude_tags))
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                if name == "tag" and isinstance(inner, str):
+                    found.add(inner)
+                elif name == "tag" and isinstance(inner, dict):
+                    found.update(str(t) for t in (*inner.get("add", ()), *inner.get("remove", ())))
+                else:
+                    walk(inner)
+        elif isinstance(value, list | tuple):
+            for inner in value:
+                walk(inner)
+
+    for sequence in sequences:
+        walk(sequence.model_dump(by_alias=True, mode="json"))
+    return sorted(found)

@@ -16,8 +16,10 @@ from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
+from shared.core import clock
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.sequences.compiler import duration_label, step_code
 from shared.sequences.model import ExitStep, IfStep, SendStep, Sequence, TagStep, WaitStep, condition_to_data
@@ -39,6 +41,7 @@ class StepNode:
     templates: tuple[str, ...] = ()
     counts: dict[str, int] = field(default_factory=dict)  # sent, opened, clicked, waiting
     condition: dict[str, Any] | None = None  # an ``if`` step's condition (``condition_to_data``)
+    wait_s: int = 0  # a ``wait`` step's seconds
 
     def public(self) -> dict[str, Any]:
         return {**asdict(self), "templates": list(self.templates)}
@@ -84,8 +87,21 @@ def members(
         return [m for m in pool.map(member, shown) if m is not None]
 
 
-def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
-    """The name of the state the execution entered last (None: ended, or not known).
+@dataclass(frozen=True)
+class Position:
+    """The state an execution entered last: its name, when, and the input it entered with."""
+
+    state: str
+    entered: datetime | None
+    input: dict[str, Any]
+
+    @property
+    def code(self) -> str:
+        return self.state.split("_", 1)[0]
+
+
+def locate(sfn: StepFunctions, execution_arn: str) -> Position | None:
+    """Where the execution is now (None: ended, or not known).
 
     Newest events first (``reverseOrder``, one short page); an endpoint that answers oldest
     first (the local runtime's emulation) is read to its end instead."""
@@ -103,21 +119,82 @@ def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
             return None
         details = event.get("stateEnteredEventDetails")
         if details:
-            return str(details["name"])
+            try:
+                given = json.loads(details.get("input") or "{}")
+            except ValueError:
+                given = {}
+            entered = event.get("timestamp")
+            return Position(
+                str(details["name"]),
+                entered if isinstance(entered, datetime) else None,
+                given if isinstance(given, dict) else {},
+            )
     return None
 
 
-def waiting_at(sfn: StepFunctions, executions: Iterable[str]) -> Counter[str]:
-    """How many of ``executions`` are in each step now (by step code), looked up for at most
-    :data:`MAX_LOCATED` of them."""
-    found: Counter[str] = Counter()
-    for index, arn in enumerate(executions):
-        if index >= MAX_LOCATED:
-            break
-        state = current_state(sfn, arn)
-        if state:
-            found[state.split("_", 1)[0]] += 1
-    return found
+def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
+    """The name of the state the execution entered last (None: ended, or not known)."""
+    found = locate(sfn, execution_arn)
+    return found.state if found is not None else None
+
+
+def locate_all(sfn: StepFunctions, executions: Iterable[str]) -> dict[str, Position | None]:
+    """Where each of the first :data:`MAX_LOCATED` ``executions`` is now, by ARN, :data:`READERS`
+    history reads at a time."""
+    shown = list(executions)[:MAX_LOCATED]
+    if not shown:
+        return {}
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        return dict(zip(shown, pool.map(lambda arn: locate(sfn, arn), shown), strict=True))
+
+
+def waiting_at(positions: Iterable[Position | None]) -> Counter[str]:
+    """How many of the located executions are in each step now (by step code)."""
+    return Counter(p.code for p in positions if p is not None)
+
+
+def whereabouts(
+    nodes: list[StepNode], position: Position | None, *, windowed: bool = False
+) -> dict[str, Any]:
+    """What an execution at ``position`` does now and next, for people: ``step`` (its step's
+    label, "" when it ended), ``next`` (the step after it: "send onboarding/tips", "end"; an
+    ``if`` step's condition in ``next_condition``) and ``next_at`` (when a wait ends, ISO 8601:
+    its entry plus its seconds, or with a send window (``windowed``) the time its ``schedule``
+    Task set, ``$.r.wake`` of the input it entered with; None while a step runs now)."""
+    if position is None:
+        return {"step": "", "next": "", "next_condition": None, "next_at": None}
+    index = next((i for i, n in enumerate(nodes) if n.code == position.code), None)
+    if index is None:
+        return {"step": position.state, "next": "", "next_condition": None, "next_at": None}
+    here, following = nodes[index], _after(nodes, index)
+    next_at = None
+    if here.kind == "wait":
+        result = position.input.get("r")
+        wake = result.get("wake") if isinstance(result, dict) else None
+        if windowed:
+            next_at = wake if isinstance(wake, str) else None
+        elif position.entered is not None:
+            next_at = clock.iso(position.entered + timedelta(seconds=here.wait_s))
+    return {
+        "step": here.label,
+        "next": following.label if following is not None else "end",
+        "next_condition": following.condition if following is not None else None,
+        "next_at": next_at,
+    }
+
+
+def _after(nodes: list[StepNode], index: int) -> StepNode | None:
+    """The step that runs after ``nodes[index]`` (depth first: the rest of its branch, then
+    what follows its ``if``; an ``else`` ends a ``then`` branch); None: the sequence ends."""
+    limit = nodes[index].depth
+    for node in nodes[index + 1 :]:
+        if node.depth > limit or node.kind == "then":
+            continue
+        if node.kind == "else":  # the then-branch ends here: its else-branch is skipped
+            limit = node.depth - 1
+            continue
+        return node
+    return None
 
 
 def graph(
@@ -147,9 +224,8 @@ def graph(
                 )
                 nodes.append(StepNode(code, "send", label, depth, templates, counts(code, templates)))
             elif isinstance(step, WaitStep):
-                nodes.append(
-                    StepNode(code, "wait", f"wait {duration_label(step.wait)}", depth, (), counts(code, ()))
-                )
+                label = f"wait {duration_label(step.wait)}"
+                nodes.append(StepNode(code, "wait", label, depth, (), counts(code, ()), wait_s=step.wait))
             elif isinstance(step, TagStep):
                 label = f"tag +{','.join(step.tag.add) or '-'} -{','.join(step.tag.remove) or '-'}"
                 nodes.append(StepNode(code, "tag", label, depth, (), counts(code, ())))
@@ -226,21 +302,20 @@ def ended(sfn: StepFunctions, executions: Iterable[Any], limit: int = 50) -> lis
         return list(pool.map(one, shown))
 
 
-def current_steps(sfn: StepFunctions, catalog: Any, executions: Iterable[Any]) -> dict[str, str]:
-    """Where each of a subscriber's ``executions`` is now, by execution ARN: its step's label
-    ("wait 1d", "send onboarding/tips"; "" when it ended or its sequence is no longer in
-    ``catalog``), one history read per execution, :data:`READERS` at a time."""
-    shown = list(executions)[:MAX_LOCATED]
-
-    def one(execution: Any) -> tuple[str, str]:
+def current_steps(sfn: StepFunctions, catalog: Any, executions: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """Where each of a subscriber's ``executions`` is now and what comes next, by execution ARN
+    (:func:`whereabouts`: the step's label, "" when it ended or its sequence is no longer in
+    ``catalog``; the next step and when a wait ends), one history read per execution,
+    :data:`READERS` at a time."""
+    shown = list(executions)
+    known = [e for e in shown if catalog.get(e.sequence_id) is not None]
+    positions = locate_all(sfn, (e.execution_arn for e in known))
+    found = {}
+    for execution in shown:
         sequence = catalog.get(execution.sequence_id)
-        state = current_state(sfn, execution.execution_arn) if sequence is not None else None
-        if sequence is None or not state:
-            return execution.execution_arn, ""
-        labels = {node.code: node.label for node in graph(sequence)}
-        return execution.execution_arn, labels.get(state.split("_", 1)[0], state)
-
-    if not shown:
-        return {}
-    with ThreadPoolExecutor(max_workers=READERS) as pool:
-        return dict(pool.map(one, shown))
+        nodes = graph(sequence) if sequence is not None else []
+        windowed = sequence is not None and sequence.send_window is not None
+        found[execution.execution_arn] = whereabouts(
+            nodes, positions.get(execution.execution_arn), windowed=windowed
+        )
+    return found

@@ -230,5 +230,26 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", () => { confirms(); stackTables(); charts(); audience(); abTest(); sendAt(); progress(); typedGuards(); });
+  // The new-broadcast form's preview follows the chosen template; its test send posts the form
+  // (template, subject, the test address) and shows the answer beside the button.
+  function mailPreview() {
+    const select = document.getElementById("template");
+    const frame = document.getElementById("template-preview");
+    const button = document.getElementById("test-send");
+    if (!select || !frame || !button) return;
+    const show = () => { if (select.value) frame.src = frame.dataset.src + select.value; };
+    select.addEventListener("change", show);
+    show();
+    const out = document.getElementById("test-sent");
+    button.addEventListener("click", () => {
+      button.disabled = true;
+      out.textContent = "sending ...";
+      post("/api/test-send", button.form)
+        .then(a => { out.textContent = a.ok ? a.body.message : a.body.error; out.dataset.state = a.ok ? "sent" : "error"; })
+        .catch(() => { out.textContent = "not sent: the console did not answer"; out.dataset.state = "error"; })
+        .finally(() => { button.disabled = false; });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => { confirms(); stackTables(); charts(); audience(); abTest(); sendAt(); progress(); typedGuards(); mailPreview(); });
 })();

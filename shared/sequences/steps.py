@@ -244,7 +244,7 @@ def _remove_pair(request: StepRequest, deps: StepDeps, *, completed: bool = Fals
         deps.store.mark_execution_ended(
             request.email, request.sequence, request.execution, EXECUTION_COMPLETED
         )
-    deps.store.delete_execution(request.email, request.sequence, request.execution)
+    deps.store.delete_execution(request.email, request.sequence, request.execution, completed=completed)
 
 
 def _record_failure(request: StepRequest, deps: StepDeps) -> None:

@@ -511,6 +511,17 @@ def active_count(item: Mapping[str, Any] | None) -> int:
     return max(0, int((item or {}).get("active", 0)))
 
 
+def execution_counts(item: Mapping[str, Any] | None) -> dict[str, int]:
+    """A summed ``ACTIVE`` item's counts: active (:func:`active_count`), started and completed
+    (each 0 before its first ADD: they began with the version that added them)."""
+    found = item or {}
+    return {
+        "active": active_count(item),
+        "started": int(found.get("started", 0)),
+        "completed": int(found.get("completed", 0)),
+    }
+
+
 def sum_shards(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One counters item from its shards: every number summed, other fields of the latest."""
     total: dict[str, Any] = {}
@@ -550,8 +561,13 @@ class StatsStore(TableAdapter):
     def active_of(self, sequence_ids: Iterable[str]) -> dict[str, int]:
         """Each sequence's active executions (``keys.active_key``: the count kept with the EXEC
         pairs), without reading an ``EXEC#`` partition."""
+        return {s: counts["active"] for s, counts in self.executions_of(sequence_ids).items()}
+
+    def executions_of(self, sequence_ids: Iterable[str]) -> dict[str, dict[str, int]]:
+        """Each sequence's executions: ``active`` now, ``started`` and ``completed`` (ran to
+        their last step) since the counts began, from the same item (:func:`execution_counts`)."""
         found = self.summed([keys.active_key(s) for s in dict.fromkeys(sequence_ids)])
-        return {keys.counter_scope(pk)[0]: active_count(item) for (pk, _), item in found.items()}
+        return {keys.counter_scope(pk)[0]: execution_counts(item) for (pk, _), item in found.items()}
 
     def summed(self, wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any] | None]:
         """Several counters items (``(STATS#<scope>, SK)``), each summed over its 16 shards (None:

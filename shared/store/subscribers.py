@@ -758,14 +758,16 @@ class SubscriberStore(TableAdapter):
                 {"Put": {"TableName": self.table, "Item": serialize(inverse), "ConditionExpression": absent}},
             ),
             Action(ENTERED, {"Put": marker}),
-            self._active_add(sequence_id, 1, now),
+            self._active_add(sequence_id, {"active": 1, "started": 1}, now),
         ]
 
-    def _active_add(self, sequence_id: str, amount: int, at: str) -> Action:
-        """The ADD to the sequence's active-executions count (one of its shards) that joins the
-        transaction writing (+1) or deleting (-1) an EXEC pair: the count moves only with a pair."""
+    def _active_add(self, sequence_id: str, adds: dict[str, int], at: str) -> Action:
+        """The ADD to the sequence's executions counts (one of its shards) that joins the
+        transaction writing (``active`` +1, ``started`` +1) or deleting (``active`` -1, and
+        ``completed`` +1 when it ran to its end) an EXEC pair: the counts move only with a pair,
+        once per pair however often a step is delivered."""
         pk, sk = keys.active_key(sequence_id)
-        return Action(ACTIVE_COUNT, counter_adds(self.table, pk, sk, {"active": amount}, at=at))
+        return Action(ACTIVE_COUNT, counter_adds(self.table, pk, sk, adds, at=at))
 
     def _transact_counted(self, actions: list[Action]) -> None:
         """``transact(actions)``, run again while only a concurrent transaction on the count's
@@ -801,8 +803,11 @@ class SubscriberStore(TableAdapter):
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
 
-    def delete_execution(self, email: str, sequence_id: str, execution_arn: str | None = None) -> bool:
-        """Remove the pair; with ``execution_arn`` only if it still belongs to that execution.
+    def delete_execution(
+        self, email: str, sequence_id: str, execution_arn: str | None = None, *, completed: bool = False
+    ) -> bool:
+        """Remove the pair; with ``execution_arn`` only if it still belongs to that execution;
+        ``completed``: it ran to its last step (counted as a completion with the delete).
 
         Returns False when there was nothing (or another execution's pair) to delete.
         """
@@ -819,7 +824,7 @@ class SubscriberStore(TableAdapter):
         actions = [
             Action(EXEC_FORWARD, {"Delete": delete(keys.sub_pk(email), keys.exec_sk(sequence_id))}),
             Action(EXEC_INVERSE, {"Delete": delete(keys.exec_pk(sequence_id), keys.sub_pk(email))}),
-            self._active_add(sequence_id, -1, clock.iso()),
+            self._active_add(sequence_id, {"active": -1, "completed": int(completed)}, clock.iso()),
         ]
         try:
             self._transact_counted(actions)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -34,11 +36,13 @@ from tests.e2e.helpers import (
     mails,
     ops,
     paused_clock,
+    post,
     sent_by,
     subscribe,
     unique,
 )
 from tests.e2e.test_console_security import Console, running_console  # noqa: F401 - the `console` fixture
+from tests.e2e.test_sequences import pair, waiting
 from tests.e2e.test_signup_browser import SCREENSHOTS, Browser
 
 WIDTHS = (1280, 390)
@@ -213,12 +217,23 @@ def scheduled_broadcasts(local: Local, tag: str) -> dict[str, str]:
     return made
 
 
+def onboarding_waits(local: Local, email: str) -> None:
+    """``email`` subscribes (with the clock paused: onboarding sends its welcome and waits a
+    day); back once the execution sits in that wait."""
+    (started,) = post(local, {"type": "subscriber.subscribed", "email": email, "id": f"s-{email}"})
+    assert started["sequences_started"] == ["onboarding"]
+    arn = str(pair(local, email, "onboarding"))
+    eventually(lambda: waiting(local, arn), 60, "the execution in its 1d wait")
+
+
 def test_every_page_reads_well_at_both_widths_without_console_errors(
     local: Local, console: Console, browser: ConsoleBrowser
 ) -> None:
     data = realistic_data(local)
     with paused_clock(local):  # the scheduled broadcast stays scheduled while the pages are read
         data.update(scheduled_broadcasts(local, data["tag"]))
+        data["member"] = unique("console-member") + "@example.com"  # waits in onboarding's 1d wait
+        onboarding_waits(local, data["member"])
         try:
             read_every_page(local, console, browser, data)
         finally:  # it never sends
@@ -294,6 +309,14 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
                 " r.querySelector('a').textContent])"
             )
             assert sorted(lost) == [["bounce", data["bounced"]], ["complaint", data["complained"]]], lost
+        if name == "sequence":  # the member's step now, and the next with when
+            rows = browser.evaluate(
+                "[...document.querySelectorAll('#members tbody tr')].map(r => [...r.cells].map(c =>"
+                " c.textContent.replace(/\\s+/g, ' ').trim()))"
+            )
+            (member,) = [row for row in rows if row[0] == data["member"]]
+            assert member[2] == "wait 1d" and member[3].startswith("send onboarding/tips at "), member
+            assert re.search(r"UTC \(in (23|24) hours\)$", member[3]), member  # a day after the welcome
         if name == "broadcast-new":  # no system or transactional template; a marketing one first
             options = browser.evaluate("[...document.querySelectorAll('#template option')].map(o => o.value)")
             assert options[0] == "newsletter/monthly", options
@@ -328,6 +351,71 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
     shots = {p.name for p in SCREENSHOTS.glob("console-*.png")}
     assert {f"console-{n}-{w}.png" for n in pages for w in WIDTHS} <= shots
     assert ops(local, "webhooks", "remove", endpoint_id).returncode == 0
+
+
+BENCH_SUBSCRIBERS = "MAILSTEP_CONSOLE_BENCH_SUBSCRIBERS"  # e.g. 10000: the bench's data set
+
+
+def bench_pages(subscribers: int) -> list[tuple[str, str]]:
+    """The HTML pages ``python -m bench console`` times (``bench.console_pages.pages``), by a
+    name for their screenshots: not its JSON, CSV, form posts, background reads or framed mail."""
+    from bench import console_pages
+
+    return [
+        (re.sub(r"[^a-z0-9]+", "-", page.name.lower()).strip("-"), page.path)
+        for page in console_pages.pages(subscribers)
+        if page.path
+        and page.form is None
+        and not page.background
+        and not page.path.startswith(("/api/", "/templates/render/"))
+        and not page.path.endswith(".csv")
+    ]
+
+
+@pytest.mark.skipif(
+    not os.environ.get(BENCH_SUBSCRIBERS),
+    reason=f"the bench's data set takes minutes to import: set {BENCH_SUBSCRIBERS}=10000 (docs/console.md)",
+)
+def test_every_page_reads_well_at_both_widths_with_the_bench_s_data_set() -> None:
+    """The pages of ``python -m bench console`` with its data set (10,000 imported subscribers,
+    a broadcast, the onboarding sequence run: ``bench.console_pages.prepare``) on a fresh local
+    runtime of their own, read at 1280 and 390 px: no horizontal scroll, no word broken in a
+    table cell, no console error; screenshots ``console-bench-<page>-<width>.png``."""
+    from bench import console_pages
+    from bench.__main__ import _runtime
+    from console.server import serve
+    from ops.targets import local_target
+
+    subscribers = int(os.environ[BENCH_SUBSCRIBERS])
+    with _runtime() as bench:
+        console_pages.prepare(bench, subscribers, print)
+        runtime = bench.runtime
+        target = local_target(str(runtime.state_dir), runtime.config.region, aws=runtime.aws)
+        served = serve(target, 0, state_dir=Path(runtime.state_dir), outbox=runtime.outbox)
+        served.start()
+        profile = Path(tempfile.mkdtemp(prefix="mailstep-console-bench-chromium-"))
+        browser = ConsoleBrowser(profile)
+        try:
+            browser.width(WIDTHS[0])
+            browser.call("Page.navigate", url=served.url)
+            browser.wait_for_page(lambda: browser.evaluate("location.pathname") == "/", "the overview")
+            base = served.url.split("/?", 1)[0]
+            problems: dict[str, list[str]] = {}
+            for name, path in bench_pages(subscribers):
+                browser.width(WIDTHS[0])
+                browser.open(base + path)
+                assert browser.evaluate("document.querySelector('main h1') !== null"), name
+                for width in WIDTHS:
+                    browser.width(width)
+                    browser.shot(f"console-bench-{name}-{width}")
+                    if found := layout_problems(browser):
+                        problems[f"{name} at {width} px"] = found
+                assert browser.errors == [], (name, browser.errors)
+            assert problems == {}
+        finally:
+            browser.close()
+            served.stop()
+            shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_find_a_subscriber_and_erase_them(local: Local, console: Console, browser: ConsoleBrowser) -> None:
@@ -446,6 +534,32 @@ def test_a_sequences_counts_move_after_virtual_time_runs(
     after = eventually(moved, 60, "the tips step's sent count to grow", interval_s=1)
     assert after["S1"]["sent"] >= before["S1"]["sent"]
     browser.shot("console-flow-sequence-2-moved")
+    assert browser.errors == []
+
+
+def test_a_sequence_exit_on_a_goal_event_is_listed_as_an_exit(
+    local: Local, console: Console, browser: ConsoleBrowser
+) -> None:
+    """A purchase stops the buyer's onboarding (one of its exit events): the sequence's page
+    lists it under "Ended early" as an exit with the buyer's address and the event, not as a
+    stop or a failure (the engine's StopExecution error and cause, kept by Step Functions)."""
+    email = unique("console-goal") + "@example.com"
+    with paused_clock(local):  # the execution waits at its first wait until the purchase
+        onboarding_waits(local, email)
+        (purchase,) = post(local, {"type": "purchase.completed", "email": email, "id": f"p-{email}"})
+        assert purchase["sequences_stopped"] == ["onboarding"]
+
+    def listed() -> list[str] | None:
+        browser.open(console.base + "/sequences/onboarding")
+        rows = browser.evaluate(
+            "[...document.querySelectorAll('#ended tr[data-kind]')].map(r =>"
+            " [r.dataset.kind, r.cells[0].textContent.trim(), r.cells[2].textContent.trim(),"
+            " r.cells[3].textContent.trim()])"
+        )
+        return next((row for row in rows if row[1] == email), None)
+
+    row = eventually(listed, 60, "the buyer's execution under Ended early", interval_s=1)
+    assert row == ["exit", email, "exited", "goal reached: purchase.completed"]
     assert browser.errors == []
 
 

@@ -804,3 +804,76 @@ def test_a_bad_field_is_refused_naming_it_and_nothing_is_written(
     url, fields = (ab_form if name == "test_share" else new_broadcast_form)(browser, **{name: value})
     refused_naming(world, browser, url, fields, name)
     assert ab_world.started == {}  # no rest scheduled either
+
+
+# ----- a broadcast's report (docs/console.md, "Broadcasts") ---------------------------------------
+def test_a_broadcast_s_report_shows_opens_over_time_the_non_openers_the_mail_and_its_times(
+    browser: Browser, opened_spring: None
+) -> None:
+    page = browser.get(f"/broadcasts/{SPRING}").text
+    over_time = text_of(page, "over-time")
+    assert over_time.startswith("hour (UTC) opens clicks ")
+    assert f" {len(OPENERS)} 0" in over_time  # the people's opens in their hour, the machine's not
+    assert page.count('<meter class="open"') == 1  # one hour: one bar each
+    assert text_of(page, "unopened") == "nobody"  # never resolved: no recipients
+    assert '<iframe sandbox src="/templates/render/newsletter/monthly"' in page
+    assert text_of(page, "b-end") == "not yet" and text_of(page, "b-duration") == "-"
+    assert "UTC" in text_of(page, "b-start")
+
+    answer = browser.get(f"/broadcasts/{SPRING}/did-not-open.csv")
+    assert answer.headers["content-type"].startswith("text/csv")
+    assert answer.text.splitlines() == ["email"]
+    assert browser.request("GET", "/broadcasts/no-such/did-not-open.csv").status == 404
+
+
+# ----- the new-broadcast form's tag suggestions, preview and test send ---------------------------
+@pytest.fixture
+def unsubscribe_secret(target: Target) -> Iterator[str]:
+    """The unsubscribe links' secret the target's settings name, while the test sends mail."""
+    sm = client("secretsmanager")
+    name = target.settings.unsubscribe_secret
+    sm.create_secret(Name=name, SecretString="s" * 32)
+    yield name
+    sm.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
+
+
+def test_the_form_suggests_the_tags_in_use_and_test_sends_its_template_and_subject_inline(
+    world: LocalResources,
+    ses: LocalSes,
+    browser: Browser,
+    target: Target,
+    unsubscribe_secret: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto.sesv2.responses import SESV2Response
+
+    from local_aws import hooks
+
+    monkeypatch.setattr(SESV2Response, "get_account", hooks._get_account, raising=False)
+    audience = {"tags": ["news"], "exclude_tags": ["churned"]}
+    request = {"id": "tagged", "template": "newsletter/monthly", "audience": audience}
+    records = BroadcastStore(world.tables["table_name"])
+    records.create(BroadcastRequest.model_validate(request), send_rate=1000)
+    page = browser.get("/broadcasts/new").text
+    hints = text_of(page, "tag-hints")  # a recent broadcast's, and onboarding's (if pro, tag onboarded)
+    for tag in ("churned", "news", "onboarded", "pro"):
+        assert f" {tag}" in hints, hints
+    assert '<option value="onboarded">' in page and 'list="known-tags"' in page
+    assert 'id="template-preview"' in page and 'src="/templates/render/' in page
+
+    def test_send(**fields: str) -> Answer:
+        return browser.request(
+            "POST", "/api/test-send", urlencode(fields), headers={"x-csrf-token": browser.secrets.csrf}
+        )
+
+    answer = test_send(template="newsletter/monthly", subject="Spring, inline", test_to="Me@Example.com")
+    assert answer.status == 200, answer.text
+    assert json.loads(answer.text) == {"message": "test mail sent to Me@example.com"}  # the domain lowered
+    (meta,) = [json.loads(p.read_text()) for p in ses.outbox.glob("*.json")]
+    assert meta["destination"] == ["Me@example.com"] and meta["subject"] == "Spring, inline"
+
+    refused = test_send(template="newsletter/monthly", subject="", test_to="not an address")
+    assert refused.status == 400 and "email" in json.loads(refused.text)["error"]
+    assert len(list(ses.outbox.glob("*.json"))) == 1  # nothing more went out
+    no_csrf = browser.request("POST", "/api/test-send", urlencode({"template": "newsletter/monthly"}))
+    assert no_csrf.status == 403

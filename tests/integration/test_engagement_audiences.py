@@ -278,3 +278,26 @@ def test_a_resend_waits_until_its_original_is_finished(
     assert resolve_step(parse_resolve(message["Body"]), ctx).status == "last_page"
     _, emails = batch_emails(env)
     assert set(emails) == set(READERS[:4])  # nobody opened
+
+
+def test_the_report_lists_the_non_openers_and_the_people_s_opens_and_clicks_per_hour(
+    engaged: None, env: Env, store: SubscriberStore, service: Broadcasts
+) -> None:
+    """The console's broadcast report: who was sent it and did not open it as a person (the
+    resend's audience: whoever unsubscribed since is listed with the unsubscribes instead), all
+    or the first few, and the people's opens and clicks over time (a machine's open is none)."""
+    from ops.engaged import emails_csv, non_openers
+    from ops.engaged import engaged as engaged_with
+    from shared.store.stats import StatsStore
+
+    store.unsubscribe(UNSUBSCRIBED_SINCE)
+    want = [e for e in READERS if e not in OPENED | CLICKED | {UNSUBSCRIBED_SINCE}]
+    assert list(non_openers(service.resolver, ORIGINAL)) == want  # in the pages' order
+    assert list(non_openers(service.resolver, ORIGINAL, 4)) == want[:4]
+    assert emails_csv(non_openers(service.resolver, ORIGINAL)).splitlines() == ["email", *want]
+
+    over_time = engaged_with(StatsStore(env.table, env.events_table), ORIGINAL).public()["over_time"]
+    assert over_time["unit"] == "hour"
+    assert sum(b["open"] for b in over_time["buckets"]) == len(OPENED)
+    assert sum(b["click"] for b in over_time["buckets"]) == len(CLICKED)
+    assert over_time["most"] == max(max(b["open"], b["click"]) for b in over_time["buckets"])

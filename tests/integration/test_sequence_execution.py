@@ -239,6 +239,8 @@ def test_examples_run_with_the_expected_branch_and_leave_no_pairs(harness: Harne
     assert start(harness, trial, "trial@example.com")["status"] == "SUCCEEDED"
     assert harness.sent("trial@example.com") == ["trial/expiring", "trial/last-day"]
     assert harness.exec_items() == []
+    done = {"active": 0, "started": 2, "completed": 2}  # the console's sequences list reads these
+    assert executions_of(harness, "onboarding") == done
 
 
 def test_linear_sequence_costs_at_most_two_transitions_per_email(harness: Harness) -> None:
@@ -501,6 +503,33 @@ def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Ha
     # the restarted run sends its mails again (send-once is per execution)
     assert harness.sent("r@example.com") == ["trial/expiring", "trial/expiring", "trial/last-day"]
     assert harness.exec_items() == []
+    assert executions_of(harness, "again") == {"active": 0, "started": 2, "completed": 1}  # one stopped
+
+
+def executions_of(harness: Harness, sequence_id: str) -> dict[str, int]:
+    from shared.store.stats import StatsStore
+
+    stats = StatsStore(harness.store.table, harness.store.events_table)
+    return stats.executions_of([sequence_id])[sequence_id]
+
+
+def test_a_finish_delivered_twice_counts_one_completion(harness: Harness) -> None:
+    """Given a running execution's pair, When its ``finish`` payload runs twice (a redelivered
+    invocation), Then the pair is gone and the sequence counts one start and one completion."""
+    from shared.sequences.steps import SequenceHalted
+
+    email = "done-twice@example.com"
+    harness.store.upsert(email, first_name="Ada")
+    arn = f"{PREFIX}t:t-done"
+    harness.store.put_execution(email, "t", arn)
+    payload = {"contract": "sequence.step", "version": 1, "action": "finish", "sequence": "t",
+               "step": "S9", "email": email, "execution": arn}  # fmt: skip
+    deps = StepDeps(store=harness.store, send=harness.send)
+    run_step(parse_request(payload), deps)
+    with pytest.raises(SequenceHalted):  # the pair is gone: nothing more happens
+        run_step(parse_request(payload), deps)
+    assert harness.exec_items() == []
+    assert executions_of(harness, "t") == {"active": 0, "started": 1, "completed": 1}
 
 
 @pytest.mark.parametrize("via_link", [False, True], ids=["event", "one-click-link"])

@@ -4,6 +4,7 @@ on one of its exit events is its goal reached, listed with the subscriber, not a
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -62,30 +63,64 @@ def test_an_exit_on_a_goal_event_is_an_exit_with_the_subscriber_not_a_failure() 
 
 
 class History:
-    """GetExecutionHistory, newest first: the state each execution entered last."""
+    """GetExecutionHistory, newest first: the state each execution entered last, when, and with
+    what input."""
 
-    def __init__(self, entered: dict[str, str]) -> None:
+    def __init__(self, entered: dict[str, tuple[str, dict[str, Any]]]) -> None:
         self.entered = entered
 
     def get_execution_history(self, executionArn: str, **_: Any) -> dict[str, Any]:  # noqa: N803
-        name = self.entered[executionArn]
-        return {"events": [{"id": 2, "type": "WaitStateEntered", "stateEnteredEventDetails": {"name": name}}]}
+        name, given = self.entered[executionArn]
+        details = {"name": name, "input": json.dumps(given)}
+        event = {"id": 2, "type": "StateEntered", "timestamp": ENTERED, "stateEnteredEventDetails": details}
+        return {"events": [event]}
 
 
-def test_a_subscriber_s_executions_say_the_step_they_are_at() -> None:
+ENTERED = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+
+
+def test_a_subscriber_s_executions_say_the_step_they_are_at_and_what_comes_next_when() -> None:
     from ops.sequence_view import current_steps
     from shared.sequences import SEQUENCES_DIR
     from shared.sequences.validate import load_catalog
 
     catalog, _ = load_catalog(SEQUENCES_DIR)
-    sfn: Any = SimpleNamespace(client=History({"arn:1": "S2_wait", "arn:2": "S3_send"}))
+    sfn: Any = SimpleNamespace(
+        client=History(
+            {
+                "arn:1": ("S2_wait_1d", {}),
+                "arn:2": ("S3_send_onboarding-tips", {}),
+                "arn:3": ("S5T1_send_onboarding-pro-tips", {}),  # the then-branch's last step
+                "arn:4": ("S8_tag", {}),
+            }
+        )
+    )
     executions = [
-        SimpleNamespace(sequence_id="onboarding", execution_arn="arn:1"),
-        SimpleNamespace(sequence_id="onboarding", execution_arn="arn:2"),
-        SimpleNamespace(sequence_id="gone", execution_arn="arn:3"),  # no longer in the catalog
-    ]
-    assert current_steps(sfn, catalog, executions) == {
-        "arn:1": "wait 1d",
-        "arn:2": "send onboarding/tips",
-        "arn:3": "",
+        SimpleNamespace(sequence_id="onboarding", execution_arn=f"arn:{n}") for n in range(1, 5)
+    ] + [SimpleNamespace(sequence_id="gone", execution_arn="arn:9")]  # no longer in the catalog
+    found = current_steps(sfn, catalog, executions)
+    assert found["arn:1"] == {
+        "step": "wait 1d",
+        "next": "send onboarding/tips",
+        "next_condition": None,
+        "next_at": "2026-11-21T09:00:00.000Z",  # its entry plus a day
     }
+    assert (found["arn:2"]["step"], found["arn:2"]["next"], found["arn:2"]["next_at"]) == (
+        "send onboarding/tips",
+        "wait 2d",
+        None,  # running now
+    )
+    assert found["arn:3"]["next"] == "wait 1w"  # not the else-branch's send
+    assert found["arn:4"]["next"] == "end"
+    assert found["arn:9"]["step"] == ""
+
+
+def test_with_a_send_window_a_wait_ends_when_its_schedule_task_said() -> None:
+    from ops.sequence_view import Position, StepNode, whereabouts
+
+    nodes = [StepNode("S1", "send", "send a", 0), StepNode("S2", "wait", "wait 1d", 0, wait_s=86400),
+             StepNode("S3", "send", "send b", 0)]  # fmt: skip
+    waiting = Position("S2_wait_1d", ENTERED, {"r": {"wake": "2026-11-21T14:00:00.000Z"}})
+    assert whereabouts(nodes, waiting, windowed=True)["next_at"] == "2026-11-21T14:00:00.000Z"
+    assert whereabouts(nodes, waiting)["next_at"] == "2026-11-21T09:00:00.000Z"
+    assert whereabouts(nodes, None) == {"step": "", "next": "", "next_condition": None, "next_at": None}
