@@ -336,6 +336,7 @@ def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
 
 
 _STREAMS = threading.Lock()
+STREAM_LOCK = _STREAMS  # held while a stream's records are appended, read or trimmed (local_aws.streams)
 
 
 def _stream_add(self: Any, old: Any, new: Any) -> None:
