@@ -51,7 +51,6 @@ from shared.store.dynamo import (
 from shared.store.stats import BUSY_REASONS, CONTENDED_RETRY, counter_adds, day_key
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 LIST_SCOPE = "~list"  # "~" is not allowed in a source id: no source meets it
@@ -176,17 +175,9 @@ class FoldResult:
 
 
 class ListHealthStore(TableAdapter):
-    """The fold's writes and the overview's read of the totals."""
+    """The fold's writes (its transactions on busy counters shards pause with ``pause``)."""
 
-    def __init__(
-        self,
-        table_name: str,
-        client: DynamoDBClient | None = None,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        super().__init__(table_name, client)
-        self._sleep = sleep
+    pause: Callable[[float], None] = staticmethod(time.sleep)
 
     def fold(self, records: Iterable[Mapping[str, Any]]) -> FoldResult:
         """Add the counts of ``records`` (one stream batch, in stream order) exactly once each."""
@@ -231,7 +222,7 @@ class ListHealthStore(TableAdapter):
             if not refused:
                 if not cancellation.known or not set(cancellation.codes) - {NO_REASON} <= BUSY_REASONS:
                     raise RuntimeError(f"list-health fold refused: {cancellation.codes}")
-                self._sleep(CONTENDED_RETRY.pause(min(busy, CONTENDED_RETRY.attempts)))
+                self.pause(CONTENDED_RETRY.pause(min(busy, CONTENDED_RETRY.attempts)))
                 busy += 1
         raise RuntimeError("list-health fold: the counts stayed contended")
 

@@ -39,7 +39,7 @@ def streams(resources: LocalResources) -> Streams:
 
 @pytest.fixture
 def fold(resources: LocalResources) -> ListHealthStore:
-    return ListHealthStore(resources.tables["table_name"], sleep=lambda _: None)
+    return ListHealthStore(resources.tables["table_name"])
 
 
 @pytest.fixture
