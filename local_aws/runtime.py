@@ -477,7 +477,7 @@ class LocalRuntime:
         with self._lock:
             readers = self.stream_readers.get(id(table.stream_shard))
             if readers is None:
-                readers = ShardReaders(table.stream_shard, lock=hooks.STREAM_LOCK, trim=hooks.trim_stream)
+                readers = ShardReaders(table.stream_shard, lock=hooks.STREAM_LOCK, forget=True)
                 self.stream_readers[id(table.stream_shard)] = readers
             elif len(readers.positions) >= STREAM_READERS_PER_SHARD:
                 raise ValueError(f"a third event source mapping on the stream of table {table.name}")

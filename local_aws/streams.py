@@ -132,15 +132,14 @@ class ShardReaders:
     """Where each event source mapping of one stream shard is, as DynamoDB Streams keeps it: every
     mapping reads every record from its own position (a table's stream may have two readers at
     once: webhook-dispatch and stats-fold read the main table's), and a record is forgotten only
-    once every reader has passed it (``trim``: ``local_aws.hooks.trim_stream``; None keeps them).
-    ``lock`` is the one the shard's writer and ``trim`` hold."""
+    once every reader has passed it (``forget``; else they are kept), sequence numbers going on
+    from where they were. ``lock`` is the one the shard's writer holds (``local_aws.hooks``), so
+    a record is appended, read and forgotten one at a time."""
 
-    def __init__(
-        self, shard: Any, *, lock: Any = None, trim: Callable[[Any, int], None] | None = None
-    ) -> None:
+    def __init__(self, shard: Any, *, lock: Any = None, forget: bool = False) -> None:
         self.shard = shard
         self.lock = lock if lock is not None else threading.Lock()
-        self.trim = trim
+        self.forget = forget
         self.positions: dict[int, int] = {}  # reader -> sequence number of its next record
         self._ids = 0
 
@@ -169,8 +168,9 @@ class ShardReaders:
         with self.lock:
             self.positions[reader] += count
             passed = min(self.positions.values()) - int(self.shard.starting_sequence_number)
-        if self.trim is not None and passed > 0:
-            self.trim(self.shard, passed)
+            if self.forget and passed > 0:
+                del self.shard.items[:passed]
+                self.shard.starting_sequence_number += passed
 
 
 class StreamPoller:

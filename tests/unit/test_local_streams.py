@@ -3,6 +3,7 @@ mappings' patterns, and the poller's batches, partial responses, bisection and r
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -132,14 +133,11 @@ def test_a_failing_batch_is_bisected_then_skipped_after_its_retries() -> None:
     assert calls.count([2]) >= 1 and len(calls) < 12  # the bad one retried a bounded number of times
 
 
-def trim(target: Any, count: int) -> None:
-    del target.items[:count]
-    target.starting_sequence_number += count
-
-
 def test_trimming_forgets_handed_on_records() -> None:
     shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(1, 4)])
-    p = poller(shard, lambda f, e: ({"batchItemFailures": []}, False), readers=ShardReaders(shard, trim=trim))
+    p = poller(
+        shard, lambda f, e: ({"batchItemFailures": []}, False), readers=ShardReaders(shard, forget=True)
+    )
     assert p.poll_once() and shard.items == [] and shard.starting_sequence_number == 4
     assert not p.poll_once()
 
@@ -147,7 +145,7 @@ def test_trimming_forgets_handed_on_records() -> None:
 def test_two_mappings_of_one_stream_each_get_every_record() -> None:
     # Given the two readers of the main table's stream (webhook-dispatch and stats-fold)
     shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(1, 4)])
-    readers = ShardReaders(shard, trim=trim)
+    readers = ShardReaders(shard, forget=True)
     got: dict[str, list[int]] = {"webhooks": [], "fold": []}
 
     def invoke_for(name: str) -> Any:
@@ -163,6 +161,18 @@ def test_two_mappings_of_one_stream_each_get_every_record() -> None:
     assert fold.poll_once() and webhooks.poll_once()
     assert got == {"webhooks": [1, 2, 3, 4], "fold": [1, 2, 3, 4]}
     assert shard.items == [] and fold.pending() == webhooks.pending() == 0
+
+
+def test_readers_advancing_at_once_forget_each_record_once() -> None:
+    shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(1, 2001)])
+    readers = ShardReaders(shard, forget=True)
+    ids = [readers.add(), readers.add()]
+    threads = [threading.Thread(target=lambda r=r: [readers.advance(r, 1) for _ in range(2000)]) for r in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert shard.items == [] and shard.starting_sequence_number == 2001
 
 
 def test_a_batch_waits_for_its_batching_window_unless_it_is_full() -> None:
