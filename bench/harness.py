@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -13,7 +14,10 @@ from typing import Any
 from bench.capacity import LAMBDA_MB_PER_VCPU
 from bench.meter import Measurement, Meter
 from local_aws.lambdas import STATS
+from local_aws.streams import StreamPoller
 from shared.core.aws import ClientFactory
+
+SETTLE_S = 1.0  # the stream pollers' idle time that ends a step (Bench.settle)
 
 
 def state_transitions(aws: ClientFactory) -> int:
@@ -51,6 +55,22 @@ class Bench:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"null")
+
+    def settle(self, done: Callable[[], bool] = lambda: True, timeout_s: float = 120) -> None:
+        """Until the table streams' pollers have nothing left (every batch handed on: the fold's
+        and the dispatcher's requests are the step's), ``done()`` holds, and SETTLE_S passed so."""
+        deadline = time.monotonic() + timeout_s
+        quiet_since: float | None = None
+        while time.monotonic() < deadline:
+            pollers = [p for p in self.runtime.pollers if isinstance(p, StreamPoller)]
+            if all(p.pending() == 0 for p in pollers) and done():
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= SETTLE_S:
+                    return
+            else:
+                quiet_since = None
+            time.sleep(0.05)
+        raise RuntimeError("the table streams did not settle in time")
 
     def _cpu_gb_seconds(self) -> float:
         """GB-s as Lambda would bill the CPU work done so far: each function's CPU seconds

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from ops.targets import Target
 
 app = typer.Typer(
-    help="Subscribers: get, list, update, topics, unsubscribe, resubscribe, delete, import, export.",
+    help="Subscribers: get, list, update, topics, unsubscribe, resubscribe, delete, import, export, "
+    "backfill-counts.",
     no_args_is_help=True,
 )
 console = Console()
@@ -219,6 +220,27 @@ def delete(
         f"{result.email}: erased ({result.main_items} items, {result.event_items} events"
         + (f"; stopped {', '.join(result.sequences_stopped)})" if result.sequences_stopped else ")")
     )
+
+
+def _totals_line(totals: dict[str, int]) -> None:
+    console.print(", ".join(f"{name} {n:,}" for name, n in totals.items()))
+
+
+@app.command("backfill-counts")
+@targeted
+@json_or(_totals_line)
+def backfill_counts(*, target: Target) -> dict[str, int]:
+    """Count the subscribers into the overview's list-health totals, once, after the upgrade
+    that adds them (reads every profile; docs/data-model.md, "List health")."""
+    from ops.overview import backfill_list
+    from shared.store.list_health import AlreadyBackfilled, ListHealthStore
+
+    store = ListHealthStore(target.settings.table_name, client=target.client("dynamodb"))
+    try:
+        return backfill_list(_admin(target).iter(), store)
+    except AlreadyBackfilled as exc:
+        err.print(f"[red]{exc}[/red]: the totals count every change since then")
+        raise typer.Exit(1) from None
 
 
 @app.command("import")

@@ -339,6 +339,7 @@ def _create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
 
 
 _STREAMS = threading.Lock()
+STREAM_LOCK = _STREAMS  # held while a stream's records are appended, read or forgotten (local_aws.streams)
 
 
 def _stream_add(self: Any, old: Any, new: Any) -> None:
@@ -350,14 +351,6 @@ def _stream_add(self: Any, old: Any, new: Any) -> None:
     with _STREAMS:
         seq = len(self.items) + self.starting_sequence_number
         self.items.append(StreamRecord(self.table, stream_type, event_name, old, new, seq))
-
-
-def trim_stream(shard: Any, count: int) -> None:
-    """Forget the first ``count`` records of a shard (its poller handed them on); sequence
-    numbers go on from where they were."""
-    with _STREAMS:
-        del shard.items[:count]
-        shard.starting_sequence_number += count
 
 
 _MOTO_SQS_DELAY = SqsMessage.delay

@@ -57,7 +57,7 @@ from local_aws.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from local_aws.listeners import LocalServer, LoopbackGuard
 from local_aws.provision import LocalResources, local_function_name, provision
 from local_aws.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
-from local_aws.streams import StreamPoller
+from local_aws.streams import ShardReaders, StreamPoller
 from local_aws.template import LocalTemplate
 from local_aws.tls import TlsFiles, client_context, ensure_certificate, server_context
 from ops.loopback import private_dir, write_private
@@ -70,6 +70,9 @@ from shared.core.secrets import reset_cache
 ACCOUNT_ID = "123456789012"
 # Batches in flight per SQS mapping without a MaximumConcurrency (LocalRuntime._start_poller).
 LOCAL_MAPPING_CONCURRENCY = 1
+# DynamoDB Streams: "no more than two processes at most should be reading from the same streams
+# shard at the same time" (DynamoDB Developer Guide, "Change data capture for DynamoDB Streams")
+STREAM_READERS_PER_SHARD = 2
 
 
 def free_port() -> int:
@@ -119,6 +122,8 @@ class LocalRuntime:
     public_front: HttpFront = field(init=False)
     tls: TlsFiles = field(init=False)
     pollers: list[SqsPoller | StreamPoller] = field(default_factory=list, init=False)
+    # the readers of each table stream's shard (by the shard's id()): every mapping reads every record
+    stream_readers: dict[int, ShardReaders] = field(default_factory=dict, init=False)
     artifact: Artifact = field(init=False)
     deployment: Deployment | None = field(default=None, init=False)
     environments: Environments | None = field(default=None, init=False)
@@ -334,6 +339,7 @@ class LocalRuntime:
         for poller in self.pollers:
             poller.stop()
         self.pollers.clear()
+        self.stream_readers.clear()
         for name in ("public_front", "front"):
             front = getattr(self, name, None)
             if front is not None:
@@ -465,10 +471,16 @@ class LocalRuntime:
 
     def _start_stream_poller(self, esm: Any, table: Any) -> None:
         """Like Lambda's DynamoDB stream poller: one batch at a time per shard, in order, through
-        the mapping's filter criteria, retried and bisected as the mapping says."""
+        the mapping's filter criteria, retried and bisected as the mapping says. Each mapping of a
+        table's stream reads every record (``local_aws.streams.ShardReaders``); DynamoDB Streams
+        allows two readers per shard at once, as here."""
         with self._lock:
-            if any(isinstance(p, StreamPoller) and p.shard is table.stream_shard for p in self.pollers):
-                raise ValueError(f"a second event source mapping on the stream of table {table.name}")
+            readers = self.stream_readers.get(id(table.stream_shard))
+            if readers is None:
+                readers = ShardReaders(table.stream_shard, lock=hooks.STREAM_LOCK, forget=True)
+                self.stream_readers[id(table.stream_shard)] = readers
+            elif len(readers.positions) >= STREAM_READERS_PER_SHARD:
+                raise ValueError(f"a third event source mapping on the stream of table {table.name}")
         patterns = [json.loads(f["Pattern"]) for f in (esm.filter_criteria or {}).get("Filters", [])]
         retries = esm.max_retry_attempts
         function = self._backend("lambda").get_function(esm.function_arn)
@@ -482,7 +494,8 @@ class LocalRuntime:
             patterns=patterns,
             retry_attempts=int(retries) if retries is not None and int(retries) >= 0 else 10_000,
             bisect=bool(esm.bisect_on_error),
-            trim=hooks.trim_stream,
+            readers=readers,
+            batching_window_s=float(esm.max_batch_window or 0),
             on_failure=(
                 (lambda record: self._send_failure(function.function_name, destination, record))
                 if destination

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -127,10 +128,58 @@ def record_passes(record: Mapping[str, Any], patterns: Sequence[Mapping[str, Any
     return not patterns or any(pattern_matches(p, record) for p in patterns)
 
 
+class ShardReaders:
+    """Where each event source mapping of one stream shard is, as DynamoDB Streams keeps it: every
+    mapping reads every record from its own position (a table's stream may have two readers at
+    once: webhook-dispatch and stats-fold read the main table's), and a record is forgotten only
+    once every reader has passed it (``forget``; else they are kept), sequence numbers going on
+    from where they were. ``lock`` is the one the shard's writer holds (``local_aws.hooks``), so
+    a record is appended, read and forgotten one at a time."""
+
+    def __init__(self, shard: Any, *, lock: Any = None, forget: bool = False) -> None:
+        self.shard = shard
+        self.lock = lock if lock is not None else threading.Lock()
+        self.forget = forget
+        self.positions: dict[int, int] = {}  # reader -> sequence number of its next record
+        self._ids = 0
+
+    def add(self) -> int:
+        """A new reader, from the oldest record kept (TRIM_HORIZON)."""
+        with self.lock:
+            self._ids += 1
+            self.positions[self._ids] = int(self.shard.starting_sequence_number)
+            return self._ids
+
+    def _offset(self, reader: int) -> int:
+        return self.positions[reader] - int(self.shard.starting_sequence_number)
+
+    def peek(self, reader: int, count: int) -> list[Any]:
+        """The next ``count`` records of ``reader`` (fewer when the shard has fewer)."""
+        with self.lock:
+            offset = self._offset(reader)
+            return list(self.shard.items[offset : offset + count])
+
+    def pending(self, reader: int) -> int:
+        with self.lock:
+            return max(0, len(self.shard.items) - self._offset(reader))
+
+    def advance(self, reader: int, count: int) -> None:
+        """``reader`` handed on its next ``count`` records; the records every reader passed go."""
+        with self.lock:
+            self.positions[reader] += count
+            passed = min(self.positions.values()) - int(self.shard.starting_sequence_number)
+            if self.forget and passed > 0:
+                del self.shard.items[:passed]
+                self.shard.starting_sequence_number += passed
+
+
 class StreamPoller:
     """Polls one table's stream for one function, like a DynamoDB stream event source mapping:
-    from the records still in the shard when it starts (TRIM_HORIZON), filtered, in batches,
-    retried and bisected on failure, then past them."""
+    from the records still in the shard when it starts (TRIM_HORIZON), filtered, in batches of
+    ``batch_size`` or what arrived within ``batching_window_s`` (``MaximumBatchingWindowInSeconds``:
+    Lambda waits that long for a batch to fill), retried and bisected on failure, then past them.
+    ``readers`` holds its position among the shard's other mappings (None: it reads alone and
+    keeps the records)."""
 
     def __init__(
         self,
@@ -143,8 +192,10 @@ class StreamPoller:
         patterns: Sequence[Mapping[str, Any]],
         retry_attempts: int,
         bisect: bool,
-        trim: Callable[[Any, int], None] | None = None,
+        readers: ShardReaders | None = None,
+        batching_window_s: float = 0.0,
         on_failure: Callable[[dict[str, Any]], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.shard = shard
         self.stream_arn = stream_arn
@@ -154,11 +205,14 @@ class StreamPoller:
         self.patterns = list(patterns)
         self.retry_attempts = retry_attempts
         self.bisect = bisect
-        self.trim = trim  # forgets records handed on (local_aws.hooks.trim_stream), None keeps them
+        self.readers = readers if readers is not None else ShardReaders(shard)
+        self.reader = self.readers.add()
+        self.batching_window_s = batching_window_s
+        self.monotonic = monotonic
+        self._filling_since: float | None = None  # when the batch being filled saw its first record
         # sends the on-failure record of skipped records to the mapping's destination (None: no destination)
         self.on_failure = on_failure
         self.skipped = 0
-        self.position = 0  # index in the shard of the next record
         self.invocations = 0
         self.stop_event = threading.Event()  # stop() sets it: the poller's waits end at once
         self.thread = threading.Thread(target=self._run, name=f"esm-stream-{stream_arn[-20:]}", daemon=True)
@@ -171,7 +225,7 @@ class StreamPoller:
         self.thread.join(timeout=5)  # an invocation in progress may outlast it: the thread is a daemon
 
     def pending(self) -> int:
-        return max(0, len(self.shard.items) - self.position)
+        return self.readers.pending(self.reader)
 
     # start/stop as the SQS poller's (local_aws.lambdas); the loop is the stream's own: its poll
     # interval, and a failed poll backs off a second.
@@ -184,11 +238,22 @@ class StreamPoller:
                 logger.exception("stream poll failed", stream=self.stream_arn)
                 self.stop_event.wait(1)
 
-    def poll_once(self) -> bool:
-        """Hand the next batch of matching records to the function; False when there was none."""
-        items = self.shard.items[self.position : self.position + self.batch_size]
-        if not items:
+    def _filling(self, available: int) -> bool:
+        """Whether to wait for more records: a batch not full yet within its batching window."""
+        if available >= self.batch_size or self.batching_window_s <= 0:
             return False
+        now = self.monotonic()
+        if self._filling_since is None:
+            self._filling_since = now
+        return now - self._filling_since < self.batching_window_s
+
+    def poll_once(self) -> bool:
+        """Hand the next batch of matching records to the function; False when there was none
+        (or the batch is still filling)."""
+        items = self.readers.peek(self.reader, self.batch_size)
+        if not items or self._filling(len(items)):
+            return False
+        self._filling_since = None
         # the filters read the keys, images and event name, which moto's records hold as Lambda's
         # do: only the records that pass are copied into the event format
         records = [
@@ -198,10 +263,7 @@ class StreamPoller:
         ]
         if records:
             self._deliver(records, self.retry_attempts)
-        if self.trim is not None:
-            self.trim(self.shard, len(items))
-        else:
-            self.position += len(items)
+        self.readers.advance(self.reader, len(items))
         return True
 
     def _deliver(self, records: list[dict[str, Any]], retries: int) -> None:

@@ -9,7 +9,10 @@ What it reads, and why no table is scanned:
   opens and clicks, bounces, complaints, unsubscribes, sign-ups and confirmations per UTC day,
   added in the same transactions as the sources' counters): one Query per shard for the window;
 - active executions: each sequence's count kept with its EXEC pairs (``keys.active_key``), read in
-  the same BatchGetItem requests as the totals; no ``EXEC#`` partition is read.
+  the same BatchGetItem requests as the totals; no ``EXEC#`` partition is read;
+- list health: the subscribers by status (``STATS#~list`` / ``TOTAL``, in the same BatchGetItem
+  requests) and their changes per day (``list_*`` of the day counters, in the same Queries), both
+  folded from the main table's change stream (``shared.store.list_health``): no Scan.
 
 The reads do not depend on one another: they are sent at once (:data:`READERS` at a time), so
 the page waits about as long as its slowest read, not their sum.
@@ -27,6 +30,7 @@ from typing import Any
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.sequences.validate import Catalog
 from shared.store import keys
+from shared.store.list_health import total_key, totals_of
 from shared.store.stats import Counters, StatsStore, active_count
 
 WINDOWS = (7, 30, 90)
@@ -38,6 +42,25 @@ DAILY = ("send", "delivery", "open", "click", "bounce", "complaint", "unsubscrib
 # day are the subscribers who opened (clicked) a source's mail for the first time that day
 DAILY_FIELDS = {"open": "open_unique", "click": "click_unique"}
 EXTRA_SOURCES = ("signup", "test")
+# the list's changes per day (shared.store.list_health), and the double opt-in confirmations
+LIST_DAILY = (
+    "list_new",
+    "confirm",
+    "list_resubscribed",
+    "list_unsubscribed",
+    "list_suppressed",
+    "list_erased",
+)
+# a person's words for them (the overview's table and legend)
+LIST_LABELS = {
+    "list_new": "new",
+    "confirm": "confirmed (double opt-in)",
+    "list_resubscribed": "resubscribed",
+    "list_unsubscribed": "unsubscribed",
+    "list_suppressed": "suppressed",
+    "list_erased": "erased",
+    "net": "net growth",
+}
 MAX_BROADCASTS = 50
 READERS = 8  # reads of the overview in flight at once
 
@@ -52,6 +75,7 @@ class Overview:
     sources: tuple[str, ...]
     signups: dict[str, Any]
     active: dict[str, int]  # sequence id -> active executions
+    list_health: ListHealth
     thresholds: dict[str, dict[str, float]] = field(default_factory=lambda: THRESHOLDS)
 
     def rate(self, metric: str) -> float | None:
@@ -70,6 +94,42 @@ class Overview:
             "sources": list(self.sources),
             "signups": self.signups,
             "active_executions": self.active,
+            "list": self.list_health.public(),
+        }
+
+
+@dataclass(frozen=True)
+class ListHealth:
+    """The subscribers now (``totals``: profiles, subscribed, unsubscribed, suppressed, mailable)
+    and their changes per day of the window (``daily``: new, confirmed, resubscribed,
+    unsubscribed by any path, suppressed, erased; ``net``: the change of the mailable count)."""
+
+    totals: dict[str, int]
+    daily: dict[str, list[int]]
+    net: list[int]
+
+    def window(self, metric: str) -> int:
+        return sum(self.net) if metric == "net" else sum(self.daily.get(metric, []))
+
+    @property
+    def start(self) -> int:
+        """The mailable subscribers when the window began (now, less the window's net change)."""
+        return self.totals["mailable"] - sum(self.net)
+
+    def rate(self, metric: str) -> float | None:
+        """The window's ``metric`` per subscriber mailable at its start (None: there were none)."""
+        return self.window(metric) / self.start if self.start > 0 else None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return LIST_LABELS
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "totals": self.totals,
+            "daily": {**self.daily, "net": self.net},
+            "window": {m: self.window(m) for m in (*self.daily, "net")},
+            "rates": {m: self.rate(m) for m in (*self.daily, "net")},
         }
 
 
@@ -110,7 +170,7 @@ def overview(
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         daily = pool.submit(stats.daily, first, days)
         signups = pool.submit(stats.signups)
-        read = pool.submit(stats.summed, [*counted, *running])  # shared BatchGetItem requests
+        read = pool.submit(stats.summed, [*counted, *running, total_key()])  # shared BatchGetItem requests
         per_day = daily.result()
         found = read.result()
         totals = _sum(Counters.from_item(found[item]) for item in counted)
@@ -131,7 +191,20 @@ def overview(
         sources=sources,
         signups=signups.result().public(),
         active=active,
+        list_health=ListHealth(
+            totals=totals_of(found[total_key()]),
+            daily={m: [day.get(m, 0) for day in per_day] for m in LIST_DAILY},
+            net=[day.get("list_net", 0) for day in per_day],
+        ),
     )
+
+
+def backfill_list(profiles: Iterable[Any], store: Any) -> dict[str, int]:
+    """Count ``profiles`` (``SubscriberAdmin.iter()``: every profile) into the list-health totals,
+    once (``shared.store.list_health.backfill``; docs/data-model.md, "List health")."""
+    from shared.store.list_health import State, backfill
+
+    return backfill(store, (State(status=p.status, suppressed=bool(p.suppressed)) for p in profiles))
 
 
 def count_by_status(profiles: Iterable[Any]) -> dict[str, int]:

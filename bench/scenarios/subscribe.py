@@ -8,7 +8,8 @@ Two shapes of the same 100 new subscribers: one event per request, and one reque
 carrying a batch of 100; then the first 100 again, one event per request, as existing
 subscribers (a new tag: the write that assumed them new is refused and brings the profile
 back). A warm-up request first, so the cold start (secret fetch, imports) is not charged to
-the steady state.
+the steady state. Each step ends when the table streams' pollers are idle (``Bench.settle``): the
+list-health fold's and the webhook dispatcher's requests for the step's profiles are counted in it.
 """
 
 from __future__ import annotations
@@ -38,17 +39,21 @@ def _expect_ok(status: int, answer: object) -> None:
 
 def run(bench: Bench) -> list[Measurement]:
     _expect_ok(*bench.post("/v1/events", _event("warmup", 0)))
+    bench.settle()
 
     def one_per_request() -> None:
         for i in range(EVENTS):
             _expect_ok(*bench.post("/v1/events", _event("single", i)))
+        bench.settle()
 
     def one_batch() -> None:
         _expect_ok(*bench.post("/v1/events", {"events": [_event("batch", i) for i in range(EVENTS)]}))
+        bench.settle()
 
     def existing_one_per_request() -> None:
         for i in range(EVENTS):
             _expect_ok(*bench.post("/v1/events", _event("single", i, tags=("customer",))))
+        bench.settle()
 
     return [
         bench.measure("1 event per request", EVENTS, "event", one_per_request),

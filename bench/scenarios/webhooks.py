@@ -21,14 +21,12 @@ from typing import Any
 
 from bench.harness import Bench
 from bench.meter import Measurement
-from local_aws.streams import StreamPoller
 
 NAME = "webhooks"
 DESCRIPTION = (
     "webhook deliveries: 100 subscriber.created events with and without an endpoint, and the difference"
 )
 EVENTS = 100
-SETTLE_S = 1.0  # the stream pollers' and the webhook queue's idle time that ends a run
 
 
 class _Receiver:
@@ -67,22 +65,6 @@ def _subscribers(bench: Bench, prefix: str) -> None:
         raise RuntimeError(f"POST /v1/events answered {status}: {answer}")
 
 
-def _idle(bench: Bench, done: Any = lambda: True, timeout_s: float = 120) -> None:
-    """Until the stream pollers have nothing left, ``done()`` holds, and SETTLE_S passed so."""
-    deadline = time.monotonic() + timeout_s
-    quiet_since: float | None = None
-    while time.monotonic() < deadline:
-        pollers = [p for p in bench.runtime.pollers if isinstance(p, StreamPoller)]
-        if all(p.pending() == 0 for p in pollers) and done():
-            quiet_since = quiet_since or time.monotonic()
-            if time.monotonic() - quiet_since >= SETTLE_S:
-                return
-        else:
-            quiet_since = None
-        time.sleep(0.05)
-    raise RuntimeError("the webhook run did not settle in time")
-
-
 def run(bench: Bench) -> list[Measurement]:
     from ops.targets import local_target
     from ops.webhooks import Webhooks
@@ -91,20 +73,20 @@ def run(bench: Bench) -> list[Measurement]:
     try:
         target = local_target(str(bench.runtime.state_dir), bench.runtime.config.region, bench.aws)
         _subscribers(bench, "warmup-no-endpoint-")  # cold starts of the API and the dispatcher
-        _idle(bench)
+        bench.settle()
         without = bench.measure(
-            "no endpoint", EVENTS, "event", lambda: (_subscribers(bench, "plain-"), _idle(bench))
+            "no endpoint", EVENTS, "event", lambda: (_subscribers(bench, "plain-"), bench.settle())
         )
         webhooks = Webhooks.for_target(target)
         endpoint = webhooks.add(receiver.url, "subscriber.created", "bench").endpoint
         time.sleep(3)  # the dispatcher reads the endpoints every 2 s
         _subscribers(bench, "warmup-endpoint-")  # the delivery function's cold start and secret fetch
-        _idle(bench, lambda: receiver.count >= EVENTS)
+        bench.settle(lambda: receiver.count >= EVENTS)
         start = receiver.count
 
         def with_endpoint() -> None:
             _subscribers(bench, "hooked-")
-            _idle(bench, lambda: receiver.count >= start + EVENTS)
+            bench.settle(lambda: receiver.count >= start + EVENTS)
 
         with_ = bench.measure("one endpoint", EVENTS, "event", with_endpoint)
         webhooks.remove(endpoint.id)

@@ -9,25 +9,33 @@
     click: ["unique clicks", "#9333ea"], signup: ["sign-ups", "#0891b2"], confirm: ["confirmed", "#854d0e"],
     bounce: ["bounces", "#dc2626"], complaint: ["complaints", "#db2777"], unsubscribe: ["unsubscribes", "#ea580c"],
   };
+  // The list's changes per day (list health): each its own colour, none shared with the above.
+  const LIST_SERIES = {
+    list_new: ["new", "#15803d"], confirm: ["confirmed", "#0e7490"], list_resubscribed: ["resubscribed", "#65a30d"],
+    net: ["net growth", "#1e3a8a"], list_unsubscribed: ["unsubscribed", "#c2410c"],
+    list_suppressed: ["suppressed", "#b91c1c"], list_erased: ["erased", "#57534e"],
+  };
   // Bounces, complaints and unsubscribes are a few where deliveries are hundreds: their own
   // scale (the right axis), so that they do not lie flat on the bottom.
-  const SMALL = ["bounce", "complaint", "unsubscribe"];
+  const SMALL = ["bounce", "complaint", "unsubscribe", "list_unsubscribed", "list_suppressed", "list_erased"];
   const drawn = [];
 
   function width(el) { return Math.max(240, el.clientWidth || 600); }
   function days(data) { return data.dates.map(d => Date.parse(d + "T00:00:00Z") / 1000); }
   const whole = (u, values) => values.map(v => (Number.isInteger(v) ? v.toLocaleString("en") : ""));
 
-  function dailyChart(el, data) {
-    const metrics = Object.keys(data.daily).filter(m => SERIES[m]);
+  // Counts per day; the few (SMALL) on their own scale on the right. ``names`` gives each series
+  // its words and colour; a scale goes below 0 only when a series does (the net growth).
+  function dailyChart(el, data, daily, names) {
+    const metrics = Object.keys(daily).filter(m => names[m]);
     const series = [{}].concat(metrics.map(m => ({
-      label: SERIES[m][0] + (SMALL.includes(m) ? " (right)" : ""), stroke: SERIES[m][1], width: 2,
+      label: names[m][0] + (SMALL.includes(m) ? " (right)" : ""), stroke: names[m][1], width: 2,
       scale: SMALL.includes(m) ? "few" : "many",
     })));
     const axes = [{}, { scale: "many", values: whole }, { scale: "few", side: 1, grid: { show: false }, values: whole }];
-    const scales = { x: { time: true }, many: { range: (u, lo, hi) => [0, Math.max(4, hi)] },
-      few: { range: (u, lo, hi) => [0, Math.max(4, hi)] } };
-    const values = [days(data)].concat(metrics.map(m => data.daily[m]));
+    const range = (u, lo, hi) => [Math.min(0, lo), Math.max(4, hi)];
+    const scales = { x: { time: true }, many: { range: range }, few: { range: range } };
+    const values = [days(data)].concat(metrics.map(m => daily[m]));
     return new uPlot({ width: width(el), height: 260, series: series, axes: axes, scales: scales }, values, el);
   }
 
@@ -48,7 +56,10 @@
     if (!source || typeof uPlot === "undefined") return;
     const data = JSON.parse(source.textContent);
     document.querySelectorAll("[data-chart]").forEach(el => {
-      const chart = el.dataset.chart === "daily" ? dailyChart(el, data) : rateChart(el, data, el.dataset.metric);
+      const kind = el.dataset.chart;
+      const chart = kind === "daily" ? dailyChart(el, data, data.daily, SERIES)
+        : kind === "list" ? dailyChart(el, data, data.list.daily, LIST_SERIES)
+        : rateChart(el, data, el.dataset.metric);
       drawn.push([el, chart]);
       el.dataset.drawn = "yes";
     });

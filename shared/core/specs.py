@@ -1094,3 +1094,38 @@ HYGIENE_FUNCTION = FunctionSpec(
 )
 FUNCTIONS = (*FUNCTIONS, HYGIENE_FUNCTION)
 FAILURE_QUEUES = (*FAILURE_QUEUES, HYGIENE_FAILURES)
+
+
+# ----- list health (docs/data-model.md, "List health") ---------------------------------------------
+# The main table's change stream -> stats-fold: every path that changes a subscriber writes the
+# PROFILE item, so its records are the list's changes. It is the stream's second reader (webhook-
+# dispatch is the first): DynamoDB Streams serves at most two concurrent readers per shard, so a
+# third consumer of the main table's stream would be throttled (docs/data-model.md).
+LIST_HEALTH_FILTERS: tuple[dict[str, Any], ...] = (
+    {"dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": ["PROFILE"]}}}},
+)
+LIST_HEALTH_STREAM_FAILURES = FailureQueueSpec(
+    id="ListHealthStreamFailures",
+    local_name="mailstep-list-health-stream-failures",
+    holds="profile change records the list-health fold skipped after its retries: the subscriber "
+    "counts miss them; read them from the stream within 24 hours and fold them again (docs/operations.md)",
+)
+STATS_FOLD_FUNCTION = FunctionSpec(
+    name="stats-fold",
+    handler="functions.stats_fold.handler.handler",
+    description="List health: profile changes (main table stream) -> subscriber totals and daily counts",
+    memory_mb=256,
+    timeout_s=60,
+    grants=(
+        # one TransactWriteItems per batch (per 90 items): each item's mark (conditional
+        # UpdateItem) and the counts' ADDs (UpdateItem); it reads nothing
+        Grant(MAIN_TABLE, _ddb("UpdateItem")),
+    ),
+    stream_sources=(
+        StreamSourceSpec(
+            table=MAIN_TABLE, on_failure=LIST_HEALTH_STREAM_FAILURES, filters=LIST_HEALTH_FILTERS
+        ),
+    ),
+)
+FAILURE_QUEUES = (*FAILURE_QUEUES, LIST_HEALTH_STREAM_FAILURES)
+FUNCTIONS = (*FUNCTIONS, STATS_FOLD_FUNCTION)

@@ -152,6 +152,19 @@ COUNTER_SHARDS = 16  # a counters item is 16 items; a write ADDs to one of them 
 INDEX_SHARDS = 16  # an events-index key is 16 keys; the subscriber's address picks one
 
 
+# ----- the list-health fold's marks (shared.store.list_health) --------------------------------
+FOLD = "FOLD"
+FOLD_MARK = "MARK"
+
+
+def fold_mark_key(pk: str, sk: str) -> tuple[str, str]:
+    """(PK, SK) of the list-health fold's mark of the item (pk, sk): the last stream record of
+    that item it counted. ``FOLD#<sha256 of the item's key>``: no address in it, and not under
+    the subscriber's partition (an erase leaves it to expire)."""
+    digest = hashlib.sha256(f"{pk}{SEP}{sk}".encode()).hexdigest()
+    return f"{FOLD}{SEP}{digest}", FOLD_MARK
+
+
 def counter_shard_pk(pk: str, shard: int) -> str:
     """The partition key of shard ``shard`` of the counters item under ``pk``: shard 0 is
     ``pk`` itself (``STATS#<scope>``), shard n > 0 ``STATS#<scope>#<n>``."""

@@ -32,6 +32,7 @@ from shared.core.observability import logger, redact_email
 from shared.core.settings import Settings
 from shared.sequences.engine import SequenceEngine, engine_from_settings
 from shared.store import keys
+from shared.store.events import event_record
 from shared.store.subscribers import (
     ASSUMED_NEW,
     Known,
@@ -135,9 +136,9 @@ def check_batch(batch: EventBatch, store: SubscriberStore, *, assume_new: bool =
     checked as a new subscriber and written as one (:data:`ASSUMED_NEW`), the write's conditions
     standing for the read. When the profile exists after all, the refused write brings it back
     and the event is merged onto it and checked again (:meth:`SubscriberStore.mutate`): a limit
-    it breaks then refuses the request the same way, nothing written. A new subscriber costs 2
-    requests (the profile's transaction, the event record) instead of 3, an existing one the
-    same 3 (a refused transaction instead of the read). Callers whose events are about existing
+    it breaks then refuses the request the same way, nothing written. A new subscriber costs 1
+    request (the profile's transaction, the event record in it) instead of 2, an existing one 2
+    (a refused transaction instead of the read). Callers whose events are about existing
     subscribers (the sunset, replies) read first."""
     if assume_new and len(batch.events) == 1:
         known = {batch.events[0].email: ASSUMED_NEW}
@@ -159,15 +160,21 @@ def check_batch(batch: EventBatch, store: SubscriberStore, *, assume_new: bool =
 def dispatch(event: InboundEvent, ctx: IngestContext, known: Known | None = None) -> dict[str, Any]:
     """Apply one event. Returns the outcome as a plain dict (stored by idempotency).
 
-    Order: profile upsert (an unsubscribe is recorded first), the event item, then the
-    sequences: executions the event ends are stopped, then the ones it triggers start
-    (``shared.sequences.engine``; the outcome lists both). ``known``: the address as read
+    Order: profile upsert with the event item in its transaction (the item alone when the
+    profile needs no write; an unsubscribe is recorded first), then the sequences: executions
+    the event ends are stopped, then the ones it triggers start (``shared.sequences.engine``;
+    the outcome lists both). ``known``: the address as read
     just before (else read here: profile and suppression in one BatchGetItem)."""
     store = ctx.store
+    record = _record(event, ctx)
     change = store.upsert(
-        event.email, known=known or store.known([event.email])[event.email], **profile_change(event)
+        event.email,
+        known=known or store.known([event.email])[event.email],
+        extra=[store.event_put(event.email, record)],  # one transaction with the profile
+        **profile_change(event),
     )
-    _record(event, ctx)
+    if not change.changed:  # the profile needed no write: the event record alone
+        store.record_event(event.email, record)
     started, stopped = ctx.sequences.on_event(event, change.profile) if ctx.sequences else ([], [])
     outcome = EventOutcome(
         index=0,
@@ -189,9 +196,10 @@ def dispatch(event: InboundEvent, ctx: IngestContext, known: Known | None = None
     return asdict(outcome)
 
 
-def _record(event: InboundEvent, ctx: IngestContext) -> None:
+def _record(event: InboundEvent, ctx: IngestContext) -> dict[str, Any]:
+    """The event's item in the events table (``shared.store.events.event_record``)."""
     suffix = hashlib.sha256(event.id.encode()).hexdigest()[:16] if event.id else None  # None: random
-    ctx.store.add_event(
+    return event_record(
         event.email,
         event.type,
         at=clock.utc_now(),

@@ -284,7 +284,7 @@ def read_every_page(local: Local, console: Console, browser: ConsoleBrowser, dat
         assert browser.evaluate("document.querySelector('main h1') !== null"), name
         if name.startswith("overview"):  # the charts drew (uPlot ran under the CSP)
             browser.wait_for_page(
-                lambda: browser.evaluate("document.querySelectorAll('.uplot').length") == 3, "charts"
+                lambda: browser.evaluate("document.querySelectorAll('.uplot').length") == 4, "charts"
             )
         if name.startswith("webhook"):  # the endpoint this test added is listed
             assert endpoint_id in browser.text(), (name, browser.text()[:300])

@@ -459,10 +459,11 @@ def test_a_new_subscriber_alone_in_a_request_is_written_without_a_read(api: ApiC
     # When a new address subscribes in a request of its own
     (status, body), calls = _dynamodb_calls(api, ok(tags=["news"], attributes={"plan": "pro"}))
 
-    # Then 2 DynamoDB requests: the profile with its TAG# partner (its conditions stand for the
-    # read: no profile, no SUPPRESSION item), and the event record
+    # Then 1 DynamoDB request: the profile with its TAG# partner (its conditions stand for the
+    # read: no profile, no SUPPRESSION item) and the event record, in one transaction
     assert status == 200 and body["results"][0]["subscriber"] == "created"
-    assert calls == ["TransactWriteItems", "PutItem"]
+    assert calls == ["TransactWriteItems"]
+    assert [e["type"] for e in store.list_events("ann@example.com")] == ["subscriber.subscribed"]
     assert store.tag_members("news") == ["ann@example.com"]
     assert not store.get_profile("ann@example.com").suppressed
 
@@ -479,7 +480,7 @@ def test_an_existing_subscriber_alone_in_a_request_is_merged_from_the_refused_wr
 
     # Then the refused write brought the profile back (no read): merged onto it, TAG# in step
     assert status == 200 and body["results"][0]["subscriber"] == "updated"
-    assert calls == ["TransactWriteItems", "TransactWriteItems", "PutItem"]
+    assert calls == ["TransactWriteItems", "TransactWriteItems"]  # the event record in the second
     profile = store.get_profile("ann@example.com")
     assert profile.tags == {"news", "beta"} and profile.attributes == {"plan": "pro", "seats": 3}
     assert profile.version == 2
@@ -500,7 +501,7 @@ def test_a_suppressed_address_subscribing_alone_starts_suppressed(api: ApiClient
     # Then the write that assumed it new was refused by the SUPPRESSION check, and the profile
     # was created suppressed, with its TAG# partner
     assert status == 200 and body["results"][0]["subscriber"] == "created"
-    assert calls == ["TransactWriteItems", "TransactWriteItems", "PutItem"]
+    assert calls == ["TransactWriteItems", "TransactWriteItems"]
     assert store.get_profile("ann@example.com").suppressed
     assert store.tag_members("news") == ["ann@example.com"]
 
@@ -518,4 +519,8 @@ def test_other_callers_of_ingest_read_first(store) -> None:
     (result,), calls = _counted(lambda: ingest(EventBatch(events=[event]), ctx))
 
     assert result["status"] == "unsubscribed"
-    assert calls == ["BatchGetItem", "TransactWriteItems", "PutItem"]
+    assert calls == ["BatchGetItem", "TransactWriteItems"]  # the event record joins the profile's write
+    # an event that changes nothing is recorded alone
+    (_,), calls = _counted(lambda: ingest(EventBatch(events=[event]), ctx))
+    assert calls == ["BatchGetItem", "PutItem"]
+    assert [e["type"] for e in store.list_events("ann@example.com")] == ["subscriber.unsubscribed"] * 2

@@ -254,22 +254,25 @@ def test_a_run_that_crashed_after_marking_cold_is_completed_by_the_next_delivery
     store.upsert(email)
     calls = [0]
 
-    def lose_the_event(params: dict[str, Any], **_: Any) -> None:  # the events-table write of the cold event
-        if params.get("TableName", "").endswith("events") and params.get("Item", {}).get("type") == {
-            "S": "subscriber.cold"
-        }:
+    def lose_the_event(params: dict[str, Any], **_: Any) -> None:
+        """The write of the cold event (with the profile's ``cold`` tag, one transaction) lost."""
+        puts = [a["Put"] for a in params.get("TransactItems", []) if "Put" in a]
+        if any(
+            p["TableName"].endswith("events") and p["Item"].get("type") == {"S": "subscriber.cold"}
+            for p in puts
+        ):
             calls[0] += 1
             if calls[0] == 1:
                 raise ConnectionError("injected: the cold event's write lost")
 
-    register_hook("before-parameter-build.dynamodb.PutItem", lose_the_event)
+    register_hook("before-parameter-build.dynamodb.TransactWriteItems", lose_the_event)
     try:
         with pytest.raises(ConnectionError):
             hygiene(30)
         assert engagement(store, email).get("cold_pending") is True  # claimed, not confirmed
         result = hygiene(30)  # EventBridge retries the invocation
     finally:
-        unregister_hook("before-parameter-build.dynamodb.PutItem", lose_the_event)
+        unregister_hook("before-parameter-build.dynamodb.TransactWriteItems", lose_the_event)
 
     assert result["repaired"] + result["marked_cold"] == 1
     assert "cold_pending" not in engagement(store, email)

@@ -11,20 +11,22 @@ from moto.dynamodb.models import dynamodb_backends
 from moto.sqs.models import sqs_backends
 
 from local_aws.streams import lambda_record, record_passes
-from shared.core.specs import WEBHOOK_DISPATCH_FUNCTION
+from shared.core.specs import WEBHOOK_DISPATCH_FUNCTION, FunctionSpec
 
 
 class Streams:
     """The new records of every table's change stream (moto keeps them in the table's shard), as
-    Lambda hands them to the dispatcher: in the event format, through the mapping's filters."""
+    Lambda hands them to ``function`` (the dispatcher by default): in the event format, through
+    the mapping's filters."""
 
-    def __init__(self) -> None:
+    def __init__(self, function: FunctionSpec = WEBHOOK_DISPATCH_FUNCTION) -> None:
+        self.function = function
         self.position: dict[str, int] = {}
 
     def take(self) -> list[dict[str, Any]]:
         backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
         found: list[dict[str, Any]] = []
-        for source in WEBHOOK_DISPATCH_FUNCTION.stream_sources:
+        for source in self.function.stream_sources:
             table = backend.get_table(source.table.local_name)
             items = table.stream_shard.items
             start = self.position.get(table.name, 0)

@@ -3,11 +3,12 @@ mappings' patterns, and the poller's batches, partial responses, bisection and r
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from local_aws.streams import StreamPoller, lambda_record, pattern_matches, record_passes
+from local_aws.streams import ShardReaders, StreamPoller, lambda_record, pattern_matches, record_passes
 from shared.core.specs import WEBHOOK_EVENTS_FILTERS, WEBHOOK_MAIN_FILTERS
 
 
@@ -134,14 +135,64 @@ def test_a_failing_batch_is_bisected_then_skipped_after_its_retries() -> None:
 
 def test_trimming_forgets_handed_on_records() -> None:
     shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(1, 4)])
-
-    def trim(target: Any, count: int) -> None:
-        del target.items[:count]
-        target.starting_sequence_number += count
-
-    p = poller(shard, lambda f, e: ({"batchItemFailures": []}, False), trim=trim)
+    p = poller(
+        shard, lambda f, e: ({"batchItemFailures": []}, False), readers=ShardReaders(shard, forget=True)
+    )
     assert p.poll_once() and shard.items == [] and shard.starting_sequence_number == 4
     assert not p.poll_once()
+
+
+def test_two_mappings_of_one_stream_each_get_every_record() -> None:
+    # Given the two readers of the main table's stream (webhook-dispatch and stats-fold)
+    shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(1, 4)])
+    readers = ShardReaders(shard, forget=True)
+    got: dict[str, list[int]] = {"webhooks": [], "fold": []}
+
+    def invoke_for(name: str) -> Any:
+        return lambda f, e: (got[name].extend(seqs(e)), ({"batchItemFailures": []}, False))[1]
+
+    webhooks = poller(shard, invoke_for("webhooks"), readers=readers)
+    fold = poller(shard, invoke_for("fold"), readers=readers)
+    # When one reader is ahead of the other
+    assert webhooks.poll_once()
+    # Then the records it passed are kept for the other, and forgotten once both have them
+    assert [i.record["dynamodb"]["SequenceNumber"] for i in shard.items] == ["1", "2", "3"]
+    shard.items.append(Item(rec("MODIFY", "SUB#a@b.c", "PROFILE", seq=4)))
+    assert fold.poll_once() and webhooks.poll_once()
+    assert got == {"webhooks": [1, 2, 3, 4], "fold": [1, 2, 3, 4]}
+    assert shard.items == [] and fold.pending() == webhooks.pending() == 0
+
+
+def test_readers_advancing_at_once_forget_each_record_once() -> None:
+    shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(1, 2001)])
+    readers = ShardReaders(shard, forget=True)
+    ids = [readers.add(), readers.add()]
+    threads = [threading.Thread(target=lambda r=r: [readers.advance(r, 1) for _ in range(2000)]) for r in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert shard.items == [] and shard.starting_sequence_number == 2001
+
+
+def test_a_batch_waits_for_its_batching_window_unless_it_is_full() -> None:
+    shard = Shard([Item(rec("INSERT", "SUB#a@b.c", "PROFILE", seq=1))])
+    now = [100.0]
+    calls: list[list[int]] = []
+
+    def invoke(function: Any, event: dict[str, Any]) -> tuple[Any, bool]:
+        calls.append(seqs(event))
+        return {"batchItemFailures": []}, False
+
+    p = poller(shard, invoke, batching_window_s=1.0, monotonic=lambda: now[0])
+    assert not p.poll_once()  # one record of four: the window opens
+    shard.items.append(Item(rec("MODIFY", "SUB#a@b.c", "PROFILE", seq=2)))
+    now[0] += 0.5
+    assert not p.poll_once()
+    now[0] += 0.5
+    assert p.poll_once() and calls == [[1, 2]]  # the window closed: what arrived goes
+    shard.items += [Item(rec("MODIFY", "SUB#a@b.c", "PROFILE", seq=i)) for i in range(3, 7)]
+    assert p.poll_once() and calls[-1] == [3, 4, 5, 6]  # a full batch goes at once
 
 
 def test_skipped_records_send_an_on_failure_record_that_points_at_them() -> None:
