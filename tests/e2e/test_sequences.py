@@ -79,9 +79,11 @@ def run_status(local: Local, arn: str) -> str | None:
 
 
 def waiting(local: Local, arn: str) -> bool:
-    """The execution sits in a Wait state (entered, not left)."""
+    """The execution sits in a wait: a Wait state entered and not left, or a callback Task (a send
+    and the wait after it) whose step function returned and which waits for its schedule
+    (``TaskSubmitted`` is its last event)."""
     history = local.client("stepfunctions").get_execution_history(executionArn=arn)["events"]
-    return bool(history) and history[-1]["type"] == "WaitStateEntered"
+    return bool(history) and history[-1]["type"] in ("WaitStateEntered", "TaskSubmitted")
 
 
 def exec_items(local: Local, emails: set[str]) -> list[tuple[str, str]]:
