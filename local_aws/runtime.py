@@ -43,7 +43,7 @@ from local_aws import collector, hooks, ses_events
 from local_aws.artifact import Artifact, build
 from local_aws.cfn_stack import register_stack
 from local_aws.clock import VirtualClock
-from local_aws.deployment import Deployment, bind, deploy, role_statements, uploaded_function
+from local_aws.deployment import Deployment, bind, deploy, uploaded_function
 from local_aws.environments import DEFAULT_CONCURRENCY, Environments
 from local_aws.eventbridge import (
     ExecutionStatusRules,
@@ -517,8 +517,19 @@ class LocalRuntime:
         return [(e.execution_arn, str(e.status)) for m in machines for e in list(m.executions)]
 
     def _authorize_role(self, role_arn: str, action: str, resource: str) -> bool:
-        """A service's request with a role of the template (the scheduler role): its policy decides."""
-        policy = role_statements(role_arn, self.aws) if self.config.enforce_iam else None
+        """A service's request with a role of the template (the scheduler role): its inline
+        policies in the emulated IAM decide (read in process: no request of anyone's)."""
+        from moto.iam.models import iam_backends
+
+        policy = None
+        if self.config.enforce_iam:
+            roles = iam_backends[ACCOUNT_ID]["aws"].roles.values()  # IAM is global: one per partition
+            role = next((r for r in roles if r.arn == role_arn), None)
+            if role is not None:
+                policy = []
+                for document in role.policies.values():
+                    found = (json.loads(document) if isinstance(document, str) else document)["Statement"]
+                    policy += found if isinstance(found, list) else [found]
         assert self.environments is not None
         return self.environments.authorize_role(role_arn, policy, action, resource)
 
