@@ -42,6 +42,7 @@ from stacks.warm import NEW_TABLE_RRU, NEW_TABLE_WRU, TABLE_QUOTA_RU, warm_throu
 DDB_GUIDE = "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide"
 SFN_QUOTAS = "https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html"
 LAMBDA_QUOTAS = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
+SCHEDULER_QUOTAS = "https://docs.aws.amazon.com/scheduler/latest/UserGuide/scheduler-quotas.html"
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,22 @@ LIMITS: dict[str, Limit] = {
               "--sfn-transitions sets yours"),
         Limit("sfn_transitions_other", 800,
               "Step Functions state transitions refill/s in all other Regions", SFN_QUOTAS),
+        Limit("sfn_task_success_big", 500,
+              "Step Functions SendTaskSuccess refill/s (bucket 3,000) in us-east-1, us-west-2, eu-west-1: "
+              "each resumes a sequence's callback Task; one bucket for the account", SFN_QUOTAS),
+        Limit("sfn_task_success_other", 300,
+              "Step Functions SendTaskSuccess refill/s (bucket 1,500) in all other Regions", SFN_QUOTAS),
+        Limit("scheduler_create_primary", 5000,
+              "EventBridge Scheduler CreateSchedule requests/s in its primary Regions (us-east-1, "
+              "us-east-2, us-west-2, ap-northeast-1, ap-south-1, ap-southeast-1, ap-southeast-2, "
+              "eu-central-1, eu-west-1, eu-west-2, sa-east-1): one per callback Task",
+              SCHEDULER_QUOTAS, "older versions of the page said 1,000; adjustable"),
+        Limit("scheduler_create_other", 250,
+              "EventBridge Scheduler CreateSchedule requests/s in every other Region", SCHEDULER_QUOTAS),
+        Limit("scheduler_invocations", 1000,
+              "EventBridge Scheduler invocations/s (its targets called: one SendTaskSuccess each)",
+              SCHEDULER_QUOTAS,
+              "documented for the primary Regions; assumed the same elsewhere (no other number found)"),
         Limit("sfn_retry_share", 0.05,
               "retried task attempts per state entered (each retry is a billed transition, which "
               "the bench's StateEntered count misses)",
@@ -132,6 +149,11 @@ LIMITS: dict[str, Limit] = {
     )
 }  # fmt: skip
 BIG_SFN_REGIONS = ("us-east-1", "us-west-2", "eu-west-1")  # the Step Functions quotas' larger Regions
+# EventBridge Scheduler's primary Regions (its quotas page: the larger CreateSchedule rate)
+SCHEDULER_PRIMARY_REGIONS = (
+    "us-east-1", "us-east-2", "us-west-2", "ap-northeast-1", "ap-south-1", "ap-southeast-1",
+    "ap-southeast-2", "eu-central-1", "eu-west-1", "eu-west-2", "sa-east-1",
+)  # fmt: skip
 PARTITION_WCU_PER_S = LIMITS["partition_wcu"].value
 PARTITION_RCU_PER_S = LIMITS["partition_rcu"].value
 LAMBDA_MB_PER_VCPU = LIMITS["lambda_mb_per_vcpu"].value
@@ -443,6 +465,9 @@ class Quotas:
     lambda_concurrency: int = ACCOUNT_CONCURRENCY
     sfn_start: float = LIMITS["sfn_start_big"].value
     sfn_transitions: float = LIMITS["sfn_transitions_big"].value
+    sfn_task_success: float = LIMITS["sfn_task_success_big"].value  # callback Tasks resumed per second
+    scheduler_create: float = LIMITS["scheduler_create_primary"].value
+    scheduler_invocations: float = LIMITS["scheduler_invocations"].value
     # table id -> (write, read) units/s it serves at once; a table not named: a new table's
     warm: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     retry_share: float = LIMITS["sfn_retry_share"].value
@@ -480,6 +505,10 @@ def quotas(region: str = "us-east-1", account: str = "mature", table: str = "fre
         sfn_start=LIMITS["sfn_start_big" if big else "sfn_start_other"].value,
         sfn_transitions=sfn_transitions
         or LIMITS["sfn_transitions_big" if big else "sfn_transitions_other"].value,
+        sfn_task_success=LIMITS["sfn_task_success_big" if big else "sfn_task_success_other"].value,
+        scheduler_create=LIMITS[
+            "scheduler_create_primary" if region in SCHEDULER_PRIMARY_REGIONS else "scheduler_create_other"
+        ].value,
         warm=warm,
     )
 
@@ -501,6 +530,10 @@ class Inputs:
     table_units: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     requests_per_mail: float = 0.0  # DynamoDB requests, starts and SES sends: each a wait in a function
     broadcast: bool = False  # the broadcast workers' limiter polls the main table while it sends
+    # callback Tasks (a send and the wait after it): the schedules created (or updated by a retry)
+    # and the schedules that fired, each one SendTaskSuccess
+    schedules_per_mail: float = 0.0
+    resumes_per_mail: float = 0.0
 
     def public(self) -> dict[str, Any]:
         """As JSON (``python -m bench capacity --json``'s ``inputs``; :func:`inputs_from` reads it)."""
@@ -629,6 +662,21 @@ def ceilings(
         f"Step Functions state transitions ({q.sfn_transitions:,.0f}/s, {q.region}, retries included)",
         q.sfn_transitions,
         inputs.transitions_per_mail * (1 + q.retry_share),
+    )
+    limit(
+        f"Step Functions SendTaskSuccess ({q.sfn_task_success:,.0f}/s, {q.region}): callback Tasks resumed",
+        q.sfn_task_success,
+        inputs.resumes_per_mail,
+    )
+    limit(
+        f"EventBridge Scheduler CreateSchedule ({q.scheduler_create:,.0f}/s, {q.region})",
+        q.scheduler_create,
+        inputs.schedules_per_mail,
+    )
+    limit(
+        f"EventBridge Scheduler invocations ({q.scheduler_invocations:,.0f}/s)",
+        q.scheduler_invocations,
+        inputs.resumes_per_mail,
     )
     limit("HTTP API throttle (10,000 requests/s)", LIMITS["http_api"].value, inputs.http_per_mail)
     return found

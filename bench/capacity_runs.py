@@ -300,6 +300,9 @@ def derive(run: Run, q: model.Quotas | None = None) -> dict[str, Any]:
         # own watching) and the SES sends
         requests_per_mail=(len(run.log) + m.ses_sends) / units,
         broadcast=specs.BROADCAST_WORKER_FUNCTION.name in cpu_ms,
+        schedules_per_mail=sum(m.requests[("scheduler", op)] for op in ("CreateSchedule", "UpdateSchedule"))
+        / units,
+        resumes_per_mail=m.requests[("stepfunctions", "SendTaskSuccess")] / units,
     )
     shapes = dict(run.shapes) or {f.name: model.function_shape(f) for f in specs.FUNCTIONS}
     return {
@@ -334,6 +337,8 @@ def derive(run: Run, q: model.Quotas | None = None) -> dict[str, Any]:
             "ses_sends": round(inputs.ses_sends_per_mail, 4),
             "start_executions": round(inputs.starts_per_mail, 4),
             "state_transitions": round(inputs.transitions_per_mail, 4),
+            "schedules": round(inputs.schedules_per_mail, 4),  # callback Tasks' CreateSchedule
+            "task_successes": round(inputs.resumes_per_mail, 4),  # the schedules that fired
             "http_requests": round(inputs.http_per_mail, 4),
             "waited_requests": round(inputs.requests_per_mail, 3),
             "wru": round(m.wru / units, 3),

@@ -102,6 +102,7 @@ class Bench:
             "sends": self.runtime.ses.sends,
             "http": self.runtime.front.stats.requests,
             "polls": self.runtime.poller_counts.receives + self.runtime.poller_counts.deletes,
+            "scheduled": len(self.runtime.one_time_schedules.fired) if self.runtime.one_time_schedules else 0,
         }
 
     def measure(self, label: str, units: int, unit_name: str, step: Callable[[], None]) -> Measurement:
@@ -128,4 +129,5 @@ class Bench:
             ses_sends=after["sends"] - before["sends"],
             http_requests=after["http"] - before["http"],
             sqs_platform_requests=after["polls"] - before["polls"],
+            scheduler_invocations=after["scheduled"] - before["scheduled"],
         )

@@ -37,6 +37,10 @@ PRICES = {
     "ddb_rru": 0.125 / 1_000_000,
     "sqs_request": 0.40 / 1_000_000,
     "http_request": 1.00 / 1_000_000,
+    # EventBridge Scheduler: $1.00 per million scheduled invocations after 14 million free a month
+    # (https://aws.amazon.com/eventbridge/pricing/; the free tier is not counted here). Its API
+    # requests (CreateSchedule, UpdateSchedule) are not billed; they are counted as requests.
+    "scheduler_invocation": 1.00 / 1_000_000,
 }
 _GSI_KEYS = {t.local_name: [(g.partition_key, g.sort_key) for g in t.gsis] for t in specs.TABLES}
 
@@ -254,6 +258,7 @@ class Measurement:
     http_requests: int
     sqs_platform_requests: int  # event source polls and deletes made by the Lambda service
     lambda_gb_s_wall: float = 0.0  # local wall time x memory: an upper bound
+    scheduler_invocations: int = 0  # one-time schedules that fired (a callback Task's resume)
 
     def sqs_requests(self) -> int:
         return (
@@ -270,6 +275,7 @@ class Measurement:
             "DynamoDB": self.wru * PRICES["ddb_wru"] + self.rru * PRICES["ddb_rru"],
             "SQS": self.sqs_requests() * PRICES["sqs_request"],
             "HTTP API": self.http_requests * PRICES["http_request"],
+            "EventBridge Scheduler": self.scheduler_invocations * PRICES["scheduler_invocation"],
         }
 
     def cost_per_1000(self) -> float:
@@ -294,4 +300,5 @@ class Measurement:
             ses_sends=self.ses_sends - other.ses_sends,
             http_requests=self.http_requests - other.http_requests,
             sqs_platform_requests=self.sqs_platform_requests - other.sqs_platform_requests,
+            scheduler_invocations=self.scheduler_invocations - other.scheduler_invocations,
         )

@@ -217,10 +217,10 @@ def requests_for(
         topic = params.get("TopicArn") or params.get("TargetArn")
         if topic:
             return [(f"sns:{operation}", str(topic))]
-    elif prefix == "states":
-        resource = params.get("stateMachineArn") or params.get("executionArn")
-        if resource:
-            return [(f"states:{operation}", str(resource))]
+    elif prefix in ("states", "scheduler"):
+        found = _workflow_request(prefix, operation, params, arn)
+        if found:
+            return found
     elif prefix == "secretsmanager" and "SecretId" in params:
         secret = str(params["SecretId"])
         return [
@@ -233,6 +233,24 @@ def requests_for(
         resource = f"arn:aws:s3:::{params['Bucket']}" + (f"/{unquote(str(key))}" if key else "")
         return [(f"s3:{operation}", resource)]
     return [(f"{prefix}:{operation}", "*")]
+
+
+def _workflow_request(prefix: str, operation: str, params: dict[str, Any], arn: str) -> list[tuple[str, str]]:
+    """Step Functions: the state machine or execution the request names. EventBridge Scheduler: a
+    schedule is authorized on ``schedule/<group>/<name>`` (Service Authorization Reference, Amazon
+    EventBridge Scheduler); creating or updating one passes its target's role, which IAM checks as
+    ``iam:PassRole`` on that role (EventBridge Scheduler User Guide, execution role)."""
+    if prefix == "states":
+        resource = params.get("stateMachineArn") or params.get("executionArn")
+        return [(f"states:{operation}", str(resource))] if resource else []
+    if "Name" not in params:
+        return []
+    group = params.get("GroupName") or "default"
+    found = [(f"scheduler:{operation}", f"{arn}:schedule/{group}/{params['Name']}")]
+    role = (params.get("Target") or {}).get("RoleArn")
+    if role and operation in ("CreateSchedule", "UpdateSchedule"):
+        found.append(("iam:PassRole", str(role)))
+    return found
 
 
 # SES authorizes a send by the content it carries, not by the operation's name: a v2 SendEmail

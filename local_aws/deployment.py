@@ -100,6 +100,10 @@ def bind(
         name = str(resource["Properties"].get("StateMachineName") or f"{logical_id}-local")
         arn = _arn(template, "states", f"stateMachine:{name}")
         template.bind(logical_id, Ref=arn, Arn=arn, Name=name)
+    for logical_id, resource in template.of_type("AWS::Scheduler::ScheduleGroup").items():
+        name = str(resource["Properties"]["Name"])
+        arn = _arn(template, "scheduler", f"schedule-group/{name}")
+        template.bind(logical_id, Ref=name, Arn=arn)
     for logical_id in template.of_type("AWS::S3::Bucket"):
         name = f"{template.stack_name}-{logical_id}".lower()[:63]
         aws.client("s3").create_bucket(Bucket=name)
@@ -291,6 +295,8 @@ def deploy(
             raise ValueError(f"event source mapping {mapping.logical_id} names an unknown function")
         lam.create_event_source_mapping(**kwargs)
     _state_machines(template, aws)
+    for resource in template.of_type("AWS::Scheduler::ScheduleGroup").values():  # callback Tasks' schedules
+        aws.client("scheduler").create_schedule_group(Name=str(resource["Properties"]["Name"]))
     return Deployment(template=template, functions=functions, environments=environments)
 
 

@@ -345,6 +345,20 @@ class Environments:
         self._record(function_name, [{"action": action, "resource": resource, "allowed": allowed}])
         return allowed
 
+    def authorize_role(
+        self, role_arn: str, policy: list[dict[str, Any]] | None, action: str, resource: str
+    ) -> bool:
+        """A request a service makes with a role of the template that is no function's (EventBridge
+        Scheduler with the scheduler role): decided by the role's ``policy`` (its statements in the
+        emulated IAM) and recorded under the role's name. A role without a policy is allowed."""
+        from local_aws.bootstrap import RolePolicy
+
+        allowed = policy is None or RolePolicy(policy).decide(action, resource)
+        self._record(
+            role_arn.rsplit("/", 1)[-1], [{"action": action, "resource": resource, "allowed": allowed}]
+        )
+        return allowed
+
     def recorded(self) -> list[dict[str, Any]]:
         """Every AWS request the functions made: function, IAM action, resource, allowed, count."""
         with self._lock:

@@ -13,7 +13,13 @@
 - DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
   :func:`transact_write_items`);
 - a DynamoDB Query on a table's own key reads only its partition, and one on an index only the
-  items holding the index key's value (:func:`partition_query`).
+  items holding the index key's value (:func:`partition_query`);
+- a callback Task (``.waitForTaskToken``) waits for its token only while its execution runs:
+  moto's waits until the token comes back even after StopExecution, so a stopped execution stayed
+  RUNNING; AWS ends it at once (:func:`_eval_wait_for_task_token`);
+- EventBridge Scheduler's CreateSchedule, UpdateSchedule and DeleteSchedule also tell the
+  runtime's one-time schedules (``ACTIVE.schedules``: ``local_aws.scheduler``), which moto only
+  stores.
 
 :func:`self_check` fails loudly when one of these hooks moved (a moto upgrade): the
 runtime calls it before patching, and a test calls it too.
@@ -55,17 +61,23 @@ from moto.dynamodb.exceptions import (
 from moto.dynamodb.models.table import StreamRecord, StreamShard
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 from moto.moto_server.werkzeug_app import MotoRequestHandler
+from moto.scheduler.models import EventBridgeSchedulerBackend
 from moto.sesv2 import urls as sesv2_urls
 from moto.sesv2.responses import SESV2Response
 from moto.sns.models import Subscription as SnsSubscription
 from moto.sqs.models import Message as SqsMessage
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_callback as sfn_callback,
+)
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeSuccess
 from moto.stepfunctions.parser.asl.utils import boto_client as sfn_boto_client
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from local_aws.clock import VirtualClock
+from local_aws.scheduler import OneTimeSchedules
 from local_aws.ses import LocalSes, SesError
 
 MOTO_VERSION = "5.2.5"
@@ -88,6 +100,7 @@ class _Active:
     on_stream_mapping: StreamMappingHandler | None = None
     invoker: Invoker | None = None
     port: int | None = None  # the embedded endpoint's port
+    schedules: OneTimeSchedules | None = None  # fires EventBridge Scheduler's one-time schedules
 
 
 ACTIVE = _Active()
@@ -129,6 +142,16 @@ def self_check() -> None:
         (StreamRecord, "__init__"): ["self", "table", "stream_type", "event_name", "old", "new", "seq"],
         (SqsMessage, "delay"): ["self", "delay_seconds"],
         (StepFunctionResponse, "stop_execution"): ["self"],
+        (EventBridgeSchedulerBackend, "delete_schedule"): ["self", "group_name", "name"],
+        (sfn_callback.StateTaskServiceCallback, "_eval_wait_for_task_token"): [
+            "self",
+            "env",
+            "timeout_seconds",
+            "callback_endpoint",
+            "heartbeat_endpoint",
+        ],
+        (EventBridgeSchedulerBackend, "create_schedule"): None,
+        (EventBridgeSchedulerBackend, "update_schedule"): None,
     }
     for (owner, name), params in expected.items():
         member = getattr(owner, name, None)
@@ -504,6 +527,56 @@ _SESV2_EXTRA_PATHS = {
 }
 
 
+CALLBACK_POLL_S = 0.1  # how often a callback Task's wait checks that its execution still runs
+_EVAL_WAIT_FOR_TASK_TOKEN = sfn_callback.StateTaskServiceCallback._eval_wait_for_task_token
+
+
+def _eval_wait_for_task_token(
+    self: Any, env: Any, timeout_seconds: int, callback_endpoint: Any, heartbeat_endpoint: Any
+) -> Any:
+    """Wait for the task token to come back while the execution runs. A stopped execution's Task
+    ends quietly, as moto's Wait state does when its execution stops: an empty outcome the stopped
+    program never acts on (any error would be recorded as the execution's failure, overriding the
+    stop); ExecutionAborted follows."""
+    if heartbeat_endpoint is not None:
+        return _EVAL_WAIT_FOR_TASK_TOKEN(self, env, timeout_seconds, callback_endpoint, heartbeat_endpoint)
+    deadline = _time.monotonic() + timeout_seconds
+    while env.is_running() and _time.monotonic() < deadline:
+        outcome = callback_endpoint.wait(timeout=CALLBACK_POLL_S)
+        if outcome is not None:
+            return outcome
+    if not env.is_running():
+        return CallbackOutcomeSuccess(callback_id=callback_endpoint.callback_id, output="{}")
+    return _EVAL_WAIT_FOR_TASK_TOKEN(self, env, 0, callback_endpoint, heartbeat_endpoint)
+
+
+_CREATE_SCHEDULE = EventBridgeSchedulerBackend.create_schedule
+_UPDATE_SCHEDULE = EventBridgeSchedulerBackend.update_schedule
+_DELETE_SCHEDULE = EventBridgeSchedulerBackend.delete_schedule
+
+
+def _armed(schedule: Any) -> Any:
+    if ACTIVE.schedules is not None:
+        ACTIVE.schedules.armed(
+            schedule.group_name, schedule.name, schedule.schedule_expression, schedule.target
+        )
+    return schedule
+
+
+def armed_create_schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
+    return _armed(_CREATE_SCHEDULE(self, *args, **kwargs))
+
+
+def armed_update_schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
+    return _armed(_UPDATE_SCHEDULE(self, *args, **kwargs))
+
+
+def forgetting_delete_schedule(self: Any, group_name: str | None, name: str) -> None:
+    _DELETE_SCHEDULE(self, group_name, name)
+    if ACTIVE.schedules is not None:
+        ACTIVE.schedules.forget(group_name or "default", name)
+
+
 def install() -> None:
     """Apply every patch (idempotent). Which clock and SES they use is set in ``ACTIVE``."""
     global _installed
@@ -531,6 +604,10 @@ def install() -> None:
         SESV2Response.put_configuration_set_sending_options = _put_sending_options  # type: ignore[attr-defined]
         SESV2Response.get_configuration_set = _get_configuration_set  # type: ignore[method-assign]
         SESV2Response.get_email_identity = _get_email_identity  # type: ignore[method-assign]
+        sfn_callback.StateTaskServiceCallback._eval_wait_for_task_token = _eval_wait_for_task_token  # type: ignore[method-assign]
+        EventBridgeSchedulerBackend.create_schedule = armed_create_schedule  # type: ignore[method-assign]
+        EventBridgeSchedulerBackend.update_schedule = armed_update_schedule  # type: ignore[method-assign]
+        EventBridgeSchedulerBackend.delete_schedule = forgetting_delete_schedule  # type: ignore[method-assign]
         _serve_faster()
         atomic_item_writes()
         _installed = True

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -56,6 +57,7 @@ from local_aws.http_front import Cors, HttpFront
 from local_aws.lambdas import STATS, PollerCounts, SqsPoller, invoke
 from local_aws.listeners import LocalServer, LoopbackGuard
 from local_aws.provision import LocalResources, local_function_name, provision
+from local_aws.scheduler import OneTimeSchedules
 from local_aws.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
 from local_aws.streams import ShardReaders, StreamPoller
 from local_aws.template import LocalTemplate
@@ -129,6 +131,8 @@ class LocalRuntime:
     environments: Environments | None = field(default=None, init=False)
     eventbridge: ExecutionStatusRules | None = field(default=None, init=False)
     schedules: ScheduledRules | None = field(default=None, init=False)  # the daily hygiene run
+    # EventBridge Scheduler's one-time schedules: what resumes the sequences' callback Tasks
+    one_time_schedules: OneTimeSchedules | None = field(default=None, init=False)
     poller_counts: PollerCounts = field(default_factory=PollerCounts, init=False)
     started_in_s: float = field(default=0.0, init=False)
     _server: LocalServer | None = field(default=None, init=False)  # the AWS endpoint
@@ -313,6 +317,11 @@ class LocalRuntime:
         )
         self.eventbridge.start()
         self._reputation_alarms(template)
+        # EventBridge Scheduler's one-time schedules (sequence callback Tasks), on the virtual clock.
+        self.one_time_schedules = OneTimeSchedules(
+            self.clock, self.aws, self._authorize_role, self._machine_waiting_on, self._delete_schedule
+        )
+        hooks.ACTIVE.schedules = self.one_time_schedules
         # The template's scheduled rules (list hygiene), on the runtime's calendar.
         self.schedules = ScheduledRules(scheduled_rules_of(template), targets, self.clock.calendar_now)
         self.schedules.start()
@@ -332,6 +341,8 @@ class LocalRuntime:
             poller.stop_event.set()
         if self.eventbridge is not None:
             self.eventbridge.stop()
+        if self.one_time_schedules is not None:
+            self.one_time_schedules.stop()
         if self.schedules is not None:
             self.schedules.stop()
         if self.environments is not None:
@@ -351,6 +362,7 @@ class LocalRuntime:
                 self._server_thread.join(timeout=5)
             self._server = self._server_thread = None
         hooks.ACTIVE.clock = hooks.ACTIVE.ses = hooks.ACTIVE.on_sqs_mapping = hooks.ACTIVE.invoker = None
+        hooks.ACTIVE.schedules = None
         hooks.ACTIVE.on_stream_mapping = None
         hooks.ACTIVE.port = None
         reset_clients()
@@ -517,6 +529,40 @@ class LocalRuntime:
         machines = list(get_backend(ACCOUNT_ID, self.config.region).state_machines)
         return [(e.execution_arn, str(e.status)) for m in machines for e in list(m.executions)]
 
+    def _authorize_role(self, role_arn: str, action: str, resource: str) -> bool:
+        """A service's request with a role of the template (the scheduler role): its inline
+        policies in the emulated IAM decide (read in process: no request of anyone's)."""
+        from moto.iam.models import iam_backends
+
+        policy = None
+        if self.config.enforce_iam:
+            roles = iam_backends[ACCOUNT_ID]["aws"].roles.values()  # IAM is global: one per partition
+            role = next((r for r in roles if r.arn == role_arn), None)
+            if role is not None:
+                policy = []
+                for document in role.policies.values():
+                    found = (json.loads(document) if isinstance(document, str) else document)["Statement"]
+                    policy += found if isinstance(found, list) else [found]
+        assert self.environments is not None
+        return self.environments.authorize_role(role_arn, policy, action, resource)
+
+    def _delete_schedule(self, group: str, name: str) -> None:
+        """EventBridge Scheduler deletes a completed schedule itself (no API request of anyone's)."""
+        from moto.scheduler.models import scheduler_backends
+
+        scheduler_backends[ACCOUNT_ID][self.config.region].delete_schedule(group, name)
+
+    def _machine_waiting_on(self, token: str) -> str | None:
+        """The state machine of the execution that issued the task ``token`` (running or not)."""
+        from moto.stepfunctions.responses import get_backend
+
+        for machine in list(get_backend(ACCOUNT_ID, self.config.region).state_machines):
+            for execution in list(machine.executions):
+                worker = getattr(execution, "exec_worker", None)
+                if worker is not None and worker.env.callback_pool_manager.get(token) is not None:
+                    return str(machine.arn)
+        return None
+
     def _send_failure(self, function_name: str, destination: str, record: dict[str, Any]) -> None:
         """Send an on-failure record to an SQS destination as the Lambda service does: with the
         function's execution role (sqs:SendMessage on the queue, recorded like the function's own
@@ -559,6 +605,10 @@ class LocalRuntime:
             "eventbridge": {
                 "delivered": self.eventbridge.delivered if self.eventbridge else 0,
                 "scheduled": self.schedules.delivered if self.schedules else 0,
+                # one-time schedules (callback Tasks) that fired, by outcome
+                "one_time": dict(Counter(f.outcome.split(":")[0] for f in self.one_time_schedules.fired))
+                if self.one_time_schedules is not None
+                else {},
             },
             "ses": {
                 "sends": self.ses.sends,

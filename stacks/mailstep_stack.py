@@ -27,7 +27,7 @@ from stacks.constructs.messaging import Messaging
 from stacks.constructs.resources import Resources
 from stacks.constructs.secrets import Secrets
 from stacks.constructs.sending import Sending
-from stacks.constructs.sequences import Sequences, state_machine_arn_prefix
+from stacks.constructs.sequences import CallbackSchedules, Sequences, state_machine_arn_prefix
 from stacks.constructs.storage import Storage
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +57,9 @@ class MailstepStack(Stack):
         api = Api(self, "Api", config=config)
         settings = {**config.mail_settings(), "public_base_url": api.url, **resources.settings()}
         settings["state_machine_arn_prefix"] = state_machine_arn_prefix(self)
+        schedules = CallbackSchedules(self, "CallbackSchedules")
+        settings["sequence_schedule_group"] = schedules.group_name
+        settings["sequence_scheduler_role_arn"] = schedules.role.role_arn
         if config.reply_forward_to:
             settings["reply_forward_to"] = config.reply_forward_to
         settings["warmup_schedule"] = config.warmup_schedule()  # docs/sending.md, "Warm-up"

@@ -14,13 +14,19 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
 from shared.sending.pipeline import SendContext, send
+from shared.sequences.schedules import Resumer
 from shared.sequences.steps import StepDeps, parse_request, run_step
 from shared.store.subscribers import SubscriberStore
 
 settings = Settings.from_env()
 store = SubscriberStore(settings.table_name, settings.events_table_name)
 send_context = SendContext.from_settings(settings, store)
-deps = StepDeps(store=store, send=lambda job: send(job, send_context), data_ttl_days=settings.data_ttl_days)
+deps = StepDeps(
+    store=store,
+    send=lambda job: send(job, send_context),
+    data_ttl_days=settings.data_ttl_days,
+    resumer=Resumer(settings.sequence_schedule_group, settings.sequence_scheduler_role_arn),
+)
 
 
 @logger.inject_lambda_context

@@ -39,6 +39,10 @@ class Settings(BaseModel):
     send_claim_lease_seconds: int = Field(default=300, ge=30, le=3600)
     # Sequences: ARN of the state machines without the sequence id (shared.sequences.engine).
     state_machine_arn_prefix: str = ""
+    # Callback Tasks (docs/sequences.md): the schedule group the step function creates the
+    # schedules that resume them in, and the role EventBridge Scheduler calls SendTaskSuccess with.
+    sequence_schedule_group: str = ""
+    sequence_scheduler_role_arn: str = ""
     # Broadcasts (docs/broadcasts.md): queues, the schedule state machine and the send rate.
     broadcast_queue_url: str = ""  # broadcast.batch envelopes -> broadcast-worker
     broadcast_control_queue_url: str = ""  # broadcast.resolve envelopes -> broadcast-resolver

@@ -51,6 +51,8 @@ ENV: dict[str, str] = {
     "send_queue_url": "SEND_QUEUE_URL",
     "send_claim_lease_seconds": "SEND_CLAIM_LEASE_SECONDS",
     "state_machine_arn_prefix": "STATE_MACHINE_ARN_PREFIX",
+    "sequence_schedule_group": "SEQUENCE_SCHEDULE_GROUP",
+    "sequence_scheduler_role_arn": "SEQUENCE_SCHEDULER_ROLE_ARN",
     "broadcast_queue_url": "BROADCAST_QUEUE_URL",
     "broadcast_control_queue_url": "BROADCAST_CONTROL_QUEUE_URL",
     "broadcast_schedule_arn": "BROADCAST_SCHEDULE_ARN",
@@ -282,6 +284,11 @@ SES_IDENTITY = "identity"
 SES_SEND_ACTIONS = ("ses:SendEmail", "ses:SendRawEmail")
 SEQUENCE_MACHINES = "stateMachine"  # the sequence state machines (name prefix)
 SEQUENCE_EXECUTIONS = "execution"  # executions of the sequence state machines (name prefix)
+# Callback Tasks (docs/sequences.md): the one-time schedules that resume them, in the stack's
+# schedule group (sequence_schedule_group), and the role EventBridge Scheduler runs them with
+# (passed to Scheduler with each schedule: iam:PassRole).
+SEQUENCE_SCHEDULES = "schedule"
+SCHEDULER_ROLE = "scheduler-role"
 INBOUND_OBJECTS = "inbound-object"  # received mail in the inbound bucket (mailstep:inboundDomain)
 # Granted for every event source: what the Lambda service does on the function's behalf
 # (the actions of the AWS managed policy AWSLambdaSQSQueueExecutionRole).
@@ -446,6 +453,11 @@ class FunctionSpec:
         return any(set(SES_SEND_ACTIONS) & set(g.actions) for g in self.grants)
 
     @property
+    def resumes_sequences(self) -> bool:
+        """Creates the schedules that resume callback Tasks: receives their group and role."""
+        return any(g.resource == SEQUENCE_SCHEDULES for g in self.grants)
+
+    @property
     def controls_sequences(self) -> bool:
         """Starts or stops sequence executions: receives ``state_machine_arn_prefix``."""
         return any(g.resource in (SEQUENCE_MACHINES, SEQUENCE_EXECUTIONS) for g in self.grants)
@@ -595,6 +607,14 @@ def state_machine_prefix(stack_name: str) -> str:
 
 
 STATE_MACHINE_PREFIX = state_machine_prefix(STACK_NAME)  # the default stack's prefix
+
+
+def schedule_group_name(stack_name: str) -> str:
+    """``<stack name>-sequences``: the schedule group of the callback Tasks' schedules (EventBridge
+    Scheduler group names: 1-64 characters of ``[0-9a-zA-Z-_.]``)."""
+    return f"{stack_name}-sequences"[:64]
+
+
 SEQUENCE_STEP_FUNCTION = FunctionSpec(
     name="sequence-step",
     handler="functions.sequence_step.handler.handler",
@@ -605,6 +625,10 @@ SEQUENCE_STEP_FUNCTION = FunctionSpec(
         # opened/clicked checks (Query on the subscriber's events)
         *SEND_PIPELINE_GRANTS,
         Grant(EVENTS_TABLE, _ddb("Query")),
+        # a callback Task's schedule: created, or updated by a retried Task (shared.sequences.schedules),
+        # with the scheduler role passed to EventBridge Scheduler
+        Grant(SEQUENCE_SCHEDULES, ("scheduler:CreateSchedule", "scheduler:UpdateSchedule")),
+        Grant(SCHEDULER_ROLE, ("iam:PassRole",)),
     ),
     mail_settings=True,
 )

@@ -11,9 +11,14 @@ Shape (docs/sequences.md explains the cost model):
   is fresh (no wait or tag step before it); otherwise, when each branch is at most one send,
   one ``branch`` Task that evaluates the condition and sends the chosen mail, else a
   ``check`` Task + Choice;
-- with a ``send_window`` each wait ends inside the window: the Task before the Wait returns
-  the wake-up time (``$.r.wake``) and the Wait uses ``TimestampPath``; a Wait reached from a
-  Choice or another Wait gets a small ``schedule`` Task in front;
+- a Task that mails (``send`` or ``branch``) followed by a ``wait`` is ONE callback Task
+  (``lambda:invoke.waitForTaskToken``): the step function sends, then creates a one-time
+  EventBridge Scheduler schedule at the wake-up time that hands the task token back
+  (SendTaskSuccess), so the send and the wait cost one transition (docs/sequences.md);
+- with a ``send_window`` each wait ends inside the window: a callback Task's schedule is at the
+  window's wake-up time; otherwise the Task before the Wait returns the wake-up time
+  (``$.r.wake``) and the Wait uses ``TimestampPath``; a Wait reached from a Choice or another
+  Wait gets a small ``schedule`` Task in front;
 - Retry with backoff for ``SendRetryable``; a Catch sends every other failure to a
   ``fail`` Task that records it and removes the pair; ``SequenceHalted`` (the pair is gone,
   the execution was stopped by an event) ends quietly.
@@ -53,6 +58,10 @@ CONTRACT = "sequence.step"
 VERSION = 1
 STEP_FUNCTION_PLACEHOLDER = "${SequenceStepFunctionArn}"
 SUBSTITUTION_KEY = "SequenceStepFunctionArn"
+# A send and the wait after it: the step function is invoked with the task token and the Task
+# waits until a one-time schedule hands the token back (Step Functions Developer Guide, "Wait for
+# a Callback with Task Token"; the optimized Lambda integration's ``.waitForTaskToken``).
+CALLBACK_RESOURCE = "arn:aws:states:::lambda:invoke.waitForTaskToken"
 RETRYABLE_ERROR = "SendRetryable"
 HALTED_ERROR = "SequenceHalted"
 FAILED_ERROR = "SequenceStepFailed"
@@ -252,12 +261,32 @@ class _Compiler:
             body["one_off"] = True
         return {**body, **params}
 
-    def task(self, name: str, action: str, code: str, params: dict[str, Any], cont: Cont) -> str:
+    def task(
+        self,
+        name: str,
+        action: str,
+        code: str,
+        params: dict[str, Any],
+        cont: Cont,
+        *,
+        wait: int | None = None,
+    ) -> str:
+        """A Task calling the step function; with ``wait`` a callback Task that sends and then
+        waits ``wait`` seconds (or for the send window) before going on to ``cont``."""
         retry = [RETRY_SEND, RETRY_PAUSED, RETRY_LAMBDA] if action in MAILING else [RETRY_LAMBDA]
+        payload = self.payload(action, code, {**params, **cont.task_extra})
+        resource: dict[str, Any] = {"Resource": STEP_FUNCTION_PLACEHOLDER, "Parameters": payload}
+        if wait is not None:
+            payload |= {"wait": wait, "token.$": "$$.Task.Token"}
+            if self.seq.send_window is not None:
+                payload["window"] = self.seq.send_window.model_dump()
+            resource = {
+                "Resource": CALLBACK_RESOURCE,
+                "Parameters": {"FunctionName": STEP_FUNCTION_PLACEHOLDER, "Payload": payload},
+            }
         state: dict[str, Any] = {
             "Type": "Task",
-            "Resource": STEP_FUNCTION_PLACEHOLDER,
-            "Parameters": self.payload(action, code, {**params, **cont.task_extra}),
+            **resource,
             "ResultPath": "$.r",
             "Retry": retry,
             "Catch": [
@@ -310,31 +339,45 @@ class _Compiler:
                 cont = self.step(steps[index - 1], (*path, index - 1), cont, then_tag=step)
                 index -= 2
                 continue
+            mailer = self.mailer_before(steps, path, index) if isinstance(step, WaitStep) else None
+            if isinstance(step, WaitStep) and mailer is not None:
+                # a send (or branch) and the wait after it: one callback Task, one transition
+                mail_index, tag = mailer
+                cont = self.step(steps[mail_index], (*path, mail_index), cont, then_tag=tag, wait=step.wait)
+                index = mail_index - 1
+                continue
             cont = self.step(step, (*path, index), cont)
             index -= 1
         return cont
 
-    def step(self, step: Step, path: Path_, cont: Cont, then_tag: TagStep | None = None) -> Cont:
+    def step(
+        self, step: Step, path: Path_, cont: Cont, then_tag: TagStep | None = None, wait: int | None = None
+    ) -> Cont:
+        """The states of one step before ``cont``; ``wait``: the step is a send (or a branch of
+        single sends) whose Task also stands for the wait after it (a callback Task)."""
         code = step_code(path)
+        if wait is not None:
+            # after the wait the execution goes where a Wait state would have gone
+            cont = Cont.to(cont.entry())
         if isinstance(step, ExitStep):
             return self.end()
         if isinstance(step, SendStep):
             params = {**self.mail_params(), **mail_of(step, then_tag)}
             name = f"{code}_send_{step.send.replace('/', '-')}"[:80]
-            return Cont.to(self.task(name, "send", code, params, cont))
+            return Cont.to(self.task(name, "send", code, params, cont, wait=wait))
         if isinstance(step, TagStep):
             params = {"add": step.tag.add, "remove": step.tag.remove}
             return Cont.to(self.task(f"{code}_tag", "tag", code, params, cont))
         if isinstance(step, WaitStep):
             return self.wait(code, step.wait, cont)
         assert isinstance(step, IfStep)
-        live = not (path in self.fresh and not uses_live_data(step.if_))
-        branches = (branch_mail(step.then, (*path, "then")), branch_mail(step.else_, (*path, "else")))
-        if live and all(b is not False for b in branches):
+        if self.branch_task(step, path):
             # check + Choice + send folded into one Task that evaluates and sends: 2 transitions less
+            branches = (branch_mail(step.then, (*path, "then")), branch_mail(step.else_, (*path, "else")))
             params = {**self.mail_params(), **self.condition_params(step.if_)}
             params |= {key: b for key, b in zip(("then", "else"), branches, strict=True) if b is not None}
-            return Cont.to(self.task(f"{code}_branch", "branch", code, params, cont))
+            return Cont.to(self.task(f"{code}_branch", "branch", code, params, cont, wait=wait))
+        assert wait is None, "only a send or a branch Task carries the wait after it"
         then = self.steps(step.then, (*path, "then"), cont)
         other = self.steps(step.else_, (*path, "else"), cont)
         choice_name = f"{code}_if"
@@ -350,6 +393,28 @@ class _Compiler:
             check = self.condition_params(step.if_)
             return Cont.to(self.task(f"{code}_check", "check", code, check, Cont.to(choice_name)))
         return Cont.to(choice_name)
+
+    def mailer_before(self, steps: list[Step], path: Path_, index: int) -> tuple[int, TagStep | None] | None:
+        """For the wait at ``index``: the index of the send right before it (a tag riding on that
+        send may sit in between, returned too) or of an ``if`` that compiles to one ``branch``
+        Task; None when the wait follows anything else."""
+        before, tag = index - 1, None
+        if before >= 1 and isinstance(steps[before], TagStep) and isinstance(steps[before - 1], SendStep):
+            tag, before = steps[before], before - 1
+        if before < 0:
+            return None
+        found = steps[before]
+        if isinstance(found, SendStep) or (
+            tag is None and isinstance(found, IfStep) and self.branch_task(found, (*path, before))
+        ):
+            return before, tag if isinstance(tag, TagStep) else None
+        return None
+
+    def branch_task(self, step: IfStep, path: Path_) -> bool:
+        """The ``if`` is one ``branch`` Task: evaluated on live data, each branch one send or empty."""
+        live = not (path in self.fresh and not uses_live_data(step.if_))
+        branches = (branch_mail(step.then, (*path, "then")), branch_mail(step.else_, (*path, "else")))
+        return live and all(b is not False for b in branches)
 
     def condition_params(self, condition: Condition) -> dict[str, Any]:
         """A live condition for the step function, and the step code of each step it names

@@ -314,9 +314,9 @@ class StepFunctions:
 
 def state_transitions(history: list[dict[str, Any]]) -> int:
     """Billable state transitions in an execution history: every state entered (retries of a
-    Task count as extra transitions in AWS billing; they appear as extra scheduled invocations)."""
+    Task count as extra transitions in AWS billing; they appear as extra scheduled invocations:
+    ``LambdaFunctionScheduled`` for a Lambda Task, ``TaskScheduled`` for a callback Task)."""
     entered = sum(1 for e in history if e["type"].endswith("StateEntered"))
-    retries = sum(1 for e in history if e["type"] == "LambdaFunctionScheduled") - sum(
-        1 for e in history if e["type"] == "TaskStateEntered"
-    )
+    scheduled = sum(1 for e in history if e["type"] in ("LambdaFunctionScheduled", "TaskScheduled"))
+    retries = scheduled - sum(1 for e in history if e["type"] == "TaskStateEntered")
     return entered + max(0, retries)

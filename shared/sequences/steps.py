@@ -14,6 +14,9 @@ loaded here. Actions:
   step (its step code: the same send-once key and per-step counts as a send Task of its own);
 - ``tag``: add/remove tags through the store (TAG# partners stay in sync);
 - ``schedule``: only compute the wake-up time of the next Wait;
+- with ``token`` (a callback Task: a send or a branch and the wait after it): after the mail,
+  create the one-time schedule that hands the token back at the wake-up time
+  (``shared.sequences.schedules``); the Task's result is what the schedule returns;
 - ``finish``: remove the EXEC pair (also ``"finish": true`` on the last Task of a path);
 - ``fail``: record the failure (a ``sequence_failed`` event) and remove the pair.
 
@@ -40,6 +43,7 @@ from shared.sending.pipeline import SendOutcome
 from shared.sequences.compiler import CONTRACT, VERSION
 from shared.sequences.evaluate import evaluate, wake_at
 from shared.sequences.model import SendWindow, Variant, parse_condition
+from shared.sequences.schedules import Resumer, ScheduleThrottled, schedule_name
 from shared.store.subscribers import EXECUTION_COMPLETED, Execution, SubscriberStore
 
 OPEN_EVENT = "open"
@@ -106,6 +110,7 @@ class StepRequest(BaseModel):
     add: list[str] = Field(default_factory=list)
     remove: list[str] = Field(default_factory=list)
     wait: int | None = Field(default=None, ge=0)
+    token: str | None = Field(default=None, min_length=1, max_length=1024)  # a callback Task's task token
     window: SendWindow | None = None
     finish: bool = False
     condition: dict[str, Any] | None = None
@@ -133,6 +138,7 @@ class StepDeps:
     send: Callable[[SendJob], SendOutcome]
     data_ttl_days: int = 180
     now: Callable[[], datetime] = field(default=clock.utc_now)
+    resumer: Resumer | None = None  # callback Tasks: the schedules that resume them
 
 
 def _name_of(execution_arn: str) -> str:
@@ -198,10 +204,24 @@ def run_step(request: StepRequest, deps: StepDeps) -> dict[str, Any]:
             profile = deps.store.get_profile(request.email)
             attributes = profile.attributes if profile else {}
         result["wake"] = wake_at(deps.now(), request.wait, request.window, attributes or {})
+    if request.token is not None:
+        _resume_at_wake(request, deps, result)
     if (request.finish or request.action == "finish") and not request.one_off:
         _remove_pair(request, deps, completed=True)
     logger.info("sequence step", **log, **{k: v for k, v in result.items() if k != "wake"})
     return result
+
+
+def _resume_at_wake(request: StepRequest, deps: StepDeps, result: dict[str, Any]) -> None:
+    """A callback Task: the schedule that sends ``result`` back with the token at the wake-up
+    time. Throttled: retried like a throttled send (the mail is claimed: never sent twice)."""
+    if deps.resumer is None or "wake" not in result or request.token is None:
+        raise ValueError("a callback Task needs its wait, its token and the schedules' settings")
+    name = schedule_name(request.step, request.execution)
+    try:
+        deps.resumer.resume_at(name, clock.parse_iso(result["wake"]), request.token, result)
+    except ScheduleThrottled as exc:
+        raise SendRetryable(f"schedule throttled: {exc}") from exc
 
 
 def _send(request: StepRequest, deps: StepDeps) -> str:

@@ -359,6 +359,8 @@ def function_environment(
     ]
     if spec.controls_sequences:
         fields.append("state_machine_arn_prefix")
+    if spec.resumes_sequences:
+        fields += ["sequence_schedule_group", "sequence_scheduler_role_arn"]
     if spec.mail_settings:
         fields += [f for f in specs.MAIL_SETTINGS if f in settings and f not in fields]
     fields += [f for f in spec.optional_settings if settings.get(f) and f not in fields]
@@ -508,7 +510,7 @@ def _python_function(
     return fn
 
 
-def _nag_arn(stack: Stack, service: str, resource: str) -> str:
+def nag_arn(stack: Stack, service: str, resource: str) -> str:
     """How cdk-nag spells an ARN of this stack's account and region in finding ids."""
     region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
     account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
@@ -576,14 +578,14 @@ class Functions(Construct):
             nag_reason="SES authorizes a send on the sending identity and, in the SES sandbox, on each "
             "recipient's verified identity as well; the ses:FromAddress condition limits the grant to "
             f"sends whose From address is on {domain}.",
-            nag_resource=_nag_arn(stack, "ses", "identity/*"),
+            nag_resource=nag_arn(stack, "ses", "identity/*"),
         )
         self.grant(
             specs.SEQUENCE_MACHINES,
             [f"{settings['state_machine_arn_prefix']}*"],
             nag_reason="Starts executions of this stack's sequence state machines (name prefix "
             f"{state_machine_prefix}); the machines are generated from sequences/ at synth time.",
-            nag_resource=_nag_arn(stack, "states", f"stateMachine:{state_machine_prefix}*"),
+            nag_resource=nag_arn(stack, "states", f"stateMachine:{state_machine_prefix}*"),
         )
         executions = stack.format_arn(
             service="states",
@@ -596,8 +598,18 @@ class Functions(Construct):
             [executions],
             nag_reason="Stops/describes executions of this stack's sequence state machines (name "
             "prefix); execution names are generated per subscriber and event.",
-            nag_resource=_nag_arn(stack, "states", f"execution:{state_machine_prefix}*:*"),
+            nag_resource=nag_arn(stack, "states", f"execution:{state_machine_prefix}*:*"),
         )
+
+        group = settings["sequence_schedule_group"]
+        self.grant(
+            specs.SEQUENCE_SCHEDULES,
+            [stack.format_arn(service="scheduler", resource="schedule", resource_name=f"{group}/*")],
+            nag_reason="Creates/updates the one-time schedules that resume sequence callback Tasks, in "
+            f"this stack's schedule group {group} only; their names are derived per execution and step.",
+            nag_resource=nag_arn(stack, "scheduler", f"schedule/{group}/*"),
+        )
+        self.grant(specs.SCHEDULER_ROLE, [settings["sequence_scheduler_role_arn"]])
 
         main_table = resources.tables[specs.MAIN_TABLE]
         self.grant(
@@ -612,7 +624,7 @@ class Functions(Construct):
             ],
             nag_reason="One Secrets Manager secret per webhook endpoint, created by the operator "
             "(mailstep webhooks add) under this deployment's name prefix; the delivery function reads them.",
-            nag_resource=_nag_arn(
+            nag_resource=nag_arn(
                 stack, "secretsmanager", f"secret:{specs.WEBHOOK_SECRET_PREFIX}/<MainTable>/*"
             ),
         )

@@ -27,6 +27,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -36,6 +37,7 @@ from shared.sending.rendering import TEMPLATES_DIR
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import SUBSTITUTION_KEY, definition_json
 from shared.sequences.validate import require_catalog
+from stacks.constructs.functions import nag_arn
 
 ENDED_STATUSES = ["FAILED", "TIMED_OUT", "ABORTED"]
 
@@ -68,6 +70,48 @@ def state_machine_name(stack_name: str, sequence_id: str) -> str:
             f"(mailstep:stackName) or the sequence id"
         )
     return name
+
+
+class CallbackSchedules(Construct):
+    """What resumes a callback Task (docs/sequences.md): the stack's schedule group, where the step
+    function creates one one-time schedule per callback, and the role EventBridge Scheduler calls
+    SendTaskSuccess with: trusted by ``scheduler.amazonaws.com`` for this account only (the
+    confused-deputy condition of the Scheduler User Guide's execution role), allowed
+    ``states:SendTaskSuccess`` on this stack's sequence state machines only (what CDK's
+    ``StateMachine.grantTaskResponse`` grants on a machine, without the failure and heartbeat
+    actions, which nothing sends)."""
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.group = scheduler.CfnScheduleGroup(
+            self, "Group", name=specs.schedule_group_name(stack.stack_name)
+        )
+        self.group_name = specs.schedule_group_name(stack.stack_name)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}
+            ),
+            description="mailstep: EventBridge Scheduler resumes sequence callback Tasks (SendTaskSuccess)",
+        )
+        prefix = state_machine_arn_prefix(self)
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["states:SendTaskSuccess"], resources=[f"{prefix}*"])
+        )
+        Validations.of(self.role).acknowledge(
+            Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::{_nag_machines(stack)}]",
+                reason="Resumes callback Tasks of this stack's sequence state machines (name prefix); the "
+                "machines are generated from sequences/ at synth time.",
+            )
+        )
+
+
+def _nag_machines(stack: Stack) -> str:
+    """How cdk-nag spells the sequence state machines' ARN pattern in a finding id."""
+    return nag_arn(stack, "states", f"stateMachine:{specs.state_machine_prefix(stack.stack_name)}*")
 
 
 class Sequences(Construct):

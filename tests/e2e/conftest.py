@@ -244,6 +244,8 @@ NOT_REACHED_BY_E2E = {
     "tests/integration/test_sequence_execution.py",
     ("mailstep-sequence-step", "dynamodb:Query"): "if: {opened|clicked: template} reads the events table; "
     "tests/integration/test_sequence_execution.py",
+    ("mailstep-sequence-step", "scheduler:UpdateSchedule"): "a retried callback Task (a new token) updates "
+    "the schedule its first attempt created; tests/integration/test_sequence_step_engagement.py",
     (
         "mailstep-inbound",
         "dynamodb:ConditionCheckItem",

@@ -64,8 +64,11 @@ def _deploy(local: Local, folder: Path) -> None:
             if m["name"] == f"{STATE_MACHINE_PREFIX}onboarding"
         )
     )
+    # a plain Task names the function as its Resource, a callback Task as its FunctionName
     resources = {
-        s["Resource"] for s in json.loads(shipped["definition"])["States"].values() if s["Type"] == "Task"
+        s.get("Parameters", {}).get("FunctionName", s["Resource"])
+        for s in json.loads(shipped["definition"])["States"].values()
+        if s["Type"] == "Task"
     }
     (step_function,) = resources
     deploy_state_machines(step_function, shipped["roleArn"], folder, ROOT / "templates", StepFunctions(sfn))

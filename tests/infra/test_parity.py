@@ -93,6 +93,16 @@ def expected_arns(synth: Synth, resource: specs.Resource, stack_name: str, domai
     if resource == specs.INBOUND_OBJECTS:
         (bucket,) = synth.resources("AWS::S3::Bucket")
         return {f"<{bucket}.Arn>/inbound/*"}
+    if resource == specs.SEQUENCE_SCHEDULES:  # the callback Tasks' schedules, in the stack's group
+        return {_arn("scheduler", f"schedule/{specs.schedule_group_name(stack_name)}/*")}
+    if resource == specs.SCHEDULER_ROLE:  # the one role EventBridge Scheduler assumes
+        (role,) = [
+            logical_id
+            for logical_id, r in synth.resources("AWS::IAM::Role").items()
+            if r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Service"]
+            == "scheduler.amazonaws.com"
+        ]
+        return {f"<{role}.Arn>"}
     raise AssertionError(f"no ARN rule for {resource!r}")
 
 

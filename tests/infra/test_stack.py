@@ -183,9 +183,37 @@ def test_roles_have_no_managed_policies(synth: Synth) -> None:
         (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert statement["Action"] == "sts:AssumeRole" and statement["Effect"] == "Allow"
         services.append(statement["Principal"]["Service"])
-    # One role per function, one per sequence state machine; nothing else assumes a role.
+    # One role per function, one per sequence state machine, and the one EventBridge Scheduler
+    # resumes callback Tasks with; nothing else assumes a role.
     assert services.count("lambda.amazonaws.com") == len(specs.FUNCTIONS)
-    assert set(services) <= {"lambda.amazonaws.com", "states.amazonaws.com"}
+    assert services.count("scheduler.amazonaws.com") == 1
+    assert set(services) <= {"lambda.amazonaws.com", "states.amazonaws.com", "scheduler.amazonaws.com"}
+
+
+def test_the_scheduler_role_may_only_resume_this_stacks_sequences(synth: Synth) -> None:
+    """EventBridge Scheduler's role: trusted by the service for this account only, allowed
+    SendTaskSuccess on the sequence state machines (name prefix) and nothing else."""
+    roles = {
+        logical_id: role
+        for logical_id, role in synth.resources("AWS::IAM::Role").items()
+        if role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Service"]
+        == "scheduler.amazonaws.com"
+    }
+    ((logical_id, role),) = roles.items()
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    statements = [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if {"Ref": logical_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    (statement,) = statements
+    assert statement["Action"] == "states:SendTaskSuccess" and statement["Effect"] == "Allow"
+    resource = json.dumps(statement["Resource"])
+    assert f":stateMachine:{specs.state_machine_prefix(specs.STACK_NAME)}*" in resource
+    (group,) = synth.resources("AWS::Scheduler::ScheduleGroup").values()
+    assert group["Properties"]["Name"] == specs.schedule_group_name(specs.STACK_NAME)
 
 
 @pytest.mark.parametrize("fn_spec", specs.FUNCTIONS, ids=lambda f: f.name)

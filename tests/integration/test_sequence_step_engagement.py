@@ -6,14 +6,19 @@ Task delivered twice (a Lambda retry) sends one nudge at most."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from local_aws.apigw import LambdaContext
 from shared.core import clock
+from shared.core.aws import client
 from shared.sequences.compiler import compile_sequence
 from shared.sequences.model import Sequence
+from shared.sequences.schedules import SEND_TASK_SUCCESS_TARGET, at_expression, schedule_name
 from shared.sequences.steps import send_once_step
 from shared.store.subscribers import SubscriberStore
 from tests.integration.conftest import handler_module
@@ -21,6 +26,8 @@ from tests.integration.conftest import handler_module
 SEQUENCE = "nudge"
 EMAIL = "ada@example.com"
 EXECUTION = f"arn:aws:states:us-east-1:123456789012:execution:mailstep-seq-{SEQUENCE}:{SEQUENCE}-{'a' * 40}"
+SCHEDULE_GROUP = "test-callbacks"
+SCHEDULER_ROLE = "arn:aws:iam::123456789012:role/test-scheduler"
 OTHER_EXECUTION = EXECUTION.replace("a" * 40, "b" * 40)
 WELCOME, NUDGE = "onboarding/welcome", "onboarding/tips"
 
@@ -65,9 +72,10 @@ def branch_payload() -> dict[str, Any]:
             ],
         }
     )
-    params = compile_sequence(sequence)["States"]["S3_branch"]["Parameters"]
+    # a callback Task (the branch and the wait after it): its payload is the function's Payload
+    params = compile_sequence(sequence)["States"]["S3_branch"]["Parameters"]["Payload"]
     filled = {k.removesuffix(".$"): v for k, v in params.items()}
-    return {**filled, "email": EMAIL, "execution": EXECUTION, "data": {}}
+    return {**filled, "email": EMAIL, "execution": EXECUTION, "data": {}, "token": "task-token"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -81,9 +89,13 @@ def test_the_nudge_goes_unless_a_person_opened_this_execution_s_welcome(
             **resources.env(),
             "DEFAULT_FROM": "Acme <hello@acme.test>",
             "PUBLIC_BASE_URL": "https://api.acme.test",
+            "SEQUENCE_SCHEDULE_GROUP": SCHEDULE_GROUP,
+            "SEQUENCE_SCHEDULER_ROLE_ARN": SCHEDULER_ROLE,
         },
         monkeypatch,
     )
+    with contextlib.suppress(ClientError):
+        client("scheduler").create_schedule_group(Name=SCHEDULE_GROUP)
     # Given a subscriber in the sequence (the EXEC pair), the welcome sent, and these events
     store.upsert(EMAIL)
     store.put_execution(EMAIL, SEQUENCE, EXECUTION)
@@ -94,8 +106,21 @@ def test_the_nudge_goes_unless_a_person_opened_this_execution_s_welcome(
         )
     # When the branch Task runs, and runs again (a retried invocation)
     first = module.handler(branch_payload(), LambdaContext("sequence-step"))
-    second = module.handler(branch_payload(), LambdaContext("sequence-step"))
+    retried = {**branch_payload(), "token": "task-token-of-the-retry"}  # a retried Task: a new token
+    second = module.handler(retried, LambdaContext("sequence-step"))
     # Then the condition is as the case says, and at most one nudge went out
     assert first["ok"] is second["ok"] is nudged  # ok: the condition (not opened) held
     assert len(outbox) == (1 if nudged else 0)
     assert second.get("outcome") in (None, "skipped:already_sent"), second
+    # ... and the wait after it is one schedule, at the wake-up, updated by the second run
+    schedule = client("scheduler").get_schedule(GroupName=SCHEDULE_GROUP, Name=schedule_name("S3", EXECUTION))
+    assert schedule["ScheduleExpression"] == at_expression(clock.parse_iso(second["wake"]))
+    assert schedule["ActionAfterCompletion"] == "DELETE" and schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
+    target = schedule["Target"]
+    assert (target["Arn"], target["RoleArn"]) == (SEND_TASK_SUCCESS_TARGET, SCHEDULER_ROLE)
+    request = json.loads(target["Input"])
+    assert request["TaskToken"] == "task-token-of-the-retry"
+    assert json.loads(request["Output"]) == second  # the Task's result, handed back at the wake-up
+    assert [s["Name"] for s in client("scheduler").list_schedules(GroupName=SCHEDULE_GROUP)["Schedules"]] == [
+        schedule_name("S3", EXECUTION)
+    ]

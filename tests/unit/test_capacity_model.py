@@ -85,6 +85,23 @@ CASES = [
     pytest.param(trigger_wave(replace(BASE, starts_per_mail=0.2)), {}, MATURE,
                  "Step Functions StartExecution (300/s, us-east-1)", 300.0, id="trigger-wave"),
     pytest.param(BASE, {}, quotas("eu-central-2", "new"), "SES rate (14/s)", 14.0, id="day-one-ses"),
+    # callback Tasks: the linear drip's 0.8 resumes per mail reach 500 SendTaskSuccess/s at 625 mails/s
+    pytest.param(replace(BASE, resumes_per_mail=0.8), {}, MATURE,
+                 "Step Functions SendTaskSuccess (500/s, us-east-1)", 500 / 0.8, id="sfn-task-success"),
+    pytest.param(replace(BASE, resumes_per_mail=0.8), {}, quotas("eu-central-2"),
+                 "Step Functions SendTaskSuccess (300/s, eu-central-2)", 300 / 0.8,
+                 id="sfn-task-success-other-region"),
+    # retried Tasks update their schedule: 1.2 CreateSchedule/UpdateSchedule per mail outside the
+    # Scheduler's primary Regions (250/s)
+    pytest.param(replace(BASE, schedules_per_mail=1.2), {}, quotas("eu-north-1"),
+                 "EventBridge Scheduler CreateSchedule (250/s, eu-north-1)", 250 / 1.2,
+                 id="scheduler-create-other-region"),
+    pytest.param(replace(BASE, schedules_per_mail=0.3), {}, replace(MATURE, scheduler_create=200),
+                 "EventBridge Scheduler CreateSchedule (200/s, us-east-1)", 200 / 0.3,
+                 id="scheduler-create"),
+    # with SendTaskSuccess raised (a quota increase), the Scheduler's invocations bind next
+    pytest.param(replace(BASE, resumes_per_mail=1.25), {}, replace(MATURE, sfn_task_success=10_000),
+                 "EventBridge Scheduler invocations (1,000/s)", 1000 / 1.25, id="scheduler-invocations"),
 ]  # fmt: skip
 
 
@@ -118,6 +135,9 @@ def test_quotas_by_region_account_and_tables() -> None:
         1000,
     )
     assert (other.sfn_start, other.sfn_transitions, other.ses_rate) == (150, 800, 14)
+    assert (big.sfn_task_success, big.scheduler_create, big.scheduler_invocations) == (500, 5000, 1000)
+    assert (other.sfn_task_success, other.scheduler_create) == (300, 250)  # not a primary Region
+    assert quotas("eu-central-1").scheduler_create == 5000
     assert quotas(account="new", lambda_concurrency=10, sfn_transitions=400).lambda_concurrency == 10
     assert big.table_capacity("MainTable") == (NEW_TABLE_WRU, NEW_TABLE_RRU)
     warm = quotas(table="warm", peak=1000)

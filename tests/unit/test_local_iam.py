@@ -29,6 +29,38 @@ def test_a_transaction_is_authorized_item_by_item() -> None:
     ]
 
 
+def test_a_schedule_is_authorized_on_its_group_and_name_and_passes_its_target_role() -> None:
+    role = f"arn:aws:iam::{ACCOUNT}:role/scheduler"
+    schedule = f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/mailstep-sequences/S1-abc"
+    for operation in ("CreateSchedule", "UpdateSchedule"):
+        found = requests(
+            "scheduler", operation, GroupName="mailstep-sequences", Name="S1-abc", Target={"RoleArn": role}
+        )
+        assert found == [(f"scheduler:{operation}", schedule), ("iam:PassRole", role)]
+    assert requests("scheduler", "DeleteSchedule", GroupName="mailstep-sequences", Name="S1-abc") == [
+        ("scheduler:DeleteSchedule", schedule)
+    ]
+    default = f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/default/x"
+    assert requests("scheduler", "GetSchedule", Name="x") == [("scheduler:GetSchedule", default)]
+    # a grant on the group's schedules and on the role allows exactly that
+    policy = RolePolicy(
+        [
+            {
+                "Effect": "Allow",
+                "Action": ["scheduler:CreateSchedule"],
+                "Resource": f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/mailstep-sequences/*",
+            },
+            {"Effect": "Allow", "Action": "iam:PassRole", "Resource": role},
+        ]
+    )
+    assert all(
+        policy.decide(action, resource)
+        for action, resource in [("scheduler:CreateSchedule", schedule), ("iam:PassRole", role)]
+    )
+    assert not policy.decide("scheduler:CreateSchedule", default)
+    assert not policy.decide("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/other")
+
+
 def test_index_queries_batches_queues_and_secrets_name_their_resources() -> None:
     assert requests("dynamodb", "Query", TableName="mailstep-events", IndexName="TemplateIndex") == [
         ("dynamodb:Query", f"{EVENTS}/index/TemplateIndex")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from shared.core.models import NAME_RE
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import (
+    CALLBACK_RESOURCE,
     CONTRACT,
     FAIL_TASK_STATE,
     HALTED_STATE,
@@ -69,16 +70,21 @@ def path_lengths(asl: dict[str, Any]) -> list[int]:
     return lengths
 
 
-def test_linear_sequence_compiles_to_tasks_and_waits_only() -> None:
+def test_linear_sequence_compiles_to_callback_tasks_and_a_last_plain_task() -> None:
     asl = compile_sequence(LINEAR)
     kinds = sorted(s["Type"] for name, s in asl["States"].items() if name[0] == "S")
-    assert kinds == ["Task"] * 4 + ["Wait"] * 3
-    assert path_lengths(asl) == [7]  # 4 mails: 7 transitions = 1.75 per mail
+    assert kinds == ["Task"] * 4  # each send and the wait after it: one callback Task
+    assert path_lengths(asl) == [4]  # 4 mails: 4 transitions = 1.00 per mail (7 with Wait states)
     last = asl["States"]["S7_send_onboarding-tips"]
     assert last["End"] is True and last["Parameters"]["finish"] is True
+    assert last["Resource"] == STEP_FUNCTION_PLACEHOLDER and "token.$" not in last["Parameters"]
     first = asl["States"][asl["StartAt"]]
-    assert first["Parameters"]["contract"] == CONTRACT and first["Parameters"]["version"] == 1
-    assert first["Parameters"]["email.$"] == "$.email" and first["Resource"] == STEP_FUNCTION_PLACEHOLDER
+    assert first["Resource"] == CALLBACK_RESOURCE
+    assert first["Parameters"]["FunctionName"] == STEP_FUNCTION_PLACEHOLDER
+    payload = first["Parameters"]["Payload"]
+    assert payload["contract"] == CONTRACT and payload["version"] == 1 and payload["email.$"] == "$.email"
+    assert (payload["wait"], payload["token.$"]) == (86400, "$$.Task.Token") and "finish" not in payload
+    assert first["Next"] == "S3_send_onboarding-tips" and first["ResultPath"] == "$.r"
     assert first["Retry"][0]["ErrorEquals"] == [RETRYABLE_ERROR] and first["Retry"][0]["BackoffRate"] > 1
     assert [c["Next"] for c in first["Catch"]] == [HALTED_STATE, FAIL_TASK_STATE]
 
@@ -141,6 +147,7 @@ steps:
     assert structural_problems(asl) == []
     branch = states["S2_branch"]["Parameters"]
     assert (branch["action"], branch["condition"]) == ("branch", {"tag": "pro"})
+    assert states["S2_branch"]["Resource"] == STEP_FUNCTION_PLACEHOLDER  # no wait after it
     then = {"step": "S2T1", "template": "onboarding/tips", "subject": "a", "add": ["x"], "remove": []}
     assert branch["then"] == then
     assert "else" not in branch and "S2_check" not in states and "S2_if" not in states
@@ -148,8 +155,11 @@ steps:
     assert states["S2_branch"]["Next"] == "S3_check"  # an exit in a branch keeps check + Choice
     assert "S3_if" in states
     onboarding = compile_sequence(require_catalog(SEQUENCES_DIR).sequences["onboarding"])
-    assert onboarding["States"]["S5_branch"]["Parameters"]["else"]["template"] == "onboarding/upgrade"
-    assert path_lengths(onboarding) == [7]  # 4 mails on either branch: 1.75 transitions per mail (was 9)
+    branch = onboarding["States"]["S5_branch"]
+    assert branch["Parameters"]["Payload"]["else"]["template"] == "onboarding/upgrade"
+    assert branch["Resource"] == CALLBACK_RESOURCE and branch["Parameters"]["Payload"]["wait"] == 604800
+    # 4 mails on either branch: 1.00 transitions per mail (1.75 with Wait states, 2.25 with check + Choice)
+    assert path_lengths(onboarding) == [4]
 
 
 def test_tag_after_send_rides_on_the_send_task() -> None:
@@ -166,31 +176,41 @@ def test_send_window_uses_timestamps_from_the_previous_task() -> None:
         seq(
             "trigger: go\nsend_window: {start: '09:00', end: '17:00'}\nsteps:\n"
             "  - send: onboarding/tips\n    subject: a\n  - wait: 2d\n"
-            "  - send: onboarding/tips\n    subject: b\n"
+            "  - send: onboarding/tips\n    subject: b\n  - tag: {add: [x]}\n  - wait: 1d\n  - wait: 1h\n"
+            "  - send: onboarding/tips\n    subject: c\n"
         )
     )
     states = asl["States"]
     assert asl["StartAt"] == "S0_schedule"  # the first mail waits for the window too
     assert states["S0_window"]["TimestampPath"] == "$.r.wake"
-    assert states["S1_send_onboarding-tips"]["Parameters"]["wait"] == 172800
-    assert states["S1_send_onboarding-tips"]["Next"] == "S2_wait_2d"
-    assert "S2_schedule" not in states  # only created when a Choice or Wait leads to the wait
+    # a send and its wait: the callback Task's schedule is at the window's wake-up time
+    first = states["S1_send_onboarding-tips"]
+    assert first["Resource"] == CALLBACK_RESOURCE and first["Parameters"]["Payload"]["wait"] == 172800
+    assert first["Parameters"]["Payload"]["window"]["start"] == "09:00"
+    assert first["Next"] == "S3_send_onboarding-tips" and "S2_wait_2d" not in states
+    # a send, its riding tag and a wait: one callback Task; the wait after a wait stays a Wait state,
+    # with its schedule Task in front (reached from a Task that does not compute its wake-up)
+    second = states["S3_send_onboarding-tips"]["Parameters"]["Payload"]
+    assert (second["add"], second["wait"]) == (["x"], 86400)
+    assert states["S3_send_onboarding-tips"]["Next"] == "S6_schedule"
+    assert states["S6_wait_1h"]["TimestampPath"] == "$.r.wake"
+    assert structural_problems(asl) == []
 
 
 def test_structural_checker_finds_broken_machines() -> None:
     good = compile_sequence(LINEAR)
     assert structural_problems(good) == []
     missing = copy.deepcopy(good)
-    missing["States"]["S1_send_onboarding-tips"]["Next"] = "Nowhere"
+    missing["States"]["S3_send_onboarding-tips"]["Next"] = "Nowhere"
     assert any("does not exist" in p for p in structural_problems(missing))
     orphan = copy.deepcopy(good)
     orphan["States"]["Lonely"] = {"Type": "Succeed"}
     assert structural_problems(orphan) == ["Lonely: unreachable from StartAt"]
     loop = copy.deepcopy(good)
     loop["States"]["S7_send_onboarding-tips"].pop("End")
-    loop["States"]["S7_send_onboarding-tips"]["Next"] = "S6_wait_1d"
+    loop["States"]["S7_send_onboarding-tips"]["Next"] = "S5_send_onboarding-tips"
     loop["States"]["S7_send_onboarding-tips"]["Catch"] = []
-    loop["States"]["S6_wait_1d"]["Next"] = "S7_send_onboarding-tips"
+    loop["States"]["S5_send_onboarding-tips"]["Catch"] = []
     assert any("no path from here ever ends" in p for p in structural_problems(loop))
     both = copy.deepcopy(good)
     both["States"]["S1_send_onboarding-tips"]["End"] = True
