@@ -421,7 +421,7 @@ def run(bench: Bench, subscribers: int, repeats: int, say: Callable[[str], None]
     imported = prepare(bench, subscribers, say)
     runtime = bench.runtime
     target = local_target(str(runtime.state_dir), runtime.config.region, aws=runtime.aws)
-    served = serve(target, 0, outbox=runtime.outbox)
+    served = serve(target, 0, state_dir=runtime.state_dir, outbox=runtime.outbox)
     served.start()
     try:
         browser = Browser(f"http://127.0.0.1:{served.port}")
