@@ -227,7 +227,8 @@ def graph(
                 label = f"wait {duration_label(step.wait)}"
                 nodes.append(StepNode(code, "wait", label, depth, (), counts(code, ()), wait_s=step.wait))
             elif isinstance(step, TagStep):
-                label = f"tag +{','.join(step.tag.add) or '-'} -{','.join(step.tag.remove) or '-'}"
+                changes = [*(f"+{t}" for t in step.tag.add), *(f"-{t}" for t in step.tag.remove)]
+                label = "tag " + " ".join(changes)  # "tag +onboarded -trial"
                 nodes.append(StepNode(code, "tag", label, depth, (), counts(code, ())))
             elif isinstance(step, ExitStep):
                 nodes.append(StepNode(code, "exit", "exit", depth, (), counts(code, ())))
