@@ -85,7 +85,9 @@ def members(
 
 
 def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
-    """The name of the state the execution entered last (None: ended, or not known).
+    """The name of the state the execution entered last (None: ended, or not known); for a
+    callback Task that sent its mail and waits for its schedule (``TaskSubmitted``), the wait
+    it stands for (``<wait step code>_wait``, from the Task's ``wait_step``).
 
     Newest events first (``reverseOrder``, one short page); an endpoint that answers oldest
     first (the local runtime's emulation) is read to its end instead."""
@@ -93,6 +95,7 @@ def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
     events: list[Any] = list(page["events"])
     if len(events) > 1 and events[0]["id"] < events[-1]["id"]:
         events = list(reversed(sfn.history(execution_arn)))
+    submitted = False
     for event in events:
         if event["type"] in (
             "ExecutionSucceeded",
@@ -101,6 +104,12 @@ def current_state(sfn: StepFunctions, execution_arn: str) -> str | None:
             "ExecutionTimedOut",
         ):
             return None
+        submitted = submitted or event["type"] == "TaskSubmitted"
+        scheduled = event.get("taskScheduledEventDetails")
+        if submitted and scheduled:
+            wait_step = json.loads(scheduled.get("parameters") or "{}").get("Payload", {}).get("wait_step")
+            if wait_step:
+                return f"{wait_step}_wait"
         details = event.get("stateEnteredEventDetails")
         if details:
             return str(details["name"])
