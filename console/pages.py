@@ -765,7 +765,7 @@ def _sequence_view(c: Console, sequence: Any) -> dict[str, Any]:
     except NotFound:  # not deployed yet
         failed = []
     return {
-        "nodes": graph(sequence, c.stats, waiting_at(nodes, positions.values())),
+        "nodes": graph(sequence, c.stats, waiting_at(positions.values())),
         "members": shown,
         "where": where,
         "total": total,

@@ -101,7 +101,10 @@ class Position:
 
 
 def locate(sfn: StepFunctions, execution_arn: str) -> Position | None:
-    """Where the execution is now (None: ended, or not known).
+    """Where the execution is now (None: ended, or not known). A callback Task that sent its
+    mail and waits for its schedule (``TaskSubmitted``: the step function returned) is in the
+    wait it stands for (``<wait step code>_wait``, from the Task's ``wait_step``), entered when
+    the Task was submitted.
 
     Newest events first (``reverseOrder``, one short page); an endpoint that answers oldest
     first (the local runtime's emulation) is read to its end instead."""
@@ -109,6 +112,7 @@ def locate(sfn: StepFunctions, execution_arn: str) -> Position | None:
     events: list[Any] = list(page["events"])
     if len(events) > 1 and events[0]["id"] < events[-1]["id"]:
         events = list(reversed(sfn.history(execution_arn)))
+    submitted: list[datetime | None] = []  # the newest TaskSubmitted's time, once one is seen
     for event in events:
         if event["type"] in (
             "ExecutionSucceeded",
@@ -117,6 +121,15 @@ def locate(sfn: StepFunctions, execution_arn: str) -> Position | None:
             "ExecutionTimedOut",
         ):
             return None
+        if event["type"] == "TaskSubmitted" and not submitted:
+            at = event.get("timestamp")
+            submitted.append(at if isinstance(at, datetime) else None)
+        scheduled = event.get("taskScheduledEventDetails")
+        if submitted and scheduled:
+            payload = json.loads(scheduled.get("parameters") or "{}").get("Payload", {})
+            wait_step = payload.get("wait_step") if isinstance(payload, dict) else None
+            if wait_step:
+                return Position(f"{wait_step}_wait", submitted[0], {})
         details = event.get("stateEnteredEventDetails")
         if details:
             try:
@@ -148,37 +161,9 @@ def locate_all(sfn: StepFunctions, executions: Iterable[str]) -> dict[str, Posit
         return dict(zip(shown, pool.map(lambda arn: locate(sfn, arn), shown), strict=True))
 
 
-def waiting_at(nodes: list[StepNode], positions: Iterable[Position | None]) -> Counter[str]:
-    """How many of the located executions are in each step now (by step code, :func:`step_now`)."""
-    found = (step_now(nodes, p) for p in positions if p is not None)
-    return Counter(
-        index if isinstance(index, str) else nodes[index].code for index in found if index is not None
-    )
-
-
-def step_now(nodes: list[StepNode], position: Position) -> int | str | None:
-    """The index in ``nodes`` of the step an execution at ``position`` is in (its state's code
-    when no node has it; None: no state). A send (or a live branch's Task), with a tag riding on
-    it, followed by a wait is ONE callback Task (``shared.sequences.compiler``): an execution in
-    that Task has mailed and waits, so it is in the wait."""
-    index = next((i for i, n in enumerate(nodes) if n.code == position.code), None)
-    if index is None:
-        return position.code or None
-    here = nodes[index]
-    if here.kind == "send" or (here.kind == "if" and position.state.endswith("_branch")):
-        after = _next_in_list(nodes, index)
-        if after is not None and after.kind == "tag":
-            after = _next_in_list(nodes, nodes.index(after))
-        if after is not None and after.kind == "wait":
-            return nodes.index(after)
-    return index
-
-
-def _next_in_list(nodes: list[StepNode], index: int) -> StepNode | None:
-    """The step after ``nodes[index]`` in the same list of steps (None: the list ends there, as
-    a branch's last step does)."""
-    after = _after(nodes, index)
-    return after if after is not None and after.depth == nodes[index].depth else None
+def waiting_at(positions: Iterable[Position | None]) -> Counter[str]:
+    """How many of the located executions are in each step now (by step code)."""
+    return Counter(p.code for p in positions if p is not None)
 
 
 def whereabouts(
@@ -188,12 +173,11 @@ def whereabouts(
     label, "" when it ended), ``next`` (the step after it: "send onboarding/tips", "end"; an
     ``if`` step's condition in ``next_condition``) and ``next_at`` (when a wait ends, ISO 8601:
     its entry plus its seconds, or with a send window (``windowed``) the time its ``schedule``
-    Task set, ``$.r.wake`` of the input it entered with; None while a step runs now). An
-    execution in a callback Task is in the wait after its mail (:func:`step_now`)."""
+    Task set, ``$.r.wake`` of the input it entered with; None while a step runs now)."""
     if position is None:
         return {"step": "", "next": "", "next_condition": None, "next_at": None}
-    index = step_now(nodes, position)
-    if not isinstance(index, int):
+    index = next((i for i, n in enumerate(nodes) if n.code == position.code), None)
+    if index is None:
         return {"step": position.state, "next": "", "next_condition": None, "next_at": None}
     here, following = nodes[index], _after(nodes, index)
     next_at = None
@@ -201,10 +185,7 @@ def whereabouts(
         result = position.input.get("r")
         wake = result.get("wake") if isinstance(result, dict) else None
         if windowed:
-            # a wait of its own: the time its ``schedule`` Task set; in a callback Task the
-            # step function computed it and gave it to its schedule only (not shown)
-            in_callback = here.code != position.code
-            next_at = wake if isinstance(wake, str) and not in_callback else None
+            next_at = wake if isinstance(wake, str) else None
         elif position.entered is not None:
             next_at = clock.iso(position.entered + timedelta(seconds=here.wait_s))
     return {

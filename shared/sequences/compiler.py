@@ -269,15 +269,16 @@ class _Compiler:
         params: dict[str, Any],
         cont: Cont,
         *,
-        wait: int | None = None,
+        wait: tuple[int, str] | None = None,
     ) -> str:
-        """A Task calling the step function; with ``wait`` a callback Task that sends and then
-        waits ``wait`` seconds (or for the send window) before going on to ``cont``."""
+        """A Task calling the step function; with ``wait`` (seconds, the wait step's code) a
+        callback Task that sends and then waits that long (or for the send window) before going
+        on to ``cont``; ``wait_step`` tells readers of the history which step it waits in."""
         retry = [RETRY_SEND, RETRY_PAUSED, RETRY_LAMBDA] if action in MAILING else [RETRY_LAMBDA]
         payload = self.payload(action, code, {**params, **cont.task_extra})
         resource: dict[str, Any] = {"Resource": STEP_FUNCTION_PLACEHOLDER, "Parameters": payload}
         if wait is not None:
-            payload |= {"wait": wait, "token.$": "$$.Task.Token"}
+            payload |= {"wait": wait[0], "wait_step": wait[1], "token.$": "$$.Task.Token"}
             if self.seq.send_window is not None:
                 payload["window"] = self.seq.send_window.model_dump()
             resource = {
@@ -343,7 +344,8 @@ class _Compiler:
             if isinstance(step, WaitStep) and mailer is not None:
                 # a send (or branch) and the wait after it: one callback Task, one transition
                 mail_index, tag = mailer
-                cont = self.step(steps[mail_index], (*path, mail_index), cont, then_tag=tag, wait=step.wait)
+                wait = (step.wait, step_code((*path, index)))
+                cont = self.step(steps[mail_index], (*path, mail_index), cont, then_tag=tag, wait=wait)
                 index = mail_index - 1
                 continue
             cont = self.step(step, (*path, index), cont)
@@ -351,10 +353,16 @@ class _Compiler:
         return cont
 
     def step(
-        self, step: Step, path: Path_, cont: Cont, then_tag: TagStep | None = None, wait: int | None = None
+        self,
+        step: Step,
+        path: Path_,
+        cont: Cont,
+        then_tag: TagStep | None = None,
+        wait: tuple[int, str] | None = None,
     ) -> Cont:
         """The states of one step before ``cont``; ``wait``: the step is a send (or a branch of
-        single sends) whose Task also stands for the wait after it (a callback Task)."""
+        single sends) whose Task also stands for the wait after it (a callback Task): the wait's
+        seconds and its step code."""
         code = step_code(path)
         if wait is not None:
             # after the wait the execution goes where a Wait state would have gone

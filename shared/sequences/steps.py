@@ -110,7 +110,10 @@ class StepRequest(BaseModel):
     add: list[str] = Field(default_factory=list)
     remove: list[str] = Field(default_factory=list)
     wait: int | None = Field(default=None, ge=0)
-    token: str | None = Field(default=None, min_length=1, max_length=1024)  # a callback Task's task token
+    wait_step: str | None = Field(default=None, pattern=STEP_CODE_PATTERN)  # the wait a callback stands for
+    token: str | None = Field(
+        default=None, min_length=1, max_length=2048
+    )  # a callback Task's task token (SendTaskSuccess: 1-2048)
     window: SendWindow | None = None
     finish: bool = False
     condition: dict[str, Any] | None = None

@@ -99,8 +99,12 @@ def mails_to(local: Local, email: str) -> list[dict[str, Any]]:
     return [m for m in outbox(local) if email in m["destination"]]
 
 
+FAILURE_DETAILS = ("lambdaFunctionFailedEventDetails", "taskFailedEventDetails")
+
+
 def held_welcome(local: Local) -> bool:
-    """An onboarding execution still running whose send step failed with ``SendPaused``."""
+    """An onboarding execution still running whose send step failed with ``SendPaused`` (a plain
+    Task's failure is a Lambda function's; a callback Task's, the welcome's, a task's)."""
     sfn = local.client("stepfunctions")
     machines = [m for m in sfn.list_state_machines()["stateMachines"] if m["name"].endswith("onboarding")]
     for machine in machines:
@@ -108,7 +112,8 @@ def held_welcome(local: Local) -> bool:
             stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
         )["executions"]:
             events = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
-            if any("SendPaused" in json.dumps(e.get("lambdaFunctionFailedEventDetails", {})) for e in events):
+            failures = [e.get(d, {}) for e in events for d in FAILURE_DETAILS]
+            if any("SendPaused" in json.dumps(failure) for failure in failures):
                 return True
     return False
 

@@ -105,35 +105,14 @@ def test_a_subscriber_s_executions_say_the_step_they_are_at_and_what_comes_next_
         "next_condition": None,
         "next_at": "2026-11-21T09:00:00.000Z",  # its entry plus a day
     }
-    # the tips mail and the 2-day wait after it are one callback Task: it has mailed and waits
-    assert (found["arn:2"]["step"], found["arn:2"]["next_at"]) == ("wait 2d", "2026-11-22T09:00:00.000Z")
-    assert found["arn:2"]["next"].startswith("if ")
+    assert (found["arn:2"]["step"], found["arn:2"]["next"], found["arn:2"]["next_at"]) == (
+        "send onboarding/tips",
+        "wait 2d",
+        None,  # running now
+    )
     assert found["arn:3"]["next"] == "wait 1w"  # not the else-branch's send
     assert found["arn:4"]["next"] == "end"
     assert found["arn:9"]["step"] == ""
-
-
-def test_a_send_whose_wait_is_in_another_list_is_its_own_step() -> None:
-    """A then-branch's last send is followed by the wait after its ``if`` (another list of
-    steps): no callback Task joins them, so an execution there is sending, not waiting."""
-    from ops.sequence_view import Position, StepNode, whereabouts
-
-    nodes = [StepNode("S1", "if", "if x", 0), StepNode("S1T", "then", "then", 1),
-             StepNode("S1T1", "send", "send a", 2), StepNode("S2", "wait", "wait 1d", 0, wait_s=86400),
-             StepNode("S3", "send", "send b", 0), StepNode("S4", "wait", "wait 2d", 0, wait_s=172800),
-             StepNode("S5", "send", "send c", 0)]  # fmt: skip
-    sending = whereabouts(nodes, Position("S1T1_send_a", ENTERED, {}))
-    assert (sending["step"], sending["next"], sending["next_at"]) == ("send a", "wait 1d", None)
-    waiting = whereabouts(nodes, Position("S3_send_b", ENTERED, {}))
-    assert (waiting["step"], waiting["next"], waiting["next_at"]) == (
-        "wait 2d",
-        "send c",
-        "2026-11-22T09:00:00.000Z",
-    )
-    windowed = whereabouts(
-        nodes, Position("S3_send_b", ENTERED, {"r": {"wake": "2026-11-21T14:00:00.000Z"}}), windowed=True
-    )
-    assert windowed["next_at"] is None  # the callback's wake is its schedule's, not the input's
 
 
 def test_with_a_send_window_a_wait_ends_when_its_schedule_task_said() -> None:
@@ -145,3 +124,42 @@ def test_with_a_send_window_a_wait_ends_when_its_schedule_task_said() -> None:
     assert whereabouts(nodes, waiting, windowed=True)["next_at"] == "2026-11-21T14:00:00.000Z"
     assert whereabouts(nodes, waiting)["next_at"] == "2026-11-21T09:00:00.000Z"
     assert whereabouts(nodes, None) == {"step": "", "next": "", "next_condition": None, "next_at": None}
+
+
+def test_a_callback_task_that_mailed_is_in_its_wait_from_when_it_was_submitted() -> None:
+    """A send and the wait after it are one callback Task: while the step function runs the
+    execution is sending; once it returned (``TaskSubmitted``) it waits, in the step its payload's
+    ``wait_step`` names, from then on."""
+    from ops.sequence_view import current_steps
+    from shared.sequences import SEQUENCES_DIR
+    from shared.sequences.validate import load_catalog
+
+    submitted_at = datetime(2026, 11, 20, 9, 0, 5, tzinfo=UTC)
+    parameters = json.dumps({"FunctionName": "step", "Payload": {"action": "send", "wait_step": "S2"}})
+    entered = {
+        "id": 2,
+        "type": "StateEntered",
+        "timestamp": ENTERED,
+        "stateEnteredEventDetails": {"name": "S1_send_onboarding-welcome", "input": "{}"},
+    }
+    scheduled = {"id": 3, "type": "TaskScheduled", "taskScheduledEventDetails": {"parameters": parameters}}
+    submitted = {"id": 5, "type": "TaskSubmitted", "timestamp": submitted_at}
+    histories = {"arn:sending": [scheduled, entered], "arn:waiting": [submitted, scheduled, entered]}
+    sfn: Any = SimpleNamespace(
+        client=SimpleNamespace(
+            get_execution_history=lambda executionArn, **_: {"events": histories[executionArn]}
+        )
+    )
+    catalog, _ = load_catalog(SEQUENCES_DIR)
+    executions = [SimpleNamespace(sequence_id="onboarding", execution_arn=arn) for arn in histories]
+    found = current_steps(sfn, catalog, executions)
+    assert (found["arn:sending"]["step"], found["arn:sending"]["next_at"]) == (
+        "send onboarding/welcome",
+        None,
+    )
+    assert found["arn:waiting"] == {
+        "step": "wait 1d",
+        "next": "send onboarding/tips",
+        "next_condition": None,
+        "next_at": "2026-11-21T09:00:05.000Z",  # a day after the Task was submitted
+    }
