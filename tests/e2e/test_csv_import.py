@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Local, dev_runtime
-from tests.e2e.helpers import MAIN, as_json, partition, scan_all
+from tests.e2e.helpers import MAIN, as_json, eventually, partition, scan_all
 from tests.integration.test_csv_import import make_csv
 
 TAG = "import-csv"
@@ -27,6 +27,12 @@ TAG = "import-csv"
 def runtime(tmp_path_factory: pytest.TempPathFactory, artifact: Any) -> Iterator[Local]:
     with dev_runtime(tmp_path_factory.mktemp("csv-import")) as local:
         yield local
+
+
+def folded(items: list[dict[str, Any]], profiles: int) -> list[dict[str, Any]] | None:
+    """``items`` once the list-health fold has marked ``profiles`` profiles (None before)."""
+    marks = sum(1 for i in items if i["PK"]["S"].startswith("FOLD#"))
+    return items if marks == profiles else None
 
 
 def import_file(runtime: Local, source: Path) -> tuple[dict[str, Any], float]:
@@ -66,6 +72,11 @@ def test_an_import_writes_every_tag_partner_and_a_rerun_writes_nothing(
     scan_started = time.monotonic()
     items = scan_all(runtime, MAIN)
     scan_s = time.monotonic() - scan_started
+    # the list-health fold counts each new profile from the table's stream a moment later (a
+    # mark per profile, docs/data-model.md): the table is complete once every mark is there
+    items = eventually(
+        lambda: folded(scan_all(runtime, MAIN), len(good)), 120, "the fold's mark of every profile"
+    )
     profiles = {i["email"]["S"]: i for i in items if i["SK"]["S"] == "PROFILE"}
     assert set(profiles) == good
     sample = profiles["User00001@example.com"]
