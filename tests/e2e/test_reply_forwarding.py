@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ops.outbox import read_outbox
 from shared.core import specs
 from shared.sending.sender import decode_tag_value
 from tests.e2e.conftest import ROOT, post_events, start_dev, stop_dev, subprocess_env, wait_for_state
@@ -34,10 +35,6 @@ def forwarding_template(outdir: Path) -> Path:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return outdir / f"{specs.STACK_NAME}.template.json"
-
-
-def outbox_mails(outbox: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(outbox.glob("*.json"))]
 
 
 def template_of(mail: dict[str, Any]) -> str | None:
@@ -64,7 +61,7 @@ def test_a_reply_is_forwarded_to_the_owner_with_the_template_s_iam(tmp_path: Pat
         post_events(state, {"type": "subscriber.subscribed", "email": "replier@example.org"})
         # (onboarding goes on at once on the test clock: its later mails may be there too)
         (welcome,) = eventually(
-            lambda: [m for m in outbox_mails(outbox) if template_of(m) == "onboarding/welcome"],
+            lambda: [m for m in read_outbox(outbox) if template_of(m) == "onboarding/welcome"],
             30,
             "the welcome mail",
         )
@@ -77,7 +74,7 @@ def test_a_reply_is_forwarded_to_the_owner_with_the_template_s_iam(tmp_path: Pat
         assert reply.returncode == 0, reply.stderr
         # then the inbound function forwards it to the owner through SES,
         forwarded = eventually(
-            lambda: [m for m in outbox_mails(outbox) if m["destination"] == [OWNER]],
+            lambda: [m for m in read_outbox(outbox) if m["destination"] == [OWNER]],
             30,
             "the forwarded reply",
         )
