@@ -4,6 +4,7 @@ MaxSendRate token bucket, seeded subscribers, and a driver that plays the Lambda
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 import threading
 import time
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.dynamodb.models import dynamodb_backends
 
 from local_aws.provision import LocalResources, create_queue
 from ops.broadcasts import Broadcasts
@@ -128,6 +131,27 @@ def seed(store: SubscriberStore, count: int, *, seed_value: int = 7) -> list[dic
             }
         )
     return people
+
+
+# (count, seed_value, table names) -> (people, each table's stored items right after seeding)
+_SEEDED: dict[tuple[Any, ...], tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def seeded(store: SubscriberStore, count: int, *, seed_value: int = 7) -> list[dict[str, Any]]:
+    """:func:`seed`'s subscribers, written through the store once per test process: later tests
+    get a copy of the tables' items as that first seeding left them (moto keeps them in
+    ``Table.items``; its own table backups copy them the same way). A fixture for tests that read
+    a seeded list, not for those that assert what seeding writes."""
+    tables = (store.table, store.events_table)
+    cache_key = (count, seed_value, tables)
+    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][client("dynamodb").meta.region_name]
+    if cache_key not in _SEEDED:
+        people = seed(store, count, seed_value=seed_value)
+        _SEEDED[cache_key] = (people, {t: copy.deepcopy(backend.tables[t].items) for t in tables})
+    people, items = _SEEDED[cache_key]
+    for table in tables:
+        backend.tables[table].items = copy.deepcopy(items[table])
+    return copy.deepcopy(people)
 
 
 def eligible(people: list[dict[str, Any]]) -> list[dict[str, Any]]:

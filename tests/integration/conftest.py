@@ -41,8 +41,11 @@ IDENTITY = MailIdentity(
 def aws() -> Iterator[None]:
     # DynamoDB's writes as the local runtime emulates them (local_aws.hooks): transactions
     # (moto's own deep-copies every table a transaction names, a cost that grows with each item
-    # stored), and single-item writes atomic across threads (moto checks and writes in steps).
+    # stored), and single-item writes atomic across threads (moto checks and writes in steps);
+    # and its reads at the cost of what they reach (hooks.faster_dynamodb_reads).
     with mock_aws(), pytest.MonkeyPatch.context() as patch:
+        for owner, name, patched in hooks.dynamodb_read_patches():
+            patch.setattr(owner, name, patched)
         patch.setattr(DynamoDBBackend, "transact_write_items", hooks.transact_write_items)
         for name in hooks.ITEM_WRITES:
             patch.setattr(DynamoDBBackend, name, hooks.one_at_a_time(getattr(DynamoDBBackend, name)))

@@ -20,7 +20,7 @@ from shared.broadcasts.model import Audience, parse_request
 from shared.core.aws import client, register_hook, unregister_hook
 from shared.core.settings import Settings
 from shared.store.subscribers import SubscriberStore
-from tests.integration.broadcast_support import Env, eligible, seed
+from tests.integration.broadcast_support import Env, eligible, seeded
 from tests.integration.resolver_support import (
     assert_each_reader_once,
     batch_emails,
@@ -36,7 +36,7 @@ PAGE = 13  # recipients per page: ~135 recipients in 4 segments take ~12 pages, 
 
 @pytest.fixture
 def people(store: SubscriberStore) -> list[dict[str, Any]]:
-    return seed(store, 150)  # profiles with their TAG# partners: the Scan reads both
+    return seeded(store, 150)  # profiles with their TAG# partners: the Scan reads both
 
 
 @pytest.fixture

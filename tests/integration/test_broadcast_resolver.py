@@ -22,7 +22,7 @@ from shared.core.aws import ClientFactory, client, register_hook, unregister_hoo
 from shared.core.retry import Backoff
 from shared.store.subscribers import SubscriberStore
 from tests.eventually import eventually
-from tests.integration.broadcast_support import Env, eligible, seed
+from tests.integration.broadcast_support import Env, eligible, seeded
 from tests.integration.resolver_support import (
     assert_each_reader_once,
     batch_emails,
@@ -38,7 +38,7 @@ PAGE = 7  # recipients per page: the tag audiences below take several pages
 
 @pytest.fixture
 def people(store: SubscriberStore) -> list[dict[str, Any]]:
-    return seed(store, 120)  # tags a, b, c at random; some unsubscribed or suppressed
+    return seeded(store, 120)  # tags a, b, c at random; some unsubscribed or suppressed
 
 
 @pytest.fixture
@@ -105,7 +105,6 @@ def test_one_invocation_resolves_page_after_page_each_one_query_and_one_round_of
 LATENCY_S = 0.25  # added to every request: far above moto's own time per request
 
 
-@pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 @pytest.mark.bench  # a timed measurement: run by `make bench`, not by `make test`
 def test_a_page_waits_for_four_requests_one_after_another(env, resources, monkeypatch) -> None:
     """The requests a page waits for one after another: the run's wall time with LATENCY_S added

@@ -33,14 +33,14 @@ from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, send, send_id_for
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore
-from tests.integration.broadcast_support import Env, eligible, seed
+from tests.integration.broadcast_support import Env, eligible, seeded
 
 TEMPLATE = "newsletter/monthly"
 
 
 @pytest.fixture
 def people(store: SubscriberStore) -> list[dict[str, Any]]:
-    return seed(store, 240)
+    return seeded(store, 240)
 
 
 Predicate = Callable[[set[str], dict[str, Any]], bool]
