@@ -65,11 +65,13 @@ test: setup chromium
 	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" --durations=15
 
 # The inner loop: lint, the unit and the integration tiers (no local runtime, no synthesis).
+# Three workers on two cores, each taking the next test when it is free: these tiers wait on
+# rate limiters and back-offs now and then, and a third worker fills those waits.
 check: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/unit tests/integration
+	$(PYTEST) -n 3 --dist worksteal -m "not bench" tests/unit tests/integration
 
 # One tier at a time (tests/<tier>; docs/testing.md).
 test-unit: setup
