@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import inspect
 import io
 import itertools
@@ -47,6 +48,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, LambdaFunction
+from moto.core import responses as moto_responses
 from moto.core.common_types import TYPE_RESPONSE
 from moto.core.exceptions import JsonRESTError
 from moto.core.utils import iso_8601_datetime_with_milliseconds, unix_time, unix_time_millis
@@ -118,6 +120,8 @@ def _source_problems() -> list[str]:
          "the Step Functions interpreter no longer finds moto's port through moto_server_port"),
         (_MOTO_TRANSACT_WRITE_ITEMS, "original_table_state",
          "DynamoDB transact_write_items no longer snapshots whole tables: review the override"),
+        (moto_responses.BaseResponse.call_action, "in method_names",
+         "moto's call_action no longer only tests the action against method_names_from_class"),
         (_MOTO_CAST_VALUE, "else:\n            return self.value",
          "DynamoType.cast_value no longer returns a plain value as it is: review _cast_value"),
         (_MOTO_ALL_ITEMS, "(x.hash_key, x.range_key) if x.range_key else x.hash_key",
@@ -728,14 +732,26 @@ def _serve_faster() -> None:
       emulator slowed down as a broadcast's events queued up. The counts now read the clock
       once per count (:func:`_sqs_counts`), with the same comparisons;
     - DynamoDB reads (see :func:`dynamodb_read_serialized`) walked the response model for
-      every attribute of every item returned: 80 % of a Scan's time.
+      every attribute of every item returned: 80 % of a Scan's time;
+    - every request listed the members of its service's response class (``inspect.getmembers``)
+      to see whether the action is one of its methods: the classes do not change once the
+      patches above are in, so each class's method names are listed once.
     """
     modules = tuple(moto_backends.list_of_moto_modules())
     moto_backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
+    moto_responses.method_names_from_class = _method_names  # type: ignore[assignment]
     SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
     _sqs_counts()
     SnsSubscription.get_post_data = _sns_post_data  # type: ignore[method-assign]
     faster_dynamodb_reads()
+
+
+_MOTO_METHOD_NAMES = moto_responses.method_names_from_class
+
+
+@functools.cache
+def _method_names(clazz: object) -> frozenset[str]:
+    return frozenset(_MOTO_METHOD_NAMES(clazz))
 
 
 def faster_dynamodb_reads() -> None:
