@@ -24,7 +24,8 @@ from shared.store.subscribers import SubscriberStore
 from tests.integration.test_engagement import EMAIL, event, sns
 
 TEMPLATE = "onboarding/welcome"
-D = (date.today() + timedelta(days=1)).isoformat()  # after the subscription
+# after the subscription: two days ahead, so still after it when the suite runs past midnight
+D = (date.today() + timedelta(days=2)).isoformat()
 DELIVERED = f"{D}T10:00:00.000Z"
 
 

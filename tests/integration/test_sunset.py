@@ -31,11 +31,10 @@ from shared.store.dynamo import deserialize
 from shared.store.subscribers import SubscriberStore
 from tests.integration.test_engagement import event, sns
 
-TODAY = date.today()
-
-
 def day(offset: int) -> str:
-    return (TODAY + timedelta(days=offset)).isoformat()
+    """The day ``offset`` days from today, read when asked (a suite that runs past midnight
+    must not count from the day it was collected on)."""
+    return (date.today() + timedelta(days=offset)).isoformat()
 
 
 def scheduled(offset: int) -> dict[str, Any]:
