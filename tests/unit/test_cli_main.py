@@ -48,3 +48,15 @@ def test_a_call_imports_only_its_command_s_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "['cli.webhooks_cmd']"
+
+
+def test_the_local_commands_read_the_runtime_s_state_without_importing_moto() -> None:
+    """``mailstep local open`` and its kin read runtime.json and build SES events: no emulator."""
+    probe = (
+        "import sys\n"
+        "from cli import local_cmd, replies_cmd\n"
+        "from local_aws import read_state, ses_events\n"
+        "print(sorted(m for m in sys.modules if m == 'moto' or m.startswith('local_aws.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "['local_aws.ses_events']"
