@@ -51,7 +51,7 @@ def _post_local(state_dir: Path, path: str, body: dict[str, Any], timeout: float
     """POST ``body`` to the running runtime's control endpoint ``path``; its JSON answer."""
     import urllib.request
 
-    from local_aws import read_state
+    from ops.targets import read_state
 
     state = read_state(state_dir.resolve())
     request = urllib.request.Request(  # noqa: S310 - the local runtime's control endpoint
@@ -111,8 +111,8 @@ def publish_event(
     hidden: bool = False,
 ) -> dict[str, Any]:
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
-    from local_aws import read_state
     from local_aws import ses_events as ev
+    from ops.targets import read_state
 
     state = read_state(state_dir)
     ev.CALENDAR["offset_s"] = calendar_offset(state)  # SES stamps events with the runtime's time
@@ -247,8 +247,8 @@ def verify(
 @app.command()
 def outbox(state_dir: Path = STATE_DIR) -> None:
     """List the messages in the local outbox."""
-    from local_aws import read_state
     from ops.outbox import read_outbox
+    from ops.targets import read_state
 
     state = read_state(state_dir.resolve())
     console.print(outbox_table(read_outbox(Path(state["outbox"]))))

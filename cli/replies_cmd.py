@@ -84,8 +84,8 @@ def received_notification(reply: EmailMessage, topic_arn: str, message_id: str) 
 
 def publish_reply(state_dir: Path, target: str, body: str) -> dict[str, Any]:
     from cli.target import local
-    from local_aws import read_state
     from local_aws.ses_events import feedback_id
+    from ops.targets import read_state
     from shared.core import specs
 
     state = read_state(state_dir)

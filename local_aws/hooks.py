@@ -30,6 +30,7 @@ runtime calls it before patching, and a test calls it too.
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import functools
 import inspect
@@ -62,7 +63,7 @@ from moto.dynamodb.exceptions import (
     TransactionCanceledException,
     TransactWriteSingleOpException,
 )
-from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import StreamRecord, StreamShard
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 from moto.moto_server.werkzeug_app import MotoRequestHandler
@@ -80,6 +81,7 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_funct
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeSuccess
 from moto.stepfunctions.parser.asl.utils import boto_client as sfn_boto_client
 from moto.stepfunctions.responses import StepFunctionResponse
+from moto.utilities.utils import md5_hash
 
 from local_aws.clock import VirtualClock
 from local_aws.scheduler import OneTimeSchedules
@@ -124,6 +126,10 @@ def _source_problems() -> list[str]:
          "moto's call_action no longer only tests the action against method_names_from_class"),
         (_MOTO_CAST_VALUE, "else:\n            return self.value",
          "DynamoType.cast_value no longer returns a plain value as it is: review _cast_value"),
+        (_MOTO_TABLE_SCAN, "items = self.all_items()",
+         "DynamoDB Table.scan no longer walks all_items: review start_key_scan"),
+        (Item.is_within_segment, "md5_hash(self.hash_key.value.encode(\"utf8\")).digest()[0]",
+         "moto's scan segments no longer hash the hash key's first MD5 byte: review _segment_hash"),
         (_MOTO_ALL_ITEMS, "(x.hash_key, x.range_key) if x.range_key else x.hash_key",
          "DynamoDB Table.all_items no longer sorts by the key: review _key_sorted_items"),
         (_MOTO_TABLE_QUERY, "item.hash_key == hash_key",
@@ -766,7 +772,8 @@ def faster_dynamodb_reads() -> None:
     - A Scan's ``all_items`` sorts the table by each item's key values read once, where moto's
       sort compared key objects, casting both sides of every comparison (two thirds of a Scan
       page's time at a few thousand items). A table's key attributes have one type each, so the
-      order is the same.
+      order is the same. A Scan page is handed only the items of its segment after its start key
+      (:func:`start_key_scan`), not the whole table to walk.
     """
     for owner, name, patched in dynamodb_read_patches():
         setattr(owner, name, patched)
@@ -779,6 +786,7 @@ def dynamodb_read_patches() -> list[tuple[Any, str, Any]]:
         (DynamoType, "cast_value", _cast_value),
         (dynamodb_models.Table, "query", partition_query),
         (dynamodb_models.Table, "all_items", _all_items),
+        (dynamodb_models.Table, "scan", start_key_scan),
         (dynamodb_models.Table, "put_item", _versioned_put_item),
         (dynamodb_models.Table, "delete_item", _versioned_delete_item),
         (dynamodb_models.DynamoDBBackend, "update_item", _versioned_update_item),
@@ -977,20 +985,69 @@ def _cast_value(self: Any) -> Any:
 def _key_sorted_items(table: Any) -> list[Any]:
     """moto's ``Table.all_items``: every item, sorted by (hash key, range key), each key's
     value cast once."""
-    items = list(_every_item(table))
-    if table.range_key_attr:
-        return sorted(
-            items,
-            key=lambda x: (
-                (x.hash_key.cast_value, x.range_key.cast_value) if x.range_key else (x.hash_key.cast_value,)
-            ),
-        )
-    return sorted(items, key=lambda x: x.hash_key.cast_value)
+    return sorted(_every_item(table), key=_plain_key)
+
+
+def _plain_key(item: Any) -> tuple[Any, ...]:
+    """(hash key, range key) of ``item`` as plain values: (hash key,) without a range key."""
+    return (
+        (item.hash_key.cast_value,)
+        if item.range_key is None
+        else (item.hash_key.cast_value, item.range_key.cast_value)
+    )
+
+
+# A Scan page: moto walks the table's items from the first on every page, skipping those of other
+# segments and those up to ``ExclusiveStartKey`` one comparison (and, for a segment, one MD5 of
+# the hash key) at a time, so a paged Scan cost the square of the table. The page is handed the
+# items of its segment after its start key instead; moto then checks, filters and pages them as
+# before (tests/unit/test_local_dynamodb_reads.py compares both).
+_MOTO_TABLE_SCAN = dynamodb_models.Table.scan
+_SCAN_SIGNATURE = inspect.signature(_MOTO_TABLE_SCAN)
+_scanning = threading.local()
+
+
+def start_key_scan(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Table.scan`` over the items its page can reach (a Scan of the table, not of an index)."""
+    arguments = _SCAN_SIGNATURE.bind(self, *args, **kwargs).arguments
+    if arguments.get("index_name"):
+        return _MOTO_TABLE_SCAN(self, *args, **kwargs)
+    _scanning.page = (self, arguments.get("exclusive_start_key"), arguments.get("segments", (None, None)))
+    try:
+        return _MOTO_TABLE_SCAN(self, *args, **kwargs)
+    finally:
+        _scanning.page = None
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _segment_hash(hash_value: str) -> int:
+    """The byte moto's ``Item.is_within_segment`` reduces modulo the segment count."""
+    return int(md5_hash(hash_value.encode("utf8")).digest()[0])
+
+
+def _scan_page_items(table: Any, start: dict[str, Any] | None, segments: Any) -> list[Any]:
+    items = _key_sorted_items(table)
+    if tuple(segments) != (None, None):
+        segment, total = segments
+        items = [i for i in items if _segment_hash(i.hash_key.value) % total == segment]
+    if not start:
+        return items
+    names = [table.hash_key_attr, *([table.range_key_attr] if table.range_key_attr else [])]
+    if any(name not in start for name in names):
+        return items  # moto's own walk decides
+    after = tuple(DynamoType(start[name]).cast_value for name in names)
+    keys = [
+        (i.hash_key.cast_value, *([i.range_key.cast_value] if table.range_key_attr else [])) for i in items
+    ]
+    return items[bisect.bisect_right(keys, after) :]
 
 
 def _all_items(self: Any) -> Any:
     restricted = getattr(_partition, "key", None)
     if restricted is None or restricted[0] is not self:
+        page = getattr(_scanning, "page", None)
+        if page is not None and page[0] is self:
+            return _scan_page_items(self, page[1], page[2])
         return _key_sorted_items(self)
     if restricted[1] is None:
         return _index_items(self, restricted[2])

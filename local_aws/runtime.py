@@ -754,12 +754,3 @@ def _json_field(body: bytes, name: str, kind: type, wrong_type: str) -> Any:
     if not isinstance(value, kind):
         raise _InvalidRequest(wrong_type)
     return value
-
-
-def read_state(state_dir: Path) -> dict[str, Any]:
-    path = state_dir / STATE_FILE
-    if not path.exists():
-        raise FileNotFoundError(
-            f"no running local runtime found ({path} is missing): start `mailstep dev` first"
-        )
-    return dict(json.loads(path.read_text()))

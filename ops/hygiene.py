@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.targets import STATE_FILE
+from ops.targets import read_state
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.engagement import sunset
 
@@ -43,7 +43,7 @@ def now(target: Target, at: str | None = None) -> datetime:
             ) from None
         return datetime(day.year, day.month, day.day, RUN_HOUR, tzinfo=UTC)
     if target.kind == "local":  # the runtime's calendar (its state folder names its API)
-        state = json.loads((Path(target.name) / STATE_FILE).read_text())
+        state = read_state(Path(target.name))
         with urllib.request.urlopen(state["api_url"] + "/_local/status", timeout=10) as answer:  # noqa: S310
             return datetime.fromisoformat(json.loads(answer.read())["clock"]["calendar"])
     return datetime.now(UTC)

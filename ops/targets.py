@@ -18,6 +18,7 @@ so nothing depends on where ``os.environ`` points.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,17 @@ LOCAL, STACK = "local", "stack"
 # The running local runtime (`mailstep dev`) writes its endpoints and keys here (local_aws.runtime).
 DEFAULT_STATE_DIR = Path(".mailstep")
 STATE_FILE = "runtime.json"
+
+
+def read_state(state_dir: Path) -> dict[str, Any]:
+    """The runtime.json a local runtime (``mailstep dev``) wrote in ``state_dir``: its endpoints,
+    keys and outbox. Reading it imports nothing of the runtime (no moto)."""
+    path = state_dir / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no running local runtime found ({path} is missing): start `mailstep dev` first"
+        )
+    return dict(json.loads(path.read_text()))
 
 
 class StackNotFound(NotFound):

@@ -3,6 +3,7 @@ whole one does."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -39,12 +40,24 @@ def test_the_word_that_names_the_command_is_the_first_that_is_not_an_option() ->
     assert main.named(["send-test", "x"]) == "send-test"
 
 
-def test_a_call_imports_only_its_command_s_module() -> None:
-    probe = (
-        "import sys; sys.argv = ['mailstep', 'webhooks', '--help']\n"
-        "from cli import main\n"
-        "try:\n    main.main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('cli.') and m.endswith('_cmd')))"
-    )
+def modules_after(script: str, wanted: str) -> list[str]:
+    """The loaded modules whose names match the expression ``wanted`` (of ``m``) after ``script``
+    runs in a fresh interpreter."""
+    probe = f"import sys\n{script}\nprint(sorted(m for m in sys.modules if {wanted}))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "['cli.webhooks_cmd']"
+    return list(ast.literal_eval(out.strip().splitlines()[-1]))
+
+
+def test_a_call_imports_only_its_command_s_module() -> None:
+    script = (
+        "sys.argv = ['mailstep', 'webhooks', '--help']\n"
+        "from cli import main\n"
+        "try:\n    main.main()\nexcept SystemExit:\n    pass"
+    )
+    assert modules_after(script, "m.startswith('cli.') and m.endswith('_cmd')") == ["cli.webhooks_cmd"]
+
+
+def test_the_local_commands_read_the_runtime_s_state_without_importing_moto() -> None:
+    """``mailstep local open`` and its kin read runtime.json and build SES events: no emulator."""
+    script = "from cli import local_cmd, replies_cmd\nfrom local_aws import read_state, ses_events"
+    assert modules_after(script, "m == 'moto' or m.startswith('local_aws.')") == ["local_aws.ses_events"]

@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.responses import DynamoHandler
 
 from local_aws import hooks
@@ -146,6 +147,10 @@ def _reads(client: Any) -> Iterator[Any]:
                 after = page.get("LastEvaluatedKey")
                 if not after:
                     break
+    yield from _scan_reads(client)
+
+
+def _scan_reads(client: Any) -> Iterator[Any]:
     start: dict[str, Any] | None = None
     while True:  # every page, its LastEvaluatedKey included
         page = client.scan(TableName=TABLE, Limit=7, **({"ExclusiveStartKey": start} if start else {}))
@@ -153,6 +158,20 @@ def _reads(client: Any) -> Iterator[Any]:
         start = page.get("LastEvaluatedKey")
         if not start:
             break
+    for segment in range(3):  # a parallel Scan's segments, page by page
+        start = None
+        while True:
+            page = client.scan(
+                TableName=TABLE,
+                Segment=segment,
+                TotalSegments=3,
+                Limit=4,
+                **({"ExclusiveStartKey": start} if start else {}),
+            )
+            yield page
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
     yield client.scan(
         TableName=TABLE,
         FilterExpression="flag = :yes",
@@ -182,13 +201,20 @@ def _create_table(resource: Any) -> Any:
 
 
 def _answers(
-    serialized: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, *, partition_query: bool = False
+    serialized: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    partition_query: bool = False,
+    reads: Callable[[Any], Iterator[Any]] = _reads,
 ) -> list[Any]:
     monkeypatch.setattr(DynamoHandler, "serialized", serialized)
     from moto.dynamodb.models.table import Table
 
     monkeypatch.setattr(Table, "query", hooks.partition_query if partition_query else hooks._MOTO_TABLE_QUERY)
     monkeypatch.setattr(Table, "all_items", hooks._all_items if partition_query else hooks._MOTO_ALL_ITEMS)
+    monkeypatch.setattr(Table, "scan", hooks.start_key_scan if partition_query else hooks._MOTO_TABLE_SCAN)
+    moto_cast = property(hooks._MOTO_CAST_VALUE)
+    monkeypatch.setattr(DynamoType, "cast_value", hooks._cast_value if partition_query else moto_cast)
     with mock_aws():
         resource = boto3.resource("dynamodb", region_name="us-east-1")
         table = _create_table(resource)
@@ -197,7 +223,7 @@ def _answers(
                 batch.put_item(Item=item)
         client = resource.meta.client
         try:
-            return [{k: v for k, v in answer.items() if k != "ResponseMetadata"} for answer in _reads(client)]
+            return [{k: v for k, v in answer.items() if k != "ResponseMetadata"} for answer in reads(client)]
         finally:  # an outer moto mock (the integration tests' session) keeps its tables
             table.delete()
 
@@ -332,3 +358,29 @@ def test_index_queries_between_writes_read_the_table_once_and_every_write_is_see
             assert _mapped(client, "g0") == [*g0, "ITEM#300"]
         finally:
             table.delete()
+
+
+def test_a_scan_page_walks_only_the_items_after_its_start_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given 40 items, when they are scanned 7 a page (and by segments, 4 a page), then each page
+    after the first compares one item with its start key, where moto walked every item before it."""
+    from moto.dynamodb.models.table import Table
+
+    compared: list[int] = []
+    comes_before = Table._item_comes_before_dct
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> bool:
+        compared.append(1)
+        return comes_before(self, *args, **kwargs)
+
+    monkeypatch.setattr(Table, "_item_comes_before_dct", counted)
+    moto_answers = _answers(hooks._MOTO_DYNAMODB_SERIALIZED, monkeypatch, reads=_scan_reads)
+    moto_compared, compared[:] = len(compared), []
+    answers = _answers(hooks._MOTO_DYNAMODB_SERIALIZED, monkeypatch, partition_query=True, reads=_scan_reads)
+
+    assert answers == moto_answers
+    segments = answers[6:-1]  # after the whole table's 6 pages of 7: the 3 segments' pages of 4
+    assert sorted(i["SK"] for a in segments for i in a["Items"]) == sorted(i["SK"] for i in _items())
+    assert len(segments) >= 12  # 40 items in pages of at most 4
+    pages_after_the_first = sum(1 for a in answers if "LastEvaluatedKey" in a)
+    assert len(compared) == pages_after_the_first  # one comparison a page that has a next one
+    assert moto_compared > 5 * len(compared)
