@@ -31,6 +31,7 @@ from shared.store.dynamo import deserialize
 from shared.store.subscribers import SubscriberStore
 from tests.integration.test_engagement import event, sns
 
+
 def day(offset: int) -> str:
     """The day ``offset`` days from today, read when asked (a suite that runs past midnight
     must not count from the day it was collected on)."""
