@@ -37,7 +37,7 @@ from urllib.parse import urlparse
 
 import typer
 
-from ops.targets import DEFAULT_STATE_DIR, STATE_FILE
+from ops.targets import DEFAULT_STATE_DIR, read_state
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -71,10 +71,10 @@ def local_state(state_dir: Path) -> dict[str, Any] | None:
 
     ``mailstep dev`` leaves runtime.json behind when it stops, so the endpoint must answer.
     """
-    path = state_dir / STATE_FILE
-    if not path.exists():
+    try:
+        state = read_state(state_dir)
+    except FileNotFoundError:
         return None
-    state = dict(json.loads(path.read_text()))
     endpoint = urlparse(str(state.get("endpoint", "")))
     try:
         with socket.create_connection((endpoint.hostname or "127.0.0.1", endpoint.port or 80), timeout=1):

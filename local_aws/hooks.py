@@ -1036,10 +1036,7 @@ def _scan_page_items(table: Any, start: dict[str, Any] | None, segments: Any) ->
     if any(name not in start for name in names):
         return items  # moto's own walk decides
     after = tuple(DynamoType(start[name]).cast_value for name in names)
-    keys = [
-        (i.hash_key.cast_value, *([i.range_key.cast_value] if table.range_key_attr else [])) for i in items
-    ]
-    return items[bisect.bisect_right(keys, after) :]
+    return items[bisect.bisect_right(items, after, key=_plain_key) :]  # the keys of log(n) items
 
 
 def _all_items(self: Any) -> Any:
