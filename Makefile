@@ -62,7 +62,7 @@ chromium:
 
 # Everything, as CI runs it (unit, integration, infra, e2e with the grants check).
 test: setup chromium
-	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" --durations=15
+	$(GRANTS_CHECK) $(PYTEST) -n 3 --dist loadfile --no-loadscope-reorder -m "not bench" --durations=15
 
 # The inner loop: lint, the unit and the integration tiers (no local runtime, no synthesis).
 # Three workers on two cores, each taking the next test when it is free: these tiers wait on
@@ -84,7 +84,7 @@ test-infra: setup
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/infra
 
 test-e2e: setup chromium
-	$(GRANTS_CHECK) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -m "not bench" tests/e2e
+	$(GRANTS_CHECK) $(PYTEST) -n 3 --dist loadfile --no-loadscope-reorder -m "not bench" tests/e2e
 
 lint: setup
 	$(BIN)/ruff check .

@@ -29,8 +29,10 @@ import pytest
 from botocore.config import Config
 
 from shared.core import specs
+from tests.e2e import forks
 
 ROOT = Path(__file__).resolve().parents[2]
+Process = subprocess.Popen[str] | forks.Forked  # a `mailstep dev`: a fresh interpreter or forked
 START_TIMEOUT_S = 60  # a 2-core machine running two workers (measured: 12 s alone)
 
 
@@ -40,38 +42,40 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def start_dev(state_dir: Path, *extra: str, api_port: int = 0) -> subprocess.Popen[str]:
-    """``mailstep dev`` on free ports (the API on ``api_port`` when given); its output goes
-    to ``<state_dir>/dev.log``."""
+def fresh() -> bool:
+    """``MAILSTEP_E2E_FRESH=1``: every ``mailstep`` process a fresh interpreter, none forked
+    (tests/e2e/forks.py)."""
+    return os.environ.get("MAILSTEP_E2E_FRESH") == "1"
+
+
+def start_dev(state_dir: Path, *extra: str, api_port: int = 0, fork: bool = True) -> Process:
+    """``mailstep dev`` on free ports (the API on ``api_port`` when given), forked from this
+    worker's runtime server unless ``fork`` is off; its output goes to ``<state_dir>/dev.log``."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    log = (state_dir / "dev.log").open("w")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "dev",
-            "--port",
-            "0",
-            "--api-port",
-            str(api_port),
-            "--public-port",
-            "0",
-            "--speed",
-            "0",
-            "--state-dir",
-            str(state_dir),
-            *extra,
-        ],
-        cwd=ROOT,
-        env=subprocess_env(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    args = ["dev", "--port", "0", "--api-port", str(api_port), "--public-port", "0", "--speed", "0"]
+    args += ["--state-dir", str(state_dir), *extra]
+    with (state_dir / "dev.log").open("w") as log:
+        if fork and not fresh():
+            with open(os.devnull) as null:
+                return forks.RUNTIMES.start(
+                    args,
+                    cwd=ROOT,
+                    env=subprocess_env(),
+                    stdin=null.fileno(),
+                    stdout=log.fileno(),
+                    stderr=log.fileno(),
+                )
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=ROOT,
+            env=subprocess_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
 
-def wait_for_state(state_dir: Path, process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+def wait_for_state(state_dir: Path, process: Process, timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     path = state_dir / "runtime.json"
     while time.monotonic() < deadline:
@@ -136,6 +140,9 @@ class Local:
         return dict(answer)
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """``mailstep <args>``: forked from this worker's command server (tests/e2e/forks.py)."""
+        if not fresh():
+            return forks.COMMANDS.run(list(args), cwd=ROOT, env=subprocess_env(), timeout=timeout)
         return subprocess.run(
             [sys.executable, "-m", "cli.main", *args],
             cwd=ROOT,
@@ -214,7 +221,7 @@ def post_events(state: dict[str, Any], body: Any, timeout: float = 60) -> Any:
         return json.loads(answer.read())
 
 
-def stop_dev(process: subprocess.Popen[str]) -> None:
+def stop_dev(process: Process) -> None:
     """Ctrl-C, as a user stops it; killed if it does not end within 15 s."""
     process.send_signal(signal.SIGINT)
     try:

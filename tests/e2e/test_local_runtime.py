@@ -494,7 +494,7 @@ def serve_and_stop(tmp_path: Path) -> float:
     port = free_port()
     state_dir = tmp_path / "dev"
     started = time.monotonic()
-    process = start_dev(state_dir, api_port=port)
+    process = start_dev(state_dir, api_port=port, fork=False)  # timed as a user starts it
     try:
 
         def answer() -> int | None:
