@@ -140,17 +140,25 @@ class Local:
         return dict(answer)
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """``mailstep <args>``: forked from this worker's command server (tests/e2e/forks.py)."""
-        if not fresh():
-            return forks.COMMANDS.run(list(args), cwd=ROOT, env=subprocess_env(), timeout=timeout)
-        return subprocess.run(
-            [sys.executable, "-m", "cli.main", *args],
-            cwd=ROOT,
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return mailstep(*args, timeout=timeout)
+
+
+def mailstep(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``mailstep <args>`` (in ``subprocess_env()``, or ``env``), its output captured as text: forked
+    from this worker's command server (tests/e2e/forks.py), or a fresh interpreter."""
+    env = subprocess_env() if env is None else env
+    if not fresh():
+        return forks.COMMANDS.run(list(args), cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")

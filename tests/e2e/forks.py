@@ -26,6 +26,7 @@ import contextlib
 import importlib
 import json
 import os
+import pkgutil
 import runpy
 import select
 import selectors
@@ -44,24 +45,23 @@ STREAMS = 3  # stdin, stdout, stderr
 KILLED = -signal.SIGKILL
 
 
-# What a server imports before it forks: the whole command tree for commands; for ``mailstep dev``
-# also the local runtime and the moto services it serves (moto's import registers a botocore
-# handler, off until a mock starts: a command's process never has it, so commands get a server
-# of their own). A module not imported here is imported by the call, as in a fresh process.
+# What a server imports before it forks: every module of the command line's packages (what any
+# command imports, at its start or on its way); for ``mailstep dev`` also the local runtime and the
+# moto services it serves. moto's import registers a botocore handler (off until a mock starts),
+# which a command's own process never has: commands get a server of their own. A module not
+# imported here is imported by the call, as in a fresh process.
+PACKAGES = ("cli", "ops", "shared", "console", "mcp_server")
 MOTO_SERVICES = (
     "apigateway", "awslambda", "cloudformation", "cloudwatch", "dynamodb", "dynamodbstreams", "events",
     "iam", "kms", "logs", "s3", "scheduler", "secretsmanager", "ses", "sesv2", "sns", "sqs", "ssm",
     "stepfunctions", "sts",
 )  # fmt: skip
-PRELOAD = {
-    "cli": (),
-    "dev": (
-        "local_aws.runtime",
-        "moto.moto_server.werkzeug_app",
-        "moto.stepfunctions.parser.models",
-        *(f"moto.{service}.{part}" for service in MOTO_SERVICES for part in ("models", "responses")),
-    ),
-}
+RUNTIME_MODULES = (
+    "local_aws.runtime",
+    "moto.moto_server.werkzeug_app",
+    "moto.stepfunctions.parser.models",
+    *(f"moto.{service}.{part}" for service in MOTO_SERVICES for part in ("models", "responses")),
+)
 
 
 # ----- the server (``python -m tests.e2e.forks <kind> <socket path>``) --------------------------
@@ -69,8 +69,13 @@ def _preload(kind: str) -> None:
     import cli.main
 
     cli.main.build()
-    for module in PRELOAD[kind]:
-        importlib.import_module(module)
+    for package in PACKAGES:
+        for module in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}."):
+            importlib.import_module(module.name)
+    if kind == "cli":
+        assert "moto" not in sys.modules, "a command module imports moto"
+    for name in RUNTIME_MODULES if kind == "dev" else ():
+        importlib.import_module(name)
 
 
 def _serve(path: str) -> tuple[socket.socket, dict[str, Any], list[int]]:

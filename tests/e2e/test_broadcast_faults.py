@@ -19,8 +19,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -32,7 +30,7 @@ import pytest
 from shared.core import specs
 from shared.store.dynamo import serialize
 from shared.store.subscribers import Profile, profile_items
-from tests.e2e.conftest import ROOT, Local, start_dev, stop_dev, subprocess_env, wait_for_state
+from tests.e2e.conftest import Local, mailstep, start_dev, stop_dev, subprocess_env, wait_for_state
 from tests.e2e.helpers import MAIN, broadcast_record, eventually, queue_url, sent_by
 
 TAG = "fault"
@@ -127,13 +125,10 @@ def test_a_broadcast_survives_two_killed_workers_without_losing_or_repeating_mai
         broadcast_id = "e2e-faults"
 
         # Given a broadcast to the subscribers at a low rate
-        started = subprocess.run(
-            [sys.executable, "-m", "cli.main", "broadcast", "send", "--template", "newsletter/monthly"]
-            + ["--tag", TAG, "--id", broadcast_id, "--yes", "--no-wait", "--state-dir", str(state_dir)],
-            cwd=ROOT,
+        started = mailstep(
+            *("broadcast", "send", "--template", "newsletter/monthly", "--tag", TAG, "--id", broadcast_id),
+            *("--yes", "--no-wait", "--state-dir", str(state_dir)),
             env={**subprocess_env(), specs.ENV["broadcast_max_send_rate"]: str(RATE)},
-            capture_output=True,
-            text=True,
             timeout=120,
         )
         assert started.returncode == 0, started.stdout + started.stderr

@@ -7,7 +7,6 @@ import copy
 import json
 import re
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,13 @@ from typing import Any
 import pytest
 
 from shared.core import specs
-from tests.e2e.conftest import ROOT, post_events, start_dev, stop_dev, subprocess_env, wait_for_state
+from tests.e2e.conftest import (
+    mailstep,
+    post_events,
+    start_dev,
+    stop_dev,
+    wait_for_state,
+)
 from tests.e2e.helpers import eventually
 
 
@@ -75,10 +80,7 @@ def test_a_missing_grant_fails_the_flow_with_access_denied(
 
 
 def local_verify(state_dir: Path, identity: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "cli.main", "local", "verify", identity, "--state-dir", str(state_dir)]
-    return subprocess.run(  # noqa: S603 - this interpreter, the project's CLI
-        command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False
-    )
+    return mailstep("local", "verify", identity, "--state-dir", str(state_dir))
 
 
 def test_in_the_ses_sandbox_only_verified_recipients_get_mail(tmp_path: Path, artifact: Any) -> None:

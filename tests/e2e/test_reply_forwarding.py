@@ -15,7 +15,15 @@ from typing import Any
 from ops.outbox import read_outbox
 from shared.core import specs
 from shared.sending.sender import decode_tag_value
-from tests.e2e.conftest import ROOT, post_events, start_dev, stop_dev, subprocess_env, wait_for_state
+from tests.e2e.conftest import (
+    ROOT,
+    mailstep,
+    post_events,
+    start_dev,
+    stop_dev,
+    subprocess_env,
+    wait_for_state,
+)
 from tests.e2e.helpers import eventually
 
 OWNER = "owner@example.com"
@@ -66,11 +74,9 @@ def test_a_reply_is_forwarded_to_the_owner_with_the_template_s_iam(tmp_path: Pat
             "the welcome mail",
         )
         # when the subscriber replies to it,
-        command = ["local", "reply", welcome["message_id"], "--body", "Yes", "--state-dir", str(state_dir)]
-        reply = subprocess.run(  # noqa: S603 - this interpreter, the project's CLI
-            [sys.executable, "-m", "cli.main", *command],
-            cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        reply = mailstep(
+            "local", "reply", welcome["message_id"], "--body", "Yes", "--state-dir", str(state_dir)
+        )
         assert reply.returncode == 0, reply.stderr
         # then the inbound function forwards it to the owner through SES,
         forwarded = eventually(

@@ -7,8 +7,6 @@ through runtime.json: their ``--state-dir`` is an empty folder.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 
 from shared.core import specs
-from tests.e2e.conftest import ROOT, Local, subprocess_env
+from tests.e2e.conftest import Local, mailstep, subprocess_env
 from tests.e2e.helpers import eventually, ok_json, unique
 
 STACK = specs.STACK_NAME
@@ -38,14 +36,7 @@ def stack_cli(local: Local, nowhere: Path, *args: str, stack: str = STACK, timeo
         "AWS_SECRET_ACCESS_KEY": "operator",
         "COLUMNS": "200",  # rich tables: no truncated ids
     }
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args, "--stack", stack, "--state-dir", str(nowhere)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return mailstep(*args, "--stack", stack, "--state-dir", str(nowhere), env=env, timeout=timeout)
 
 
 def outputs(local: Local) -> dict[str, str]:
