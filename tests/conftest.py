@@ -17,28 +17,30 @@ os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Mailstep")
 os.environ.setdefault("POWERTOOLS_DEV", "false")
 
 # The files that take longest (measured with `--durations`), collected first. `make test`
-# runs two workers with `--dist loadfile --no-loadscope-reorder`, which hands out files in
+# runs three workers with `--dist loadfile --no-loadscope-reorder`, which hands out files in
 # collection order: with the long ones started first, the short ones fill in around them and
-# the two workers finish close together, instead of one running a long file alone at the end.
+# the workers finish close together, instead of one running a long file alone at the end.
 LONGEST_FIRST = (
+    "tests/e2e/test_engagement_audiences.py",
     "tests/e2e/test_webhooks.py",
-    "tests/integration/test_broadcasts.py",
-    "tests/e2e/test_broadcast_faults.py",
     "tests/e2e/test_broadcasts.py",
-    "tests/e2e/test_day_one.py",
-    "tests/e2e/test_warmup.py",
     "tests/e2e/test_local_runtime.py",
-    "tests/e2e/test_mcp.py",
-    "tests/e2e/test_signup.py",
-    "tests/e2e/test_sunset.py",
     "tests/e2e/test_console_browser.py",
-    "tests/e2e/test_signup_held.py",
-    "tests/e2e/test_operations.py",
-    "tests/e2e/test_engagement.py",
-    "tests/e2e/test_iam_enforced.py",
+    "tests/e2e/test_signup.py",
+    "tests/e2e/test_broadcast_faults.py",
+    "tests/integration/test_broadcast_resolver.py",
+    "tests/e2e/test_mcp.py",
+    "tests/integration/test_broadcasts.py",
+    "tests/e2e/test_day_one.py",
+    "tests/infra/test_deploy_recipe.py",
+    "tests/infra/test_checks.py",
     "tests/e2e/test_stack_target.py",
     "tests/e2e/test_artifact.py",
-    "tests/integration/test_broadcast_everyone.py",
+    "tests/e2e/test_iam_enforced.py",
+    "tests/infra/test_parity.py",
+    "tests/e2e/test_sunset.py",
+    "tests/e2e/test_warmup.py",
+    "tests/e2e/test_reply_forwarding.py",
 )
 
 

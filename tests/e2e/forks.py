@@ -118,6 +118,9 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
     # Registered first, so it runs last: after the command's own exit handlers and threads.
     atexit.register(lambda: conn.sendall(json.dumps(status).encode() + b"\n"))
     sys.argv = ["-m", *request["args"]]
+    # As in a fresh `python -m cli.main`, the module runs as __main__ and is not yet cli.main
+    # (runpy warns otherwise; a module that imports cli.main then gets a copy of its own).
+    del sys.modules["cli.main"]
     try:
         runpy.run_module("cli.main", run_name="__main__", alter_sys=True)
         status["code"] = 0
@@ -197,7 +200,8 @@ class Server:
         self._path = ""
         self._lock = threading.Lock()
 
-    def _started(self, cwd: Path, env: dict[str, str]) -> str:
+    def path(self, cwd: Path, env: dict[str, str]) -> str:
+        """The server's socket (started now in ``cwd`` and ``env`` if it is not running)."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._folder = tempfile.mkdtemp(prefix="mailstep-forks-")
@@ -226,7 +230,7 @@ class Server:
         self, args: list[str], *, cwd: Path, env: dict[str, str], stdin: int, stdout: int, stderr: int
     ) -> Forked:
         """``python -m cli.main <args>`` forked, its streams on the given descriptors."""
-        path = self._started(cwd, env)
+        path = self.path(cwd, env)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
         request = {"args": args, "cwd": str(cwd), "env": env}
@@ -275,10 +279,32 @@ class Server:
         return subprocess.CompletedProcess(args, code, out, err)
 
 
+def shim(args: list[str], *, cwd: Path, env: dict[str, str]) -> list[str]:
+    """A command line that runs ``mailstep <args>`` forked, for a library that starts the process
+    itself (the MCP client): a small interpreter (no site-packages, standard library only) hands
+    its own streams, folder and environment to the command server and exits with the call's
+    status; a SIGTERM or Ctrl-C it gets goes on to the call."""
+    return [sys.executable, "-S", __file__, "shim", COMMANDS.path(cwd, env), *args]
+
+
+def _shim(path: str, args: list[str]) -> None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+    socket.send_fds(conn, [json.dumps(request).encode()], list(range(STREAMS)))
+    process = Forked(args, conn)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, _: process.send_signal(number))
+    code = process.wait()
+    raise SystemExit(code if code >= 0 else 128 - code)
+
+
 COMMANDS = Server("cli")  # `mailstep <command>` calls
 RUNTIMES = Server("dev")  # `mailstep dev` starts
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "shim":
+        _shim(sys.argv[2], sys.argv[3:])
     _preload(sys.argv[1])
     _child(*_serve(sys.argv[2]))

@@ -32,7 +32,8 @@ from shared.sending.jobs import SendJob, to_message
 from shared.sending.sender import decode_tag_value
 from shared.store import keys
 from shared.store.pending import mailbox_key
-from tests.e2e.conftest import ROOT, Local, subprocess_env
+from tests.e2e import forks
+from tests.e2e.conftest import ROOT, Local, fresh, subprocess_env
 from tests.eventually import eventually
 
 MAIN, EVENTS = "mailstep-main", "mailstep-events"
@@ -470,12 +471,10 @@ class Tools:
 
 def run_session(local: Local, body: Callable[[Tools], Awaitable[None]]) -> None:
     """Start ``mailstep mcp`` on stdio against the runtime and run ``body`` with its tools."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "cli.main", "mcp", "--state-dir", str(local.state_dir)],
-        env=subprocess_env(),
-        cwd=str(ROOT),
-    )
+    args = ["mcp", "--state-dir", str(local.state_dir)]
+    env = subprocess_env()
+    command = [sys.executable, "-m", "cli.main", *args] if fresh() else forks.shim(args, cwd=ROOT, env=env)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(ROOT))
 
     async def main() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
