@@ -96,7 +96,7 @@
   }
 
   function post(url, form, extra) {
-    const data = new URLSearchParams(new FormData(form));
+    const data = new URLSearchParams(form instanceof FormData ? form : new FormData(form));
     Object.entries(extra || {}).forEach(([k, v]) => data.set(k, v));
     return fetch(url, {
       method: "POST",
@@ -108,6 +108,9 @@
 
   // The live count: each answer counts a part of the audience and hands back a cursor; the
   // parts are added up here until the cursor is null (a large audience counts up on screen).
+  // A count asks about the form as it was when the count began (every part the same question),
+  // and an edit of the form drops the count under way at once: no answer about an older form
+  // shows after it, and no count mixes the parts of two audiences.
   function audience() {
     const form = document.getElementById("broadcast-form");
     if (!form) return;
@@ -120,9 +123,9 @@
       out.dataset.state = "error";
       out.textContent = "Audience: " + text;
     }
-    function part(mine, total, cursor) {
+    function part(mine, fields, total, cursor) {
       const extra = cursor ? { cursor: cursor, counted: String(total) } : {};
-      post("/api/audience", form, extra).then(({ ok, body }) => {
+      post("/api/audience", fields, extra).then(({ ok, body }) => {
         if (mine !== asked) return;
         if (!ok) return fail(mine, body.error);
         if (!cursor) {
@@ -136,7 +139,7 @@
         total += body.size;
         if (body.cursor) {
           out.textContent = "Audience: counting ... " + total + " so far, " + body.audience;
-          part(mine, total, body.cursor);
+          part(mine, fields, total, body.cursor);
           return;
         }
         out.dataset.state = "counted";
@@ -153,10 +156,16 @@
       const mine = ++asked;
       out.dataset.state = "counting";
       out.textContent = "Audience: counting ...";
-      part(mine, 0, null);
+      part(mine, new FormData(form), 0, null);
     }
-    form.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
-    form.addEventListener("change", () => { clearTimeout(timer); timer = setTimeout(count, 400); });
+    function edited() {
+      asked++;  // the count under way is about the form before this edit
+      out.dataset.state = "counting";
+      clearTimeout(timer);
+      timer = setTimeout(count, 400);
+    }
+    form.addEventListener("input", edited);
+    form.addEventListener("change", edited);
     count();
   }
 

@@ -1,16 +1,20 @@
 """The e2e tier's ``mailstep`` processes, each forked from a process that has already imported
-the command line.
+what the command line uses.
 
 A ``mailstep`` call spends most of its CPU importing (boto3, pydantic, typer, the command's
 module: about 0.4 of 0.5 s), and a ``mailstep dev`` start spends about half of its own importing
 moto and the local runtime. The e2e tier starts hundreds of calls and about twenty runtimes on
-two cores. Here one server process per test worker imports ``cli.main``, every command's module
-and the local runtime once, and each call is a fork of it that runs ``python -m cli.main``
-(:func:`runpy.run_module`, as the interpreter does) with the call's arguments, environment,
-working folder and standard streams. What runs after the fork is the code a fresh process runs;
-only the imports are shared. A fresh interpreter's start is still tested where it is the point:
-``tests/unit/test_cli_main.py`` (what a call imports), ``mailstep demo`` and the timed start of
-``mailstep dev`` (``tests/e2e/test_local_runtime.py``) run real processes.
+two cores. Here one server process per test worker imports every module of the packages the
+commands use (and, for ``mailstep dev``, the local runtime and moto) once, and each call is a
+fork of it that runs ``python -m cli.main`` (:func:`runpy.run_module`, as the interpreter does)
+with the call's arguments, environment, working folder and standard streams. The command
+modules themselves (``cli.*``) are imported by each call, in its own environment, as in a fresh
+process: they make objects that read the environment when made (rich's consoles read COLUMNS).
+What runs after the fork is the code a fresh process runs; only the imports are shared, and
+``tests/e2e/test_forks.py`` compares forked calls with fresh ones. A fresh interpreter's start
+is still tested where it is the point: ``tests/unit/test_cli_main.py`` (what a call imports),
+``mailstep demo`` and the timed start of ``mailstep dev`` (``tests/e2e/test_local_runtime.py``)
+run real processes.
 
 Protocol (a Unix socket, one connection per call): the caller sends its request (JSON) with
 three file descriptors (stdin, stdout, stderr); the server forks; the child sends its pid, runs
@@ -76,6 +80,10 @@ def _preload(kind: str) -> None:
         assert "moto" not in sys.modules, "a command module imports moto"
     for name in RUNTIME_MODULES if kind == "dev" else ():
         importlib.import_module(name)
+    # The command modules themselves are imported again by each call, in its environment: they
+    # make objects that read it when made (rich's consoles read COLUMNS), and cost little.
+    for name in [name for name in sys.modules if name.startswith("cli.")]:
+        del sys.modules[name]
 
 
 def _serve(path: str) -> tuple[socket.socket, dict[str, Any], list[int]]:
@@ -118,9 +126,6 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
     # Registered first, so it runs last: after the command's own exit handlers and threads.
     atexit.register(lambda: conn.sendall(json.dumps(status).encode() + b"\n"))
     sys.argv = ["-m", *request["args"]]
-    # As in a fresh `python -m cli.main`, the module runs as __main__ and is not yet cli.main
-    # (runpy warns otherwise; a module that imports cli.main then gets a copy of its own).
-    del sys.modules["cli.main"]
     try:
         runpy.run_module("cli.main", run_name="__main__", alter_sys=True)
         status["code"] = 0

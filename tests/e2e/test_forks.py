@@ -58,9 +58,12 @@ def test_a_forked_call_answers_exactly_as_a_fresh_interpreter(args: list[str]) -
 
 
 def test_each_forked_call_has_its_own_environment_and_folder(tmp_path: Path) -> None:
-    for columns in ("60", "200"):  # rich lays the help out to the width the environment gives
+    # rich lays out help and tables to the width the environment gives (a command module's
+    # console reads it when the module is imported)
+    for columns in ("60", "200"):
         env = subprocess_env() | {"COLUMNS": columns}
-        same(forked("webhooks", "add", "--help", env=env), fresh("webhooks", "add", "--help", env=env))
+        for args in (["webhooks", "add", "--help"], ["sequences", "list"]):
+            same(forked(*args, env=env), fresh(*args, env=env))
     # the default state folder is the working folder's .mailstep
     answer = forked("webhooks", "list", cwd=tmp_path)
     assert answer.returncode != 0 and str(tmp_path / ".mailstep") in answer.stderr
