@@ -60,7 +60,9 @@ chromium:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@test -x $(CHROMIUM)
 
-# Everything, as CI runs it (unit, integration, infra, e2e with the grants check).
+# Everything, as CI runs it (unit, integration, infra, e2e with the grants check). Three workers
+# on two cores, a file each at a time: the e2e tier waits on queues, leases and the runtime's
+# answers, and a third worker runs in those waits (docs/testing.md, Test tiers).
 test: setup chromium
 	$(GRANTS_CHECK) $(PYTEST) -n 3 --dist loadfile --no-loadscope-reorder -m "not bench" --durations=15
 
