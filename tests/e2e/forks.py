@@ -201,7 +201,6 @@ class Server:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._process: subprocess.Popen[bytes] | None = None
-        self._folder = ""
         self._path = ""
         self._lock = threading.Lock()
 
@@ -209,8 +208,7 @@ class Server:
         """The server's socket (started now in ``cwd`` and ``env`` if it is not running)."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
-                self._folder = tempfile.mkdtemp(prefix="mailstep-forks-")
-                self._path = os.path.join(self._folder, "socket")
+                self._path = os.path.join(tempfile.mkdtemp(prefix="mailstep-forks-"), "socket")
                 self._process = subprocess.Popen(
                     [sys.executable, "-m", "tests.e2e.forks", self.kind, self._path],
                     cwd=cwd,
