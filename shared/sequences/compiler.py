@@ -92,6 +92,17 @@ RETRY_PAUSED = {
     "JitterStrategy": "FULL",
 }
 RETRY_LAMBDA = {"ErrorEquals": LAMBDA_TRANSIENT, "IntervalSeconds": 2, "BackoffRate": 2.0, "MaxAttempts": 6}
+# A callback Task whose schedule never hands its token back (the schedule was deleted, or EventBridge
+# Scheduler gave up calling SendTaskSuccess after its retries) would wait until the execution's
+# one-year limit. It times out once its wait, the longest a send window moves a wake-up (8 days:
+# shared.sequences.evaluate.next_in_window) and a day of grace have passed. The retry invokes the
+# step again: its mail is claimed (answered "already sent", never sent twice) and a new schedule
+# resumes it after the wait; a second timeout fails the execution, which the failure Task records
+# and cleans up (docs/sequences.md, "A schedule that never fires").
+WINDOW_DEFERRAL_MAX_S = 8 * 86400
+CALLBACK_GRACE_S = 86400
+CALLBACK_TIMEOUT = "States.Timeout"
+RETRY_CALLBACK_TIMEOUT = {"ErrorEquals": [CALLBACK_TIMEOUT], "IntervalSeconds": 1, "MaxAttempts": 1}
 MAILING = ("send", "branch")  # the actions that may send a mail
 FINISH_STATE = "Finish"
 FAIL_TASK_STATE = "Failed_cleanup"
@@ -284,7 +295,9 @@ class _Compiler:
             resource = {
                 "Resource": CALLBACK_RESOURCE,
                 "Parameters": {"FunctionName": STEP_FUNCTION_PLACEHOLDER, "Payload": payload},
+                "TimeoutSeconds": self.callback_timeout(wait[0]),
             }
+            retry = [*retry, RETRY_CALLBACK_TIMEOUT]
         state: dict[str, Any] = {
             "Type": "Task",
             **resource,
@@ -300,6 +313,11 @@ class _Compiler:
         else:
             state["Next"] = cont.task_next
         return self.add(name, state)
+
+    def callback_timeout(self, wait_s: int) -> int:
+        """How long a callback Task waits for its schedule before it is tried again."""
+        deferral = WINDOW_DEFERRAL_MAX_S if self.seq.send_window is not None else 0
+        return wait_s + deferral + CALLBACK_GRACE_S
 
     def halted(self) -> str:
         if HALTED_STATE not in self.states:

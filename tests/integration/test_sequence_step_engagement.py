@@ -124,3 +124,38 @@ def test_the_nudge_goes_unless_a_person_opened_this_execution_s_welcome(
     assert [s["Name"] for s in client("scheduler").list_schedules(GroupName=SCHEDULE_GROUP)["Schedules"]] == [
         schedule_name("S3", EXECUTION)
     ]
+
+
+def test_a_task_retried_after_its_schedule_was_lost_sends_nothing_more_and_schedules_again(
+    store: SubscriberStore, resources: Any, outbox: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The callback Task's timeout (shared.sequences.compiler.RETRY_CALLBACK_TIMEOUT): its schedule
+    is gone, Step Functions tries the Task again with a new token."""
+    module = handler_module(
+        "sequence_step",
+        {
+            **resources.env(),
+            "DEFAULT_FROM": "Acme <hello@acme.test>",
+            "PUBLIC_BASE_URL": "https://api.acme.test",
+            "SEQUENCE_SCHEDULE_GROUP": SCHEDULE_GROUP,
+            "SEQUENCE_SCHEDULER_ROLE_ARN": SCHEDULER_ROLE,
+        },
+        monkeypatch,
+    )
+    scheduler = client("scheduler")
+    with contextlib.suppress(ClientError):
+        scheduler.create_schedule_group(Name=SCHEDULE_GROUP)
+    store.upsert(EMAIL)
+    store.put_execution(EMAIL, SEQUENCE, EXECUTION)
+    # Given the branch Task sent its nudge and its schedule was then lost
+    first = module.handler(branch_payload(), LambdaContext("sequence-step"))
+    assert first["outcome"] == "sent" and len(outbox) == 1
+    name = schedule_name("S3", EXECUTION)
+    scheduler.delete_schedule(GroupName=SCHEDULE_GROUP, Name=name)
+    # When the Task times out and is tried again with a new token
+    retried = module.handler({**branch_payload(), "token": "token-after-the-timeout"}, LambdaContext("s"))
+    # Then no second nudge, and a new schedule hands the new token back after the wait
+    assert retried["outcome"] == "skipped:already_sent" and len(outbox) == 1
+    schedule = scheduler.get_schedule(GroupName=SCHEDULE_GROUP, Name=name)
+    assert schedule["ScheduleExpression"] == at_expression(clock.parse_iso(retried["wake"]))
+    assert json.loads(schedule["Target"]["Input"])["TaskToken"] == "token-after-the-timeout"

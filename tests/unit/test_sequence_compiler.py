@@ -16,12 +16,15 @@ from hypothesis import strategies as st
 from shared.core.models import NAME_RE
 from shared.sequences import SEQUENCES_DIR
 from shared.sequences.compiler import (
+    CALLBACK_GRACE_S,
     CALLBACK_RESOURCE,
+    CALLBACK_TIMEOUT,
     CONTRACT,
     FAIL_TASK_STATE,
     HALTED_STATE,
     RETRYABLE_ERROR,
     STEP_FUNCTION_PLACEHOLDER,
+    WINDOW_DEFERRAL_MAX_S,
     compile_sequence,
     definition_json,
     render_definition,
@@ -87,6 +90,30 @@ def test_linear_sequence_compiles_to_callback_tasks_and_a_last_plain_task() -> N
     assert first["Next"] == "S3_send_onboarding-tips" and first["ResultPath"] == "$.r"
     assert first["Retry"][0]["ErrorEquals"] == [RETRYABLE_ERROR] and first["Retry"][0]["BackoffRate"] > 1
     assert [c["Next"] for c in first["Catch"]] == [HALTED_STATE, FAIL_TASK_STATE]
+
+
+@pytest.mark.parametrize("window", [None, {"days": ["sat"], "start": "09:00", "end": "10:00"}])
+def test_a_callback_task_times_out_after_its_wait_and_is_tried_once_more(window: Any) -> None:
+    """A schedule that never fires must not hold the execution for a year: every callback Task
+    times out once its wait, the longest deferral of a send window (none without one) and a day
+    have passed; the timeout is retried once, then caught like any failure."""
+    sequences = [*require_catalog(SEQUENCES_DIR), LINEAR]
+    if window is not None:
+        sequences.append(LINEAR.model_copy(update={"send_window": SendWindow.model_validate(window)}))
+    callbacks = 0
+    for sequence in sequences:
+        for name, state in compile_sequence(sequence)["States"].items():
+            if state.get("Resource") != CALLBACK_RESOURCE:
+                assert "TimeoutSeconds" not in state, name  # a plain Task answers, or its Lambda times out
+                continue
+            callbacks += 1
+            deferral = WINDOW_DEFERRAL_MAX_S if sequence.send_window is not None else 0
+            wait = state["Parameters"]["Payload"]["wait"]
+            assert state["TimeoutSeconds"] == wait + deferral + CALLBACK_GRACE_S, name
+            timeouts = [r for r in state["Retry"] if CALLBACK_TIMEOUT in r["ErrorEquals"]]
+            assert [r["MaxAttempts"] for r in timeouts] == [1], name
+            assert state["Catch"][-1]["ErrorEquals"] == ["States.ALL"]  # then: the failure Task
+    assert callbacks >= 4
 
 
 def test_output_is_byte_identical_and_names_are_readable() -> None:
