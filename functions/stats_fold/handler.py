@@ -1,9 +1,12 @@
-"""List-health fold: the main table's change stream (profile records only) -> the subscribers'
-totals by status and their changes per day (``shared.store.list_health``).
+"""Stats fold: the main table's change stream -> counters.
 
-The batch is folded as a whole, in one transaction per 90 items: each record exactly once (a
-mark per item, set with the counts). A batch that fails is retried by Lambda (bisected); its
-records counted already are skipped by their marks.
+- profile records: the subscribers' totals by status and their changes per day
+  (``shared.store.list_health``: a mark per item, set with the counts);
+- the ``SENT#`` entries of single sends (``fold_count``): one ``send`` each on the source, template
+  and day counters (``shared.store.send_counts``: a mark per run of entries, set with the counts).
+
+Each record is counted exactly once. A batch that fails is retried by Lambda from its first record,
+whole (the mapping does not bisect); the records counted already are skipped by their marks.
 """
 
 from __future__ import annotations
@@ -16,23 +19,32 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
 from shared.store.list_health import ListHealthStore
+from shared.store.send_counts import SendCountFold
 
 settings = Settings.from_env()
 store = ListHealthStore(settings.table_name)
+sends = SendCountFold(settings.table_name)
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 @event_source(data_class=DynamoDBStreamEvent)
 def handler(event: DynamoDBStreamEvent, lambda_context: LambdaContext) -> dict[str, Any]:
-    result = store.fold(record.raw_event for record in event.records)
+    records = [record.raw_event for record in event.records]
+    result = store.fold(records)
     if result.counted:
         metrics.add_metric(name="ListChangesCounted", unit="Count", value=result.counted)
+    counted = sends.fold(records)
+    if counted.counted:
+        metrics.add_metric(name="SendsCounted", unit="Count", value=counted.counted)
     logger.info(
         "folded",
         counted=result.counted,
         skipped=result.skipped,
         unchanged=result.unchanged,
         transactions=result.transactions,
+        sends_counted=counted.counted,
+        sends_skipped=counted.skipped,
+        send_transactions=counted.transactions,
     )
     return {"batchItemFailures": []}

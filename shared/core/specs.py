@@ -199,7 +199,7 @@ class EventSourceSpec:
 @dataclass(frozen=True)
 class StreamSourceSpec:
     """DynamoDB stream -> Lambda event source mapping: from the oldest record kept (TRIM_HORIZON),
-    partial batch responses on, a failing batch split in two and retried (``retry_attempts``
+    partial batch responses on, a failing batch split in two (``bisect``) and retried (``retry_attempts``
     times, then skipped, their on-failure record sent to ``on_failure``), only records matching
     one of ``filters`` (Lambda event filtering: the others cost no invocation)."""
 
@@ -209,6 +209,9 @@ class StreamSourceSpec:
     batch_size: int = 100
     max_batching_window_s: int = 1  # seconds to fill a batch
     retry_attempts: int = 10
+    # BisectBatchOnFunctionError: a failed batch split in two. Off for a consumer whose marks
+    # need a retried batch to start at the same first record (shared.store.send_counts).
+    bisect: bool = True
 
 
 @dataclass(frozen=True)
@@ -1128,26 +1131,42 @@ FAILURE_QUEUES = (*FAILURE_QUEUES, HYGIENE_FAILURES)
 LIST_HEALTH_FILTERS: tuple[dict[str, Any], ...] = (
     {"dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": ["PROFILE"]}}}},
 )
+# ... and the send log's new entries that a single send left to the fold to count
+# (shared.store.send_counts: ``fold_count``; a broadcast's entries are counted by its batches)
+SEND_COUNT_FILTERS: tuple[dict[str, Any], ...] = (
+    {
+        "eventName": ["INSERT"],
+        "dynamodb": {
+            "Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": _prefix("SENT#")}},
+            "NewImage": {"fold_count": {"BOOL": [True]}},
+        },
+    },
+)
 LIST_HEALTH_STREAM_FAILURES = FailureQueueSpec(
     id="ListHealthStreamFailures",
     local_name="mailstep-list-health-stream-failures",
-    holds="profile change records the list-health fold skipped after its retries: the subscriber "
-    "counts miss them; read them from the stream within 24 hours and fold them again (docs/operations.md)",
+    holds="profile change and single-send records the stats fold skipped after its retries: the subscriber "
+    "and send counts miss them; read them from the stream within 24 hours and fold them again "
+    "(docs/operations.md)",
 )
 STATS_FOLD_FUNCTION = FunctionSpec(
     name="stats-fold",
     handler="functions.stats_fold.handler.handler",
-    description="List health: profile changes (main table stream) -> subscriber totals and daily counts",
+    description="Stats fold: profile changes and single sends (main table stream) -> counters",
     memory_mb=256,
     timeout_s=60,
     grants=(
         # one TransactWriteItems per batch (per 90 items): each item's mark (conditional
-        # UpdateItem) and the counts' ADDs (UpdateItem); it reads nothing
+        # UpdateItem) and the counts' ADDs (UpdateItem); the sends: one per run of entries, the
+        # run's mark (conditional UpdateItem) and the ADDs; it reads nothing
         Grant(MAIN_TABLE, _ddb("UpdateItem")),
     ),
     stream_sources=(
         StreamSourceSpec(
-            table=MAIN_TABLE, on_failure=LIST_HEALTH_STREAM_FAILURES, filters=LIST_HEALTH_FILTERS
+            table=MAIN_TABLE,
+            on_failure=LIST_HEALTH_STREAM_FAILURES,
+            filters=(*LIST_HEALTH_FILTERS, *SEND_COUNT_FILTERS),
+            bisect=False,  # the send runs' marks are keyed by a run's first record
         ),
     ),
 )

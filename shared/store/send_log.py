@@ -9,12 +9,11 @@ One claim item per (subscriber, source, step): ``SK = SEND#<source>#<step>``.
   ``count`` (whether the send is counted with its log entry).
 - ``complete`` writes the ``SENT#`` item (with ``ttl``), conditioned on not existing. The
   ``SENT#`` item is what says "sent": the claim is not written a second time, so a send
-  costs 2 writes (claim, log). A single send also ADDs 1 to ``send`` of its source and
-  template counters in the same transaction (``count=True``); a broadcast worker counts a
-  whole batch at once instead (``shared.broadcasts.records``). When DynamoDB refuses that
-  transaction only because a counters item is busy (``stats.busy``), ``SENT#`` is written
-  alone with ``count_pending`` and the count follows in its own transaction
-  (``stats.settle_send``): the log of a mail SES accepted never waits for a counter.
+  costs 2 writes (claim, log). A single send's entry is marked ``fold_count``: the stats fold
+  adds its ``send`` to the source, template and day counters from the entry's stream record,
+  exactly once (``shared.store.send_counts``); a broadcast worker counts a whole batch at once
+  instead (``shared.broadcasts.records``). The send itself writes no counter, so a busy counter
+  never holds up the log of a mail SES accepted.
 - When a claim is found taken (a redelivered job) or is taken over after its lease
   (``ReturnValues=ALL_OLD`` shows a previous claim), the subscriber's ``SENT#`` log is read
   for that (source, step): found -> ``already_sent``. Only these rare paths read.
@@ -37,8 +36,10 @@ third write per send, and the window it would close (SES answered, ``SENT#`` not
 written) is the one the event covers.
 
 The same read settles send counts the send path left pending: a ``SENT#`` entry's
-``count_pending`` and, for sends a batch counts (the claim's ``count`` is false), the
-``STATS#<source>`` / ``UNCOUNTED#<template>`` ledger (read in the same BatchGetItem).
+``count_pending`` (written by versions that counted a single send in its own transaction, when
+that transaction found a counters item busy) and, for sends a batch counts (the claim's
+``count`` is false), the ``STATS#<source>`` / ``UNCOUNTED#<template>`` ledger (read in the same
+BatchGetItem).
 
 ``SENT#`` items expire after ``DATA_TTL_DAYS``: a claim taken over after its log could have
 expired (``log_until`` passed) counts as sent, so an expired log never turns into a second
@@ -82,22 +83,18 @@ from shared.core.observability import logger
 from shared.core.specs import TTL_ATTRIBUTE
 from shared.store import keys
 from shared.store.dynamo import (
-    Action,
     TableAdapter,
-    TransactionConflict,
     batch_get,
     deserialize,
     key,
     query_all,
     serialize,
-    transact,
     values,
 )
+from shared.store.send_counts import FOLD_COUNT
 from shared.store.stats import (
     COUNT_PENDING,
     SIGNUP_SOURCE,
-    busy,
-    send_counters,
     settle_send,
     settle_soon,
     settle_uncounted,
@@ -309,48 +306,21 @@ class SendLog(TableAdapter):
             yield deserialize(raw)
 
     def complete(self, record: SentRecord, *, count: bool = True) -> bool:
-        """Write ``SENT#`` unless it exists. False: the entry was written before (by a recovery
-        from an SES event). With ``count``, ADD 1 to ``send`` of the source and template
-        counters in the same transaction; when DynamoDB refuses that transaction only because
-        a counters item is busy (a concurrent transaction, throttling: :func:`stats.busy`), the
-        entry is written alone with ``count_pending`` and counted right after in its own
-        transaction (:func:`stats.settle_send`, retried): a counter never fails, blocks or
-        loses the record of a mail SES accepted. A count still pending after the retries is
-        added by the engagement consumer from the mail's SES event (:meth:`record_evidence`)."""
+        """Write ``SENT#`` unless it exists (one conditional PutItem). False: the entry was
+        written before (by a recovery from an SES event). With ``count`` the entry is marked
+        ``fold_count``: the stats fold adds its ``send`` to the source, template and day counters
+        from the entry's stream record, once (``shared.store.send_counts``); without, a caller
+        counts it (a broadcast batch). A counter never holds up or fails the record of a mail SES
+        accepted: the send writes no counter."""
+        item = sent_item(record)
+        if count:
+            item[FOLD_COUNT] = True
         put: PutTypeDef = {
             "TableName": self.table,
-            "Item": serialize(sent_item(record)),
+            "Item": serialize(item),
             "ConditionExpression": "attribute_not_exists(PK)",
         }
-        if not count:
-            return self._put_new(put)
-        counters = send_counters(
-            self.table, {(record.source, record.template): 1}, at=record.sent_at, step=record.step
-        )
-        try:
-            transact(
-                self.client,
-                [Action("sent", {"Put": put}), *(Action("counters", update) for update in counters)],
-            )
-        except TransactionConflict as exc:
-            if exc.failed("sent"):
-                return False
-            raise
-        except ClientError as exc:
-            if not busy(exc):
-                raise
-            pending: PutTypeDef = {**put, "Item": serialize({**sent_item(record), COUNT_PENDING: True})}
-            if not self._put_new(pending):
-                return False
-            settled = settle_soon(lambda: self._settle(record))
-            if settled is None:
-                logger.warning(
-                    "send count left pending: counters busy",
-                    source=record.source,
-                    template=record.template,
-                    send_id=record.send_id,
-                )
-        return True
+        return self._put_new(put)
 
     def _put_new(self, put: PutTypeDef) -> bool:
         try:
@@ -360,18 +330,6 @@ class SendLog(TableAdapter):
                 raise
             return False
         return True
-
-    def _settle(self, record: SentRecord) -> bool:
-        sent_key = key(keys.sub_pk(record.email), keys.sent_sk(record.sent_at, record.source, record.send_id))
-        return settle_send(
-            self.client,
-            self.table,
-            sent_key,
-            record.source,
-            record.template,
-            at=record.sent_at,
-            step=record.step,
-        )
 
     def record_evidence(self, evidence: list[SendEvidence], *, ttl_days: int) -> list[SendEvidence]:
         """Write the ``SENT#`` entry of every send that ``evidence`` proves SES accepted and

@@ -9,13 +9,14 @@
   transaction as the ``ADD`` (see ``shared.engagement.consumer``). Send, delivery, bounce and
   complaint happen at most once per mail; ``unsubscribe`` is counted once per real change
   (``shared.web.unsubscribe``), so their totals are their unique counts.
-- ``send`` is counted by the send path (:func:`send_counters`: with a single send's
-  ``SENT#`` write, or once per broadcast batch); SES Send events are not published. A
-  counters item that is busy (:func:`busy`) never holds up the send's record: the send is
-  marked ``count_pending`` on its ``SENT#`` item, or a batch's sends go to the ledger
-  ``STATS#<source>`` / ``UNCOUNTED#<template>``, and they are added once by
-  :func:`settle_send` / :func:`settle_uncounted` (right after, retried; or by the engagement
-  consumer from the mails' SES events). docs/sending.md, "Counters are off the critical path".
+- ``send`` is counted from the send path's records (:func:`send_counters`): a single send's
+  ``SENT#`` entry by the stats fold from the main table's stream, per batch
+  (``shared.store.send_counts``), a broadcast's sends once per batch by its worker; SES Send
+  events are not published. A counters item that is busy (:func:`busy`) never holds up a
+  send's record: a batch's sends go to the ledger ``STATS#<source>`` / ``UNCOUNTED#<template>``
+  and are added once by :func:`settle_uncounted` (right after, retried; or by the engagement
+  consumer from the mails' SES events); :func:`settle_send` adds the ``count_pending`` mark older
+  versions left on a ``SENT#`` entry. docs/sending.md, "Counters are off the critical path".
 - Sharded: a counters item is 16 items (``keys.counter_shard_pk``); an ADD goes to one at
   random, a read sums them (:func:`sum_shards`).
 - The event metrics but ``delivery`` can be recomputed from the events table (GSIs
@@ -310,18 +311,28 @@ def send_counters(
     table: str, sends: Mapping[tuple[str, str], int], *, at: str, step: str | None = None
 ) -> list[TransactWriteItemTypeDef]:
     """Updates that ADD ``send`` to the source and template counters of ``sends``
-    (``{(source, template): n}``), one action per counters item; a sequence mail's ``step``
-    (its send-once step) also ADDs to the step's ``sent`` on the sequence's item. ``send`` is
-    counted by the send path, with the ``SENT#`` log (single sends) or a broadcast batch's
-    marker: SES Send events are not published (they would repeat what the send path knows)."""
+    (``{(source, template): n}``) and to the day of ``at``, one action per counters item; a
+    sequence mail's ``step`` (its send-once step) also ADDs to the step's ``sent`` on the
+    sequence's item. ``send`` is counted by the send path: a broadcast batch's marker, or the
+    stats fold from a single send's ``SENT#`` entry (``shared.store.send_counts``); SES Send
+    events are not published (they would repeat what the send path knows)."""
+    return grouped_send_counters(table, {(s, t, step, at): n for (s, t), n in sends.items()}, at=at)
+
+
+def grouped_send_counters(
+    table: str, sends: Mapping[tuple[str, str, str | None, str], int], *, at: str
+) -> list[TransactWriteItemTypeDef]:
+    """:func:`send_counters` of sends of several steps and days: ``{(source, template, step,
+    time of the send): n}``, merged into one action per counters item."""
     per_item: dict[tuple[str, str], Counter[str]] = {}
-    code = sequence_step(step)
-    for (source, template), n in sends.items():
-        per_item.setdefault((keys.stats_pk(source), keys.COUNTERS), Counter())["send"] += n
+    for (source, template, step, sent_at), n in sends.items():
+        counters = (keys.stats_pk(source), keys.COUNTERS)
+        per_item.setdefault(counters, Counter())["send"] += n
+        code = sequence_step(step)
         if code is not None:
-            per_item[(keys.stats_pk(source), keys.COUNTERS)][step_attribute(code, "send")] += n
+            per_item[counters][step_attribute(code, "send")] += n
         per_item.setdefault(keys.template_stats_key(template), Counter())["send"] += n
-    per_item.setdefault(day_key(at), Counter())["send"] += sum(sends.values())
+        per_item.setdefault(day_key(sent_at), Counter())["send"] += n
     return [
         counter_adds(table, pk, sk, adds, at=at) for (pk, sk), adds in per_item.items() if any(adds.values())
     ]

@@ -488,7 +488,7 @@ def _python_function(
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
             batch_size=stream.batch_size,
             max_batching_window=Duration.seconds(stream.max_batching_window_s),
-            bisect_batch_on_error=True,
+            bisect_batch_on_error=stream.bisect,
             retry_attempts=stream.retry_attempts,
             on_failure=_OnFailureQueue(resources.failure_queues[stream.on_failure]),
             report_batch_item_failures=True,

@@ -19,12 +19,14 @@ from local_aws.provision import LocalResources, provision
 from local_aws.ses import LocalSes
 from shared.core.aws import client, register_hook, reset_clients, unregister_hook
 from shared.core.secrets import reset_cache
-from shared.core.specs import TABLES
+from shared.core.specs import STATS_FOLD_FUNCTION, TABLES
 from shared.sending.pipeline import MailIdentity, SendContext
 from shared.sending.sender import SesSender
+from shared.store.send_counts import SendCountFold, SendFoldResult
 from shared.store.send_log import SendLog
 from shared.store.subscribers import SubscriberStore
 from tests.integration.broadcast_support import Env, broadcast_env
+from tests.integration.webhook_support import Streams
 
 API_KEY = "test-api-key-0123456789"
 # What ``send_ctx`` signs unsubscribe (and confirmation) tokens with, and the mail it sends.
@@ -234,3 +236,11 @@ def world(ses: LocalSes) -> Iterator[LocalResources]:
 
     with messaging_world() as res:
         yield res
+
+
+def fold_sends(resources: LocalResources) -> SendFoldResult:
+    """What the stats fold adds from the main table's stream: the ``send`` counts of the single
+    sends' ``SENT#`` entries (``shared.store.send_counts``). It folds every record since the table
+    was created, as one batch that starts where Lambda's first one would: a record folded by an
+    earlier call is skipped by its run's mark, as Lambda's retried batch is."""
+    return SendCountFold(resources.tables["table_name"]).fold(Streams(STATS_FOLD_FUNCTION).take())

@@ -8,9 +8,11 @@ holds that item: a ``TransactionCanceledException`` whose reason for the counter
 the store's real transaction path handles it.
 
 Then: exactly one mail, the sender Lambda acknowledges its record, the sequence execution
-succeeds, the broadcast batch succeeds; the record of the send is written (with its count
-pending), and once the mails' SES events reach the engagement consumer the counts equal the
-mails, however often a job, a batch or an event is delivered.
+succeeds, the broadcast batch succeeds; the record of the send is written. A single send writes
+no counter at all (the stats fold counts its ``SENT#`` entry from the stream, and a busy counter
+only makes the fold's batch come again); a broadcast batch's count waits in its ledger until the
+mails' SES events reach the engagement consumer. The counts equal the mails, however often a
+job, a batch, a stream batch or an event is delivered.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from local_aws.provision import LocalResources
 from shared.broadcasts.model import STEP, parse_batch, parse_request
 from shared.core.aws import client, register_hook, unregister_hook
 from shared.core.retry import Backoff
+from shared.core.specs import STATS_FOLD_FUNCTION
 from shared.engagement.consumer import EngagementContext, process_body
 from shared.engagement.suppression import Suppressions
 from shared.sending.jobs import SendJob, to_message
 from shared.sending.pipeline import send
 from shared.store import keys, stats
 from shared.store.dynamo import key
+from shared.store.send_counts import FOLD_COUNT, SendCountFold
 from shared.store.stats import COUNT_PENDING, StatsStore
 from shared.store.subscribers import SubscriberStore
 from tests.integration import test_sequence_execution
@@ -40,6 +44,7 @@ from tests.integration.broadcast_support import Env
 from tests.integration.conftest import handler_module, scan_all, sqs_record
 from tests.integration.test_claim_recovery import ses_event
 from tests.integration.test_sequence_execution import Harness, sequence_from, start
+from tests.integration.webhook_support import Streams
 
 # a fixture of that module: Step Functions on moto
 harness = test_sequence_execution.harness
@@ -115,11 +120,23 @@ def run_sender(module: Any, job: SendJob) -> list[Any]:
     return list(result["batchItemFailures"])
 
 
+def fold_busy(resources: LocalResources, conflicts: CounterConflicts) -> int | None:
+    """The stats fold of the single sends' entries while ``conflicts`` holds the counters: the
+    number it counted, or None when the counters stayed busy (the fold raised: Lambda retries the
+    batch)."""
+    fold = SendCountFold(resources.tables["table_name"])
+    fold.pause = lambda _seconds: None
+    try:
+        return fold.fold(Streams(STATS_FOLD_FUNCTION).take()).counted
+    except RuntimeError:
+        return None
+
+
 @pytest.mark.parametrize("injected", [1, 1000], ids=["passing", "lasting"])
-def test_a_counter_conflict_after_ses_neither_fails_the_send_job_nor_loses_a_count(
-    sender, conflicts, store, resources, outbox, engagement, injected
+def test_a_counter_conflict_neither_touches_the_send_job_nor_loses_a_count(
+    sender, conflicts, store, resources, outbox, injected
 ) -> None:
-    # Given a subscriber, and counters items that another transaction holds after SES answers
+    # Given a subscriber, and counters items that another transaction holds
     table = resources.tables["table_name"]
     store.upsert("jane@example.com", first_name="Jane")
     job = SendJob(email="jane@example.com", template="onboarding/welcome", source="onboarding", step="w")
@@ -128,53 +145,59 @@ def test_a_counter_conflict_after_ses_neither_fails_the_send_job_nor_loses_a_cou
     # When the send job is delivered, and delivered again (at least once)
     failures = [run_sender(sender, job), run_sender(sender, job)]
 
-    # Then one mail went out, both deliveries are acknowledged, and its send is logged once
+    # Then one mail went out, both deliveries are acknowledged, its send is logged once for the
+    # stats fold to count, and the send path met no counter
     assert failures == [[], []]
-    assert len(outbox) == 1 and conflicts.injected >= 1
+    assert len(outbox) == 1 and conflicts.injected == 0
     (item,) = sent_items(table, "onboarding")
-    if injected == 1:  # the count's own transaction went through right after
-        assert COUNT_PENDING not in item and counts(resources, "onboarding", "onboarding/welcome") == (1, 1)
-        return
-    assert item[COUNT_PENDING] is True and counts(resources, "onboarding", "onboarding/welcome") == (0, 0)
+    assert item[FOLD_COUNT] is True and COUNT_PENDING not in item
 
-    # When the conflict is over and the mail's SES event reaches the engagement consumer, twice
+    # When the fold runs while the counters are busy: a passing conflict is retried at once, a
+    # lasting one fails the batch (Lambda delivers it again) and counts nothing
+    counted = fold_busy(resources, conflicts)
+    assert conflicts.injected >= 1
+    if injected == 1:
+        assert counted == 1 and counts(resources, "onboarding", "onboarding/welcome") == (1, 1)
+        return
+    assert counted is None and counts(resources, "onboarding", "onboarding/welcome") == (0, 0)
+
+    # When the conflict is over and the batch comes again, twice
     conflicts.remaining = 0
-    deliver_events([item], "onboarding/welcome", engagement)
-    deliver_events([item], "onboarding/welcome", engagement)
+    assert [fold_busy(resources, conflicts), fold_busy(resources, conflicts)] == [1, 0]
 
     # Then the count converged, exactly once
     assert counts(resources, "onboarding", "onboarding/welcome") == (1, 1)
-    (item,) = sent_items(table, "onboarding")
-    assert COUNT_PENDING not in item
     assert len(outbox) == 1
 
 
 # ----- a sequence step (Step Functions on moto) --------------------------------------------------
-def test_a_counter_conflict_after_ses_does_not_fail_the_sequence_execution(
-    harness: Harness, conflicts, resources, outbox, engagement
+def test_a_counter_conflict_does_not_touch_the_sequence_execution(
+    harness: Harness, conflicts, resources, outbox
 ) -> None:
     sequence = sequence_from(
         "trigger: go\nsteps:\n  - send: onboarding/tips\n    subject: Hi\n  - tag: {add: [tipped]}\n", "tips"
     )
     harness.deploy(sequence)
-    conflicts.remaining = 1000  # every counters transaction of the step is refused
+    conflicts.remaining = 1000  # every counters transaction is refused
 
     result = start(harness, sequence, "ada@example.com")
 
-    # the execution went on past the send (the tag step ran) and succeeded; one mail
+    # the execution went on past the send (the tag step ran) and succeeded; one mail; the step
+    # wrote no counter
     assert result["status"] == "SUCCEEDED"
     assert harness.sent("ada@example.com") == ["onboarding/tips"]
     profile = harness.store.get_profile("ada@example.com")
     assert profile is not None and "tipped" in profile.tags
-    assert len(outbox) == 1 and conflicts.injected >= 1
+    assert len(outbox) == 1 and conflicts.injected == 0
     assert harness.exec_items() == []
     table = resources.tables["table_name"]
     (item,) = sent_items(table, "tips")
-    assert item[COUNT_PENDING] is True and counts(resources, "tips", "onboarding/tips") == (0, 0)
+    assert item[FOLD_COUNT] is True and counts(resources, "tips", "onboarding/tips") == (0, 0)
 
+    # the fold counts it once the counters are free, once however often the batch comes
+    assert fold_busy(resources, conflicts) is None
     conflicts.remaining = 0
-    deliver_events([item], "onboarding/tips", engagement)
-    deliver_events([item], "onboarding/tips", engagement)
+    assert [fold_busy(resources, conflicts), fold_busy(resources, conflicts)] == [1, 0]
     assert counts(resources, "tips", "onboarding/tips") == (1, 1)
 
 
@@ -266,19 +289,22 @@ def test_a_passing_counter_conflict_counts_the_batch_at_once(
 
 
 # ----- settling a pending count is exactly once, whoever settles it and however often ----------
-def test_two_callers_that_read_the_same_pending_count_add_it_once(
-    send_ctx, store, conflicts, resources
-) -> None:
-    # Given a send whose count was left pending, as two consumers both read it
+def test_two_callers_that_read_the_same_pending_count_add_it_once(send_ctx, store, resources) -> None:
+    # Given a send whose count an older version left pending (its entry marked count_pending,
+    # not for the stats fold), as two consumers both read it
     table = resources.tables["table_name"]
     store.upsert("eve@example.com")
     job = SendJob(email="eve@example.com", template="welcome", source="onboarding", step="e")
-    conflicts.remaining = 1000
     assert send(job, send_ctx).status == "sent"
-    conflicts.remaining = 0
     (item,) = sent_items(table, "onboarding")
-    assert item[COUNT_PENDING] is True
     sent_key = key(item["PK"], item["SK"])
+    client("dynamodb").update_item(
+        TableName=table,
+        Key=sent_key,
+        UpdateExpression="SET #pending = :yes REMOVE #fold",
+        ExpressionAttributeNames={"#pending": COUNT_PENDING, "#fold": FOLD_COUNT},
+        ExpressionAttributeValues={":yes": {"BOOL": True}},
+    )
 
     # When both settle it: the first adds it, the second finds it added
     settled = [

@@ -1,0 +1,165 @@
+"""The single sends' counts, folded by the stats-fold function from the main table's real change
+stream (through the mapping's filter) on moto: each ``SENT#`` entry marked ``fold_count`` is one
+``send`` on its source (and its step), its template and its day, exactly once however Lambda hands
+the stream's records again: the same batch, a batch with more records after it, a shorter one, a
+batch whose first runs were written before a crash. A broadcast's entries are not counted here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from local_aws.apigw import LambdaContext
+from local_aws.provision import LocalResources
+from shared.core import clock
+from shared.core.specs import STATS_FOLD_FUNCTION
+from shared.store import send_counts
+from shared.store.send_counts import SendCountFold, entry_of
+from shared.store.send_log import SendLog, SentRecord
+from shared.store.stats import StatsStore
+from tests.integration.conftest import handler_module
+from tests.integration.webhook_support import Streams
+
+DAY = "2026-11-27"
+
+
+def record(
+    n: int, *, source: str = "onboarding", template: str = "onboarding/welcome", step: str = ""
+) -> SentRecord:
+    return SentRecord(
+        email=f"reader{n}@example.com",
+        source=source,
+        step=step or f"S1:arn:aws:states:us-east-1:123456789012:execution:m:e{n}",
+        send_id=f"send{n:04d}",
+        template=template,
+        subject="Hi",
+        ses_message_id=f"message-{n}",
+        transactional=False,
+        sent_at=f"{DAY}T10:00:{n % 60:02d}.000Z",
+        ttl=clock.ttl_after(30),
+    )
+
+
+@pytest.fixture
+def log(resources: LocalResources) -> SendLog:
+    return SendLog(resources.tables["table_name"])
+
+
+@pytest.fixture
+def stats(resources: LocalResources) -> StatsStore:
+    return StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
+
+
+@pytest.fixture
+def records(resources: LocalResources) -> Iterator[Streams]:
+    found = Streams(STATS_FOLD_FUNCTION)
+    found.skip()
+    yield found
+
+
+def fold(resources: LocalResources, batch: list[dict[str, Any]]) -> int:
+    return SendCountFold(resources.tables["table_name"]).fold(batch).counted
+
+
+def test_each_single_send_is_counted_once_through_the_handler_however_its_batch_comes_again(
+    resources: LocalResources,
+    monkeypatch: pytest.MonkeyPatch,
+    log: SendLog,
+    stats: StatsStore,
+    records: Streams,
+) -> None:
+    # Given three mails of a sequence's first step, one of its third, a transactional mail, and
+    # a broadcast's mail (counted by its batch, not here)
+    for n in range(3):
+        assert log.complete(record(n))
+    log.complete(record(3, step="S3:arn:aws:states:us-east-1:123456789012:execution:m:e3"))
+    log.complete(record(4, source="api", template="receipts/order", step="api-4"))
+    log.complete(record(5, source="b-spring", template="news/spring", step="b-spring"), count=False)
+    batch = records.take()
+    assert len(batch) == 5  # the broadcast's entry does not pass the mapping's filter
+
+    # When the stats-fold function gets the batch, then the same batch again (a retry)
+    module = handler_module("stats_fold", resources.env(), monkeypatch)
+    for _ in range(2):
+        assert module.handler({"Records": batch}, LambdaContext("stats-fold")) == {"batchItemFailures": []}
+
+    # Then each mail is one send on its source, step, template and day
+    assert stats.source("onboarding").total("send") == 4
+    assert stats.steps("onboarding") == {"S1": {"sent": 3}, "S3": {"sent": 1}}
+    assert stats.template("onboarding/welcome").total("send") == 4
+    assert (stats.source("api").total("send"), stats.template("receipts/order").total("send")) == (1, 1)
+    assert stats.source("b-spring").total("send") == 0
+    assert stats.daily(clock.parse_iso(f"{DAY}T00:00:00Z").date(), 1)[0].get("send") == 5
+
+    # When the batch comes again shorter, and again with two more records after it
+    assert fold(resources, batch[:2]) == 0
+    log.complete(record(6))
+    log.complete(record(7))
+    assert fold(resources, [*batch, *records.take()]) == 2
+
+    # Then only the new records were added
+    assert stats.source("onboarding").total("send") == 6
+
+
+def test_a_batch_cut_into_runs_and_retried_after_a_crash_counts_each_send_once(
+    resources: LocalResources,
+    monkeypatch: pytest.MonkeyPatch,
+    log: SendLog,
+    stats: StatsStore,
+    records: Streams,
+) -> None:
+    # Given 150 mails of 150 templates: more counters items than one transaction holds
+    for n in range(150):
+        log.complete(record(n, template=f"t/n{n}"))
+    batch = records.take()
+    assert len(batch) == 150
+
+    # When the fold dies after its first run was written
+    real = send_counts.try_transact
+    written: list[int] = []
+
+    def dies_after_one(client: Any, actions: Any) -> Any:
+        if written:
+            raise RuntimeError("the function timed out")
+        written.append(len(actions))
+        return real(client, actions)
+
+    monkeypatch.setattr(send_counts, "try_transact", dies_after_one)
+    with pytest.raises(RuntimeError):
+        fold(resources, batch)
+    first_run = stats.source("onboarding").total("send")
+    assert 0 < first_run < 150 and written == [1 + first_run + 2]  # the mark, the templates, source, day
+
+    # When Lambda retries the batch from its first record, whole, twice
+    monkeypatch.setattr(send_counts, "try_transact", real)
+    assert fold(resources, batch) == 150 - first_run
+    assert fold(resources, batch) == 0
+
+    # Then every mail is counted once
+    assert stats.source("onboarding").total("send") == 150
+    assert all(stats.template(f"t/n{n}").total("send") == 1 for n in (0, first_run - 1, first_run, 149))
+
+
+def test_only_inserted_entries_marked_for_the_fold_are_sends() -> None:
+    image = {
+        "source": {"S": "onboarding"},
+        "template": {"S": "onboarding/welcome"},
+        "sent_at": {"S": f"{DAY}T10:00:00.000Z"},
+        "fold_count": {"BOOL": True},
+    }
+
+    def raw(event: str, sk: str, new: dict[str, Any]) -> dict[str, Any]:
+        keys = {"PK": {"S": "SUB#a@example.com"}, "SK": {"S": sk}}
+        return {
+            "eventID": "e1",
+            "eventName": event,
+            "dynamodb": {"Keys": keys, "NewImage": new, "SequenceNumber": "12"},
+        }
+
+    entry = entry_of(raw("INSERT", "SENT#x", image))
+    assert entry is not None and (entry.source, entry.sequence) == ("onboarding", "12".zfill(40))
+    assert entry_of(raw("MODIFY", "SENT#x", image)) is None
+    assert entry_of(raw("INSERT", "SENT#x", {k: v for k, v in image.items() if k != "fold_count"})) is None
+    assert entry_of(raw("INSERT", "PROFILE", image)) is None
