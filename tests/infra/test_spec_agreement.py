@@ -126,7 +126,7 @@ def assert_agrees_with_specs(synth: Synth) -> None:
             props = mapping["Properties"]
             assert props["BatchSize"] == stream.batch_size
             assert props["StartingPosition"] == "TRIM_HORIZON"
-            assert props["BisectBatchOnFunctionError"] is True
+            assert props["BisectBatchOnFunctionError"] is stream.bisect
             assert props["MaximumRetryAttempts"] == stream.retry_attempts
             assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
             patterns = [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]]
