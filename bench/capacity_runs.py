@@ -153,10 +153,12 @@ def sequences(bench: Bench) -> Run:
     deployed.start_and_wait(sequence, warm)
     _drain(bench, specs.ENGAGEMENT_QUEUE)  # the warm-up's Delivery events are not the step's
     profiles = deployed.subscribers(sequence, DRIP_SUBSCRIBERS, tag_half=False)
+    bench.settle()  # the stats fold of the warm-up's sends and the new profiles is not the step's
 
     def step() -> None:
         deployed.start_and_wait(sequence, profiles)
         _drain(bench, specs.ENGAGEMENT_QUEUE)  # the step's own Delivery events
+        bench.settle()  # the stats fold's counts of the step's sends (and the dispatcher's reads)
 
     return capture(
         bench, "sequences", f"a linear 5-mail drip x {DRIP_SUBSCRIBERS} subscribers (Step Functions), with "
