@@ -6,7 +6,7 @@ batch whose first runs were written before a crash. A broadcast's entries are no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -42,78 +42,73 @@ def record(
     )
 
 
-@pytest.fixture
-def log(resources: LocalResources) -> SendLog:
-    return SendLog(resources.tables["table_name"])
+@dataclass
+class Sends:
+    """The send log, the counters and the stats fold's view of the main table's stream."""
+
+    resources: LocalResources
+    log: SendLog
+    stats: StatsStore
+    stream: Streams
+
+    def fold(self, batch: list[dict[str, Any]]) -> int:
+        return SendCountFold(self.resources.tables["table_name"]).fold(batch).counted
 
 
 @pytest.fixture
-def stats(resources: LocalResources) -> StatsStore:
-    return StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
-
-
-@pytest.fixture
-def records(resources: LocalResources) -> Iterator[Streams]:
-    found = Streams(STATS_FOLD_FUNCTION)
-    found.skip()
-    yield found
-
-
-def fold(resources: LocalResources, batch: list[dict[str, Any]]) -> int:
-    return SendCountFold(resources.tables["table_name"]).fold(batch).counted
+def sends(resources: LocalResources) -> Sends:
+    stream = Streams(STATS_FOLD_FUNCTION)
+    stream.skip()
+    table = resources.tables["table_name"]
+    return Sends(resources, SendLog(table), StatsStore(table, resources.tables["events_table_name"]), stream)
 
 
 def test_each_single_send_is_counted_once_through_the_handler_however_its_batch_comes_again(
-    resources: LocalResources,
-    monkeypatch: pytest.MonkeyPatch,
-    log: SendLog,
-    stats: StatsStore,
-    records: Streams,
+    sends: Sends, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given three mails of a sequence's first step, one of its third, a transactional mail, and
     # a broadcast's mail (counted by its batch, not here)
     for n in range(3):
-        assert log.complete(record(n))
-    log.complete(record(3, step="S3:arn:aws:states:us-east-1:123456789012:execution:m:e3"))
-    log.complete(record(4, source="api", template="receipts/order", step="api-4"))
-    log.complete(record(5, source="b-spring", template="news/spring", step="b-spring"), count=False)
-    batch = records.take()
+        assert sends.log.complete(record(n))
+    sends.log.complete(record(3, step="S3:arn:aws:states:us-east-1:123456789012:execution:m:e3"))
+    sends.log.complete(record(4, source="api", template="receipts/order", step="api-4"))
+    sends.log.complete(record(5, source="b-spring", template="news/spring", step="b-spring"), count=False)
+    batch = sends.stream.take()
     assert len(batch) == 5  # the broadcast's entry does not pass the mapping's filter
 
     # When the stats-fold function gets the batch, then the same batch again (a retry)
-    module = handler_module("stats_fold", resources.env(), monkeypatch)
+    module = handler_module("stats_fold", sends.resources.env(), monkeypatch)
     for _ in range(2):
         assert module.handler({"Records": batch}, LambdaContext("stats-fold")) == {"batchItemFailures": []}
 
     # Then each mail is one send on its source, step, template and day
-    assert stats.source("onboarding").total("send") == 4
-    assert stats.steps("onboarding") == {"S1": {"sent": 3}, "S3": {"sent": 1}}
-    assert stats.template("onboarding/welcome").total("send") == 4
-    assert (stats.source("api").total("send"), stats.template("receipts/order").total("send")) == (1, 1)
-    assert stats.source("b-spring").total("send") == 0
-    assert stats.daily(clock.parse_iso(f"{DAY}T00:00:00Z").date(), 1)[0].get("send") == 5
+    assert sends.stats.source("onboarding").total("send") == 4
+    assert sends.stats.steps("onboarding") == {"S1": {"sent": 3}, "S3": {"sent": 1}}
+    assert sends.stats.template("onboarding/welcome").total("send") == 4
+    assert (
+        sends.stats.source("api").total("send"),
+        sends.stats.template("receipts/order").total("send"),
+    ) == (1, 1)
+    assert sends.stats.source("b-spring").total("send") == 0
+    assert sends.stats.daily(clock.parse_iso(f"{DAY}T00:00:00Z").date(), 1)[0].get("send") == 5
 
     # When the batch comes again shorter, and again with two more records after it
-    assert fold(resources, batch[:2]) == 0
-    log.complete(record(6))
-    log.complete(record(7))
-    assert fold(resources, [*batch, *records.take()]) == 2
+    assert sends.fold(batch[:2]) == 0
+    sends.log.complete(record(6))
+    sends.log.complete(record(7))
+    assert sends.fold([*batch, *sends.stream.take()]) == 2
 
     # Then only the new records were added
-    assert stats.source("onboarding").total("send") == 6
+    assert sends.stats.source("onboarding").total("send") == 6
 
 
 def test_a_batch_cut_into_runs_and_retried_after_a_crash_counts_each_send_once(
-    resources: LocalResources,
-    monkeypatch: pytest.MonkeyPatch,
-    log: SendLog,
-    stats: StatsStore,
-    records: Streams,
+    sends: Sends, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given 150 mails of 150 templates: more counters items than one transaction holds
     for n in range(150):
-        log.complete(record(n, template=f"t/n{n}"))
-    batch = records.take()
+        sends.log.complete(record(n, template=f"t/n{n}"))
+    batch = sends.stream.take()
     assert len(batch) == 150
 
     # When the fold dies after its first run was written
@@ -128,18 +123,18 @@ def test_a_batch_cut_into_runs_and_retried_after_a_crash_counts_each_send_once(
 
     monkeypatch.setattr(send_counts, "try_transact", dies_after_one)
     with pytest.raises(RuntimeError):
-        fold(resources, batch)
-    first_run = stats.source("onboarding").total("send")
+        sends.fold(batch)
+    first_run = sends.stats.source("onboarding").total("send")
     assert 0 < first_run < 150 and written == [1 + first_run + 2]  # the mark, the templates, source, day
 
     # When Lambda retries the batch from its first record, whole, twice
     monkeypatch.setattr(send_counts, "try_transact", real)
-    assert fold(resources, batch) == 150 - first_run
-    assert fold(resources, batch) == 0
+    assert sends.fold(batch) == 150 - first_run
+    assert sends.fold(batch) == 0
 
     # Then every mail is counted once
-    assert stats.source("onboarding").total("send") == 150
-    assert all(stats.template(f"t/n{n}").total("send") == 1 for n in (0, first_run - 1, first_run, 149))
+    assert sends.stats.source("onboarding").total("send") == 150
+    assert all(sends.stats.template(f"t/n{n}").total("send") == 1 for n in (0, first_run - 1, first_run, 149))
 
 
 def test_only_inserted_entries_marked_for_the_fold_are_sends() -> None:

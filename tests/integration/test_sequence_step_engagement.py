@@ -78,24 +78,26 @@ def branch_payload() -> dict[str, Any]:
     return {**filled, "email": EMAIL, "execution": EXECUTION, "data": {}, "token": "task-token"}
 
 
+def step_function(resources: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The sequence step Lambda's handler module, with its callback schedules' settings."""
+    settings = {
+        "DEFAULT_FROM": "Acme <hello@acme.test>",
+        "PUBLIC_BASE_URL": "https://api.acme.test",
+        "SEQUENCE_SCHEDULE_GROUP": SCHEDULE_GROUP,
+        "SEQUENCE_SCHEDULER_ROLE_ARN": SCHEDULER_ROLE,
+    }
+    module = handler_module("sequence_step", {**resources.env(), **settings}, monkeypatch)
+    with contextlib.suppress(ClientError):
+        client("scheduler").create_schedule_group(Name=SCHEDULE_GROUP)
+    return module
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_nudge_goes_unless_a_person_opened_this_execution_s_welcome(
     case: str, store: SubscriberStore, resources: Any, outbox: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events, nudged = CASES[case]
-    module = handler_module(
-        "sequence_step",
-        {
-            **resources.env(),
-            "DEFAULT_FROM": "Acme <hello@acme.test>",
-            "PUBLIC_BASE_URL": "https://api.acme.test",
-            "SEQUENCE_SCHEDULE_GROUP": SCHEDULE_GROUP,
-            "SEQUENCE_SCHEDULER_ROLE_ARN": SCHEDULER_ROLE,
-        },
-        monkeypatch,
-    )
-    with contextlib.suppress(ClientError):
-        client("scheduler").create_schedule_group(Name=SCHEDULE_GROUP)
+    module = step_function(resources, monkeypatch)
     # Given a subscriber in the sequence (the EXEC pair), the welcome sent, and these events
     store.upsert(EMAIL)
     store.put_execution(EMAIL, SEQUENCE, EXECUTION)
@@ -131,20 +133,8 @@ def test_a_task_retried_after_its_schedule_was_lost_sends_nothing_more_and_sched
 ) -> None:
     """The callback Task's timeout (shared.sequences.compiler.RETRY_CALLBACK_TIMEOUT): its schedule
     is gone, Step Functions tries the Task again with a new token."""
-    module = handler_module(
-        "sequence_step",
-        {
-            **resources.env(),
-            "DEFAULT_FROM": "Acme <hello@acme.test>",
-            "PUBLIC_BASE_URL": "https://api.acme.test",
-            "SEQUENCE_SCHEDULE_GROUP": SCHEDULE_GROUP,
-            "SEQUENCE_SCHEDULER_ROLE_ARN": SCHEDULER_ROLE,
-        },
-        monkeypatch,
-    )
+    module = step_function(resources, monkeypatch)
     scheduler = client("scheduler")
-    with contextlib.suppress(ClientError):
-        scheduler.create_schedule_group(Name=SCHEDULE_GROUP)
     store.upsert(EMAIL)
     store.put_execution(EMAIL, SEQUENCE, EXECUTION)
     # Given the branch Task sent its nudge and its schedule was then lost
