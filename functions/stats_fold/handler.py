@@ -11,6 +11,7 @@ whole (the mapping does not bisect); the records counted already are skipped by 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent, event_source
@@ -37,14 +38,5 @@ def handler(event: DynamoDBStreamEvent, lambda_context: LambdaContext) -> dict[s
     counted = sends.fold(records)
     if counted.counted:
         metrics.add_metric(name="SendsCounted", unit="Count", value=counted.counted)
-    logger.info(
-        "folded",
-        counted=result.counted,
-        skipped=result.skipped,
-        unchanged=result.unchanged,
-        transactions=result.transactions,
-        sends_counted=counted.counted,
-        sends_skipped=counted.skipped,
-        send_transactions=counted.transactions,
-    )
+    logger.info("folded", profiles=asdict(result), sends=asdict(counted))
     return {"batchItemFailures": []}
