@@ -52,7 +52,8 @@ MARK_PREFIX = f"FOLD{keys.SEP}sent{keys.SEP}"
 MARK_SK = "RUN"
 # counters items per transaction: TransactWriteItems takes 100 actions, one is the run's mark
 ITEMS_PER_RUN = 99
-MAX_ATTEMPTS = 32  # a refused mark moves past what it counted; the rest (busy shards) backs off
+# refused transactions per batch: a refused mark moves past what it counted, busy shards back off
+MAX_ATTEMPTS = 32
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,8 @@ class SendCountFold(TableAdapter):
         result = SendFoldResult()
         entries = [entry for entry in map(entry_of, records) if entry is not None]
         busy = 0
-        attempts = 0
         while entries:
-            attempts += 1
-            if attempts > MAX_ATTEMPTS:
+            if len(result.refused) >= MAX_ATTEMPTS:
                 raise RuntimeError("send-count fold: the counts stayed contended")
             run = _run(entries)
             mark = self._mark(run[0], run[-1])
