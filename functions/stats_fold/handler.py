@@ -3,7 +3,8 @@
 - profile records: the subscribers' totals by status and their changes per day
   (``shared.store.list_health``: a mark per item, set with the counts);
 - the ``SENT#`` entries of single sends (``fold_count``): one ``send`` each on the source, template
-  and day counters (``shared.store.send_counts``: a mark per run of entries, set with the counts).
+  and day counters; the ``EXEC#`` items' inserts and deletes: each sequence's executions count
+  (``shared.store.stream_counts``: a mark per run of entries, set with the counts).
 
 Each record is counted exactly once. A batch that fails is retried by Lambda from its first record,
 whole (the mapping does not bisect); the records counted already are skipped by their marks.
@@ -20,11 +21,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.core.observability import logger, metrics
 from shared.core.settings import Settings
 from shared.store.list_health import ListHealthStore
-from shared.store.send_counts import SendCountFold
+from shared.store.stream_counts import StreamCountFold
 
 settings = Settings.from_env()
 store = ListHealthStore(settings.table_name)
-sends = SendCountFold(settings.table_name)
+counts = StreamCountFold(settings.table_name)
 
 
 @logger.inject_lambda_context
@@ -35,8 +36,10 @@ def handler(event: DynamoDBStreamEvent, lambda_context: LambdaContext) -> dict[s
     result = store.fold(records)
     if result.counted:
         metrics.add_metric(name="ListChangesCounted", unit="Count", value=result.counted)
-    counted = sends.fold(records)
-    if counted.counted:
-        metrics.add_metric(name="SendsCounted", unit="Count", value=counted.counted)
-    logger.info("folded", profiles=asdict(result), sends=asdict(counted))
+    counted = counts.fold(records)
+    if counted.sends:
+        metrics.add_metric(name="SendsCounted", unit="Count", value=counted.sends)
+    if counted.executions:
+        metrics.add_metric(name="ExecutionChangesCounted", unit="Count", value=counted.executions)
+    logger.info("folded", profiles=asdict(result), counts=asdict(counted))
     return {"batchItemFailures": []}

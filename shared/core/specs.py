@@ -210,7 +210,7 @@ class StreamSourceSpec:
     max_batching_window_s: int = 1  # seconds to fill a batch
     retry_attempts: int = 10
     # BisectBatchOnFunctionError: a failed batch split in two. Off for a consumer whose marks
-    # need a retried batch to start at the same first record (shared.store.send_counts).
+    # need a retried batch to start at the same first record (shared.store.stream_counts).
     bisect: bool = True
 
 
@@ -1132,7 +1132,7 @@ LIST_HEALTH_FILTERS: tuple[dict[str, Any], ...] = (
     {"dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": ["PROFILE"]}}}},
 )
 # ... and the send log's new entries that a single send left to the fold to count
-# (shared.store.send_counts: ``fold_count``; a broadcast's entries are counted by its batches)
+# (shared.store.stream_counts: ``fold_count``; a broadcast's entries are counted by its batches)
 SEND_COUNT_FILTERS: tuple[dict[str, Any], ...] = (
     {
         "eventName": ["INSERT"],
@@ -1142,23 +1142,31 @@ SEND_COUNT_FILTERS: tuple[dict[str, Any], ...] = (
         },
     },
 )
+# ... and the EXEC# items written and deleted (a sequence's executions count, active/started/
+# completed: shared.store.stream_counts; the ``ended`` mark's MODIFY is not one)
+EXECUTION_COUNT_FILTERS: tuple[dict[str, Any], ...] = (
+    {
+        "eventName": ["INSERT", "REMOVE"],
+        "dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": _prefix("EXEC#")}}},
+    },
+)
 SEND_COUNT_WINDOW_S = 5  # the stats fold's batching window (docs/data-model.md, "List health")
 LIST_HEALTH_STREAM_FAILURES = FailureQueueSpec(
     id="ListHealthStreamFailures",
     local_name="mailstep-list-health-stream-failures",
-    holds="profile change and single-send records the stats fold skipped after its retries: the subscriber "
-    "and send counts miss them; read them from the stream within 24 hours and fold them again "
-    "(docs/operations.md)",
+    holds="profile change, single-send and execution records the stats fold skipped after its retries: the "
+    "subscriber, send and execution counts miss them; read them from the stream within 24 hours and fold "
+    "them again (docs/operations.md)",
 )
 STATS_FOLD_FUNCTION = FunctionSpec(
     name="stats-fold",
     handler="functions.stats_fold.handler.handler",
-    description="Stats fold: profile changes and single sends (main table stream) -> counters",
+    description="Stats fold: profile changes, single sends and executions (main table stream) -> counters",
     memory_mb=256,
     timeout_s=60,
     grants=(
         # one TransactWriteItems per batch (per 90 items): each item's mark (conditional
-        # UpdateItem) and the counts' ADDs (UpdateItem); the sends: one per run of entries, the
+        # UpdateItem) and the counts' ADDs (UpdateItem); the sends and executions: one per run of entries, the
         # run's mark (conditional UpdateItem) and the ADDs; it reads nothing
         Grant(MAIN_TABLE, _ddb("UpdateItem")),
     ),
@@ -1166,7 +1174,7 @@ STATS_FOLD_FUNCTION = FunctionSpec(
         StreamSourceSpec(
             table=MAIN_TABLE,
             on_failure=LIST_HEALTH_STREAM_FAILURES,
-            filters=(*LIST_HEALTH_FILTERS, *SEND_COUNT_FILTERS),
+            filters=(*LIST_HEALTH_FILTERS, *SEND_COUNT_FILTERS, *EXECUTION_COUNT_FILTERS),
             bisect=False,  # the send runs' marks are keyed by a run's first record
             # a run's mark and counters are shared by the sends of a batch: below 100 sends per
             # batch a longer wait makes fewer, fuller batches (counts show up to 5 s later)

@@ -44,7 +44,8 @@ from shared.sequences.compiler import CONTRACT, VERSION
 from shared.sequences.evaluate import evaluate, wake_at
 from shared.sequences.model import SendWindow, Variant, parse_condition
 from shared.sequences.schedules import Resumer, ScheduleThrottled, schedule_name
-from shared.store.subscribers import EXECUTION_COMPLETED, Execution, SubscriberStore
+from shared.store import keys
+from shared.store.subscribers import Execution, SubscriberStore
 
 OPEN_EVENT = "open"
 CLICK_EVENT = "click"
@@ -265,9 +266,9 @@ def _remove_pair(request: StepRequest, deps: StepDeps, *, completed: bool = Fals
         return
     if completed:  # the change stream tells a completed execution from a stopped one by this mark
         deps.store.mark_execution_ended(
-            request.email, request.sequence, request.execution, EXECUTION_COMPLETED
+            request.email, request.sequence, request.execution, keys.EXECUTION_COMPLETED
         )
-    deps.store.delete_execution(request.email, request.sequence, request.execution, completed=completed)
+    deps.store.delete_execution(request.email, request.sequence, request.execution)
 
 
 def _record_failure(request: StepRequest, deps: StepDeps) -> None:

@@ -93,6 +93,9 @@ def sent_sk(iso_ts: str, source: str, send_id: str) -> str:
 
 SENT_PREFIX = f"{SENT}{SEP}"
 EXEC_PREFIX = f"{EXEC}{SEP}"
+# The ``ended`` mark of an EXEC item whose execution finished its steps (the change stream's REMOVE
+# record tells a completed execution from a stopped one by it: webhooks, the executions count).
+EXECUTION_COMPLETED = "completed"
 
 
 def warmup_pk(domain: str) -> str:

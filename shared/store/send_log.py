@@ -11,7 +11,7 @@ One claim item per (subscriber, source, step): ``SK = SEND#<source>#<step>``.
   ``SENT#`` item is what says "sent": the claim is not written a second time, so a send
   costs 2 writes (claim, log). A single send's entry is marked ``fold_count``: the stats fold
   adds its ``send`` to the source, template and day counters from the entry's stream record,
-  exactly once (``shared.store.send_counts``); a broadcast worker counts a whole batch at once
+  exactly once (``shared.store.stream_counts``); a broadcast worker counts a whole batch at once
   instead (``shared.broadcasts.records``). The send itself writes no counter, so a busy counter
   never holds up the log of a mail SES accepted.
 - When a claim is found taken (a redelivered job) or is taken over after its lease
@@ -91,7 +91,6 @@ from shared.store.dynamo import (
     serialize,
     values,
 )
-from shared.store.send_counts import FOLD_COUNT
 from shared.store.stats import (
     COUNT_PENDING,
     SIGNUP_SOURCE,
@@ -99,6 +98,7 @@ from shared.store.stats import (
     settle_soon,
     settle_uncounted,
 )
+from shared.store.stream_counts import FOLD_COUNT
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -309,7 +309,7 @@ class SendLog(TableAdapter):
         """Write ``SENT#`` unless it exists (one conditional PutItem). False: the entry was
         written before (by a recovery from an SES event). With ``count`` the entry is marked
         ``fold_count``: the stats fold adds its ``send`` to the source, template and day counters
-        from the entry's stream record, once (``shared.store.send_counts``); without, a caller
+        from the entry's stream record, once (``shared.store.stream_counts``); without, a caller
         counts it (a broadcast batch). A counter never holds up or fails the record of a mail SES
         accepted: the send writes no counter."""
         item = sent_item(record)

@@ -11,7 +11,7 @@
   (``shared.web.unsubscribe``), so their totals are their unique counts.
 - ``send`` is counted from the send path's records (:func:`send_counters`): a single send's
   ``SENT#`` entry by the stats fold from the main table's stream, per batch
-  (``shared.store.send_counts``), a broadcast's sends once per batch by its worker; SES Send
+  (``shared.store.stream_counts``), a broadcast's sends once per batch by its worker; SES Send
   events are not published. A counters item that is busy (:func:`busy`) never holds up a
   send's record: a batch's sends go to the ledger ``STATS#<source>`` / ``UNCOUNTED#<template>``
   and are added once by :func:`settle_uncounted` (right after, retried; or by the engagement
@@ -314,7 +314,7 @@ def send_counters(
     (``{(source, template): n}``) and to the day of ``at``, one action per counters item; a
     sequence mail's ``step`` (its send-once step) also ADDs to the step's ``sent`` on the
     sequence's item. ``send`` is counted by the send path: a broadcast batch's marker, or the
-    stats fold from a single send's ``SENT#`` entry (``shared.store.send_counts``); SES Send
+    stats fold from a single send's ``SENT#`` entry (``shared.store.stream_counts``); SES Send
     events are not published (they would repeat what the send path knows)."""
     return grouped_send_counters(table, {(s, t, step, at): n for (s, t), n in sends.items()}, at=at)
 
@@ -326,13 +326,31 @@ def grouped_send_counters(
     time of the send): n}``, merged into one action per counters item."""
     per_item: dict[tuple[str, str], Counter[str]] = {}
     for (source, template, step, sent_at), n in sends.items():
-        counters = (keys.stats_pk(source), keys.COUNTERS)
-        per_item.setdefault(counters, Counter())["send"] += n
-        code = sequence_step(step)
-        if code is not None:
-            per_item[counters][step_attribute(code, "send")] += n
-        per_item.setdefault(keys.template_stats_key(template), Counter())["send"] += n
-        per_item.setdefault(day_key(sent_at), Counter())["send"] += n
+        for item, adds in send_adds(source, template, step, sent_at, n).items():
+            per_item.setdefault(item, Counter()).update(adds)
+    return item_adds(table, per_item, at=at)
+
+
+def send_adds(
+    source: str, template: str, step: str | None, sent_at: str, n: int = 1
+) -> dict[tuple[str, str], Counter[str]]:
+    """What ``n`` sends add to each counters item: ``send`` on the source (and the step's ``sent``
+    of a sequence mail), on the template and on the day of ``sent_at``."""
+    counters = (keys.stats_pk(source), keys.COUNTERS)
+    per_item = {counters: Counter(send=n)}
+    code = sequence_step(step)
+    if code is not None:
+        per_item[counters][step_attribute(code, "send")] += n
+    per_item.setdefault(keys.template_stats_key(template), Counter())["send"] += n
+    per_item.setdefault(day_key(sent_at), Counter())["send"] += n
+    return per_item
+
+
+def item_adds(
+    table: str, per_item: Mapping[tuple[str, str], Mapping[str, int]], *, at: str
+) -> list[TransactWriteItemTypeDef]:
+    """One :func:`counter_adds` per counters item (``{(PK, SK): {name: n}}``); an item whose
+    amounts sum to nothing is left out."""
     return [
         counter_adds(table, pk, sk, adds, at=at) for (pk, sk), adds in per_item.items() if any(adds.values())
     ]

@@ -74,7 +74,7 @@ from shared.store.dynamo import (
 from shared.store.events import event_record
 from shared.store.hygiene import engagement_item
 from shared.store.send_log import SendLog
-from shared.store.stats import busy, counter_adds, retry_contended, source_and_day_adds
+from shared.store.stats import busy, retry_contended, source_and_day_adds
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -95,17 +95,14 @@ MAX_ATTEMPTS = WRITE_RETRY.attempts
 # How long an erase is remembered: SES events (an open, a click, a late complaint) of mail sent
 # before the erase can still arrive; after this, the tombstone expires (DynamoDB TTL).
 ERASED_MEMORY_DAYS = 400
-# The ``ended`` mark of an EXEC item whose execution finished its steps (mark_execution_ended).
-EXECUTION_COMPLETED = "completed"
 
 
 # Roles of the actions of an execution entry (put_execution) and its removal.
-PROFILE_EXISTS, EXEC_FORWARD, EXEC_INVERSE, ENTERED, ACTIVE_COUNT = (
+PROFILE_EXISTS, EXEC_FORWARD, EXEC_INVERSE, ENTERED = (
     "profile_exists",
     "exec_forward",
     "exec_inverse",
     "entered",
-    "active_count",
 )
 
 
@@ -714,7 +711,7 @@ class SubscriberStore(TableAdapter):
         now = clock.iso()
         actions = self._entry_actions(email, sequence_id, execution_arn, now, transactional, once)
         try:
-            self._transact_counted(actions)
+            self._transact_retried(actions)
         except TransactionConflict as exc:
             raise entry_refusal(exc.cancellation, sequence_id) from None
         return Execution(email, sequence_id, execution_arn, now, transactional)
@@ -766,21 +763,13 @@ class SubscriberStore(TableAdapter):
                 {"Put": {"TableName": self.table, "Item": serialize(inverse), "ConditionExpression": absent}},
             ),
             Action(ENTERED, {"Put": marker}),
-            self._active_add(sequence_id, {"active": 1, "started": 1}, now),
         ]
 
-    def _active_add(self, sequence_id: str, adds: dict[str, int], at: str) -> Action:
-        """The ADD to the sequence's executions counts (one of its shards) that joins the
-        transaction writing (``active`` +1, ``started`` +1) or deleting (``active`` -1, and
-        ``completed`` +1 when it ran to its end) an EXEC pair: the counts move only with a pair,
-        once per pair however often a step is delivered."""
-        pk, sk = keys.active_key(sequence_id)
-        return Action(ACTIVE_COUNT, counter_adds(self.table, pk, sk, adds, at=at))
-
-    def _transact_counted(self, actions: list[Action]) -> None:
-        """``transact(actions)``, run again while only a concurrent transaction on the count's
-        shard (or throttling) cancelled it: nothing was written, and the pair must not fail
-        because a count was busy (``stats.retry_contended``)."""
+    def _transact_retried(self, actions: list[Action]) -> None:
+        """``transact(actions)``, run again while only a concurrent transaction on one of its items
+        (or throttling) cancelled it: nothing was written (``stats.retry_contended``). The
+        sequence's executions count is not in it: the stats fold counts the pair from the change
+        stream (``shared.store.stream_counts``)."""
         retry_contended(lambda: transact(self.client, actions), sleep=self._sleep, retryable=busy)
 
     def forget_entry(self, email: str, sequence_id: str, execution_arn: str) -> None:
@@ -811,11 +800,9 @@ class SubscriberStore(TableAdapter):
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
 
-    def delete_execution(
-        self, email: str, sequence_id: str, execution_arn: str | None = None, *, completed: bool = False
-    ) -> bool:
-        """Remove the pair; with ``execution_arn`` only if it still belongs to that execution;
-        ``completed``: it ran to its last step (counted as a completion with the delete).
+    def delete_execution(self, email: str, sequence_id: str, execution_arn: str | None = None) -> bool:
+        """Remove the pair; with ``execution_arn`` only if it still belongs to that execution (an
+        execution that ran to its last step is marked first: :meth:`mark_execution_ended`).
 
         Returns False when there was nothing (or another execution's pair) to delete.
         """
@@ -832,10 +819,9 @@ class SubscriberStore(TableAdapter):
         actions = [
             Action(EXEC_FORWARD, {"Delete": delete(keys.sub_pk(email), keys.exec_sk(sequence_id))}),
             Action(EXEC_INVERSE, {"Delete": delete(keys.exec_pk(sequence_id), keys.sub_pk(email))}),
-            self._active_add(sequence_id, {"active": -1, "completed": int(completed)}, clock.iso()),
         ]
         try:
-            self._transact_counted(actions)
+            self._transact_retried(actions)
         except TransactionConflict:
             return False
         return True

@@ -31,7 +31,6 @@ from shared.core import clock
 from shared.core.errors import FieldProblem, InvalidInput
 from shared.store import keys
 from shared.store.dynamo import from_dynamo
-from shared.store.subscribers import EXECUTION_COMPLETED
 
 PAYLOAD_VERSION = 1
 EVENT_TYPES: tuple[str, ...] = (
@@ -177,7 +176,7 @@ def from_stream_record(record: Mapping[str, Any]) -> list[WebhookEvent]:
             sequence = keys.sequence_from_exec(sk)
             if name == "INSERT":
                 found.append(("sequence.started", {"email": email, "sequence": sequence}, ""))
-            elif old.get("ended") == EXECUTION_COMPLETED:
+            elif old.get("ended") == keys.EXECUTION_COMPLETED:
                 found.append(("sequence.completed", {"email": email, "sequence": sequence}, ""))
             else:
                 found.append(("sequence.exited", {"email": email, "sequence": sequence}, ""))

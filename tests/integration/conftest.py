@@ -22,8 +22,8 @@ from shared.core.secrets import reset_cache
 from shared.core.specs import STATS_FOLD_FUNCTION, TABLES
 from shared.sending.pipeline import MailIdentity, SendContext
 from shared.sending.sender import SesSender
-from shared.store.send_counts import SendCountFold, SendFoldResult
 from shared.store.send_log import SendLog
+from shared.store.stream_counts import StreamCountFold, StreamFoldResult
 from shared.store.subscribers import SubscriberStore
 from tests.integration.broadcast_support import Env, broadcast_env
 from tests.integration.webhook_support import Streams
@@ -238,9 +238,9 @@ def world(ses: LocalSes) -> Iterator[LocalResources]:
         yield res
 
 
-def fold_sends(resources: LocalResources) -> SendFoldResult:
+def fold_stream(resources: LocalResources) -> StreamFoldResult:
     """What the stats fold adds from the main table's stream: the ``send`` counts of the single
-    sends' ``SENT#`` entries (``shared.store.send_counts``). It folds every record since the table
+    sends' ``SENT#`` entries (``shared.store.stream_counts``). It folds every record since the table
     was created, as one batch that starts where Lambda's first one would: a record folded by an
     earlier call is skipped by its run's mark, as Lambda's retried batch is."""
-    return SendCountFold(resources.tables["table_name"]).fold(Streams(STATS_FOLD_FUNCTION).take())
+    return StreamCountFold(resources.tables["table_name"]).fold(Streams(STATS_FOLD_FUNCTION).take())

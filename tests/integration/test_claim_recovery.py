@@ -34,7 +34,7 @@ from shared.store.send_log import RECOVERED_FROM_EVENT, SendLog, SentRecord
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore, keys
 from tests.integration.broadcast_support import Env, seed
-from tests.integration.conftest import fold_sends, operations, scan_all
+from tests.integration.conftest import fold_stream, operations, scan_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
 EMAIL = "jane@example.com"
@@ -117,7 +117,7 @@ def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not
     (item,) = sent_items(table)
     assert item["recovered"] == RECOVERED_FROM_EVENT
     assert item["send_id"] == send_id_for(JOB) and item["ses_message_id"] == str(died.value)
-    assert fold_sends(resources).counted == 1
+    assert fold_stream(resources).sends == 1
     stats = StatsStore(table, resources.tables["events_table_name"])
     assert stats.source("onboarding").total("send") == 1
 
@@ -131,7 +131,7 @@ def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not
     assert (after.status, after.reason) == ("skipped", "already_sent")
     assert "SendEmail" not in calls
     assert len(outbox) == 1 and len(sent_items(table)) == 1
-    assert fold_sends(resources).counted == 0
+    assert fold_stream(resources).sends == 0
     assert stats.source("onboarding").total("send") == 1
     # and a redelivered event writes nothing more
     assert process_body(ses_event("delivery", JOB, str(died.value)), engagement).recovered_sends == 0
@@ -161,7 +161,7 @@ def test_an_event_that_beats_the_living_worker_leaves_one_log_entry_counted_once
     assert outcome.status == "sent"
     assert log.written == [False]  # the consumer wrote it first; the worker's write found it
     assert len(sent_items(table)) == 1
-    assert fold_sends(resources).counted == 1
+    assert fold_stream(resources).sends == 1
     assert StatsStore(table, resources.tables["events_table_name"]).source("onboarding").total("send") == 1
 
 

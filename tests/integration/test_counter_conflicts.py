@@ -36,8 +36,8 @@ from shared.sending.jobs import SendJob, to_message
 from shared.sending.pipeline import send
 from shared.store import keys, stats
 from shared.store.dynamo import key
-from shared.store.send_counts import FOLD_COUNT, SendCountFold
 from shared.store.stats import COUNT_PENDING, StatsStore
+from shared.store.stream_counts import FOLD_COUNT, StreamCountFold
 from shared.store.subscribers import SubscriberStore
 from tests.integration import test_sequence_execution
 from tests.integration.broadcast_support import Env
@@ -124,10 +124,10 @@ def fold_busy(resources: LocalResources, conflicts: CounterConflicts) -> int | N
     """The stats fold of the single sends' entries while ``conflicts`` holds the counters: the
     number it counted, or None when the counters stayed busy (the fold raised: Lambda retries the
     batch)."""
-    fold = SendCountFold(resources.tables["table_name"])
+    fold = StreamCountFold(resources.tables["table_name"])
     fold.pause = lambda _seconds: None
     try:
-        return fold.fold(Streams(STATS_FOLD_FUNCTION).take()).counted
+        return fold.fold(Streams(STATS_FOLD_FUNCTION).take()).sends
     except RuntimeError:
         return None
 
@@ -374,30 +374,30 @@ def test_concurrent_counting_spreads_over_the_shards_and_reads_sum_them(resource
     assert many["nothing-here"].total("send") == 0 and set(many) == {"bc", "nothing-here"}
 
 
-def test_a_conflict_on_the_active_count_neither_refuses_nor_doubles_an_execution_pair(
+def test_a_conflict_on_the_active_count_delays_its_fold_never_the_execution_pair(
     resources, store: SubscriberStore, conflicts: CounterConflicts
 ) -> None:
     # Given a subscriber, and each sequence's active-executions count held by concurrent
-    # transactions for the next two tries of every pair's write
+    # transactions for the next two tries of every transaction on it
     store.upsert("ada@example.com")
     conflicts.sks = frozenset({keys.ACTIVE})
     arn = "arn:aws:states:us-east-1:123456789012:execution:onboarding:one"
     stats_store = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
 
-    # When the pair is written: retried past the conflicts, one pair, counted once
+    # When the pair is written, then deleted (the execution ended) and deleted again (delivered
+    # twice): the pair's transactions never meet the count
     conflicts.remaining = 2
     store.put_execution("ada@example.com", "onboarding", arn)
-    assert conflicts.injected == 2
     assert [e.execution_arn for e in store.list_executions("ada@example.com")] == [arn]
-    assert stats_store.active_of(["onboarding"]) == {"onboarding": 1}
     assert store.sequence_members("onboarding") == ["ada@example.com"]
-
-    # And when it is deleted (the execution ended) under the same conflicts: gone, counted down
-    conflicts.remaining = 2
     assert store.delete_execution("ada@example.com", "onboarding", arn) is True
-    assert conflicts.injected == 4
-    assert store.list_executions("ada@example.com") == []
-    assert stats_store.active_of(["onboarding"]) == {"onboarding": 0}
-    # a delete delivered again finds nothing and counts nothing
     assert store.delete_execution("ada@example.com", "onboarding", arn) is False
-    assert stats_store.active_of(["onboarding"]) == {"onboarding": 0}
+    assert conflicts.injected == 0 and store.list_executions("ada@example.com") == []
+
+    # When the stats fold counts the pair's records: retried past the conflicts, counted once
+    fold = StreamCountFold(resources.tables["table_name"])
+    fold.pause = lambda _seconds: None
+    assert fold.fold(Streams(STATS_FOLD_FUNCTION).take()).executions == 2
+    assert conflicts.injected == 2
+    counted = stats_store.executions_of(["onboarding"])["onboarding"]
+    assert counted == {"active": 0, "started": 1, "completed": 0}

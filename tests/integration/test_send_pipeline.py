@@ -19,7 +19,7 @@ from shared.store.dynamo import key
 from shared.store.send_log import SentRecord
 from shared.store.stats import StatsStore
 from shared.store.subscribers import keys
-from tests.integration.conftest import SECRET, fold_sends, operations, scan_all
+from tests.integration.conftest import SECRET, fold_stream, operations, scan_all
 
 
 def _parsed(raw: Any) -> Any:
@@ -88,7 +88,7 @@ def test_a_send_costs_two_writes_and_a_redelivery_reads_the_log(send_ctx, store,
     assert (outcome.status, outcome.reason) == ("skipped", "already_sent")
     assert [c for c in calls[1:] if c != "GetItem"] == ["PutItem", "Query"]
     # the stats fold counts the send from its SENT# entry's stream record
-    assert fold_sends(resources).counted == 1
+    assert fold_stream(resources).sends == 1
     counters = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
     assert counters.source("onboarding").total("send") == 1
     assert counters.template("welcome").total("send") == 1
@@ -330,7 +330,7 @@ def test_a_worker_that_lost_its_lease_still_logs_its_send_and_does_not_take_the_
     assert sorted(i["ses_message_id"] for i in _items(resources, keys.SENT_PREFIX)) == sorted(
         ["late-a", taken_over.message_id]
     )
-    assert fold_sends(resources).counted == 2
+    assert fold_stream(resources).sends == 2
     assert StatsStore(resources.tables["table_name"], "-").source("onboarding").total("send") == 2
     again = send(job, send_ctx, now=later + timedelta(seconds=send_ctx.lease_seconds + 1))
     assert (again.status, again.reason) == ("skipped", "already_sent")

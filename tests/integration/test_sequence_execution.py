@@ -33,6 +33,7 @@ from local_aws import hooks
 from local_aws.scheduler import OneTimeSchedules
 from shared.core.aws import ClientFactory, client
 from shared.core.models import InboundEvent
+from shared.core.specs import STATS_FOLD_FUNCTION
 from shared.core.topics import TOPICS_FILE, require_topics
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome, send
@@ -47,10 +48,13 @@ from shared.sequences.sfn import StepFunctions, state_transitions
 from shared.sequences.steps import StepDeps, parse_request, run_step
 from shared.sequences.structure import structural_problems
 from shared.sequences.validate import Catalog, load_catalog
+from shared.store.stats import StatsStore
+from shared.store.stream_counts import StreamCountFold
 from shared.store.subscribers import SubscriberStore, keys
 from shared.web.ingest import IngestContext, dispatch
 from tests.eventually import eventually
 from tests.integration.conftest import scan_all
+from tests.integration.webhook_support import Streams
 
 REGION = "us-east-1"
 FUNCTION = "seq-step-under-test"
@@ -546,8 +550,8 @@ def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Ha
 
 
 def executions_of(harness: Harness, sequence_id: str) -> dict[str, int]:
-    from shared.store.stats import StatsStore
-
+    """The sequence's executions counts, once the stats fold has read the table's stream."""
+    StreamCountFold(harness.store.table).fold(Streams(STATS_FOLD_FUNCTION).take())
     stats = StatsStore(harness.store.table, harness.store.events_table)
     return stats.executions_of([sequence_id])[sequence_id]
 

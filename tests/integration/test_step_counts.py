@@ -17,7 +17,7 @@ from shared.sending.jobs import SendJob
 from shared.store import keys
 from shared.store.stats import StatsStore
 from tests.integration import test_claim_recovery, test_sequence_execution
-from tests.integration.conftest import fold_sends, scan_all
+from tests.integration.conftest import fold_stream, scan_all
 from tests.integration.test_claim_recovery import ses_event
 from tests.integration.test_sequence_execution import Harness, send_wait_send, start
 
@@ -55,7 +55,7 @@ def test_two_steps_sending_one_template_are_counted_apart_and_a_redelivery_count
     harness.deploy(sequence)
     for email in ("a@example.com", "b@example.com"):
         assert start(harness, sequence, email)["status"] == "SUCCEEDED"
-    assert fold_sends(resources).counted == 4  # the stats fold, from the SENT# entries
+    assert fold_stream(resources).sends == 4  # the stats fold, from the SENT# entries
     stats = StatsStore(resources.tables["table_name"], resources.tables["events_table_name"])
     assert stats.steps("twice") == {"S1": {"sent": 2}, "S3": {"sent": 2}}
     assert stats.template("onboarding/welcome").total("send") == 4  # the template cannot tell

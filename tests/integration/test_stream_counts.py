@@ -1,8 +1,10 @@
-"""The single sends' counts, folded by the stats-fold function from the main table's real change
-stream (through the mapping's filter) on moto: each ``SENT#`` entry marked ``fold_count`` is one
-``send`` on its source (and its step), its template and its day, exactly once however Lambda hands
-the stream's records again: the same batch, a batch with more records after it, a shorter one, a
-batch whose first runs were written before a crash. A broadcast's entries are not counted here."""
+"""The single sends' and the executions' counts, folded by the stats-fold function from the main
+table's real change stream (through the mapping's filter) on moto: each ``SENT#`` entry marked
+``fold_count`` is one ``send`` on its source (and its step), its template and its day; each
+subscriber's ``EXEC#`` item one start when written, one end (and a completion when it ran to its
+last step) when deleted. Exactly once however Lambda hands the stream's records again: the same
+batch, a batch with more records after it, a shorter one, a batch whose first runs were written
+before a crash. A broadcast's entries are not counted here."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from local_aws.apigw import LambdaContext
 from local_aws.provision import LocalResources
 from shared.core import clock
 from shared.core.specs import STATS_FOLD_FUNCTION
-from shared.store import send_counts
-from shared.store.send_counts import SendCountFold, entry_of
+from shared.store import keys, stream_counts
 from shared.store.send_log import SendLog, SentRecord
 from shared.store.stats import StatsStore
+from shared.store.stream_counts import StreamCountFold, entry_of
+from shared.store.subscribers import SubscriberStore
 from tests.integration.conftest import handler_module
 from tests.integration.webhook_support import Streams
 
@@ -52,7 +55,7 @@ class Sends:
     stream: Streams
 
     def fold(self, batch: list[dict[str, Any]]) -> int:
-        return SendCountFold(self.resources.tables["table_name"]).fold(batch).counted
+        return StreamCountFold(self.resources.tables["table_name"]).fold(batch).sends
 
 
 @pytest.fixture
@@ -112,7 +115,7 @@ def test_a_batch_cut_into_runs_and_retried_after_a_crash_counts_each_send_once(
     assert len(batch) == 150
 
     # When the fold dies after its first run was written
-    real = send_counts.try_transact
+    real = stream_counts.try_transact
     written: list[int] = []
 
     def dies_after_one(client: Any, actions: Any) -> Any:
@@ -121,14 +124,14 @@ def test_a_batch_cut_into_runs_and_retried_after_a_crash_counts_each_send_once(
         written.append(len(actions))
         return real(client, actions)
 
-    monkeypatch.setattr(send_counts, "try_transact", dies_after_one)
+    monkeypatch.setattr(stream_counts, "try_transact", dies_after_one)
     with pytest.raises(RuntimeError):
         sends.fold(batch)
     first_run = sends.stats.source("onboarding").total("send")
     assert 0 < first_run < 150 and written == [1 + first_run + 2]  # the mark, the templates, source, day
 
     # When Lambda retries the batch from its first record, whole, twice
-    monkeypatch.setattr(send_counts, "try_transact", real)
+    monkeypatch.setattr(stream_counts, "try_transact", real)
     assert sends.fold(batch) == 150 - first_run
     assert sends.fold(batch) == 0
 
@@ -154,7 +157,38 @@ def test_only_inserted_entries_marked_for_the_fold_are_sends() -> None:
         }
 
     entry = entry_of(raw("INSERT", "SENT#x", image))
-    assert entry is not None and (entry.source, entry.sequence) == ("onboarding", "12".zfill(40))
+    assert entry is not None and entry.sequence == "12".zfill(40)
+    assert entry.adds[("STATS#onboarding", "COUNTERS")] == {"send": 1}
     assert entry_of(raw("MODIFY", "SENT#x", image)) is None
     assert entry_of(raw("INSERT", "SENT#x", {k: v for k, v in image.items() if k != "fold_count"})) is None
     assert entry_of(raw("INSERT", "PROFILE", image)) is None
+
+
+def test_each_execution_is_counted_once_from_its_pair_however_its_batch_comes_again(
+    sends: Sends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three executions of a sequence: one ran to its end, one was stopped, one is running
+    table = sends.resources.tables["table_name"]
+    store = SubscriberStore(table, sends.resources.tables["events_table_name"])
+    for n in range(3):
+        store.upsert(f"reader{n}@example.com")
+        store.put_execution(f"reader{n}@example.com", "onboarding", f"arn:e{n}")
+    store.mark_execution_ended("reader0@example.com", "onboarding", "arn:e0", keys.EXECUTION_COMPLETED)
+    assert store.delete_execution("reader0@example.com", "onboarding", "arn:e0")
+    assert store.delete_execution("reader1@example.com", "onboarding", "arn:e1")
+    batch = sends.stream.take()
+    # the profiles' records (list health) and each subscriber's EXEC# insert and delete; not the
+    # inverse items, not the ENTERED# markers, not the ``ended`` mark's change
+    exec_records = [r for r in batch if r["dynamodb"]["Keys"]["SK"]["S"].startswith("EXEC#")]
+    assert [r["eventName"] for r in exec_records] == ["INSERT", "INSERT", "INSERT", "REMOVE", "REMOVE"]
+    assert all(r["dynamodb"]["Keys"]["PK"]["S"].startswith("SUB#") for r in exec_records)
+
+    # When the stats-fold function gets the batch twice, then a shorter one
+    module = handler_module("stats_fold", sends.resources.env(), monkeypatch)
+    for _ in range(2):
+        assert module.handler({"Records": batch}, LambdaContext("stats-fold")) == {"batchItemFailures": []}
+    assert StreamCountFold(table).fold(batch[:4]).executions == 0
+
+    # Then each start, end and completion is counted once
+    counts = sends.stats.executions_of(["onboarding"])["onboarding"]
+    assert counts == {"active": 1, "started": 3, "completed": 1}
