@@ -4,6 +4,7 @@ engagement function, then the CLI reads the result."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from tests.e2e.helpers import (
     suppressed_by_bounce,
     wait_for_events,
 )
+from tests.eventually import eventually
 
 
 def queue_send(local: Local, email: str, source: str, step: str) -> None:
@@ -97,7 +99,11 @@ def test_two_opens_of_one_mail_give_total_two_unique_one_and_stats_match_the_eve
     email, source = mailed(local, "reader", "e2e-opens", until="delivery")
     engage(local, email, "open", "open", "click")
 
-    rows = {r["metric"]: r for r in ok_json(ops(local, "stats", "--sequence", source, "--json"))["rows"]}
+    def counted() -> dict[str, Any] | None:  # the send is counted by the stats fold, seconds later
+        found = {r["metric"]: r for r in ok_json(ops(local, "stats", "--sequence", source, "--json"))["rows"]}
+        return found if found["sent"]["total"] == 1 else None
+
+    rows = eventually(counted, timeout_s=60, what="the send counted by the stats fold")
     assert (rows["opened"]["total"], rows["opened"]["unique"]) == (2, 1)
     assert (rows["clicked"]["total"], rows["clicked"]["unique"]) == (1, 1)
     assert (rows["sent"]["total"], rows["delivered"]["total"], rows["delivered"]["rate"]) == (1, 1, 1.0)
