@@ -1150,18 +1150,30 @@ EXECUTION_COUNT_FILTERS: tuple[dict[str, Any], ...] = (
         "dynamodb": {"Keys": {"PK": {"S": _prefix("SUB#")}, "SK": {"S": _prefix("EXEC#")}}},
     },
 )
+# ... and, from the events table's stream (its second reader, beside webhook-dispatch), the
+# Deliveries the engagement consumer wrote alone for the fold to count (``fold_count``)
+EVENT_COUNT_FILTERS: tuple[dict[str, Any], ...] = (
+    {
+        "eventName": ["INSERT"],
+        "dynamodb": {
+            "Keys": {"SK": {"S": _prefix("EVT#")}},
+            "NewImage": {"fold_count": {"BOOL": [True]}},
+        },
+    },
+)
 SEND_COUNT_WINDOW_S = 5  # the stats fold's batching window (docs/data-model.md, "List health")
 LIST_HEALTH_STREAM_FAILURES = FailureQueueSpec(
     id="ListHealthStreamFailures",
     local_name="mailstep-list-health-stream-failures",
-    holds="profile change, single-send and execution records the stats fold skipped after its retries: the "
-    "subscriber, send and execution counts miss them; read them from the stream within 24 hours and fold "
-    "them again (docs/operations.md)",
+    holds="profile change, single-send, execution and Delivery records the stats fold skipped after its "
+    "retries: the subscriber, send, execution and delivery counts miss them; read them from the stream "
+    "within 24 hours and fold them again (docs/operations.md)",
 )
 STATS_FOLD_FUNCTION = FunctionSpec(
     name="stats-fold",
     handler="functions.stats_fold.handler.handler",
-    description="Stats fold: profile changes, single sends and executions (main table stream) -> counters",
+    description="Stats fold: profile changes, single sends, executions (main table stream) and Deliveries "
+    "(events table stream) -> counters",
     memory_mb=256,
     timeout_s=60,
     grants=(
@@ -1178,6 +1190,13 @@ STATS_FOLD_FUNCTION = FunctionSpec(
             bisect=False,  # the send runs' marks are keyed by a run's first record
             # a run's mark and counters are shared by the sends of a batch: below 100 sends per
             # batch a longer wait makes fewer, fuller batches (counts show up to 5 s later)
+            max_batching_window_s=SEND_COUNT_WINDOW_S,
+        ),
+        StreamSourceSpec(
+            table=EVENTS_TABLE,
+            on_failure=LIST_HEALTH_STREAM_FAILURES,
+            filters=EVENT_COUNT_FILTERS,
+            bisect=False,  # the same runs' marks
             max_batching_window_s=SEND_COUNT_WINDOW_S,
         ),
     ),

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -124,6 +125,7 @@ from shared.store.stats import (
     step_attribute,
     unique_name,
 )
+from shared.store.stream_counts import FOLD_COUNT
 from shared.store.subscribers import SubscriberStore
 
 if TYPE_CHECKING:
@@ -136,6 +138,11 @@ BACKOFF_S = 0.05  # first backoff ceiling after a conflict; doubles per attempt 
 BACKOFF_CAP_S = 1.0
 RECORDED, DUPLICATE = "recorded", "duplicate"
 EVENT_PUT, SHARED = "event", "counters_or_marker"  # roles of a transaction's actions
+# Event kinds written alone (a conditional PutItem each) and counted by the stats fold from the
+# events table's stream (shared.store.stream_counts): a Delivery has no unique marker to claim,
+# so it needs no transaction. One per mail: 1 write unit instead of 2 (docs/engagement.md).
+FOLDED_KINDS = frozenset({"delivery"})
+PUTS_AT_ONCE = 8
 # Event kinds that prove SES accepted the message (evidence for a send whose log is missing).
 ACCEPTED_KINDS = frozenset({"send", "delivery", "bounce", "complaint", "delivery_delay"})
 CONDITION_FAILED = "ConditionalCheckFailed"
@@ -227,6 +234,12 @@ class EventWrite:
     @property
     def has_source(self) -> bool:
         return any(scope == SOURCE_SCOPE for scope, _, _ in self.scopes)
+
+    @property
+    def alone(self) -> bool:
+        """Written by its own conditional PutItem, outside the batch's transaction: a Delivery
+        (its counts, if any, are the stats fold's: ``FOLD_COUNT``)."""
+        return self.item["type"] in FOLDED_KINDS
 
     def markers(self) -> list[ItemKey]:
         """Keys of the unique markers this write would claim (open/click), one per scope."""
@@ -596,6 +609,8 @@ def event_write(event: SesEvent, email: str, correlation: Correlation, data_ttl_
         scopes.append(
             (STEP_SCOPE, f"{code}:{correlation.source}", (keys.stats_pk(correlation.source), keys.COUNTERS))
         )
+    if item["type"] in FOLDED_KINDS and metric is not None and scopes:
+        item[FOLD_COUNT] = True  # the stats fold counts it from the events table's stream
     return EventWrite(item=item, email=email, metric=metric, scopes=tuple(scopes), put=serialize(item))
 
 
@@ -610,11 +625,13 @@ def write_all(writes: Sequence[EventWrite], store: SubscriberStore) -> dict[Even
             copies.append((write, first[write.key]))
         else:
             first[write.key] = write
-    distinct = list(first.values())
+    alone = [w for w in first.values() if w.alone]
+    distinct = [w for w in first.values() if not w.alone]
     try:
         present = markers_present(store, [m for w in distinct for m in w.markers()])
     except Exception as exc:  # reported per record: SQS delivers them again
         return {w: exc for w in writes}
+    results.update(put_each(alone, store))
     for chunk in chunks(distinct, present):
         _write_chunk_or_each(chunk, present, store, results)
     for copy, original in copies:
@@ -623,6 +640,32 @@ def write_all(writes: Sequence[EventWrite], store: SubscriberStore) -> dict[Even
         if results[copy] == DUPLICATE:
             _log_duplicate(copy, "in this batch")
     return results
+
+
+def put_each(writes: Sequence[EventWrite], store: SubscriberStore) -> dict[EventWrite, WriteResult]:
+    """The writes that need no transaction (Deliveries), each its own conditional PutItem, at
+    most :data:`PUTS_AT_ONCE` at a time: 1 write unit each, where a Put in a transaction costs
+    2. Their counts are added by the stats fold from the item's INSERT record, once."""
+    if not writes:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(PUTS_AT_ONCE, len(writes)), thread_name_prefix="put") as pool:
+        return dict(zip(writes, pool.map(lambda write: _put_alone(write, store), writes), strict=True))
+
+
+def _put_alone(write: EventWrite, store: SubscriberStore) -> WriteResult:
+    try:
+        store.client.put_item(
+            TableName=store.events_table, Item=write.put, ConditionExpression="attribute_not_exists(PK)"
+        )
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code == "ConditionalCheckFailedException":
+            _log_duplicate(write, "recorded before")
+            return DUPLICATE
+        return ItemRejected(code) if code in ITEM_ERRORS else exc
+    except Exception as exc:  # reported per record: SQS delivers it again
+        return exc
+    return RECORDED
 
 
 def chunks(

@@ -346,6 +346,20 @@ def send_adds(
     return per_item
 
 
+def event_adds(
+    metric: str, source: str | None, template: str | None, at: str
+) -> dict[tuple[str, str], Counter[str]]:
+    """What one SES event of ``metric`` adds to each counters item: its source's and its day's
+    (with a source), its template's (``EventWrite.counters`` of the engagement consumer)."""
+    per_item: dict[tuple[str, str], Counter[str]] = {}
+    if source:
+        per_item[(keys.stats_pk(source), keys.COUNTERS)] = Counter({metric: 1})
+        per_item[day_key(at)] = Counter({metric: 1})
+    if template:
+        per_item[keys.template_stats_key(template)] = Counter({metric: 1})
+    return per_item
+
+
 def item_adds(
     table: str, per_item: Mapping[tuple[str, str], Mapping[str, int]], *, at: str
 ) -> list[TransactWriteItemTypeDef]:

@@ -11,6 +11,11 @@ executions (docs/sending.md, "Counters are off the critical path"; docs/data-mod
   ``ACTIVE`` item, its REMOVE record ``active`` -1, and ``completed`` +1 when the item left says
   the execution ran to its end (``ended``, ``SubscriberStore.mark_execution_ended``).
 
+- A Delivery (the one SES event every mail has) is written by the engagement consumer alone, a
+  conditional PutItem marked ``fold_count`` (``shared.engagement.consumer.FOLDED_KINDS``); its
+  INSERT record in the events table's stream adds one ``delivery`` to its source's, template's
+  and day's counters, as the consumer's transaction did.
+
 The ADDs a write used to make in a transaction with its item are made once per run of records.
 
 Exactly once. Each such item is inserted once (its Put is conditional) and deleted once, so it has
@@ -48,7 +53,7 @@ from shared.store.dynamo import (
     values,
 )
 from shared.store.list_health import MARK_TTL_DAYS, padded
-from shared.store.stats import BUSY_REASONS, CONTENDED_RETRY, item_adds, send_adds
+from shared.store.stats import BUSY_REASONS, CONTENDED_RETRY, event_adds, item_adds, metric_of, send_adds
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -62,17 +67,19 @@ ITEMS_PER_RUN = 99
 MAX_ATTEMPTS = 32
 
 
-SEND, EXECUTION = "send", "execution"  # what an entry counts
+SEND, EXECUTION, EVENT = "send", "execution", "event"  # what an entry counts
+EVENT_PREFIX = f"{keys.EVT}{keys.SEP}"
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One counted record: a single send's ``SENT#`` INSERT, or an ``EXEC#`` item's INSERT or
-    REMOVE; ``adds`` is what it adds to each counters item (``{(PK, SK): {name: n}}``)."""
+    """One counted record: a single send's ``SENT#`` INSERT, an ``EXEC#`` item's INSERT or
+    REMOVE, or an SES event's INSERT in the events table (a Delivery); ``adds`` is what it adds
+    to each counters item (``{(PK, SK): {name: n}}``)."""
 
     event_id: str
     sequence: str  # padded
-    kind: str  # SEND or EXECUTION
+    kind: str  # SEND, EXECUTION or EVENT
     adds: Mapping[tuple[str, str], Mapping[str, int]] = field(hash=False)
 
 
@@ -89,6 +96,14 @@ def entry_of(record: Mapping[str, Any]) -> Entry | None:
         step = str(item.get("step") or "") or None
         adds = send_adds(str(item["source"]), str(item["template"]), step, str(item["sent_at"]))
         return Entry(*identity, SEND, adds)
+    if event == "INSERT" and sort_key.startswith(EVENT_PREFIX):
+        item = deserialize(dict(body.get("NewImage") or {}))
+        metric = metric_of(item)
+        if not item.get(FOLD_COUNT) or metric is None:
+            return None
+        return Entry(
+            *identity, EVENT, event_adds(metric, item.get("source"), item.get("template"), item["at"])
+        )
     if event in ("INSERT", "REMOVE") and sort_key.startswith(keys.EXEC_PREFIX):
         sequence_id = keys.sequence_from_exec(sort_key)
         if event == "INSERT":
@@ -104,6 +119,7 @@ def entry_of(record: Mapping[str, Any]) -> Entry | None:
 class StreamFoldResult:
     sends: int = 0  # single sends counted now
     executions: int = 0  # execution starts and ends counted now
+    events: int = 0  # SES events (Deliveries) counted now
     skipped: int = 0  # entries a run's mark says were counted before
     transactions: int = 0  # TransactWriteItems sent, refused ones included
     refused: list[str] = field(default_factory=list)  # why each refused one was
@@ -130,6 +146,7 @@ class StreamCountFold(TableAdapter):
             if cancellation is None:
                 result.sends += sum(e.kind == SEND for e in run)
                 result.executions += sum(e.kind == EXECUTION for e in run)
+                result.events += sum(e.kind == EVENT for e in run)
                 entries = entries[len(run) :]
                 continue
             result.refused.append(",".join(sorted(set(cancellation.codes))) or "unknown")

@@ -99,11 +99,11 @@ def test_two_opens_of_one_mail_give_total_two_unique_one_and_stats_match_the_eve
     email, source = mailed(local, "reader", "e2e-opens", until="delivery")
     engage(local, email, "open", "open", "click")
 
-    def counted() -> dict[str, Any] | None:  # the send is counted by the stats fold, seconds later
+    def counted() -> dict[str, Any] | None:  # the send and its Delivery: the stats fold's, seconds later
         found = {r["metric"]: r for r in ok_json(ops(local, "stats", "--sequence", source, "--json"))["rows"]}
-        return found if found["sent"]["total"] == 1 else None
+        return found if found["sent"]["total"] == found["delivered"]["total"] == 1 else None
 
-    rows = eventually(counted, timeout_s=60, what="the send counted by the stats fold")
+    rows = eventually(counted, timeout_s=60, what="the send and its Delivery counted by the stats fold")
     assert (rows["opened"]["total"], rows["opened"]["unique"]) == (2, 1)
     assert (rows["clicked"]["total"], rows["clicked"]["unique"]) == (1, 1)
     assert (rows["sent"]["total"], rows["delivered"]["total"], rows["delivered"]["rate"]) == (1, 1, 1.0)

@@ -274,14 +274,14 @@ def test_stats_events_suppression_failed_and_doctor_tools_match_what_happened(lo
     failed_execution(local, failing, "run-1")
 
     async def body(tools: Tools) -> None:
-        # stats: the counts of what happened to that source (the sends are counted by the stats
-        # fold from the main table's stream, a few seconds after the send)
-        async def both_counted() -> dict[str, Any] | None:
+        # stats: the counts of what happened to that source (the sends and the Delivery are
+        # counted by the stats fold from the tables' streams, a few seconds after they happen)
+        async def all_counted() -> dict[str, Any] | None:
             answer = await tools.call("stats", sequence=source)
-            sent = next((r["total"] for r in answer["rows"] if r["metric"] == "sent"), 0)
-            return answer if sent == 2 else None
+            totals = {r["metric"]: r["total"] for r in answer["rows"]}
+            return answer if (totals.get("sent"), totals.get("delivered")) == (2, 1) else None
 
-        scoped = await eventually_async(both_counted, timeout_s=60, what="both sends counted by the fold")
+        scoped = await eventually_async(all_counted, timeout_s=60, what="the sends and the Delivery counted")
         rows = {r["metric"]: r for r in scoped["rows"]}
         assert (scoped["scope"], scoped["since"]) == (source, None)
         assert (rows["sent"]["total"], rows["delivered"]["total"]) == (2, 1)

@@ -239,8 +239,24 @@ def world(ses: LocalSes) -> Iterator[LocalResources]:
 
 
 def fold_stream(resources: LocalResources) -> StreamFoldResult:
-    """What the stats fold adds from the main table's stream: the ``send`` counts of the single
-    sends' ``SENT#`` entries (``shared.store.stream_counts``). It folds every record since the table
-    was created, as one batch that starts where Lambda's first one would: a record folded by an
-    earlier call is skipped by its run's mark, as Lambda's retried batch is."""
-    return StreamCountFold(resources.tables["table_name"]).fold(Streams(STATS_FOLD_FUNCTION).take())
+    """What the stats fold adds from the tables' streams (``shared.store.stream_counts``): the
+    single sends' ``send`` counts, the executions counts, the Deliveries' ``delivery`` counts. It
+    folds every record since the tables were created, a batch per table that starts where
+    Lambda's first one would: a record folded by an earlier call is skipped by its run's mark,
+    as Lambda's retried batch is."""
+    return fold_batches(StreamCountFold(resources.tables["table_name"]), Streams(STATS_FOLD_FUNCTION))
+
+
+def fold_batches(fold: StreamCountFold, streams: Streams) -> StreamFoldResult:
+    """``fold`` of ``streams``' new records, one batch per table's stream, as Lambda hands them:
+    the counts of what it counted, summed."""
+    total = StreamFoldResult()
+    for batch in streams.batches():
+        done = fold.fold(batch)
+        total.sends, total.executions, total.events = (
+            total.sends + done.sends,
+            total.executions + done.executions,
+            total.events + done.events,
+        )
+        total.skipped += done.skipped
+    return total

@@ -41,7 +41,7 @@ from shared.store.stream_counts import FOLD_COUNT, StreamCountFold
 from shared.store.subscribers import SubscriberStore
 from tests.integration import test_sequence_execution
 from tests.integration.broadcast_support import Env
-from tests.integration.conftest import handler_module, scan_all, sqs_record
+from tests.integration.conftest import fold_batches, handler_module, scan_all, sqs_record
 from tests.integration.test_claim_recovery import ses_event
 from tests.integration.test_sequence_execution import Harness, sequence_from, start
 from tests.integration.webhook_support import Streams
@@ -127,7 +127,7 @@ def fold_busy(resources: LocalResources, conflicts: CounterConflicts) -> int | N
     fold = StreamCountFold(resources.tables["table_name"])
     fold.pause = lambda _seconds: None
     try:
-        return fold.fold(Streams(STATS_FOLD_FUNCTION).take()).sends
+        return fold_batches(fold, Streams(STATS_FOLD_FUNCTION)).sends
     except RuntimeError:
         return None
 
@@ -397,7 +397,7 @@ def test_a_conflict_on_the_active_count_delays_its_fold_never_the_execution_pair
     # When the stats fold counts the pair's records: retried past the conflicts, counted once
     fold = StreamCountFold(resources.tables["table_name"])
     fold.pause = lambda _seconds: None
-    assert fold.fold(Streams(STATS_FOLD_FUNCTION).take()).executions == 2
+    assert fold_batches(fold, Streams(STATS_FOLD_FUNCTION)).executions == 2
     assert conflicts.injected == 2
     counted = stats_store.executions_of(["onboarding"])["onboarding"]
     assert counted == {"active": 0, "started": 1, "completed": 0}

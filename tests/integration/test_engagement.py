@@ -26,7 +26,7 @@ from shared.sequences.engine import SequenceEngine
 from shared.sequences.validate import Catalog
 from shared.store.stats import NOT_RECOUNTED, Counters, StatsStore
 from shared.store.subscribers import SubscriberStore, keys
-from tests.integration.conftest import scan_all, sqs_record
+from tests.integration.conftest import fold_stream, scan_all, sqs_record
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "ses"
 ALL = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -176,7 +176,7 @@ def random_event(rng: random.Random, kinds: list[str], *, at: str) -> dict[str, 
 
 
 def test_stats_equal_counts_recomputed_from_the_events_table(
-    ctx: EngagementContext, stats: StatsStore
+    ctx: EngagementContext, stats: StatsStore, resources: LocalResources
 ) -> None:
     rng = random.Random(7)
     kinds = ["send", "delivery", "open", "open", "click", "bounce", "complaint", "delivery-delay", "reject"]
@@ -184,6 +184,7 @@ def test_stats_equal_counts_recomputed_from_the_events_table(
         record = random_event(rng, kinds, at=f"2026-01-01T10:{n:02d}:00.000Z")
         for _ in range(rng.choice([1, 1, 2])):  # some redelivered
             process_body(sns(record), ctx)
+    assert fold_stream(resources).events > 0  # the Deliveries, counted by the stats fold
     for source in ("onboarding", "spring-sale"):
         assert event_counts(stats.source(source)) == event_counts(stats.recompute(source=source))
         assert stats.source(source).total("delivery") > 0 and stats.source(source).unique("open")

@@ -53,7 +53,7 @@ from shared.store.stream_counts import StreamCountFold
 from shared.store.subscribers import SubscriberStore, keys
 from shared.web.ingest import IngestContext, dispatch
 from tests.eventually import eventually
-from tests.integration.conftest import scan_all
+from tests.integration.conftest import fold_batches, scan_all
 from tests.integration.webhook_support import Streams
 
 REGION = "us-east-1"
@@ -551,7 +551,7 @@ def test_restart_reentry_stops_the_running_execution_and_starts_anew(harness: Ha
 
 def executions_of(harness: Harness, sequence_id: str) -> dict[str, int]:
     """The sequence's executions counts, once the stats fold has read the table's stream."""
-    StreamCountFold(harness.store.table).fold(Streams(STATS_FOLD_FUNCTION).take())
+    fold_batches(StreamCountFold(harness.store.table), Streams(STATS_FOLD_FUNCTION))
     stats = StatsStore(harness.store.table, harness.store.events_table)
     return stats.executions_of([sequence_id])[sequence_id]
 

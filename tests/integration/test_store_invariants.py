@@ -23,7 +23,7 @@ from shared.core.specs import EVENTS_TABLE, MAIN_TABLE, STATS_FOLD_FUNCTION
 from shared.store.stats import StatsStore
 from shared.store.stream_counts import StreamCountFold
 from shared.store.subscribers import SubscriberStore, keys
-from tests.integration.conftest import fold_stream, scan_all
+from tests.integration.conftest import fold_batches, fold_stream, scan_all
 from tests.integration.webhook_support import Streams
 
 EMAILS = st.sampled_from(["ann@example.com", "Bob@example.com", "cy@example.org"])
@@ -172,7 +172,7 @@ class StoreMachine(RuleBasedStateMachine):
             (e.email, e.sequence_id) for em in self.status for e in self.store.list_executions(em)
         } == set(self.execs)
         # each sequence's active-executions count, folded from the stream, moves only with its pairs
-        StreamCountFold(MAIN_TABLE.local_name).fold(self.stream.take())
+        fold_batches(StreamCountFold(MAIN_TABLE.local_name), self.stream)
         stats = StatsStore(MAIN_TABLE.local_name, EVENTS_TABLE.local_name)
         assert stats.active_of(["onboarding", "trial-expiring"]) == {
             s: sum(1 for _, seq in self.execs if seq == s) for s in ("onboarding", "trial-expiring")

@@ -24,8 +24,12 @@ class Streams:
         self.position: dict[str, int] = {}
 
     def take(self) -> list[dict[str, Any]]:
+        return [record for batch in self.batches() for record in batch]
+
+    def batches(self) -> list[list[dict[str, Any]]]:
+        """The new records as Lambda hands them: a batch per stream source (one table's shard)."""
         backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-        found: list[dict[str, Any]] = []
+        found: list[list[dict[str, Any]]] = []
         for source in self.function.stream_sources:
             table = backend.get_table(source.table.local_name)
             items = table.stream_shard.items
@@ -33,7 +37,7 @@ class Streams:
             self.position[table.name] = len(items)
             arn = f"{table.table_arn}/stream/{table.stream_shard.created_on.isoformat()}"
             records = [lambda_record(i.to_json(), arn) for i in items[start:]]
-            found += [r for r in records if record_passes(r, source.filters)]
+            found.append([r for r in records if record_passes(r, source.filters)])
         return found
 
     def skip(self) -> None:
