@@ -120,6 +120,7 @@ from shared.store.stats import (
     UNIQUE_METRICS,
     counter_adds,
     day_key,
+    event_adds,
     metric_of,
     sequence_step,
     step_attribute,
@@ -228,12 +229,7 @@ class EventWrite:
         source (``stats.day_key``: the day counters repeat the sources' counts)."""
         if self.metric is None:
             return []
-        found = [counters for scope, _, counters in self.scopes if scope != STEP_SCOPE]
-        return [*found, day_key(self.at)] if self.has_source else found
-
-    @property
-    def has_source(self) -> bool:
-        return any(scope == SOURCE_SCOPE for scope, _, _ in self.scopes)
+        return list(event_adds(self.metric, self.item.get("source"), self.item.get("template"), self.at))
 
     @property
     def alone(self) -> bool:

@@ -350,7 +350,8 @@ def event_adds(
     metric: str, source: str | None, template: str | None, at: str
 ) -> dict[tuple[str, str], Counter[str]]:
     """What one SES event of ``metric`` adds to each counters item: its source's and its day's
-    (with a source), its template's (``EventWrite.counters`` of the engagement consumer)."""
+    (with a source), its template's. The engagement consumer's transaction (``EventWrite.counters``)
+    and the stats fold's runs (a Delivery) both count with it."""
     per_item: dict[tuple[str, str], Counter[str]] = {}
     if source:
         per_item[(keys.stats_pk(source), keys.COUNTERS)] = Counter({metric: 1})

@@ -250,13 +250,10 @@ def fold_stream(resources: LocalResources) -> StreamFoldResult:
 def fold_batches(fold: StreamCountFold, streams: Streams) -> StreamFoldResult:
     """``fold`` of ``streams``' new records, one batch per table's stream, as Lambda hands them:
     the counts of what it counted, summed."""
-    total = StreamFoldResult()
-    for batch in streams.batches():
-        done = fold.fold(batch)
-        total.sends, total.executions, total.events = (
-            total.sends + done.sends,
-            total.executions + done.executions,
-            total.events + done.events,
-        )
-        total.skipped += done.skipped
-    return total
+    done = [fold.fold(batch) for batch in streams.batches()]
+    return StreamFoldResult(
+        sends=sum(d.sends for d in done),
+        executions=sum(d.executions for d in done),
+        events=sum(d.events for d in done),
+        skipped=sum(d.skipped for d in done),
+    )
