@@ -117,6 +117,16 @@ EXECUTION_MAX_DAYS = 366  # a Step Functions standard execution runs at most one
 CLAIM_DAYS = EXECUTION_MAX_DAYS + EXPIRY_MARGIN_DAYS
 
 
+def _entry(logged: dict[tuple[str, str], dict[str, Any]], claim: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``SENT#`` entry ``claim`` names among those read (None: none, or an older claim
+    without ``sent_at``, whose entry only a query of the log finds)."""
+    sent_at = str(claim.get("sent_at") or "")
+    if not sent_at:
+        return None
+    email = keys.email_from_sub(str(claim["PK"]))
+    return logged.get((email, keys.sent_sk(sent_at, str(claim["source"]), str(claim["send_id"]))))
+
+
 @dataclass(frozen=True)
 class Claim:
     status: ClaimStatus
@@ -336,35 +346,33 @@ class SendLog(TableAdapter):
         whose claim is still ``sending`` for that send id with no entry (its worker died
         between SES and the log), and add the send counts its sends left pending (busy
         counters: a ``SENT#`` entry's ``count_pending``, a broadcast's ``UNCOUNTED#`` ledger).
-        Two BatchGetItems read the claims, then the entries' keys and the ledgers. Returns the
-        evidence that wrote an entry; raises when a pending count stayed busy (the caller's
-        records are delivered again)."""
+        Returns the evidence that wrote an entry; raises when a pending count stayed busy (the
+        caller's records are delivered again).
+
+        Two looks. The first reads eventually consistent (two BatchGetItems: the claims, then
+        the entries' keys and the ledgers), half the read units of every mail's event, and
+        finds nearly every entry written. A send it finds no entry for is looked at again,
+        strongly consistent, before anything is written: a claim read stale could be one that
+        was released and taken again since, naming an older ``sent_at``, and an entry a moment
+        old could be missed. Only a send whose worker died after SES takes that second look."""
         wanted: dict[tuple[str, str, str], SendEvidence] = {}
         for found in evidence:
             wanted.setdefault((found.email, found.source, found.step), found)
         if not wanted:
             return []
-        claim_keys = [key(keys.sub_pk(e), keys.send_claim_sk(src, step)) for e, src, step in wanted]
-        claims: dict[tuple[str, str, str], dict[str, Any]] = {}
-        # Eventually consistent, both reads (half the read units of every mail's event): the
-        # claim was written before SES was called, seconds before its event; an entry written a
-        # moment ago and not read yet is refused by ``complete``'s condition, never doubled.
-        for raw in batch_get(self.client, self.table, claim_keys):
-            item = deserialize(raw)
-            claims[(keys.email_from_sub(item["PK"]), str(item.get("source")), str(item.get("step")))] = item
-        orphans = {
-            k: (e, claims[k])
-            for k, e in wanted.items()
-            if k in claims and claims[k].get("state") == SENDING and claims[k].get("send_id") == e.send_id
-        }
-        if not orphans:
-            return []
-        logged, pending_ledgers = self._logs_and_ledgers(list(orphans.values()))
+        orphans = self._orphans(wanted, consistent=False)
+        logged, pending_ledgers = self._logs_and_ledgers(list(orphans.values()), consistent=False)
+        unlogged = {k: wanted[k] for k, (_, claim) in orphans.items() if _entry(logged, claim) is None}
+        if unlogged:
+            confirmed = self._orphans(unlogged, consistent=True)
+            again, _ = self._logs_and_ledgers(list(confirmed.values()), consistent=True)
+            logged.update(again)
+            orphans = {**{k: o for k, o in orphans.items() if k not in unlogged}, **confirmed}
         written = []
         for found, claim in orphans.values():
             sent_at = str(claim.get("sent_at") or "")
             if sent_at:
-                entry = logged.get((found.email, keys.sent_sk(sent_at, found.source, found.send_id)))
+                entry = _entry(logged, claim)
                 if entry is not None:
                     if entry.get(COUNT_PENDING):
                         self._settle_pending(found, claim, entry)
@@ -389,12 +397,29 @@ class SendLog(TableAdapter):
         self._settle_ledgers(pending_ledgers)
         return written
 
+    def _orphans(
+        self, wanted: dict[tuple[str, str, str], SendEvidence], *, consistent: bool
+    ) -> dict[tuple[str, str, str], tuple[SendEvidence, dict[str, Any]]]:
+        """The sends of ``wanted`` whose claim is ``sending`` for the evidence's send id, with
+        their claims (one BatchGetItem per 100)."""
+        claim_keys = [key(keys.sub_pk(e), keys.send_claim_sk(src, step)) for e, src, step in wanted]
+        claims: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for raw in batch_get(self.client, self.table, claim_keys, ConsistentRead=consistent):
+            item = deserialize(raw)
+            claims[(keys.email_from_sub(item["PK"]), str(item.get("source")), str(item.get("step")))] = item
+        return {
+            k: (e, claims[k])
+            for k, e in wanted.items()
+            if k in claims and claims[k].get("state") == SENDING and claims[k].get("send_id") == e.send_id
+        }
+
     def _logs_and_ledgers(
-        self, orphans: list[tuple[SendEvidence, dict[str, Any]]]
+        self, orphans: list[tuple[SendEvidence, dict[str, Any]]], *, consistent: bool
     ) -> tuple[dict[tuple[str, str], dict[str, Any]], list[dict[str, Any]]]:
         """One BatchGetItem: the ``SENT#`` entries the claims name (key and ``count_pending``)
         and, for sends a caller counts (a broadcast batch: the claim's ``count`` is false),
-        their (source, template) ledger of sends still to be counted, when it holds some."""
+        their (source, template) ledger of sends still to be counted, when it holds some. A
+        ledger read stale is safe: the move is conditioned on what it still holds."""
         ledgers = {
             keys.uncounted_key(e.source, str(c.get("template") or e.template))
             for e, c in orphans
@@ -413,6 +438,7 @@ class SendLog(TableAdapter):
                 self.client,
                 self.table,
                 [*read, *(key(pk, sk) for pk, sk in sorted(ledgers))],
+                ConsistentRead=consistent,
                 ProjectionExpression="PK, SK, #pending, #send, #source, #template",
                 ExpressionAttributeNames={
                     "#pending": COUNT_PENDING,

@@ -25,6 +25,7 @@ from local_aws.provision import LocalResources
 from shared.broadcasts.model import parse_batch, parse_request
 from shared.broadcasts.records import dead_letter_sk
 from shared.broadcasts.worker import BatchIncomplete, process_batch
+from shared.core.aws import client
 from shared.engagement.consumer import EngagementContext, process_body
 from shared.engagement.suppression import Suppressions
 from shared.sending.jobs import SendJob
@@ -185,6 +186,86 @@ def test_events_of_completed_or_unknown_sends_write_no_log(store, table, send_ct
     s2 = SendJob(email=EMAIL, template="welcome", source="onboarding", step="s2")
     assert process_body(ses_event("reject", s2, "m-4"), engagement).recovered_sends == 0
     assert len(sent_items(table)) == 1
+
+
+class StaleReads:
+    """The table's client, with DynamoDB's eventually consistent reads as they may answer: a
+    BatchGetItem without ``ConsistentRead`` returns ``stale`` (an older version of an item) in
+    place of the item it names; a strongly consistent one reads the table as it is. Each
+    request's keys and consistency are kept."""
+
+    def __init__(self, real: Any, stale: dict[str, Any]) -> None:
+        self.real, self.stale = real, stale
+        self.reads: list[tuple[bool, list[str]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def batch_get_item(self, RequestItems: dict[str, Any], **kwargs: Any) -> Any:  # noqa: N803
+        answer = self.real.batch_get_item(RequestItems=RequestItems, **kwargs)
+        for table, request in RequestItems.items():
+            consistent = bool(request.get("ConsistentRead"))
+            self.reads.append((consistent, [k["SK"]["S"] for k in request["Keys"]]))
+            if consistent:
+                continue
+            stale_key = (self.stale["PK"]["S"], self.stale["SK"]["S"])
+            items = answer.get("Responses", {}).get(table, [])
+            answer["Responses"][table] = [
+                self.stale if (i["PK"]["S"], i["SK"]["S"]) == stale_key else i for i in items
+            ]
+        return answer
+
+
+def consumer_reading(
+    stale: dict[str, Any], engagement: EngagementContext
+) -> tuple[EngagementContext, StaleReads]:
+    """``engagement`` on a client whose eventually consistent reads answer ``stale``."""
+    reads = StaleReads(engagement.store.client, stale)
+    store = SubscriberStore(engagement.store.table, engagement.store.events_table, client=reads)
+    return replace(engagement, store=store, suppressions=Suppressions(store)), reads
+
+
+def claim_item(table: str, job: SendJob) -> dict[str, Any]:
+    """The claim item of ``job``'s send as DynamoDB holds it."""
+    sk = keys.send_claim_sk(job.source, job.step)
+    return client("dynamodb").get_item(
+        TableName=table, Key={"PK": {"S": keys.sub_pk(job.email)}, "SK": {"S": sk}}
+    )["Item"]
+
+
+def test_a_completed_send_s_event_reads_its_claim_and_entry_eventually_consistent_only(
+    store, table, send_ctx, engagement
+) -> None:
+    store.upsert(EMAIL)
+    sent = send(JOB, send_ctx)
+    consumer, reads = consumer_reading(claim_item(table, JOB), engagement)
+
+    assert process_body(ses_event("delivery", JOB, str(sent.message_id)), consumer).recovered_sends == 0
+
+    recovery = [(c, sks) for c, sks in reads.reads if any(sk.startswith(("SEND#", "SENT#")) for sk in sks)]
+    assert [c for c, _ in recovery] == [False, False]  # the claim, then its entry: half a unit each
+
+
+def test_a_claim_read_stale_after_a_release_and_a_new_claim_writes_no_second_entry(
+    store, table, send_ctx, engagement, resources
+) -> None:
+    # Given a send logged under its second claim; the first (a minute earlier) was released
+    store.upsert(EMAIL)
+    sent = send(JOB, send_ctx)
+    (entry,) = sent_items(table)
+    older = claim_item(table, JOB)
+    earlier = datetime.fromisoformat(entry["sent_at"]) - timedelta(minutes=1)
+    older["sent_at"], older["claim_id"] = {"S": earlier.isoformat()}, {"S": uuid.uuid4().hex}
+    # When the mail's event is read by a consumer whose eventually consistent read still
+    # returns that first claim (it names another sent_at: no entry under its key)
+    consumer, reads = consumer_reading(older, engagement)
+    outcome = process_body(ses_event("delivery", JOB, str(sent.message_id)), consumer)
+
+    # Then it looks again, strongly consistent, finds the entry, and writes nothing
+    assert outcome.recovered_sends == 0
+    assert len(sent_items(table)) == 1
+    assert any(c and any(sk.startswith("SEND#") for sk in sks) for c, sks in reads.reads)
+    assert fold_stream(resources).sends == 1
 
 
 # ----- dead-lettered broadcast batches ---------------------------------------------------------
