@@ -3,6 +3,11 @@ identity-based policy decides it (explicit Deny wins, then Allow, else the impli
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import pytest
+
 from local_aws.bootstrap import Guard, RolePolicy, requests_for
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
@@ -198,3 +203,41 @@ def test_the_guard_records_every_pair_and_names_the_first_denied() -> None:
         MAIN,
     )
     assert [c["allowed"] for c in guard.calls] == [True, False]
+
+
+def test_the_guard_s_own_cpu_time_is_taken_apart_from_the_function_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a guard installed on botocore whose policy decisions take 50 ms of CPU each
+    import boto3
+    from botocore.client import BaseClient
+    from botocore.stub import Stubber
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", BaseClient._make_api_call)  # restored after
+    guard = Guard(
+        policy=RolePolicy([{"Effect": "Allow", "Action": "dynamodb:*", "Resource": "*"}]),
+        region=REGION,
+        account=ACCOUNT,
+        role_arn=f"arn:aws:iam::{ACCOUNT}:role/r",
+        function_name="f",
+    )
+    decide = guard.authorize
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        while time.thread_time() - started < 0.05:
+            pass
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(guard, "authorize", slow)
+    guard.install()
+    ddb = boto3.client("dynamodb", region_name=REGION, aws_access_key_id="k", aws_secret_access_key="s")
+    with Stubber(ddb) as stub:
+        stub.add_response("get_item", {}, {"TableName": "t", "Key": {"PK": {"S": "a"}}})
+        stub.add_response("get_item", {}, {"TableName": "t", "Key": {"PK": {"S": "a"}}})
+
+        # When the function makes two requests
+        ddb.get_item(TableName="t", Key={"PK": {"S": "a"}})
+        ddb.get_item(TableName="t", Key={"PK": {"S": "a"}})
+
+    # Then the guard's 100 ms are its own (left out of the invocation's cpu_s), counted once
+    assert 0.1 <= guard.take_overhead() < 0.2
+    assert guard.take_overhead() == 0.0
