@@ -37,6 +37,8 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -353,10 +355,16 @@ class Guard:
     overhead_s: float = 0.0
     _overhead_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def _spent(self, since: float) -> None:
-        spent = time.thread_time() - since
-        with self._overhead_lock:
-            self.overhead_s += spent
+    @contextmanager
+    def own_work(self) -> Iterator[None]:
+        """Count the CPU time of this thread inside as the guard's (:meth:`take_overhead`)."""
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            spent = time.thread_time() - started
+            with self._overhead_lock:
+                self.overhead_s += spent
 
     def take_overhead(self) -> float:
         """The guard's CPU seconds since the last call, and start counting again."""
@@ -397,10 +405,8 @@ class Guard:
         guard = self
 
         def _make_api_call(client: Any, operation_name: str, api_params: dict[str, Any]) -> Any:
-            started = time.thread_time()
-            prefix = client.meta.service_model.signing_name
-            denied = guard.authorize(prefix, operation_name, api_params)
-            guard._spent(started)
+            with guard.own_work():
+                denied = guard.authorize(client.meta.service_model.signing_name, operation_name, api_params)
             if denied is not None:
                 action, resource = denied
                 role = guard.role_arn.rsplit("/", 1)[-1]
@@ -425,13 +431,11 @@ class Guard:
             try:
                 parsed = original(client, operation_name, api_params)
             except ClientError as exc:  # a refused request is sent, and billed, all the same
-                started = time.thread_time()
-                guard.record(client, operation_name, api_params, dict(exc.response))
-                guard._spent(started)
+                with guard.own_work():
+                    guard.record(client, operation_name, api_params, dict(exc.response))
                 raise
-            started = time.thread_time()
-            guard.record(client, operation_name, api_params, parsed)
-            guard._spent(started)
+            with guard.own_work():
+                guard.record(client, operation_name, api_params, parsed)
             return parsed
 
         BaseClient._make_api_call = _make_api_call  # type: ignore[attr-defined]
@@ -521,7 +525,6 @@ def serve(requests: Any, replies: Any) -> None:
             # without the guard's own (the emulated IAM and the meter are not Lambda's work).
             emulation_s = guard.take_overhead() if guard else 0.0
             reply["cpu_s"] = max(0.0, time.process_time() - cpu_started - emulation_s)
-            reply["emulation_cpu_s"] = emulation_s
             reply["max_rss_kb"] = peak_rss_kb()
             if guard:
                 if guard.meter:

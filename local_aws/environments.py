@@ -258,9 +258,6 @@ class Environments:
     # threads; the init phase excluded), as the environments report them: the bench's
     # capacity model divides it by the mails sent.
     cpu_seconds: dict[str, float] = field(default_factory=dict)
-    # The CPU seconds the emulation spent inside those environments (the IAM guard's decisions,
-    # the meter), left out of ``cpu_seconds``: Lambda neither runs nor bills that work.
-    emulation_cpu_seconds: dict[str, float] = field(default_factory=dict)
     # The largest peak resident memory (KiB) any environment of each function reported after an
     # invocation (its process's peak, init phase included: ``bootstrap.peak_rss_kb``): the bench's scale tier.
     peak_rss_kb: dict[str, int] = field(default_factory=dict)
@@ -311,8 +308,6 @@ class Environments:
             with self._lock:
                 name, cpu_s = function.function_name, float(reply.get("cpu_s") or 0.0)
                 self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + cpu_s
-                emulated = float(reply.get("emulation_cpu_s") or 0.0)
-                self.emulation_cpu_seconds[name] = self.emulation_cpu_seconds.get(name, 0.0) + emulated
                 peak = int(reply.get("max_rss_kb") or 0)
                 self.peak_rss_kb[name] = max(self.peak_rss_kb.get(name, 0), peak)
             if self.on_request is not None:
