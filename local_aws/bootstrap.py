@@ -27,6 +27,7 @@ The runtime's process never writes its environment.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib
 import io
@@ -443,7 +444,9 @@ class Guard:
 
 # ----- the process ---------------------------------------------------------------------------
 def _init(request: dict[str, Any]) -> tuple[Any, Guard | None]:
-    sys.path[:0] = [str(p) for p in request["path"]]
+    path = [str(p) for p in request["path"]]
+    if sys.path[: len(path)] != path:  # a fork of the preloader has it already (:func:`preload`)
+        sys.path[:0] = path
     os.environ.clear()
     os.environ.update({k: str(v) for k, v in request["env"].items()})
     if hasattr(time, "tzset"):
@@ -570,9 +573,57 @@ class WholeLines(io.TextIOBase):
                 self._pending = ""
 
 
+def preload(channel_fd: int, setup: dict[str, Any]) -> None:
+    """The preloader (``local_aws.environments.Preloader``): ``setup`` names the import path and
+    the modules to import; then each ``fork`` message on the channel brings an environment's
+    request pipe, reply pipe and log file, and is answered with the pid of a fork that serves
+    them (:func:`serve`, as a fresh process does). Ends when the runtime closes the channel."""
+    import signal
+    import socket
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forks (the runtime watches pidfds)
+    channel = socket.socket(fileno=channel_fd)
+    sys.path[:0] = [str(p) for p in setup.get("path", [])]
+    for name in setup.get("modules", []):
+        # a module not in this asset: the functions import it themselves, or never
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(channel, 64, 3)
+        except OSError:
+            return
+        if not message or len(fds) != 3:
+            return
+        pid = os.fork()
+        if pid == 0:  # the environment: the runtime's end of the channel is not its business
+            status = 0
+            try:
+                channel.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a handler's subprocess waits as usual
+                os.setsid()
+                requests_fd, replies_fd, log_fd = fds
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                os.close(log_fd)
+                main([str(requests_fd), str(replies_fd)])
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+            finally:
+                os._exit(status)
+        for fd in fds:
+            os.close(fd)
+        channel.sendall(f"{pid}\n".encode())
+
+
 def main(argv: list[str]) -> None:
     import signal
 
+    if argv[0] == "--preload":
+        preload(int(argv[1]), json.loads(argv[2]))
+        return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runtime decides when this ends
     sys.stdout, sys.stderr = WholeLines(1), WholeLines(2)
     with os.fdopen(int(argv[0]), "rb") as requests, os.fdopen(int(argv[1]), "wb") as replies:

@@ -18,6 +18,15 @@ the function's concurrency. Locally:
   calls (``local_aws.hooks``): API Gateway routes, SQS event sources and Step Functions
   tasks all land here.
 
+Where the platform has ``os.pidfd_open`` (Linux), each environment is a fork of one
+:class:`Preloader` per import path: a Python 3.12 process that has imported the libraries every
+function imports at its cold start (boto3, botocore, pydantic, Powertools, Jinja2:
+:data:`PRELOAD`), from the same asset, before any function's environment variables are set. The
+fork then runs the init phase as a fresh process does: the function's environment, the guard,
+the handler's import (the project's own modules, which read their settings when imported). The
+cold start's CPU is Lambda's in AWS and the bench's own measure (``bench/coldstart.py`` starts
+fresh interpreters); locally it is mostly the same imports over and over (docs/local-runtime.md).
+
 A child's stdout and stderr go to ``<logs>/<function name>.log`` (its CloudWatch log group,
 unbuffered, so a killed environment's last lines are kept). A child that exits, or does not
 answer within the function timeout, fails that invocation (``Runtime.ExitError``; an SQS
@@ -31,14 +40,17 @@ import dataclasses
 import json
 import os
 import select
+import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from local_aws.lambdas import context_of, report
 from local_aws.ses_events import CALENDAR
@@ -47,6 +59,32 @@ BOOTSTRAP = Path(__file__).resolve().with_name("bootstrap.py")
 DEFAULT_CONCURRENCY = 8
 INIT_TIMEOUT_S = 30  # Lambda allows an init phase of 10 s; a loaded laptop needs more
 STOP_GRACE_S = 1.0
+
+
+# What a preloader imports before it forks environments: the asset's libraries that the functions
+# import at their cold start (a module the asset lacks is left out). Nothing of the project's
+# own code: its modules read the function's settings when they are imported.
+PRELOAD = (
+    "boto3",
+    "botocore.client",
+    "pydantic",
+    "jinja2",
+    "aws_lambda_powertools.logging",
+    "aws_lambda_powertools.metrics",
+    "aws_lambda_powertools.event_handler",
+    "aws_lambda_powertools.utilities.batch",
+    "aws_lambda_powertools.utilities.parser",
+    "aws_lambda_powertools.utilities.idempotency",
+    "aws_lambda_powertools.utilities.parameters",
+)
+# The variables Lambda sets alike for every function of a runtime, set in a preloader before its
+# imports (Powertools' user agent reads AWS_EXECUTION_ENV when imported); the rest of a function's
+# environment is set after the fork, in its init phase, as in a fresh process.
+COMMON_VARIABLES = (
+    "AWS_EXECUTION_ENV", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "LAMBDA_TASK_ROOT", "LAMBDA_RUNTIME_DIR", "TZ", "LANG",
+)  # fmt: skip
+CAN_FORK = hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
 
 
 class EnvironmentLost(RuntimeError):
@@ -72,6 +110,136 @@ class EnvironmentSpec:
     max_environments: int = DEFAULT_CONCURRENCY
     meter: bool = False  # report every request with its parameters and answer (the bench)
     ses_sandbox: bool = False  # the account is in the SES sandbox (IAM: recipients' identities too)
+    forked: bool = True  # forked from the preloader where the platform allows (else a fresh process)
+
+
+class Process(Protocol):
+    """What an environment needs of its process: a :class:`subprocess.Popen` or a fork."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class Forked:
+    """A process forked by a :class:`Preloader` (not this process's child): watched through a
+    pidfd, which turns readable when the process ends. Its exit status is its parent's, so an
+    ended fork reports -1."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._pidfd = os.pidfd_open(pid)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self._ended(0) else None
+
+    def _ended(self, timeout: float | None) -> bool:
+        if self.returncode is not None:
+            return True
+        ready, _, _ = select.select([self._pidfd], [], [], timeout)
+        return bool(ready)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not self._ended(timeout):
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            os.close(self._pidfd)
+            self.returncode = -1
+        return self.returncode
+
+
+class Preloader:
+    """A Python 3.12 process with the asset's libraries imported (:data:`PRELOAD`) that forks
+    execution environments (``bootstrap.preload``). Asked over a Unix socket: the environment's
+    request and reply pipes and its log file go with the ask (``SCM_RIGHTS``), the fork's pid
+    comes back. It ends when this side of the socket closes (the runtime ended)."""
+
+    def __init__(self, python: Path, import_path: list[str], common: dict[str, str], log_file: Path) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("ab", buffering=0) as log, theirs:
+            self._process = subprocess.Popen(  # noqa: S603 - the Lambda interpreter, our bootstrap
+                [
+                    *(str(python), "-I", "-S", "-u", "-B", str(BOOTSTRAP)),
+                    *(
+                        "--preload",
+                        str(theirs.fileno()),
+                        json.dumps({"path": import_path, "modules": PRELOAD}),
+                    ),
+                ],
+                pass_fds=(theirs.fileno(),),
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **common},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=import_path[0],
+                start_new_session=True,
+            )
+        self._socket = ours
+        self._replies = ours.makefile("rb")
+        self._lock = threading.Lock()
+
+    def fork(self, requests_fd: int, replies_fd: int, log_fd: int) -> Forked:
+        """A new environment's process on these three descriptors (the caller closes its own)."""
+        with self._lock:
+            socket.send_fds(self._socket, [b"fork\n"], [requests_fd, replies_fd, log_fd])
+            line = self._replies.readline()
+        if not line.strip().isdigit():
+            raise OSError(f"the preloader did not fork: {line[:200]!r}")
+        return Forked(int(line))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._replies.close()
+            self._socket.close()
+        try:
+            self._process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+_preloaders: dict[tuple[str, ...], Preloader] = {}
+_preloaders_lock = threading.Lock()
+
+
+def preloader(spec: EnvironmentSpec) -> Preloader:
+    """The preloader of ``spec``'s interpreter, import path and common variables (one per runtime
+    process; started at the first cold start that needs it)."""
+    common = {k: spec.environment[k] for k in COMMON_VARIABLES if k in spec.environment}
+    found = (str(spec.python), *spec.import_path, json.dumps(common, sort_keys=True))
+    with _preloaders_lock:
+        if found not in _preloaders:
+            _preloaders[found] = Preloader(
+                spec.python, spec.import_path, common, spec.log_file.with_name("_preloader.log")
+            )
+        return _preloaders[found]
+
+
+def forget_preloader(spec: EnvironmentSpec, broken: Preloader) -> None:
+    """Drop a preloader that failed to fork (the next cold start starts another)."""
+    with _preloaders_lock:
+        for found, known in list(_preloaders.items()):
+            if known is broken:
+                del _preloaders[found]
+    broken.close()
+
+
+def close_preloaders() -> None:
+    with _preloaders_lock:
+        preloaders = list(_preloaders.values())
+        _preloaders.clear()
+    for known in preloaders:
+        known.close()
 
 
 class ExecutionEnvironment:
@@ -79,13 +247,18 @@ class ExecutionEnvironment:
 
     def __init__(self, spec: EnvironmentSpec) -> None:
         self.spec = spec
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: Process | None = None
         self._requests: IO[bytes] | None = None
         self._replies: IO[bytes] | None = None
 
     @property
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def forked(self) -> bool:
+        """Started as a fork of the preloader (not a fresh interpreter)."""
+        return isinstance(self._process, Forked)
 
     def kill(self) -> int | None:
         """SIGKILL the child (a fault, as when Lambda's host dies mid-invocation): the
@@ -129,25 +302,27 @@ class ExecutionEnvironment:
         spec.log_file.parent.mkdir(parents=True, exist_ok=True)
         log = spec.log_file.open("ab", buffering=0)
         try:
-            self._process = subprocess.Popen(  # noqa: S603 - the Lambda interpreter, our bootstrap
-                [
-                    str(spec.python),
-                    "-I",
-                    "-S",
-                    "-u",
-                    "-B",
-                    str(BOOTSTRAP),
-                    str(request_read),
-                    str(reply_write),
-                ],
-                pass_fds=(request_read, reply_write),
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=spec.import_path[0],
-                start_new_session=True,  # Ctrl-C stops the runtime, which ends its environments
-            )
+            self._process = self._fork(request_read, reply_write, log.fileno()) if spec.forked else None
+            if self._process is None:
+                self._process = subprocess.Popen(  # noqa: S603 - the Lambda interpreter, our bootstrap
+                    [
+                        str(spec.python),
+                        "-I",
+                        "-S",
+                        "-u",
+                        "-B",
+                        str(BOOTSTRAP),
+                        str(request_read),
+                        str(reply_write),
+                    ],
+                    pass_fds=(request_read, reply_write),
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    cwd=spec.import_path[0],
+                    start_new_session=True,  # Ctrl-C stops the runtime, which ends its environments
+                )
         finally:
             os.close(request_read)
             os.close(reply_write)
@@ -172,6 +347,22 @@ class ExecutionEnvironment:
         except EnvironmentLost:
             self.close(kill=True)
             raise
+
+    def _fork(self, request_read: int, reply_write: int, log: int) -> Process | None:
+        """A fork of the spec's preloader on these descriptors; None where there is none (no
+        pidfd here, or the preloader failed: this environment starts as a fresh process)."""
+        if not CAN_FORK:
+            return None
+        known = preloader(self.spec)
+        try:
+            return known.fork(request_read, reply_write, log)
+        except OSError as exc:
+            print(
+                f"mailstep: the environment preloader failed ({exc}); starting a fresh process",
+                file=sys.stderr,
+            )
+            forget_preloader(self.spec, known)
+            return None
 
     def close(self, *, kill: bool = False) -> None:
         for stream in (self._requests, self._replies):

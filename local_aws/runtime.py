@@ -44,7 +44,7 @@ from local_aws.artifact import Artifact, build
 from local_aws.cfn_stack import register_stack
 from local_aws.clock import VirtualClock
 from local_aws.deployment import Deployment, bind, deploy, uploaded_function
-from local_aws.environments import DEFAULT_CONCURRENCY, Environments
+from local_aws.environments import DEFAULT_CONCURRENCY, Environments, close_preloaders
 from local_aws.eventbridge import (
     ExecutionStatusRules,
     LambdaTargets,
@@ -347,6 +347,7 @@ class LocalRuntime:
             self.schedules.stop()
         if self.environments is not None:
             self.environments.close()  # in-flight invocations fail fast; children exit on EOF
+            close_preloaders()
         for poller in self.pollers:
             poller.stop()
         self.pollers.clear()

@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 
 IMPORTABLE = ("boto3", "moto", "shared", "pydantic")
+FLAVOUR_AT_IMPORT = os.environ.get("E2E_FLAVOUR")  # the function's variables are set before its import
 
 
 def record(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -66,6 +67,9 @@ def whoami(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "path": sys.path,
         "importable": {name: importlib.util.find_spec(name) is not None for name in IMPORTABLE},
         "env": os.environ.get("E2E_FLAVOUR"),
+        "env_at_import": FLAVOUR_AT_IMPORT,
+        "execution_env": os.environ.get("AWS_EXECUTION_ENV"),
+        "boto3": boto3.__file__,
         "echo": event,
     }
 

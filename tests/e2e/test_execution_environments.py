@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 
 from local_aws.artifact import build_dir, lambda_python, runtime_libraries
-from local_aws.environments import EnvironmentLost, EnvironmentSpec, ExecutionEnvironment, FunctionPool
+from local_aws.environments import (
+    CAN_FORK,
+    EnvironmentLost,
+    EnvironmentSpec,
+    ExecutionEnvironment,
+    FunctionPool,
+)
+from tests.e2e.helpers import eventually
 
 HANDLERS = Path(__file__).with_name("handlers.py")
 
@@ -91,6 +98,27 @@ def test_a_function_runs_on_python_312_with_only_its_code_and_the_runtime_on_the
     assert payload["path"][:2] == [str(code), str(runtime_libraries(build_dir()))]
     assert payload["importable"] == {"boto3": True, "moto": False, "shared": False, "pydantic": False}
     assert again["pid"] == payload["pid"]  # warm: the same process
+
+
+@pytest.mark.skipif(not CAN_FORK, reason="no pidfd here: every environment is a fresh process")
+def test_a_forked_environment_answers_as_a_fresh_interpreter_does_and_dies_like_one(
+    code: Path, tmp_path: Path, environments: list[ExecutionEnvironment]
+) -> None:
+    lambda_set = {"AWS_EXECUTION_ENV": "AWS_Lambda_python3.12"}  # a variable the preloader has too
+    forked = start(environments, spec(code, tmp_path, "handlers.whoami", env=lambda_set))
+    fresh = start(environments, spec(code, tmp_path, "handlers.whoami", env=lambda_set, forked=False))
+    answers = [call(environment, {"n": 1}) for environment in (forked, fresh)]
+    assert forked.forked and not fresh.forked
+    (one, one_errored), (other, other_errored) = answers
+    assert not one_errored and not other_errored and one["pid"] != other["pid"]
+    assert {k: v for k, v in one.items() if k != "pid"} == {k: v for k, v in other.items() if k != "pid"}
+    assert one["env_at_import"] == "lemon" and one["execution_env"] == "AWS_Lambda_python3.12"
+    # killed like a fresh one: seen ended, reaped (no zombie left), replaced at the next invocation
+    assert forked.kill() == one["pid"]
+    eventually(lambda: not forked.alive, 10, "the killed environment to be seen ended")
+    eventually(lambda: not os.path.exists(f"/proc/{one['pid']}"), 10, "the killed environment reaped")
+    again, errored = call(forked, {"n": 2})
+    assert not errored and again["pid"] != one["pid"] and forked.forked
 
 
 def test_an_exception_is_a_function_error_and_the_environment_stays(
