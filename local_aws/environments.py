@@ -125,6 +125,29 @@ class Process(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
+def bootstrap(
+    python: Path,
+    args: list[str],
+    *,
+    pass_fds: tuple[int, ...],
+    log: IO[bytes],
+    cwd: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """``python -I -S -u -B local_aws/bootstrap.py *args``: an environment or a preloader, in a
+    session of its own (Ctrl-C stops the runtime, which ends them), logging to ``log``."""
+    return subprocess.Popen(  # noqa: S603 - the Lambda interpreter, our bootstrap
+        [str(python), "-I", "-S", "-u", "-B", str(BOOTSTRAP), *args],
+        pass_fds=pass_fds,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
 class Forked:
     """A process forked by a :class:`Preloader` (not this process's child): watched through a
     pidfd, which turns readable when the process ends. Its exit status is its parent's, so an
@@ -167,22 +190,13 @@ class Preloader:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with log_file.open("ab", buffering=0) as log, theirs:
-            self._process = subprocess.Popen(  # noqa: S603 - the Lambda interpreter, our bootstrap
-                [
-                    *(str(python), "-I", "-S", "-u", "-B", str(BOOTSTRAP)),
-                    *(
-                        "--preload",
-                        str(theirs.fileno()),
-                        json.dumps({"path": import_path, "modules": PRELOAD}),
-                    ),
-                ],
+            self._process = bootstrap(
+                python,
+                ["--preload", str(theirs.fileno()), json.dumps({"path": import_path, "modules": PRELOAD})],
                 pass_fds=(theirs.fileno(),),
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **common},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
+                log=log,
                 cwd=import_path[0],
-                start_new_session=True,
+                env=common,
             )
         self._socket = ours
         self._replies = ours.makefile("rb")
@@ -304,24 +318,12 @@ class ExecutionEnvironment:
         try:
             self._process = self._fork(request_read, reply_write, log.fileno()) if spec.forked else None
             if self._process is None:
-                self._process = subprocess.Popen(  # noqa: S603 - the Lambda interpreter, our bootstrap
-                    [
-                        str(spec.python),
-                        "-I",
-                        "-S",
-                        "-u",
-                        "-B",
-                        str(BOOTSTRAP),
-                        str(request_read),
-                        str(reply_write),
-                    ],
+                self._process = bootstrap(
+                    spec.python,
+                    [str(request_read), str(reply_write)],
                     pass_fds=(request_read, reply_write),
-                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
+                    log=log,
                     cwd=spec.import_path[0],
-                    start_new_session=True,  # Ctrl-C stops the runtime, which ends its environments
                 )
         finally:
             os.close(request_read)
