@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import signal
 import socket
 import time
@@ -468,9 +469,19 @@ def test_mailstep_demo_exits_0() -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A free port below the kernel's ephemeral range (32768-60999 on Linux): a port the kernel
+    handed out for port 0 may be handed to another process (a runtime of another test worker,
+    an outgoing connection) before ``mailstep dev`` binds it; one from this range is only ever
+    taken by someone who names it."""
+    for _ in range(200):
+        port = random.randint(20000, 32000)  # noqa: S311 - not a secret
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-32000")
 
 
 def test_mailstep_dev_serves_and_stops_on_sigint(tmp_path: Path, artifact: Any) -> None:
