@@ -589,6 +589,12 @@ def preload(channel_fd: int, setup: dict[str, Any]) -> None:
         # a module not in this asset: the functions import it themselves, or never
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    # botocore's data files, parsed once into the process's loader (shared.core.aws, which reads
+    # no setting when imported): each fork's clients are then made without parsing them again.
+    with contextlib.suppress(ImportError):
+        from shared.core.aws import parse_models
+
+        parse_models(region=os.environ.get("AWS_REGION", "us-east-1"))
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(channel, 64, 3)

@@ -80,6 +80,11 @@ def _preload(kind: str) -> None:
         assert "moto" not in sys.modules, "a command module imports moto"
     for name in RUNTIME_MODULES if kind == "dev" else ():
         importlib.import_module(name)
+    # botocore's data files, parsed into the process's loader: a call's clients are made without
+    # parsing them (shared.core.aws; most of a call's CPU after its imports).
+    from shared.core.aws import parse_models
+
+    parse_models()
     # The command modules themselves are imported again by each call, in its environment: they
     # make objects that read it when made (rich's consoles read COLUMNS), and cost little.
     for name in [name for name in sys.modules if name.startswith("cli.")]:
