@@ -365,7 +365,7 @@ class SendLog(TableAdapter):
             return []
         tagged, tagged_ledgers = self._logged_by_tag(wanted)
         wanted = {k: e for k, e in wanted.items() if k not in tagged}
-        orphans = self._orphans(wanted, consistent=False) if wanted else {}
+        orphans = self._orphans(wanted, consistent=False)
         logged, pending_ledgers = self._logs_and_ledgers(list(orphans.values()), consistent=False)
         pending_ledgers += [ledger for ledger in tagged_ledgers if ledger not in pending_ledgers]
         unlogged = {k: wanted[k] for k, (_, claim) in orphans.items() if _entry(logged, claim) is None}
