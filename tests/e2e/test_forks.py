@@ -99,3 +99,22 @@ def test_a_shim_process_runs_the_forked_call_on_its_own_streams() -> None:
     got = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     same(got, fresh("webhooks", "list", "--help", env=env))
     assert subprocess.run([*command[:-1], "no-such"], cwd=ROOT, env=env, capture_output=True).returncode == 2
+
+
+def test_a_forked_call_ends_as_an_interpreter_does_without_its_teardown() -> None:
+    """``forks._end``: the threads that are not daemons finish, the exit handlers run (the last
+    registered first), what the streams still buffer is written, and the status is the call's."""
+    program = """
+import atexit, sys, threading, time
+from tests.e2e import forks
+atexit.register(lambda: sys.stdout.write("registered first, run last;"))
+atexit.register(lambda: sys.stdout.write("registered last, run first;"))
+threading.Thread(target=lambda: (time.sleep(0.2), sys.stdout.write("thread done;"))).start()
+sys.stdout.write("buffered;")
+forks._end(3)
+"""
+    ended = subprocess.run(
+        [sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert ended.returncode == 3, ended.stderr
+    assert ended.stdout == "buffered;thread done;registered last, run first;registered first, run last;"
