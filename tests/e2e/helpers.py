@@ -229,6 +229,14 @@ def suppressed_by_bounce(local: Local, email: str) -> None:
     wait_for_events(local, email, "bounce")
 
 
+def run_status(local: Local, arn: str) -> str | None:
+    """An execution's status (RUNNING, SUCCEEDED, ABORTED, ...), None when there is none."""
+    try:
+        return str(local.client("stepfunctions").describe_execution(executionArn=arn)["status"])
+    except local.client("stepfunctions").exceptions.ExecutionDoesNotExist:
+        return None
+
+
 # ----- DynamoDB ---------------------------------------------------------------------------------
 def scan_all(local: Local, table: str = MAIN) -> list[dict[str, Any]]:
     """Every item of ``table`` (paged, consistent: the session's tables outgrow one page)."""

@@ -17,9 +17,9 @@ from shared.core import specs
 from shared.sequences.schedules import SEND_TASK_SUCCESS_TARGET, schedule_name
 from shared.sequences.sfn import state_transitions
 from tests.e2e.conftest import Local
-from tests.e2e.helpers import eventually, mails, paused_clock, post
+from tests.e2e.helpers import eventually, mails, paused_clock, post, run_status
 from tests.e2e.helpers import unique_email as unique
-from tests.e2e.test_sequences import by_source, pair, run_status, waiting
+from tests.e2e.test_sequences import by_source, pair, waiting
 
 GROUP = specs.schedule_group_name(specs.STACK_NAME)
 DAY = 86400

@@ -30,6 +30,7 @@ from tests.e2e.helpers import (
     paused_clock,
     post,
     profile_status,
+    run_status,
     scan_all,
     unsubscribe_targets,
 )
@@ -69,13 +70,6 @@ def runs_for(local: Local, sequence_id: str, email: str, since: datetime) -> lis
                 if json.loads(described["input"])["email"] == email:
                     found.append(str(run["executionArn"]))
     return found
-
-
-def run_status(local: Local, arn: str) -> str | None:
-    try:
-        return str(local.client("stepfunctions").describe_execution(executionArn=arn)["status"])
-    except local.client("stepfunctions").exceptions.ExecutionDoesNotExist:
-        return None
 
 
 def waiting(local: Local, arn: str) -> bool:
