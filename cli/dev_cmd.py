@@ -138,10 +138,12 @@ def dev(
 def _console(state_dir: Path, port: int) -> Any:
     """``mailstep console`` for this runtime on a thread (None, with a warning, when it
     cannot start: the runtime runs without it)."""
-    from cli.target import TargetError, resolve
+    from cli.target import quiet_logs
     from console.server import local_outbox, serve
+    from ops.targets import TargetError, resolve
     from shared.core.errors import MailstepError
 
+    quiet_logs()
     try:
         target = resolve("local", None, state_dir)
         served = serve(target, port, state_dir=state_dir, fallback=True, outbox=local_outbox(target))

@@ -7,7 +7,6 @@ command takes the target options of ``cli.target.targeted`` (local runtime or ``
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,39 +39,10 @@ def _admin(target: Target) -> SubscriberAdmin:
     return SubscriberAdmin.of(target)
 
 
-def _profile_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=title)
-    for column in ("email", "status", "first name", "tags", "suppressed", "updated"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            row["email"],
-            row["status"],
-            row["first_name"] or "",
-            " ".join(row["tags"]),
-            "yes" if row["suppressed"] else "",
-            row["updated_at"][:19].replace("T", " "),
-        )
-    return table
-
-
 def _subscriber_grid(detail: dict[str, Any]) -> None:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for name in ("email", "status", "first_name", "suppressed", "created_at", "updated_at"):
-        grid.add_row(name, str(detail[name]))
-    grid.add_row("tags", " ".join(detail["tags"]) or "-")
-    grid.add_row(
-        "attributes", json.dumps(detail["attributes"], sort_keys=True) if detail["attributes"] else "-"
-    )
-    sequences = ", ".join(
-        e["sequence"] + (" (transactional)" if e["transactional"] else "") for e in detail["executions"]
-    )
-    grid.add_row("sequences", sequences or "-")
-    suppression = detail["suppression"]
-    grid.add_row("suppression", f"{suppression['reason']} at {suppression['at']}" if suppression else "-")
-    console.print(grid)
+    from ops.tables import subscriber_grid
+
+    console.print(subscriber_grid(detail))
 
 
 @app.command()
@@ -86,7 +56,9 @@ def get(email: str = EMAIL, *, target: Target) -> dict[str, Any]:
 
 
 def _page_table(data: dict[str, Any]) -> None:
-    console.print(_profile_table(f"Subscribers ({len(data['subscribers'])})", data["subscribers"]))
+    from ops.tables import profiles_table
+
+    console.print(profiles_table(f"Subscribers ({len(data['subscribers'])})", data["subscribers"]))
     if data["cursor"]:
         console.print(f"next page: --cursor {data['cursor']}", soft_wrap=True)
 

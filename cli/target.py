@@ -28,16 +28,14 @@ import functools
 import inspect
 import json
 import os
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import urlparse
 
 import typer
 
-from ops.targets import DEFAULT_STATE_DIR, read_state
+from ops.targets import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
     from ops.targets import Target
@@ -62,27 +60,6 @@ TARGET_OPTIONS = (
 )
 
 
-class TargetError(Exception):
-    """No usable target (exit code 2 with the message)."""
-
-
-def local_state(state_dir: Path) -> dict[str, Any] | None:
-    """The runtime.json of a RUNNING local runtime in ``state_dir``, else None.
-
-    ``mailstep dev`` leaves runtime.json behind when it stops, so the endpoint must answer.
-    """
-    try:
-        state = read_state(state_dir)
-    except FileNotFoundError:
-        return None
-    endpoint = urlparse(str(state.get("endpoint", "")))
-    try:
-        with socket.create_connection((endpoint.hostname or "127.0.0.1", endpoint.port or 80), timeout=1):
-            return state
-    except OSError:
-        return None
-
-
 def quiet_logs() -> None:
     """The structured logs go to stderr (stdout carries command output: JSON, CSV, the MCP
     protocol), at WARNING unless POWERTOOLS_LOG_LEVEL asks for more."""
@@ -98,52 +75,13 @@ def quiet_logs() -> None:
     log.setLevel(os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING").upper())
 
 
-def resolve(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
-    """Resolve the options to a ``ops.targets.Target`` with clients that reach it."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from ops import targets
-    from shared.core import specs
-    from shared.core.aws import AwsConfig, ClientFactory
-
-    quiet_logs()
-    if target not in (None, targets.LOCAL, targets.STACK):
-        raise TargetError(f"--target must be 'local' or 'stack', not {target!r}")
-    state_dir = state_dir.resolve()
-    local = target == targets.LOCAL or (target is None and not stack)
-    if local:
-        state = local_state(state_dir)
-        if state is None:
-            hint = "start `mailstep dev`, or choose a deployed stack with --stack NAME (or MAILSTEP_STACK)"
-            raise TargetError(f"no running local runtime in {state_dir}: {hint}")
-        region = str(state["region"])
-        aws = ClientFactory(AwsConfig.emulated(str(state["endpoint"]), region))
-    else:
-        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if not region:
-            raise TargetError("no AWS region: pass --region or set AWS_REGION")
-        aws = ClientFactory(AwsConfig(region=region))  # credentials and endpoint: boto3's usual lookup
-    name = specs.STACK_NAME if local else stack or specs.STACK_NAME
-    try:
-        if local:
-            return targets.local_target(str(state_dir), region, aws)
-        return targets.stack_target(name, region, aws)
-    except targets.StackNotFound as exc:
-        if local:
-            raise TargetError(
-                f"the local runtime in {state_dir} registered no stack {name!r}: restart it"
-            ) from None
-        where = f" at {os.environ['AWS_ENDPOINT_URL']}" if os.environ.get("AWS_ENDPOINT_URL") else ""
-        hint = "check --stack (or MAILSTEP_STACK), --region (or AWS_REGION) and your credentials' account"
-        raise TargetError(f"{exc} ({region}{where}): {hint}") from None
-    except (BotoCoreError, ClientError) as exc:
-        raise TargetError(f"cannot read stack {name!r} in {region}: {exc}") from None
-
-
 def select(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
-    """:func:`resolve` for typer commands: a problem becomes a clean exit with code 2."""
+    """``ops.targets.resolve`` for typer commands, the logs on stderr: a problem becomes a clean
+    exit with code 2."""
+    from ops.targets import TargetError, resolve
     from shared.core.errors import MailstepError
 
+    quiet_logs()
     try:
         return resolve(target, stack, state_dir, region)
     except (TargetError, MailstepError) as exc:

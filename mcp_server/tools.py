@@ -548,7 +548,7 @@ def _events(stats_store: StatsStore, *, limit: int, since: str | None, **scope: 
 
 
 def serve(target: Target) -> None:
-    """Run on stdio (``cli.target.resolve`` has sent the logs to stderr already)."""
+    """Run on stdio (``cli.target.select`` has sent the logs to stderr already)."""
     build_server(target).run("stdio")
 
 

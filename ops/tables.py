@@ -1,8 +1,9 @@
 """Rich tables for the terminal fronts (the CLI's commands and ``make demo``'s story): they only
-lay out what ``shared.store.stats`` and the local outbox give."""
+lay out what ``shared.store.stats``, ``ops.admin`` and the local outbox give."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.table import Table
@@ -47,3 +48,40 @@ def outbox_table(messages: list[dict[str, Any]]) -> Table:
             message["message_id"],
         )
     return table
+
+
+def profiles_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    """Subscribers as ``ops.admin`` lists them, one per row."""
+    table = Table(title=title)
+    for column in ("email", "status", "first name", "tags", "suppressed", "updated"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["email"],
+            row["status"],
+            row["first_name"] or "",
+            " ".join(row["tags"]),
+            "yes" if row["suppressed"] else "",
+            row["updated_at"][:19].replace("T", " "),
+        )
+    return table
+
+
+def subscriber_grid(detail: dict[str, Any]) -> Table:
+    """One subscriber as ``ops.admin`` details them: profile, active sequences, suppression."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name in ("email", "status", "first_name", "suppressed", "created_at", "updated_at"):
+        grid.add_row(name, str(detail[name]))
+    grid.add_row("tags", " ".join(detail["tags"]) or "-")
+    grid.add_row(
+        "attributes", json.dumps(detail["attributes"], sort_keys=True) if detail["attributes"] else "-"
+    )
+    sequences = ", ".join(
+        e["sequence"] + (" (transactional)" if e["transactional"] else "") for e in detail["executions"]
+    )
+    grid.add_row("sequences", sequences or "-")
+    suppression = detail["suppression"]
+    grid.add_row("suppression", f"{suppression['reason']} at {suppression['at']}" if suppression else "-")
+    return grid

@@ -225,6 +225,72 @@ def local_target(state_dir: str, region: str, aws: ClientFactory | None = None) 
     return replace(stack_target(specs.STACK_NAME, region, aws), kind=LOCAL, name=state_dir)
 
 
+class TargetError(Exception):
+    """No usable target (the command line exits 2 with the message)."""
+
+
+def local_state(state_dir: Path) -> dict[str, Any] | None:
+    """The runtime.json of a RUNNING local runtime in ``state_dir``, else None.
+
+    ``mailstep dev`` leaves runtime.json behind when it stops, so the endpoint must answer.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        state = read_state(state_dir)
+    except FileNotFoundError:
+        return None
+    endpoint = urlparse(str(state.get("endpoint", "")))
+    try:
+        with socket.create_connection((endpoint.hostname or "127.0.0.1", endpoint.port or 80), timeout=1):
+            return state
+    except OSError:
+        return None
+
+
+def resolve(target: str | None, stack: str | None, state_dir: Path, region: str | None = None) -> Target:
+    """Where an operator command acts (the rules: ``cli.target``), as a :class:`Target` with
+    clients that reach it."""
+    import os
+
+    from botocore.exceptions import BotoCoreError
+
+    from shared.core.aws import AwsConfig
+
+    if target not in (None, LOCAL, STACK):
+        raise TargetError(f"--target must be 'local' or 'stack', not {target!r}")
+    state_dir = state_dir.resolve()
+    local = target == LOCAL or (target is None and not stack)
+    if local:
+        state = local_state(state_dir)
+        if state is None:
+            hint = "start `mailstep dev`, or choose a deployed stack with --stack NAME (or MAILSTEP_STACK)"
+            raise TargetError(f"no running local runtime in {state_dir}: {hint}")
+        region = str(state["region"])
+        aws = ClientFactory(AwsConfig.emulated(str(state["endpoint"]), region))
+    else:
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region:
+            raise TargetError("no AWS region: pass --region or set AWS_REGION")
+        aws = ClientFactory(AwsConfig(region=region))  # credentials and endpoint: boto3's usual lookup
+    name = specs.STACK_NAME if local else stack or specs.STACK_NAME
+    try:
+        if local:
+            return local_target(str(state_dir), region, aws)
+        return stack_target(name, region, aws)
+    except StackNotFound as exc:
+        if local:
+            raise TargetError(
+                f"the local runtime in {state_dir} registered no stack {name!r}: restart it"
+            ) from None
+        where = f" at {os.environ['AWS_ENDPOINT_URL']}" if os.environ.get("AWS_ENDPOINT_URL") else ""
+        hint = "check --stack (or MAILSTEP_STACK), --region (or AWS_REGION) and your credentials' account"
+        raise TargetError(f"{exc} ({region}{where}): {hint}") from None
+    except (BotoCoreError, ClientError) as exc:
+        raise TargetError(f"cannot read stack {name!r} in {region}: {exc}") from None
+
+
 def state_machine_name_prefix(arn_prefix: str) -> str:
     """``<stack name>-seq-`` from ``settings.state_machine_arn_prefix`` (the default stack's
     prefix when it is empty)."""

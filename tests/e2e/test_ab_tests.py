@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cli.local_cmd import publish_event
+from local_aws.simulate import publish_event
 from shared.broadcasts.abtest import in_test, variant_of
 from shared.broadcasts.records import BroadcastStore
 from shared.store.stats import StatsStore

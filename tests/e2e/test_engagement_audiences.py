@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cli.local_cmd import publish_event
+from local_aws.simulate import publish_event
 from shared.store.dynamo import serialize
 from shared.store.hygiene import engagement_item
 from shared.store.stats import StatsStore

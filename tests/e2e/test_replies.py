@@ -13,7 +13,7 @@ import uuid
 from email.utils import parseaddr
 from typing import Any
 
-from cli.replies_cmd import received_notification, reply_mime
+from local_aws.simulate import received_notification, reply_mime
 from shared.core import specs
 from shared.store.send_log import SendLog
 from tests.e2e.conftest import Local

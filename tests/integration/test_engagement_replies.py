@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cli.replies_cmd import received_notification, reply_mime
+from local_aws.simulate import received_notification, reply_mime
 from shared.core.aws import client
 from shared.engagement.replies import ReplyContext, forwarder, process_notification
 from shared.engagement.ses_events import MalformedEvent
