@@ -168,7 +168,8 @@ class Delivery:
             last_attempt_at=item.get("last_attempt_at"),
             last_status=item.get("last_status"),
             last_error=item.get("last_error"),
-            history=list(item.get("history", [])),
+            # by attempt: a late answer (see WebhookStore.record_attempt) is appended after a later one
+            history=sorted(item.get("history", []), key=lambda entry: int(entry.get("attempt", 0))),
         )
 
     def public(self) -> dict[str, Any]:
@@ -468,25 +469,40 @@ class WebhookStore(TableAdapter):
         return True
 
     def record_attempt(self, endpoint_id: str, sk: str, *, status: str, outcome: dict[str, Any]) -> None:
-        """The attempt's answer, appended to the history; ``status`` the delivery's new status."""
-        expression = (
-            "SET #status = :status, last_status = :code, last_error = :error, "
-            "history = list_append(if_not_exists(history, :empty), :entry)"
-        )
-        vals = {
-            "status": status,
-            "code": outcome.get("status_code"),
-            "error": outcome.get("error"),
-            "entry": [outcome],
-            "empty": [],
-        }
-        self.client.update_item(
-            TableName=self.table,
-            Key=key(keys.webhook_delivery_pk(endpoint_id), sk),
-            UpdateExpression=expression,
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues=values(**vals),
-        )
+        """The attempt's answer (``outcome["attempt"]``), appended to the history; ``status`` the
+        delivery's new status. A failed attempt queues the next one before its answer is written,
+        so the next one may be taken (even delivered) first: an answer that comes after a later
+        attempt was taken joins the history and changes nothing else."""
+        vals = {"attempt": outcome["attempt"], "entry": [outcome], "empty": []}
+        history = "history = list_append(if_not_exists(history, :empty), :entry)"
+        answer = "SET #status = :status, last_status = :code, last_error = :error, " + history
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=key(keys.webhook_delivery_pk(endpoint_id), sk),
+                UpdateExpression=answer,
+                ConditionExpression="attempts <= :attempt",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues=values(
+                    **vals, status=status, code=outcome.get("status_code"), error=outcome.get("error")
+                ),
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+        else:
+            return
+        try:  # a later attempt was taken (attempts only grows), or the delivery expired meanwhile
+            self.client.update_item(
+                TableName=self.table,
+                Key=key(keys.webhook_delivery_pk(endpoint_id), sk),
+                UpdateExpression=f"SET {history}",
+                ConditionExpression="attempts > :attempt",
+                ExpressionAttributeValues=values(**vals),
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
 
     def reopen(self, endpoint_id: str, sk: str) -> int:
         """A replay: the delivery is pending again; returns the attempt number it goes on from."""

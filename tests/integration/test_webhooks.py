@@ -535,3 +535,32 @@ def test_parked_deliveries_fail_when_the_endpoint_is_disabled_and_the_circuit_en
     deliveries = ops.deliveries(added.endpoint.id, limit=100)
     assert all(d.status == FAILED for d in deliveries)
     assert [d.last_error for d in deliveries].count("endpoint disabled") == 4
+
+
+def test_a_failed_attempt_s_answer_written_after_its_retry_delivered_leaves_it_delivered(
+    ops, env, subscribe
+) -> None:
+    # Given a delivery whose first attempt fails, and a neighbour so quick that the retry it queued
+    # is taken and delivered before the failed attempt's answer is written (a loaded machine)
+    added = ops.add("http://127.0.0.1:9/hooks", "subscriber.created")
+    subscribe("late@example.com")
+    ((body, _),) = queued_messages()
+    store = WebhookStore(env["TABLE_NAME"])
+    healthy = Poster(status=200)
+    retried: list[str] = []
+
+    class QuickNeighbour(DeliveryQueue):
+        def send(self, message: Any, delay_s: int) -> None:
+            neighbour = DeliveryContext(store=store, queue=ops.queue, allow_loopback_http=True, post=healthy)
+            retried.append(process(message, neighbour).status)
+
+    failing = DeliveryContext(
+        store=store, queue=QuickNeighbour(env["WEBHOOK_QUEUE_URL"]), allow_loopback_http=True, post=Poster()
+    )
+    # When the first attempt's answer (a timeout) is written last
+    assert process(parse_message(body), failing).status == "retrying"
+    # Then the delivery stays delivered, and its history holds both attempts in order
+    assert retried == ["delivered"] and healthy.calls == 1
+    (delivery,) = ops.deliveries(added.endpoint.id, limit=10)
+    assert (delivery.status, delivery.attempts, delivery.last_status) == (DELIVERED, 2, 200)
+    assert [(h["attempt"], h["status_code"]) for h in delivery.history] == [(1, None), (2, 200)]
