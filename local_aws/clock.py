@@ -92,7 +92,7 @@ class VirtualClock:
         running: Callable[[], bool] | None = None,
     ) -> None:
         """Stand for ``seconds`` of virtual time; returns early when ``interrupt`` is set
-        (a wall-clock wait) or ``running`` turns false (a paused wait)."""
+        (a wall-clock wait) or ``running`` turns false (its execution stopped)."""
         if not self._hold(running):
             return
         self.record(seconds)
@@ -107,6 +107,8 @@ class VirtualClock:
                     return
             else:
                 time.sleep(step)
+            if running is not None and not running():
+                return
             remaining -= time.monotonic() - started
             if remaining > 0 and not self._hold(running):
                 return

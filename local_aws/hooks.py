@@ -5,7 +5,8 @@
 - the endpoint moto's Step Functions interpreter calls Lambda on -> the runtime's
   (``ACTIVE.port``; moto reads ``MOTO_PORT`` from the process environment otherwise);
 - ``WaitFunction._wait_interval`` and the ``time`` of the Step Functions retrier -> the
-  virtual clock (``local_aws.clock``);
+  virtual clock (``local_aws.clock``); a Retry interval, like a Wait, ends when its execution
+  stops (:class:`_RetryTime`);
 - SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
   event destinations) -> the local SES (``local_aws.ses``);
 - SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
@@ -149,6 +150,7 @@ def self_check() -> None:
         (LambdaFunction, "invoke"): ["self", "body", "request_headers", "response_headers"],
         (DynamoHandler, "serialized"): ["self", "action_result"],
         (WaitFunction, "_wait_interval"): ["self", "env", "wait_seconds"],
+        (retrier_decl.RetrierDecl, "_eval_body"): ["self", "env"],
         (SESV2Response, "send_email"): ["self"],
         (SESV2Response, "dispatch"): None,
         (SESV2Response, "get_configuration_set"): ["self"],
@@ -197,7 +199,10 @@ def self_check() -> None:
 
 
 class _RetryTime(types.SimpleNamespace):
-    """Stands in for the ``time`` module inside the retrier: sleeps on the virtual clock."""
+    """Stands in for the ``time`` module inside the retrier: sleeps on the virtual clock, and
+    ends early when the execution whose Retry interval it is stops (:func:`_retrier_eval_body`
+    names it): Step Functions ends a stopped execution at once, moto only after the interval,
+    which a paused clock never ends."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(_time, name)
@@ -207,8 +212,25 @@ class _RetryTime(types.SimpleNamespace):
         clock = ACTIVE.clock
         if clock is None:
             _time.sleep(seconds)
-        else:
+            return
+        env = getattr(_RETRYING, "env", None)
+        if env is None:
             clock.sleep(seconds)
+        else:
+            clock.wait(seconds, env.program_state_event, running=env.is_running)
+
+
+_RETRYING = threading.local()  # the execution whose Retry interval this thread is evaluating
+_MOTO_RETRIER_EVAL_BODY = retrier_decl.RetrierDecl._eval_body
+
+
+def _retrier_eval_body(self: Any, env: Any) -> None:
+    """moto's Retrier, its execution named for the interval's sleep (:class:`_RetryTime`)."""
+    _RETRYING.env = env
+    try:
+        _MOTO_RETRIER_EVAL_BODY(self, env)
+    finally:
+        _RETRYING.env = None
 
 
 def _wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
@@ -604,6 +626,7 @@ def install() -> None:
         LambdaFunction._invoke_lambda = _invoke_lambda  # type: ignore[method-assign]
         WaitFunction._wait_interval = _wait_interval  # type: ignore[method-assign]
         retrier_decl.time = _RetryTime()  # type: ignore[assignment]
+        retrier_decl.RetrierDecl._eval_body = _retrier_eval_body  # type: ignore[method-assign]
         sfn_boto_client.moto_server_port = _moto_server_port
         LambdaBackend.create_event_source_mapping = _create_event_source_mapping  # type: ignore[method-assign]
         StreamShard.add = _stream_add  # type: ignore[method-assign]
