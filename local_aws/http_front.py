@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import socket
 import ssl
 import threading
 import uuid
@@ -169,6 +170,7 @@ class HttpFront:
         ssl_context: ssl.SSLContext | None = None,
         stats: FrontStats | None = None,
         cors: Cors | None = None,
+        listener: socket.socket | None = None,  # bound already (``local_aws.listeners.listen``)
     ) -> None:
         self.routes = routes
         self.cors = cors
@@ -185,7 +187,7 @@ class HttpFront:
         self.scheme = "http" if ssl_context is None else "https"
         self.api_id = "local"
         guarded = LoopbackGuard(self.wsgi_app, same_origin=CONTROL_PREFIX, cors=True)
-        self.server = LocalServer(host, port, guarded, ssl_context)
+        self.server = LocalServer(host, port, guarded, ssl_context, listener=listener)
         name = f"{self.scheme}-front"
         self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
 

@@ -43,6 +43,14 @@ class QuietHandler(WSGIRequestHandler):
         return  # requests are logged by the handlers (structured), not here
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: a port the kernel picks). Its port is taken from
+    now on, so a runtime can name it (in a deployment's environment, say) before it serves: a
+    port found free by binding and closing a socket could meanwhile become another connection's
+    source port (a busy runtime opens many), and the server's bind would then fail."""
+    return socket.create_server((host, port), backlog=LISTEN_BACKLOG)
+
+
 class LocalServer(ThreadedWSGIServer):
     """Werkzeug's threaded server on a listener with a deep backlog; TLS per connection thread."""
 
@@ -53,10 +61,12 @@ class LocalServer(ThreadedWSGIServer):
         app: WsgiApp,
         tls: ssl.SSLContext | None = None,
         handler: type[WSGIRequestHandler] = QuietHandler,
+        listener: socket.socket | None = None,
     ) -> None:
-        # Bound here (not by Werkzeug) for the backlog, and so a busy port is an OSError, not an exit.
-        with socket.create_server((host, port), backlog=LISTEN_BACKLOG) as listener:
-            super().__init__(host, port, app, handler, fd=listener.fileno())
+        # Bound here (not by Werkzeug) for the backlog, and so a busy port is an OSError, not an
+        # exit; or earlier, by :func:`listen` (``listener``).
+        with listener or listen(host, port) as bound:
+            super().__init__(host, port, app, handler, fd=bound.fileno())
         self.tls = tls
         self.ssl_context = tls  # Werkzeug reads it for wsgi.url_scheme; the listener stays plain
 

@@ -27,7 +27,6 @@ import dataclasses
 import json
 import logging
 import os
-import socket
 import ssl
 import tempfile
 import threading
@@ -55,7 +54,7 @@ from local_aws.eventbridge import (
 )
 from local_aws.http_front import Cors, HttpFront
 from local_aws.lambdas import STATS, PollerCounts, SqsPoller, invoke
-from local_aws.listeners import LocalServer, LoopbackGuard
+from local_aws.listeners import LocalServer, LoopbackGuard, listen
 from local_aws.provision import LocalResources, local_function_name, provision
 from local_aws.scheduler import OneTimeSchedules
 from local_aws.ses import DEFAULT_MAX_24_HOUR_SEND, DEFAULT_MAX_SEND_RATE, LocalSes
@@ -75,12 +74,6 @@ LOCAL_MAPPING_CONCURRENCY = 1
 # DynamoDB Streams: "no more than two processes at most should be reading from the same streams
 # shard at the same time" (DynamoDB Developer Guide, "Change data capture for DynamoDB Streams")
 STREAM_READERS_PER_SHARD = 2
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -192,7 +185,9 @@ class LocalRuntime:
         self.artifact = build(context=config.context)  # first: a fresh checkout synthesizes and bundles
         if config.template_override is not None:
             self.artifact = dataclasses.replace(self.artifact, template=config.template_override)
-        config.port = config.port or free_port()
+        # Each listener is bound as its port is chosen (``local_aws.listeners.listen``)
+        self._endpoint_listener = listen("127.0.0.1", config.port)
+        config.port = self._endpoint_listener.getsockname()[1]
         if config.state_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="mailstep-local-")
             config.state_dir = Path(self._tmp.name)
@@ -230,15 +225,21 @@ class LocalRuntime:
         urllib.request.urlopen(reset, timeout=10)  # noqa: S310 - local URL: start from an empty account
         reset_clients()
         reset_cache()
-        config.api_port = config.api_port or free_port()
-        while not config.public_port or config.public_port == config.api_port:
-            config.public_port = free_port()
+        api_listener = listen("127.0.0.1", config.api_port)
+        public_listener = listen("127.0.0.1", config.public_port)
+        config.api_port = api_listener.getsockname()[1]
+        config.public_port = public_listener.getsockname()[1]
         self.resources = provision(config.api_key, messaging=True, aws=self.aws)
         deployment = self._deploy_artifact(self.artifact, f"https://127.0.0.1:{config.public_port}")
 
         cors = Cors.from_template(self.artifact.template)  # the template's HTTP API CORS, if any
         self.front = HttpFront(
-            specs.routes(), self.invoke_spec, port=config.api_port, control=self._control, cors=cors
+            specs.routes(),
+            self.invoke_spec,
+            port=config.api_port,
+            control=self._control,
+            cors=cors,
+            listener=api_listener,
         )
         config.api_port = self.front.port
         self.public_front = HttpFront(
@@ -249,6 +250,7 @@ class LocalRuntime:
             ssl_context=server_context(self.tls),
             stats=self.front.stats,
             cors=cors,
+            listener=public_listener,
         )
         self.front.start()
         self.public_front.start()
@@ -267,7 +269,11 @@ class LocalRuntime:
         moto_app = DomainDispatcherApplication(create_backend_app)
         guarded = LoopbackGuard(moto_app, same_origin="/", cors=False)
         self._server = LocalServer(
-            "127.0.0.1", self.config.port, guarded, handler=hooks.KeepAliveRequestHandler
+            "127.0.0.1",
+            self.config.port,
+            guarded,
+            handler=hooks.KeepAliveRequestHandler,
+            listener=self._endpoint_listener,
         )
         self._server_thread = threading.Thread(
             target=self._server.serve_forever, name="aws-endpoint", daemon=True

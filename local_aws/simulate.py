@@ -65,14 +65,6 @@ def post_control(state_dir: Path, path: str, body: dict[str, Any], timeout: floa
         return dict(json.loads(answer.read()))
 
 
-def calendar_offset(state: dict[str, Any]) -> float:
-    """How far the running runtime's calendar is ahead of the wall clock (``advance``)."""
-    import urllib.request
-
-    with urllib.request.urlopen(state["api_url"] + "/_local/status", timeout=10) as answer:  # noqa: S310
-        return float(json.loads(answer.read())["clock"].get("calendar_offset_s", 0.0))
-
-
 def hidden_link(outbox: Path, message_id: str) -> str:
     """The URL of the hidden link of a sent message (marketing mail: the layout's anchor)."""
     from shared.core.models import HIDDEN_LINK_PATH
@@ -109,10 +101,10 @@ def publish_event(
 ) -> dict[str, Any]:
     """Build the record for ``kind`` and publish it to the configuration set's destinations."""
     from local_aws import ses_events as ev
-    from ops.targets import read_state
+    from ops.targets import calendar_offset, read_state
 
     state = read_state(state_dir)
-    ev.CALENDAR["offset_s"] = calendar_offset(state)  # SES stamps events with the runtime's time
+    ev.CALENDAR["offset_s"] = calendar_offset(state["api_url"])  # SES stamps events with the runtime's time
     message = find_message(Path(state["outbox"]), target)
     mail = message["mail"]
     recipients = message["destination"]

@@ -59,6 +59,15 @@ class StackNotFound(NotFound):
     pass
 
 
+def calendar_offset(api_url: str) -> float:
+    """How far a running local runtime's calendar is ahead of the wall clock (``mailstep local
+    advance``), as its control endpoint says."""
+    import urllib.request
+
+    with urllib.request.urlopen(api_url + "/_local/status", timeout=10) as answer:  # noqa: S310
+        return float(json.loads(answer.read())["clock"].get("calendar_offset_s", 0.0))
+
+
 @dataclass(frozen=True)
 class Target:
     """A resolved target: its settings, the resource names doctor and executions need, and the
@@ -89,13 +98,8 @@ class Target:
         now = datetime.now(UTC)
         if self.kind != LOCAL:
             return now
-        import json
-        import urllib.request
-
         try:  # the runtime's control endpoint, named in its state folder (runtime.json)
-            api_url = json.loads((Path(self.name) / STATE_FILE).read_text())["api_url"]
-            with urllib.request.urlopen(api_url + "/_local/status", timeout=10) as answer:  # noqa: S310
-                offset = float(json.loads(answer.read())["clock"].get("calendar_offset_s", 0.0))
+            offset = calendar_offset(json.loads((Path(self.name) / STATE_FILE).read_text())["api_url"])
         except (OSError, ValueError, KeyError, TypeError):
             return now
         return now + timedelta(seconds=offset)
