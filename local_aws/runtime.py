@@ -241,7 +241,6 @@ class LocalRuntime:
             cors=cors,
             listener=api_listener,
         )
-        config.api_port = self.front.port
         self.public_front = HttpFront(
             specs.routes(),
             self.invoke_spec,
