@@ -10,7 +10,9 @@
 - SES v2 ``SendEmail`` and the operations moto lacks (``GetAccount``, configuration set
   event destinations) -> the local SES (``local_aws.ses``);
 - SQS queues stop invoking mapped functions inline; ``SqsPoller`` does it like Lambda does;
-- Step Functions ``StopExecution`` keeps its ``error`` and ``cause`` (:func:`_stop_execution`);
+- Step Functions ``StopExecution`` keeps its ``error`` and ``cause`` (:func:`_stop_execution`),
+  and a stopped execution stays stopped: a state that fails while the stop lands does not turn
+  it FAILED (:func:`_set_error`);
 - DynamoDB ``TransactWriteItems`` rolls back only the items it wrote (see
   :func:`transact_write_items`);
 - a DynamoDB Query on a table's own key reads only its partition, and one on an index only the
@@ -80,6 +82,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeSuccess
+from moto.stepfunctions.parser.asl.eval.environment import Environment as SfnEnvironment
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 from moto.stepfunctions.parser.asl.utils import boto_client as sfn_boto_client
 from moto.stepfunctions.responses import StepFunctionResponse
 from moto.utilities.utils import md5_hash
@@ -151,6 +155,7 @@ def self_check() -> None:
         (DynamoHandler, "serialized"): ["self", "action_result"],
         (WaitFunction, "_wait_interval"): ["self", "env", "wait_seconds"],
         (retrier_decl.RetrierDecl, "_eval_body"): ["self", "env"],
+        (SfnEnvironment, "set_error"): ["self", "error"],
         (SESV2Response, "send_email"): ["self"],
         (SESV2Response, "dispatch"): None,
         (SESV2Response, "get_configuration_set"): ["self"],
@@ -231,6 +236,21 @@ def _retrier_eval_body(self: Any, env: Any) -> None:
         _MOTO_RETRIER_EVAL_BODY(self, env)
     finally:
         _RETRYING.env = None
+
+
+_MOTO_SET_ERROR = SfnEnvironment.set_error
+
+
+def _set_error(self: Any, error: Any) -> None:
+    """moto's ``Environment.set_error``, except on a stopped execution. A Task that fails while
+    StopExecution lands (its function found the subscriber's pair gone: the stop's own cleanup)
+    finds its Retry and Catch skipped (they evaluate only while the execution runs), and moto
+    then replaced the stop with the Task's error: the execution ended FAILED. On Step Functions a
+    stopped execution ends ABORTED (API Reference, StopExecution)."""
+    with self._state_mutex:  # an RLock: moto's set_error takes it again
+        if isinstance(self._program_state, ProgramStopped):
+            return
+        _MOTO_SET_ERROR(self, error)
 
 
 def _wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
@@ -632,6 +652,7 @@ def install() -> None:
         StreamShard.add = _stream_add  # type: ignore[method-assign]
         SqsMessage.delay = _sqs_delay  # type: ignore[method-assign]
         StepFunctionResponse.stop_execution = _stop_execution  # type: ignore[method-assign]
+        SfnEnvironment.set_error = _set_error  # type: ignore[method-assign]
         dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
         sesv2_urls.url_paths.update(_SESV2_EXTRA_PATHS)
         SESV2Response.send_email = _send_email  # type: ignore[method-assign]

@@ -276,6 +276,23 @@ STOPPED = "mailstep.stopped"  # the error the engine stops an execution with (it
 GOAL = "event "  # the cause of a stop on one of the sequence's exit events: its goal reached
 
 
+CAUSE_CHARS = 200  # of a failure's cause shown
+
+
+def cause_text(cause: str) -> str:
+    """A failed execution's cause as a person reads it: a Lambda function error's cause is its
+    JSON (``errorMessage``, ``errorType``, ``stackTrace``): its message alone, never the trace
+    (file paths of the function's code); any other cause as it is; at most
+    :data:`CAUSE_CHARS` characters."""
+    try:
+        found = json.loads(cause)
+    except ValueError:
+        found = None
+    if isinstance(found, dict) and isinstance(found.get("errorMessage"), str):
+        cause = found["errorMessage"]
+    return cause[:CAUSE_CHARS]
+
+
 @dataclass(frozen=True)
 class Ended:
     """An execution that ended before its last step: ``exit`` (an exit event came: the goal,
@@ -303,7 +320,10 @@ def ended(sfn: StepFunctions, executions: Iterable[Any], limit: int = 50) -> lis
             email = ""
         error, cause = str(found.get("error") or ""), str(found.get("cause") or "")
         if execution.status != "ABORTED":
-            kind, reason = "failed", " ".join(p for p in (execution.status.lower(), error, cause[:200]) if p)
+            kind, reason = (
+                "failed",
+                " ".join(p for p in (execution.status.lower(), error, cause_text(cause)) if p),
+            )
         elif error == STOPPED and cause.startswith(GOAL):
             kind, reason = "exit", f"goal reached: {cause.removeprefix(GOAL)}"
         else:

@@ -62,6 +62,27 @@ def test_an_exit_on_a_goal_event_is_an_exit_with_the_subscriber_not_a_failure() 
     assert ended(sfn, []) == []
 
 
+def test_a_function_error_s_cause_reads_as_its_message_without_the_stack_trace() -> None:
+    trace = ['  File "/var/task/shared/sequences/steps.py", line 261, in _require_pair\n']
+    cause = {"errorMessage": "the EXEC pair is gone", "errorType": "SequenceHalted", "stackTrace": trace}
+    long = "x" * 500
+    sfn: Any = SimpleNamespace(
+        client=Described(
+            {
+                "arn:lambda": {"input": "{}", "error": "SequenceHalted", "cause": json.dumps(cause)},
+                "arn:long": {"input": "{}", "error": "States.Runtime", "cause": long},
+                "arn:list": {"input": "{}", "error": "States.Runtime", "cause": "[1, 2]"},
+            }
+        )
+    )
+    found = ended(sfn, [execution(arn, "FAILED") for arn in ("arn:lambda", "arn:long", "arn:list")])
+    assert [e.reason for e in found] == [
+        "failed SequenceHalted the EXEC pair is gone",
+        "failed States.Runtime " + "x" * 200,
+        "failed States.Runtime [1, 2]",
+    ]
+
+
 class History:
     """GetExecutionHistory, newest first: the state each execution entered last, when, and with
     what input."""
