@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import uuid
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -257,3 +259,28 @@ def fold_batches(fold: StreamCountFold, streams: Streams) -> StreamFoldResult:
         events=sum(d.events for d in done),
         skipped=sum(d.skipped for d in done),
     )
+
+
+def in_process_function(name: str, role: str) -> tuple[str, str]:
+    """(function ARN, role ARN) of a Lambda function named ``name`` whose invocations a test
+    answers in-process (it patches ``LambdaFunction._invoke_lambda``), and of its role; both
+    created when missing."""
+    iam = client("iam")
+    try:
+        role_arn = iam.get_role(RoleName=role)["Role"]["Arn"]
+    except ClientError:
+        role_arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    lam = client("lambda")
+    try:
+        return lam.get_function(FunctionName=name)["Configuration"]["FunctionArn"], role_arn
+    except ClientError:
+        code = io.BytesIO()
+        zipfile.ZipFile(code, "w").writestr("handler.py", "# answered in-process by the test\n")
+        created = lam.create_function(
+            FunctionName=name,
+            Runtime="python3.12",
+            Role=role_arn,
+            Handler="handler.handler",
+            Code={"ZipFile": code.getvalue()},
+        )
+        return created["FunctionArn"], role_arn

@@ -6,11 +6,9 @@ pair gone while their unsubscribe stops the execution (the console listed it as 
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import uuid
-import zipfile
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -24,6 +22,7 @@ from moto.stepfunctions.responses import StepFunctionResponse
 from local_aws import hooks
 from shared.core.aws import client
 from tests.eventually import eventually
+from tests.integration.conftest import in_process_function
 
 
 def definition(function_arn: str) -> dict[str, Any]:
@@ -60,17 +59,8 @@ class Step:
 def step(aws: None) -> Iterator[tuple[Step, str, str]]:
     previous = dict(default_user_config.get("stepfunctions", {}))
     default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
-    code = io.BytesIO()
-    zipfile.ZipFile(code, "w").writestr("handler.py", "# answered in-process by Step.invoke\n")
     name = f"stop-stays-{uuid.uuid4().hex[:8]}"
-    role = client("iam").create_role(RoleName=name, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    function_arn = client("lambda").create_function(
-        FunctionName=name,
-        Runtime="python3.12",
-        Role=role,
-        Handler="handler.handler",
-        Code={"ZipFile": code.getvalue()},
-    )["FunctionArn"]
+    function_arn, role = in_process_function(name, name)
     fake = Step()
     with (
         mock.patch.object(
@@ -82,7 +72,6 @@ def step(aws: None) -> Iterator[tuple[Step, str, str]]:
         yield fake, function_arn, role
         fake.answer.set()
     client("lambda").delete_function(FunctionName=name)
-    client("iam").delete_role(RoleName=name)
     default_user_config["stepfunctions"] = previous
 
 

@@ -5,11 +5,9 @@ the real store and the real send pipeline in-process (Lambda invocations are rou
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -53,7 +51,7 @@ from shared.store.stream_counts import StreamCountFold
 from shared.store.subscribers import SubscriberStore, keys
 from shared.web.ingest import IngestContext, dispatch
 from tests.eventually import eventually
-from tests.integration.conftest import fold_batches, scan_all
+from tests.integration.conftest import fold_batches, in_process_function, scan_all
 from tests.integration.webhook_support import Streams
 
 REGION = "us-east-1"
@@ -132,24 +130,7 @@ def harness(store: SubscriberStore, send_ctx: SendContext) -> Iterator[Harness]:
     default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
     with contextlib.suppress(ClientError):
         client("sesv2").create_email_identity(EmailIdentity="example.com")
-    iam = client("iam")
-    try:
-        role_arn = iam.get_role(RoleName=ROLE)["Role"]["Arn"]
-    except ClientError:
-        role_arn = iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    lam = client("lambda")
-    try:
-        function_arn = lam.get_function(FunctionName=FUNCTION)["Configuration"]["FunctionArn"]
-    except ClientError:
-        code = io.BytesIO()
-        zipfile.ZipFile(code, "w").writestr("handler.py", "# runs in-process in these tests\n")
-        function_arn = lam.create_function(
-            FunctionName=FUNCTION,
-            Runtime="python3.12",
-            Role=role_arn,
-            Handler="handler.handler",
-            Code={"ZipFile": code.getvalue()},
-        )["FunctionArn"]
+    function_arn, role_arn = in_process_function(FUNCTION, ROLE)
     h = Harness(store=store, sfn=StepFunctions(), function_arn=function_arn, role_arn=role_arn)
     h.send_real = lambda job: send(job, send_ctx)
     # Callback Tasks: the step function creates its schedules in moto's Scheduler; the local
