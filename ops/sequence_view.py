@@ -320,10 +320,8 @@ def ended(sfn: StepFunctions, executions: Iterable[Any], limit: int = 50) -> lis
             email = ""
         error, cause = str(found.get("error") or ""), str(found.get("cause") or "")
         if execution.status != "ABORTED":
-            kind, reason = (
-                "failed",
-                " ".join(p for p in (execution.status.lower(), error, cause_text(cause)) if p),
-            )
+            parts = (execution.status.lower(), error, cause_text(cause))
+            kind, reason = "failed", " ".join(p for p in parts if p)
         elif error == STOPPED and cause.startswith(GOAL):
             kind, reason = "exit", f"goal reached: {cause.removeprefix(GOAL)}"
         else:
