@@ -286,7 +286,7 @@ def cause_text(cause: str) -> str:
     :data:`CAUSE_CHARS` characters."""
     try:
         found = json.loads(cause)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         found = None
     if isinstance(found, dict) and isinstance(found.get("errorMessage"), str):
         cause = found["errorMessage"]
@@ -316,7 +316,7 @@ def ended(sfn: StepFunctions, executions: Iterable[Any], limit: int = 50) -> lis
         found = sfn.client.describe_execution(executionArn=execution.execution_arn)
         try:
             email = str(json.loads(found.get("input") or "{}").get("email") or "")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             email = ""
         error, cause = str(found.get("error") or ""), str(found.get("cause") or "")
         if execution.status != "ABORTED":

@@ -72,15 +72,20 @@ def test_a_function_error_s_cause_reads_as_its_message_without_the_stack_trace()
                 "arn:lambda": {"input": "{}", "error": "SequenceHalted", "cause": json.dumps(cause)},
                 "arn:long": {"input": "{}", "error": "States.Runtime", "cause": long},
                 "arn:list": {"input": "{}", "error": "States.Runtime", "cause": "[1, 2]"},
+                "arn:deep": {"input": "[" * 5000, "error": "States.Runtime", "cause": "[" * 5000},
             }
         )
     )
-    found = ended(sfn, [execution(arn, "FAILED") for arn in ("arn:lambda", "arn:long", "arn:list")])
+    found = ended(
+        sfn, [execution(arn, "FAILED") for arn in ("arn:lambda", "arn:long", "arn:list", "arn:deep")]
+    )
     assert [e.reason for e in found] == [
         "failed SequenceHalted the EXEC pair is gone",
         "failed States.Runtime " + "x" * 200,
         "failed States.Runtime [1, 2]",
+        "failed States.Runtime " + "[" * 200,  # nested too deep to parse: as it is, and no address
     ]
+    assert found[3].email == ""
 
 
 class History:
